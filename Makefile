@@ -1,0 +1,163 @@
+# ngx_pic — top-level build.  `make help` lists the targets.
+#
+# Everything is built out of tree under $(BUILD) (build/, or build-asan/ for
+# the sanitizer variant).  Sources are found by wildcard: a new engine/*.c,
+# kernels/cpu/*.c, ngx_pic_module/pic_*.c or tests/unit/test_*.c needs no
+# Makefile change.
+
+SHELL      := /bin/bash
+ROOT       := $(CURDIR)
+ASAN       ?= 0
+ifeq ($(ASAN),1)
+BUILD      ?= build-asan
+SANFLAGS   := -fsanitize=address,undefined -fno-omit-frame-pointer
+OPT        := -O1 -g
+else
+BUILD      ?= build
+SANFLAGS   :=
+OPT        := -O3 -g -march=native
+endif
+
+VENV       := $(ROOT)/.venv
+PY         := $(VENV)/bin/python
+NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME  ?= $(if $(NVCC),$(abspath $(dir $(NVCC))/..),)
+
+CC         := gcc
+CFLAGS     := $(OPT) $(SANFLAGS) -std=gnu11 -Wall -Wextra -Wno-unused-parameter \
+              -Werror=implicit-function-declaration -fopenmp -pthread \
+              -Ingx_pic_module -Iengine -Ikernels \
+              -I/usr/include/x86_64-linux-gnu/openblas-pthread
+LDFLAGS    := $(SANFLAGS) -fopenmp -pthread \
+              -L/usr/lib/x86_64-linux-gnu/openblas-pthread
+LDLIBS     := -levent -levent_pthreads -lhiredis -lcjson -lxxhash -lopenblas \
+              -lpcre2-8 -lutf8proc -lm
+
+CORE_SRCS   := $(wildcard ngx_pic_module/pic_*.c)
+ENGINE_SRCS := $(filter-out engine/main.c,$(wildcard engine/*.c))
+KERNEL_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
+LIB_SRCS    := $(CORE_SRCS) $(ENGINE_SRCS) $(KERNEL_SRCS)
+LIB_OBJS    := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
+HEADERS     := $(wildcard ngx_pic_module/*.h engine/*.h kernels/*.h kernels/cpu/*.h)
+UNIT_SRCS   := $(wildcard tests/unit/test_*.c)
+UNIT_BINS   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
+FUZZ_SRCS   := $(wildcard tests/fuzz/fuzz_*.c)
+CUDA_SRCS   := $(wildcard kernels/cuda/*.cu)
+CUDA_OBJS   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRCS))
+CUDA_ARCH   := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+
+MODULE_SRCS := $(wildcard ngx_pic_module/*.c ngx_pic_module/*.h) config
+NGX_SRC     := /usr/share/nginx/src
+NGX_BUILD   := $(BUILD)/nginx
+MODULE_SO   := $(NGX_BUILD)/objs/ngx_http_pic_module.so
+ifeq ($(ASAN),1)
+NGX_EXTRA   := --with-cc-opt="$(SANFLAGS) -DNGX_DEBUG_PALLOC=1" \
+               --with-ld-opt="$(SANFLAGS)"
+NGX_TARGETS := build modules
+else
+NGX_EXTRA   := --with-cc-opt="-O2 -g -Wno-error"
+NGX_TARGETS := modules
+endif
+
+ENGINE_BIN  := $(BUILD)/pic-engine
+
+.PHONY: all deps test test-asan run help clean engine module unit cuda \
+        bench-forward fixtures models distclean
+.DEFAULT_GOAL := all
+
+all: engine module unit cuda ## build pic-engine, the nginx module, unit tests, CUDA check
+
+help: ## list the targets
+	@echo "ngx_pic make targets:"
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
+	  awk 'BEGIN{FS=":.*## "}{printf "  %-16s %s\n",$$1,$$2}'
+	@echo "Variables: PORT=8080 (make run), ASAN=1, QUICK=1 (benchmarks), PYTEST_ARGS=..."
+
+deps: ## install Debian packages and the Python test venv (idempotent)
+	@scripts/deps.sh
+
+engine: $(ENGINE_BIN) ## build the pic-engine binary
+
+$(BUILD)/obj/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libpic.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(ENGINE_BIN): $(BUILD)/obj/engine/main.o $(BUILD)/libpic.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+unit: $(UNIT_BINS) ## build the cmocka unit-test binaries
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libpic.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libpic.a $(LDFLAGS) $(LDLIBS) -lcmocka
+
+# nginx dynamic module against Debian's nginx-dev tree (recipe in DEVELOPERS.md).
+module: $(MODULE_SO) ## build ngx_http_pic_module.so
+
+$(NGX_BUILD)/.configured: config
+	@test -d $(NGX_SRC) || { echo "nginx-dev is missing: run 'make deps'"; exit 1; }
+	rm -rf $(NGX_BUILD) && mkdir -p $(NGX_BUILD)
+	cp -a $(NGX_SRC)/. $(NGX_BUILD)/
+	cd $(NGX_BUILD) && source ./conf_flags && \
+	  ./configure "$${NGX_CONF_FLAGS[@]}" $(NGX_EXTRA) \
+	    --add-dynamic-module=$(ROOT) > configure.log 2>&1 || \
+	  { tail -30 configure.log; exit 1; }
+	ls ngx_pic_module/*.c > $@
+
+# a new module source needs a fresh configure (nginx lists sources there)
+$(NGX_BUILD)/.sources: FORCE
+	@mkdir -p $(NGX_BUILD)
+	@ls ngx_pic_module/*.c > $@.new; cmp -s $@.new $@ || mv $@.new $@; rm -f $@.new
+	@cmp -s $@ $(NGX_BUILD)/.configured 2>/dev/null || rm -f $(NGX_BUILD)/.configured
+
+$(MODULE_SO): $(NGX_BUILD)/.sources $(NGX_BUILD)/.configured $(MODULE_SRCS)
+	$(MAKE) -C $(NGX_BUILD) -f objs/Makefile $(NGX_TARGETS) > $(NGX_BUILD)/make.log 2>&1 || \
+	  { grep -E 'error|Error' -A3 $(NGX_BUILD)/make.log | head -60; exit 1; }
+	@touch $@
+
+FORCE:
+
+# CUDA: compile every kernel for sm_80 and sm_90 so a compile error fails the
+# build; the test binary skips (and says so) when no GPU is present.
+ifneq ($(NVCC),)
+cuda: $(CUDA_OBJS) $(if $(CUDA_SRCS),$(BUILD)/tests/cuda_backend_ops) ## compile kernels/cuda/*.cu (when nvcc exists)
+$(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu $(HEADERS) $(wildcard kernels/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 $(CUDA_ARCH) -Ikernels -Ikernels/cuda -Xcompiler -fPIC -c $< -o $@
+$(BUILD)/tests/cuda_backend_ops: tests/cuda/cuda_backend_ops.c $(CUDA_OBJS) $(BUILD)/libpic.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(CUDA_OBJS) $(BUILD)/libpic.a \
+	  $(LDFLAGS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas $(LDLIBS) -lstdc++
+else
+cuda:
+	@echo "cuda: nvcc not found, CUDA compile check skipped"
+endif
+
+test: deps all ## deps + build + unit + integration tests + CUDA check; prints 'N passed, M failed'
+	@BUILD=$(BUILD) scripts/test.sh
+
+test-asan: deps ## the same suites with module, nginx and engine built with ASan+UBSan
+	@$(MAKE) --no-print-directory ASAN=1 all
+	@BUILD=build-asan ASAN=1 scripts/test.sh
+
+run: deps all ## start engines + nginx with the module on 127.0.0.1:$(PORT) (default 8080)
+	@BUILD=$(BUILD) scripts/run.sh
+
+models: ## generate the project's own small models under models/
+	@$(PY) tests/tools/make_models.py --out models
+
+fixtures: ## regenerate oracle fixtures with transformers (needs .venv-oracle: make oracle-venv)
+	@scripts/fixtures.sh
+
+bench-%: all ## run benchmark bench/NAME (QUICK=1 for a short run)
+	@BUILD=$(BUILD) QUICK=$(QUICK) $(PY) bench/$*.py
+
+clean: ## remove build outputs
+	rm -rf build build-asan
+
+distclean: clean ## also remove the venv, generated models and results
+	rm -rf .venv models bench/results run

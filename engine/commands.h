@@ -1,0 +1,13 @@
+/*
+ * commands.h — pic-engine subcommands; each lives in engine/cmd_<name>.c and
+ * returns a process exit status.
+ */
+#ifndef PIC_COMMANDS_H
+#define PIC_COMMANDS_H
+
+int pic_cmd_serve(int argc, char **argv);     /* HTTP server (cmd_serve.c) */
+int pic_cmd_generate(int argc, char **argv);  /* stream a completion (cmd_generate.c) */
+int pic_cmd_logits(int argc, char **argv);    /* raw float32 logits (cmd_logits.c) */
+int pic_cmd_tokenize(int argc, char **argv);  /* ids for a text (cmd_tokenize.c) */
+
+#endif

@@ -1,0 +1,50 @@
+/*
+ * main.c — pic-engine entry point: dispatch to a subcommand.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+typedef struct {
+    const char *name;
+    int       (*run)(int argc, char **argv);
+    const char *help;
+} pic_command;
+
+static const pic_command commands[] = {
+    { "serve",    pic_cmd_serve,    "run the HTTP server (OpenAI API, /healthz, /status)" },
+    { "generate", pic_cmd_generate, "generate text from --prompt or --chat" },
+    { "logits",   pic_cmd_logits,   "write float32 logits [tokens x vocab] for --tokens" },
+    { "tokenize", pic_cmd_tokenize, "print token ids for a text" },
+};
+
+static void
+usage(FILE *f)
+{
+    size_t i;
+
+    fprintf(f, "usage: pic-engine COMMAND [options]   (COMMAND --help for options)\n\n");
+    for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    }
+}
+
+int
+main(int argc, char **argv)
+{
+    size_t i;
+
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        if (!strcmp(argv[1], commands[i].name)) {
+            return commands[i].run(argc - 1, argv + 1);
+        }
+    }
+    fprintf(stderr, "pic-engine: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,129 @@
+/*
+ * model.h — the hybrid decoder's configuration and weights (MODEL.md §1–§2).
+ *
+ * The loader (model_load.c) fills these from a Hugging Face checkpoint
+ * directory; the forward pass (forward.c) only reads them.  All weight
+ * pointers are fp32, row-major [out, in] as stored (y = W x), already
+ * normalised to the Qwen3.5 GDN layout (a Qwen3-Next in_proj_qkvz/ba is
+ * unpacked at load time, MODEL.md §3.1).
+ */
+#ifndef PIC_MODEL_H
+#define PIC_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PIC_MAX_LAYERS 128
+
+typedef enum {
+    PIC_ARCH_QWEN3_NEXT = 0,    /* model_type qwen3_next: keys at top level */
+    PIC_ARCH_QWEN3_5,           /* qwen3_5 / qwen3_5_moe: keys in text_config */
+} pic_arch;
+
+typedef enum {
+    PIC_LAYER_LINEAR = 0,       /* Gated DeltaNet */
+    PIC_LAYER_FULL,             /* gated full attention */
+} pic_layer_type;
+
+typedef struct {
+    pic_arch arch;
+    char     model_type[32];
+    int      hidden;            /* H */
+    int      n_layers;
+    int      vocab;             /* V */
+    int      intermediate;      /* dense MLP I */
+    float    rms_eps;
+    int      tie_embeddings;
+    pic_layer_type layer_type[PIC_MAX_LAYERS];
+
+    /* full attention */
+    int      n_q_heads;         /* Hq */
+    int      n_kv_heads;        /* Hkv */
+    int      head_dim;          /* hd */
+    int      rotary_dim;        /* hd * partial_rotary_factor */
+    float    rope_theta;
+
+    /* gated deltanet */
+    int      lin_k_heads;       /* Hk */
+    int      lin_v_heads;       /* Hv */
+    int      lin_k_dim;         /* dk */
+    int      lin_v_dim;         /* dv */
+    int      conv_kernel;       /* K */
+
+    /* MoE (n_experts == 0: dense everywhere) */
+    int      n_experts;         /* E */
+    int      n_experts_per_tok; /* top-k */
+    int      moe_intermediate;  /* Ie */
+    int      shared_intermediate; /* Is (0: no shared expert) */
+    int      norm_topk_prob;
+    int      layer_is_moe[PIC_MAX_LAYERS];
+
+    int      max_position;      /* max_position_embeddings */
+    int      eos_ids[4];        /* stop tokens from config (-1 unused) */
+} pic_config;
+
+typedef struct {
+    float *gate;                /* (Ie, H) */
+    float *up;                  /* (Ie, H) */
+    float *down;                /* (H, Ie) */
+} pic_expert_weights;
+
+typedef struct {
+    float *input_norm;          /* (H) zero-centred: x * (1 + w) */
+    float *post_norm;           /* (H) */
+
+    /* GDN (layer_type == PIC_LAYER_LINEAR) — Qwen3.5 layout */
+    float *in_qkv;              /* (2*Hk*dk + Hv*dv, H) rows [q | k | v], head-major */
+    float *in_z;                /* (Hv*dv, H) */
+    float *in_b;                /* (Hv, H) */
+    float *in_a;                /* (Hv, H) */
+    float *conv_w;              /* (C, K), C = 2*Hk*dk + Hv*dv */
+    float *dt_bias;             /* (Hv) */
+    float *A_log;               /* (Hv) */
+    float *gdn_norm;            /* (dv) plain weight, shared by heads */
+    float *out_proj;            /* (H, Hv*dv) */
+
+    /* full attention (layer_type == PIC_LAYER_FULL) */
+    float *wq;                  /* (Hq*2*hd, H) per head [q (hd) | gate (hd)] */
+    float *wk;                  /* (Hkv*hd, H) */
+    float *wv;                  /* (Hkv*hd, H) */
+    float *wo;                  /* (H, Hq*hd) */
+    float *q_norm;              /* (hd) zero-centred */
+    float *k_norm;              /* (hd) zero-centred */
+
+    /* dense MLP (layer_is_moe == 0) */
+    float *mlp_gate;            /* (I, H) */
+    float *mlp_up;              /* (I, H) */
+    float *mlp_down;            /* (H, I) */
+
+    /* MoE (layer_is_moe == 1) */
+    float *router;              /* (E, H) */
+    pic_expert_weights *experts;/* [E] */
+    pic_expert_weights shared;  /* (Is, H)/(H, Is); NULL pointers if absent */
+    float *shared_gate;         /* (1, H) or NULL */
+} pic_layer_weights;
+
+typedef struct {
+    float *embed;               /* (V, H) */
+    float *final_norm;          /* (H) zero-centred */
+    float *lm_head;             /* (V, H); == embed when tied */
+    pic_layer_weights layers[PIC_MAX_LAYERS];
+} pic_weights;
+
+typedef struct pic_model {
+    pic_config  cfg;
+    pic_weights w;
+    char        dir[4096];      /* checkpoint directory */
+    uint64_t    fingerprint;    /* xxh64 over config + tensor bytes + tokenizer */
+    size_t      weight_bytes;   /* fp32 bytes held for weights */
+    void       *priv;           /* loader-owned storage (mmaps, buffers) */
+} pic_model;
+
+/* Load a checkpoint directory; NULL on error with a message naming the file
+ * and tensor in err.  Never aborts on bad input. */
+pic_model *pic_model_load(const char *dir, char *err, size_t errlen);
+
+/* Release everything pic_model_load allocated (NULL is fine). */
+void pic_model_free(pic_model *m);
+
+#endif /* PIC_MODEL_H */

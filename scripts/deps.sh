@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh Debian 12 machine: Debian packages (only the
+# missing ones) and the project-local Python venv for tests and benchmarks.
+# Nothing is downloaded except packages by name.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(
+  build-essential pkg-config
+  nginx nginx-dev libpcre2-dev zlib1g-dev libssl-dev   # module build (+ asan nginx)
+  libcjson-dev libxxhash-dev libhiredis-dev            # shared core, gateway index
+  libevent-dev                                         # engine HTTP server
+  libopenblas-dev                                      # engine GEMM
+  libutf8proc-dev                                      # tokenizer NFC
+  libcmocka-dev                                        # C unit tests
+  redis-server                                         # index + tests
+  python3-venv                                         # test venv
+  wrk                                                  # gateway benchmark
+  chromium                                             # dashboard test
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Debian's nginx package enables and starts a system nginx on :80; we never use
+# it (tests and `make run` start their own with -p/-c).  Leave it as it is.
+
+PY_REQS=(pytest openai tokenizers numpy safetensors)
+VENV=.venv
+stamp="$VENV/.deps-$(printf '%s ' "${PY_REQS[@]}" | md5sum | cut -c1-8)"
+if [ ! -f "$stamp" ]; then
+  echo "deps: creating Python venv $VENV (${PY_REQS[*]})"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip >/dev/null
+  "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_REQS[@]}"
+  rm -f "$VENV"/.deps-*; touch "$stamp"
+fi
