@@ -1,0 +1,182 @@
+/*
+ * basic.c — CPU reference for the small ops: matmul (OpenBLAS), norms,
+ * activations, causal conv1d and RoPE (pic_kernels.h has the contracts).
+ */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "cpu_ops.h"
+
+/* --- matmul --- */
+
+void
+pic_cpu_matmul(float *y, const float *x, const float *w, int n, int in,
+               int out, int accumulate)
+{
+    PIC_OP_CHECK(y != NULL && x != NULL && w != NULL);
+    PIC_OP_CHECK(n > 0 && in > 0 && out > 0);
+
+    if (n == 1) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1,
+                    accumulate ? 1.0f : 0.0f, y, 1);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f,
+                x, in, w, in, accumulate ? 1.0f : 0.0f, y, out);
+}
+
+/* --- norms and activations --- */
+
+void
+pic_cpu_rmsnorm(float *y, const float *x, const float *w, int n, int dim,
+                float eps, int zero_centred)
+{
+    PIC_OP_CHECK(y != NULL && x != NULL && n >= 0 && dim > 0);
+
+    #pragma omp parallel for if (n > 64) schedule(static)
+    for (int t = 0; t < n; t++) {
+        const float *xr = x + (size_t) t * dim;
+        float       *yr = y + (size_t) t * dim;
+        double       ss = 0.0;
+
+        for (int i = 0; i < dim; i++) {
+            ss += (double) xr[i] * xr[i];
+        }
+        float r = (float) (1.0 / sqrt(ss / dim + eps));
+        for (int i = 0; i < dim; i++) {
+            float wi = w == NULL ? 1.0f : (zero_centred ? 1.0f + w[i] : w[i]);
+            yr[i] = xr[i] * r * wi;
+        }
+    }
+}
+
+void
+pic_cpu_silu(float *x, size_t n)
+{
+    PIC_OP_CHECK(x != NULL || n == 0);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = x[i] / (1.0f + expf(-x[i]));
+    }
+}
+
+void
+pic_cpu_sigmoid(float *x, size_t n)
+{
+    PIC_OP_CHECK(x != NULL || n == 0);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = 1.0f / (1.0f + expf(-x[i]));
+    }
+}
+
+void
+pic_cpu_softplus(float *x, size_t n)
+{
+    PIC_OP_CHECK(x != NULL || n == 0);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = x[i] > 20.0f ? x[i] : log1pf(expf(x[i]));
+    }
+}
+
+void
+pic_cpu_l2norm(float *x, int rows, int ld, int dim, float eps, float scale)
+{
+    PIC_OP_CHECK(x != NULL && rows >= 0 && dim > 0 && ld >= dim);
+
+    for (int r = 0; r < rows; r++) {
+        float  *xr = x + (size_t) r * ld;
+        double  ss = 0.0;
+
+        for (int i = 0; i < dim; i++) {
+            ss += (double) xr[i] * xr[i];
+        }
+        float f = (float) (1.0 / sqrt(ss + eps)) * scale;
+        for (int i = 0; i < dim; i++) {
+            xr[i] *= f;
+        }
+    }
+}
+
+/* --- causal depthwise conv1d --- */
+
+void
+pic_cpu_conv1d(float *y, const float *u, float *state, const float *w,
+               int n, int C, int K)
+{
+    PIC_OP_CHECK(y != NULL && u != NULL && w != NULL && y != u);
+    PIC_OP_CHECK(n >= 0 && C > 0 && K >= 1);
+    PIC_OP_CHECK(K == 1 || state != NULL);
+
+    int S = K - 1;
+
+    #pragma omp parallel for if ((size_t) n * C > 65536) schedule(static)
+    for (int t = 0; t < n; t++) {
+        float *yr = y + (size_t) t * C;
+
+        for (int c = 0; c < C; c++) {
+            yr[c] = 0.0f;
+        }
+        for (int j = 0; j < K; j++) {
+            int src = t - S + j;            /* input index, < 0: from state */
+            if (src >= 0) {
+                const float *ur = u + (size_t) src * C;
+                for (int c = 0; c < C; c++) {
+                    yr[c] += w[(size_t) c * K + j] * ur[c];
+                }
+            } else {
+                for (int c = 0; c < C; c++) {
+                    yr[c] += w[(size_t) c * K + j] * state[(size_t) c * S + S + src];
+                }
+            }
+        }
+    }
+
+    /* new state: the last S inputs of state ‖ u */
+    for (int c = 0; c < C && S > 0; c++) {
+        float *st = state + (size_t) c * S;
+        float  tmp[16];
+        float *buf = S <= 16 ? tmp : NULL;
+
+        PIC_OP_CHECK(buf != NULL);          /* K <= 17 */
+        for (int i = 0; i < S; i++) {
+            int src = n - S + i;            /* index into u, < 0: old state */
+            buf[i] = src >= 0 ? u[(size_t) src * C + c] : st[S + src];
+        }
+        memcpy(st, buf, S * sizeof(float));
+    }
+}
+
+/* --- RoPE --- */
+
+void
+pic_cpu_rope(float *x, int ld, const int *pos, int n, int heads, int hd,
+             int rotary_dim, float theta)
+{
+    PIC_OP_CHECK(x != NULL && pos != NULL && n >= 0 && heads > 0);
+    PIC_OP_CHECK(hd > 0 && rotary_dim > 0 && rotary_dim <= hd);
+    PIC_OP_CHECK(rotary_dim % 2 == 0 && ld >= heads * hd && theta > 0.0f);
+
+    int half = rotary_dim / 2;
+
+    #pragma omp parallel for if (n > 16) schedule(static)
+    for (int t = 0; t < n; t++) {
+        float c[half], s[half];
+
+        for (int i = 0; i < half; i++) {
+            /* inverse frequency in fp32 as transformers computes it, the
+             * angle in double so that R(a+b) == R(a)R(b) to rounding */
+            float  inv = 1.0f / powf(theta, (float) (2 * i) / (float) rotary_dim);
+            double ang = (double) pos[t] * (double) inv;
+            c[i] = (float) cos(ang);
+            s[i] = (float) sin(ang);
+        }
+        for (int h = 0; h < heads; h++) {
+            float *v = x + (size_t) t * ld + (size_t) h * hd;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i]        = a * c[i] - b * s[i];
+                v[i + half] = b * c[i] + a * s[i];
+            }
+        }
+    }
+}

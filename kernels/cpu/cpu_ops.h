@@ -1,0 +1,37 @@
+/*
+ * cpu_ops.h — the CPU backend's ops (the .c files beside it), gathered into the
+ * backend table by kernels/pic_kernels.c.  Contracts: pic_kernels.h.
+ */
+#ifndef PIC_CPU_OPS_H
+#define PIC_CPU_OPS_H
+
+#include "pic_kernels.h"
+
+void pic_cpu_matmul(float *y, const float *x, const float *w, int n, int in,
+                    int out, int accumulate);
+void pic_cpu_rmsnorm(float *y, const float *x, const float *w, int n,
+                     int dim, float eps, int zero_centred);
+void pic_cpu_silu(float *x, size_t n);
+void pic_cpu_sigmoid(float *x, size_t n);
+void pic_cpu_softplus(float *x, size_t n);
+void pic_cpu_l2norm(float *x, int rows, int ld, int dim, float eps,
+                    float scale);
+void pic_cpu_conv1d(float *y, const float *u, float *state, const float *w,
+                    int n, int C, int K);
+void pic_cpu_rope(float *x, int ld, const int *pos, int n, int heads, int hd,
+                  int rotary_dim, float theta);
+void pic_cpu_attention(float *o, const float *q, const int *qpos, int n,
+                       int Hq, int Hkv, int hd, const float *kc,
+                       const float *vc, int cap, int n_keys);
+void pic_cpu_gdn_chunked(const pic_gdn_args *a);
+void pic_cpu_gdn_recurrent(const pic_gdn_args *a);
+
+/* Make OpenBLAS single-threaded for GEMMs issued inside an OpenMP region
+ * (avoids oversubscription); returns the count to hand back to _end. */
+int  pic_cpu_blas_serial_begin(void);
+void pic_cpu_blas_serial_end(int saved);
+
+/* Check the common shape rules of pic_gdn_args. */
+void pic_cpu_gdn_check(const pic_gdn_args *a);
+
+#endif /* PIC_CPU_OPS_H */

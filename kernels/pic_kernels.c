@@ -1,0 +1,64 @@
+/*
+ * pic_kernels.c — backend tables and thread settings (pic_kernels.h).
+ */
+#include <cblas.h>
+#include <omp.h>
+
+#include "pic_kernels.h"
+#include "cpu/cpu_ops.h"
+
+static const pic_backend pic_cpu_backend = {
+    .name          = "cpu",
+    .matmul        = pic_cpu_matmul,
+    .rmsnorm       = pic_cpu_rmsnorm,
+    .silu          = pic_cpu_silu,
+    .sigmoid       = pic_cpu_sigmoid,
+    .softplus      = pic_cpu_softplus,
+    .conv1d        = pic_cpu_conv1d,
+    .l2norm        = pic_cpu_l2norm,
+    .rope          = pic_cpu_rope,
+    .attention     = pic_cpu_attention,
+    .gdn_chunked   = pic_cpu_gdn_chunked,
+    .gdn_recurrent = pic_cpu_gdn_recurrent,
+};
+
+const pic_backend *
+pic_backend_cpu(void)
+{
+    return &pic_cpu_backend;
+}
+
+void
+pic_kernels_set_threads(int n)
+{
+    if (n <= 0) {
+        n = omp_get_num_procs();
+    }
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+int
+pic_kernels_threads(void)
+{
+    return omp_get_max_threads();
+}
+
+int
+pic_cpu_blas_serial_begin(void)
+{
+    int n = openblas_get_num_threads();
+
+    if (n > 1) {
+        openblas_set_num_threads(1);
+    }
+    return n;
+}
+
+void
+pic_cpu_blas_serial_end(int saved)
+{
+    if (saved > 1) {
+        openblas_set_num_threads(saved);
+    }
+}

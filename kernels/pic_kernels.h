@@ -1,0 +1,126 @@
+/*
+ * pic_kernels.h — the op interface of the engine (DESIGN.md §2.4).
+ *
+ * A backend is a table of function pointers, one per op, as in ggml's
+ * backend split.  The CPU backend (kernels/cpu/) is the reference for every
+ * op; a CUDA backend fills the same table for the hot ops later and is
+ * tested against the CPU one.  All tensors are fp32, row-major, owned by the
+ * caller; every op checks its shapes on entry (PIC_OP_CHECK) and has a
+ * one-line contract next to its slot.
+ *
+ * Math: MODEL.md §3 (Gated DeltaNet), §4 (attention), §5 (norms).
+ */
+#ifndef PIC_KERNELS_H
+#define PIC_KERNELS_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Shape / argument check at the entry of every op.  A failed check is a
+ * programming error inside the engine (the loader validates all shapes that
+ * come from files), so it reports the op and the condition and aborts. */
+#define PIC_OP_CHECK(cond)                                                    \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            fprintf(stderr, "%s: op check failed: %s (%s:%d)\n", __func__,    \
+                    #cond, __FILE__, __LINE__);                               \
+            abort();                                                          \
+        }                                                                     \
+    } while (0)
+
+/* Arguments of the Gated DeltaNet ops (MODEL.md §3 items 6–7).
+ *
+ * Value head h (0 ≤ h < Hv) reads key head h / (Hv/Hk).  Per head the state
+ * S[h] is a dk × ds matrix: ds = dv for the ordinary recurrent state, or
+ * ds = dk when the op advances a transition operator (DESIGN.md §3.1:
+ * start from S = I with v == NULL, i.e. writes zeroed, and the result is
+ * T = Π e^{g}(I − β k kᵀ); any entering state works, so T_B · T_A is
+ * obtained by advancing T_A over B).  q and k must already be L2-normalised
+ * (q also scaled by 1/sqrt(dk)). */
+typedef struct {
+    int          n;         /* tokens */
+    int          Hk, Hv;    /* key heads, value heads (Hv % Hk == 0) */
+    int          dk, ds;    /* key dim, state columns (dv, or dk for T) */
+    const float *q;         /* (n, ldq) head j at q + t*ldq + j*dk; NULL iff o == NULL */
+    int          ldq;
+    const float *k;         /* (n, ldk) head j at k + t*ldk + j*dk */
+    int          ldk;
+    const float *v;         /* (n, ldv) head h at v + t*ldv + h*ds; NULL: v = 0 */
+    int          ldv;
+    const float *g;         /* (n, Hv) log decay, g <= 0 */
+    const float *beta;      /* (n, Hv) write strength in (0, 1) */
+    float       *S;         /* (Hv, dk, ds) entering state, updated in place */
+    float       *o;         /* (n, ldo) head h at o + t*ldo + h*ds; NULL: no output */
+    int          ldo;
+} pic_gdn_args;
+
+typedef struct pic_backend {
+    const char *name;
+
+    /* y(n,out) = x(n,in) · W(out,in)ᵀ, plus the old y when accumulate != 0. */
+    void (*matmul)(float *y, const float *x, const float *w, int n, int in,
+                   int out, int accumulate);
+
+    /* y(n,dim) = x / sqrt(mean(x²)+eps) · (1+w) if zero_centred, else · w;
+     * w == NULL means no weight.  y may alias x. */
+    void (*rmsnorm)(float *y, const float *x, const float *w, int n, int dim,
+                    float eps, int zero_centred);
+
+    /* x(n) ← x·sigmoid(x) in place. */
+    void (*silu)(float *x, size_t n);
+
+    /* x(n) ← 1/(1+e^{−x}) in place. */
+    void (*sigmoid)(float *x, size_t n);
+
+    /* x(n) ← log(1+e^{x}) in place (x when x > 20, as torch). */
+    void (*softplus)(float *x, size_t n);
+
+    /* y(n,C) = causal depthwise conv of u(n,C) with w(C,K), no bias, no
+     * activation; state(C,K−1) holds the K−1 inputs before u[0] (oldest
+     * first) and is replaced by the last K−1 inputs of state‖u.  y may not
+     * alias u. */
+    void (*conv1d)(float *y, const float *u, float *state, const float *w,
+                   int n, int C, int K);
+
+    /* each of rows vectors x + r*ld (dim) ← x / sqrt(Σx² + eps) · scale. */
+    void (*l2norm)(float *x, int rows, int ld, int dim, float eps,
+                   float scale);
+
+    /* x(n, heads, hd) rows of stride ld: partial NeoX RoPE on the first
+     * rotary_dim dims of every head at position pos[t] (may be negative:
+     * R(−p) undoes R(p)); the other dims pass through. */
+    void (*rope)(float *x, int ld, const int *pos, int n, int heads, int hd,
+                 int rotary_dim, float theta);
+
+    /* o(n, Hq*hd) = causal GQA softmax(q kᵀ/sqrt(hd)) v: query t at position
+     * qpos[t] attends cache slots 0..min(qpos[t], n_keys−1) of its kv head
+     * h/(Hq/Hkv); kc, vc (Hkv, cap, hd) hold position p at slot p; q (n,
+     * Hq*hd); softmax in fp32. */
+    void (*attention)(float *o, const float *q, const int *qpos, int n,
+                      int Hq, int Hkv, int hd, const float *kc,
+                      const float *vc, int cap, int n_keys);
+
+    /* Gated DeltaNet over a->n tokens, chunked (64) WY form with GEMMs;
+     * identical to gdn_recurrent up to rounding (MODEL.md §3 item 7). */
+    void (*gdn_chunked)(const pic_gdn_args *a);
+
+    /* Gated DeltaNet, token by token (MODEL.md §3 item 6): the reference,
+     * and the decode step (n == 1). */
+    void (*gdn_recurrent)(const pic_gdn_args *a);
+} pic_backend;
+
+/* The CPU reference backend (OpenBLAS + OpenMP); never NULL. */
+const pic_backend *pic_backend_cpu(void);
+
+/* Set the worker threads used by every CPU op (OpenMP and OpenBLAS);
+ * n <= 0 keeps the default (all cores). */
+void pic_kernels_set_threads(int n);
+
+/* Threads the CPU ops use. */
+int pic_kernels_threads(void);
+
+/* GDN chunk length used by gdn_chunked. */
+#define PIC_GDN_CHUNK 64
+
+#endif /* PIC_KERNELS_H */

@@ -1,0 +1,432 @@
+/*
+ * test_kernels.c — the CPU reference ops against naive formulas and their
+ * algebraic identities: chunked GDN == token-by-token recurrence, transition
+ * operators compose (DESIGN.md §3.1), R(a+b) == R(a)R(b), attention ==
+ * naive softmax, conv state split == unsplit.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pic_kernels.h"
+
+static uint64_t rng_state = 88172645463325252ull;
+
+static float
+frand(void)     /* uniform in [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float) ((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static float *
+frand_vec(size_t n, float scale)
+{
+    float *v = malloc(n * sizeof(float));
+    assert_non_null(v);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = frand() * scale;
+    }
+    return v;
+}
+
+static float
+max_abs_diff(const float *a, const float *b, size_t n)
+{
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]);
+        m = d > m ? d : m;
+    }
+    return m;
+}
+
+/* --- GDN --- */
+
+typedef struct {
+    int    n, Hk, Hv, dk, dv;
+    float *q, *k, *v, *g, *beta;   /* (n,Hk*dk) (n,Hk*dk) (n,Hv*dv) (n,Hv) (n,Hv) */
+} gdn_case;
+
+static void
+gdn_case_init(gdn_case *c, int n, int Hk, int Hv, int dk, int dv)
+{
+    const pic_backend *be = pic_backend_cpu();
+
+    c->n = n; c->Hk = Hk; c->Hv = Hv; c->dk = dk; c->dv = dv;
+    c->q = frand_vec((size_t) n * Hk * dk, 1.0f);
+    c->k = frand_vec((size_t) n * Hk * dk, 1.0f);
+    c->v = frand_vec((size_t) n * Hv * dv, 1.0f);
+    c->g = frand_vec((size_t) n * Hv, 1.0f);
+    c->beta = frand_vec((size_t) n * Hv, 3.0f);
+    be->l2norm(c->q, n * Hk, dk, dk, 1e-6f, 1.0f / sqrtf((float) dk));
+    be->l2norm(c->k, n * Hk, dk, dk, 1e-6f, 1.0f);
+    be->sigmoid(c->beta, (size_t) n * Hv);
+    for (int i = 0; i < n * Hv; i++) {
+        c->g[i] = -0.3f * (c->g[i] + 1.0f);      /* log decay in [-0.6, 0] */
+    }
+}
+
+static void
+gdn_case_free(gdn_case *c)
+{
+    free(c->q); free(c->k); free(c->v); free(c->g); free(c->beta);
+}
+
+static pic_gdn_args
+gdn_args(gdn_case *c, float *S, float *o, int with_v, int ds)
+{
+    pic_gdn_args a = {
+        .n = c->n, .Hk = c->Hk, .Hv = c->Hv, .dk = c->dk, .ds = ds,
+        .q = c->q, .ldq = c->Hk * c->dk, .k = c->k, .ldk = c->Hk * c->dk,
+        .v = with_v ? c->v : NULL, .ldv = c->Hv * c->dv,
+        .g = c->g, .beta = c->beta, .S = S, .o = o, .ldo = c->Hv * ds,
+    };
+    return a;
+}
+
+static void
+test_gdn_chunked_matches_recurrence(void **unused)
+{
+    static const int lens[] = { 1, 2, 63, 64, 65, 128, 200 };
+    const pic_backend *be = pic_backend_cpu();
+
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+        gdn_case c;
+        gdn_case_init(&c, lens[li], 2, 4, 32, 16);
+
+        size_t ns = (size_t) c.Hv * c.dk * c.dv, no = (size_t) c.n * c.Hv * c.dv;
+        float *S0 = frand_vec(ns, 0.5f);
+        float *S1 = malloc(ns * sizeof(float)), *S2 = malloc(ns * sizeof(float));
+        float *o1 = malloc(no * sizeof(float)), *o2 = malloc(no * sizeof(float));
+        memcpy(S1, S0, ns * sizeof(float));
+        memcpy(S2, S0, ns * sizeof(float));
+
+        pic_gdn_args a1 = gdn_args(&c, S1, o1, 1, c.dv);
+        pic_gdn_args a2 = gdn_args(&c, S2, o2, 1, c.dv);
+        be->gdn_recurrent(&a1);
+        be->gdn_chunked(&a2);
+
+        print_message("n=%d: max|Δo|=%.3g max|ΔS|=%.3g\n", c.n,
+                      max_abs_diff(o1, o2, no), max_abs_diff(S1, S2, ns));
+        assert_true(max_abs_diff(o1, o2, no) < 2e-5f);
+        assert_true(max_abs_diff(S1, S2, ns) < 2e-5f);
+
+        free(S0); free(S1); free(S2); free(o1); free(o2);
+        gdn_case_free(&c);
+    }
+}
+
+/* Advancing S in two calls equals one call (state carries across calls). */
+static void
+test_gdn_chunked_split_equals_whole(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    gdn_case c;
+    gdn_case_init(&c, 150, 1, 2, 16, 8);
+
+    size_t ns = (size_t) c.Hv * c.dk * c.dv, no = (size_t) c.n * c.Hv * c.dv;
+    float *S1 = calloc(ns, sizeof(float)), *S2 = calloc(ns, sizeof(float));
+    float *o1 = malloc(no * sizeof(float)), *o2 = malloc(no * sizeof(float));
+
+    pic_gdn_args a = gdn_args(&c, S1, o1, 1, c.dv);
+    be->gdn_chunked(&a);
+
+    int cut = 77;
+    pic_gdn_args b = gdn_args(&c, S2, o2, 1, c.dv);
+    b.n = cut;
+    be->gdn_chunked(&b);
+    b.n = c.n - cut;
+    b.q += (size_t) cut * b.ldq; b.k += (size_t) cut * b.ldk;
+    b.v += (size_t) cut * b.ldv; b.g += (size_t) cut * c.Hv;
+    b.beta += (size_t) cut * c.Hv; b.o += (size_t) cut * b.ldo;
+    be->gdn_chunked(&b);
+
+    assert_true(max_abs_diff(o1, o2, no) < 2e-5f);
+    assert_true(max_abs_diff(S1, S2, ns) < 2e-5f);
+    free(S1); free(S2); free(o1); free(o2);
+    gdn_case_free(&c);
+}
+
+/* T from S0 = I with writes zeroed, S|0 from zero: S(S0) == T S0 + S|0,
+ * for both kernels (DESIGN.md §3.1). */
+static void
+test_gdn_transition_operator_composes(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    static const int lens[] = { 1, 64, 100 };
+
+    for (size_t li = 0; li < 3; li++) {
+        gdn_case c;
+        gdn_case_init(&c, lens[li], 2, 4, 16, 8);
+        for (int i = 0; i < c.n * c.Hv; i++) {
+            c.g[i] *= 0.1f;             /* keep S0 visible after 100 steps */
+        }
+        int    dk = c.dk, dv = c.dv, Hv = c.Hv;
+        size_t ns = (size_t) Hv * dk * dv, nt = (size_t) Hv * dk * dk;
+        float *S0 = frand_vec(ns, 1.0f);
+        float *Sf = malloc(ns * sizeof(float));
+        float *Sz = calloc(ns, sizeof(float));
+        float *T = calloc(nt, sizeof(float)), *Tr = calloc(nt, sizeof(float));
+
+        memcpy(Sf, S0, ns * sizeof(float));
+        for (int h = 0; h < Hv; h++) {
+            for (int i = 0; i < dk; i++) {
+                T[(size_t) h * dk * dk + (size_t) i * dk + i] = 1.0f;
+                Tr[(size_t) h * dk * dk + (size_t) i * dk + i] = 1.0f;
+            }
+        }
+        pic_gdn_args af = gdn_args(&c, Sf, NULL, 1, dv);
+        pic_gdn_args az = gdn_args(&c, Sz, NULL, 1, dv);
+        pic_gdn_args at = gdn_args(&c, T, NULL, 0, dk);
+        pic_gdn_args ar = gdn_args(&c, Tr, NULL, 0, dk);
+        be->gdn_chunked(&af);
+        be->gdn_chunked(&az);
+        be->gdn_chunked(&at);
+        be->gdn_recurrent(&ar);
+        assert_true(max_abs_diff(T, Tr, nt) < 2e-5f);
+
+        float err = 0.0f;
+        for (int h = 0; h < Hv; h++) {
+            for (int i = 0; i < dk; i++) {
+                for (int j = 0; j < dv; j++) {
+                    double s = Sz[(size_t) h * dk * dv + (size_t) i * dv + j];
+                    for (int l = 0; l < dk; l++) {
+                        s += (double) T[(size_t) h * dk * dk + (size_t) i * dk + l]
+                             * S0[(size_t) h * dk * dv + (size_t) l * dv + j];
+                    }
+                    float d = fabsf((float) s - Sf[(size_t) h * dk * dv + (size_t) i * dv + j]);
+                    err = d > err ? d : err;
+                }
+            }
+        }
+        print_message("n=%d: max|T S0 + S|0 − S| = %.3g\n", c.n, err);
+        assert_true(err < 2e-5f);
+        free(S0); free(Sf); free(Sz); free(T); free(Tr);
+        gdn_case_free(&c);
+    }
+}
+
+/* --- RoPE --- */
+
+static void
+test_rope_composes(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    int    heads = 3, hd = 32, rd = 8, n = 4;
+    int    pa[] = { 0, 5, 1000, 7777 }, pb[] = { 3, -5, 2345, -7000 };
+    int    pab[4];
+    float *x = frand_vec((size_t) n * heads * hd, 1.0f);
+    float *y = malloc((size_t) n * heads * hd * sizeof(float));
+    float *z = malloc((size_t) n * heads * hd * sizeof(float));
+
+    for (int i = 0; i < n; i++) {
+        pab[i] = pa[i] + pb[i];
+    }
+    memcpy(y, x, (size_t) n * heads * hd * sizeof(float));
+    memcpy(z, x, (size_t) n * heads * hd * sizeof(float));
+    be->rope(y, heads * hd, pa, n, heads, hd, rd, 1e7f);
+    be->rope(y, heads * hd, pb, n, heads, hd, rd, 1e7f);
+    be->rope(z, heads * hd, pab, n, heads, hd, rd, 1e7f);
+    assert_true(max_abs_diff(y, z, (size_t) n * heads * hd) < 1e-5f);
+
+    /* dims past rotary_dim pass through; position 0 is the identity */
+    for (int h = 0; h < heads; h++) {
+        for (int i = rd; i < hd; i++) {
+            assert_true(y[h * hd + i] == x[h * hd + i]);
+        }
+    }
+    memcpy(z, x, (size_t) heads * hd * sizeof(float));
+    int p0 = 0;
+    be->rope(z, heads * hd, &p0, 1, heads, hd, rd, 1e7f);
+    assert_true(max_abs_diff(z, x, (size_t) heads * hd) == 0.0f);
+
+    /* first pair against the formula: inv_freq_0 = 1, angle = p */
+    int p = 3;
+    memcpy(z, x, (size_t) heads * hd * sizeof(float));
+    be->rope(z, heads * hd, &p, 1, heads, hd, rd, 1e7f);
+    assert_float_equal(z[0], x[0] * cosf(3.0f) - x[rd / 2] * sinf(3.0f), 1e-6);
+    assert_float_equal(z[rd / 2], x[rd / 2] * cosf(3.0f) + x[0] * sinf(3.0f), 1e-6);
+    free(x); free(y); free(z);
+}
+
+/* --- attention --- */
+
+static void
+test_attention_matches_naive(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    int    Hq = 4, Hkv = 2, hd = 16, cap = 200, n = 70, p0 = 9, nk = p0 + n;
+    float *kc = frand_vec((size_t) Hkv * cap * hd, 1.0f);
+    float *vc = frand_vec((size_t) Hkv * cap * hd, 1.0f);
+    float *q = frand_vec((size_t) n * Hq * hd, 2.0f);
+    float *o = malloc((size_t) n * Hq * hd * sizeof(float));
+    int   *pos = malloc(n * sizeof(int));
+
+    for (int t = 0; t < n; t++) {
+        pos[t] = p0 + t;
+    }
+    be->attention(o, q, pos, n, Hq, Hkv, hd, kc, vc, cap, nk);
+
+    float err = 0.0f;
+    for (int t = 0; t < n; t++) {
+        for (int h = 0; h < Hq; h++) {
+            const float *qv = q + (size_t) t * Hq * hd + h * hd;
+            int          kh = h / (Hq / Hkv);
+            double       w[256], mx = -1e30, sum = 0.0;
+            for (int j = 0; j <= pos[t]; j++) {
+                double s = 0.0;
+                for (int i = 0; i < hd; i++) {
+                    s += (double) qv[i] * kc[((size_t) kh * cap + j) * hd + i];
+                }
+                w[j] = s / sqrt((double) hd);
+                mx = w[j] > mx ? w[j] : mx;
+            }
+            for (int j = 0; j <= pos[t]; j++) {
+                w[j] = exp(w[j] - mx);
+                sum += w[j];
+            }
+            for (int i = 0; i < hd; i++) {
+                double acc = 0.0;
+                for (int j = 0; j <= pos[t]; j++) {
+                    acc += w[j] / sum * vc[((size_t) kh * cap + j) * hd + i];
+                }
+                float d = fabsf((float) acc - o[(size_t) t * Hq * hd + h * hd + i]);
+                err = d > err ? d : err;
+            }
+        }
+    }
+    print_message("attention max err %.3g\n", err);
+    assert_true(err < 1e-5f);
+    free(kc); free(vc); free(q); free(o); free(pos);
+}
+
+/* --- conv1d --- */
+
+static void
+test_conv_split_equals_unsplit(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    int    n = 10, C = 5, K = 4;
+    float *u = frand_vec((size_t) n * C, 1.0f), *w = frand_vec((size_t) C * K, 1.0f);
+    float *y = malloc((size_t) n * C * sizeof(float));
+    float *y2 = malloc((size_t) n * C * sizeof(float));
+    float  st[5 * 3] = { 0 }, st2[5 * 3];
+
+    be->conv1d(y, u, st, w, n, C, K);
+
+    /* against the formula with left zero padding */
+    for (int t = 0; t < n; t++) {
+        for (int c = 0; c < C; c++) {
+            float s = 0.0f;
+            for (int j = 0; j < K; j++) {
+                int src = t - K + 1 + j;
+                s += src >= 0 ? w[c * K + j] * u[src * C + c] : 0.0f;
+            }
+            assert_float_equal(s, y[t * C + c], 1e-6);
+        }
+    }
+    /* final state = last K−1 inputs */
+    for (int c = 0; c < C; c++) {
+        for (int i = 0; i < K - 1; i++) {
+            assert_true(st[c * (K - 1) + i] == u[(n - K + 1 + i) * C + c]);
+        }
+    }
+    for (int cut = 0; cut <= n; cut++) {
+        memset(st2, 0, sizeof(st2));
+        if (cut > 0) {
+            be->conv1d(y2, u, st2, w, cut, C, K);
+        }
+        if (cut < n) {
+            be->conv1d(y2 + cut * C, u + cut * C, st2, w, n - cut, C, K);
+        }
+        assert_true(max_abs_diff(y, y2, (size_t) n * C) == 0.0f);
+        assert_true(max_abs_diff(st, st2, sizeof(st) / sizeof(float)) == 0.0f);
+    }
+    free(u); free(w); free(y); free(y2);
+}
+
+/* --- matmul, norms, activations --- */
+
+static void
+test_matmul_matches_naive(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    int    in = 37, out = 19;
+
+    for (int n = 1; n <= 5; n += 4) {
+        float *x = frand_vec((size_t) n * in, 1.0f), *w = frand_vec((size_t) out * in, 1.0f);
+        float *y = frand_vec((size_t) n * out, 1.0f), *y0 = malloc((size_t) n * out * sizeof(float));
+        memcpy(y0, y, (size_t) n * out * sizeof(float));
+        be->matmul(y, x, w, n, in, out, 1);
+        for (int t = 0; t < n; t++) {
+            for (int o = 0; o < out; o++) {
+                double s = y0[t * out + o];
+                for (int i = 0; i < in; i++) {
+                    s += (double) x[t * in + i] * w[o * in + i];
+                }
+                assert_float_equal((float) s, y[t * out + o], 1e-5);
+            }
+        }
+        be->matmul(y, x, w, n, in, out, 0);
+        assert_float_equal(y[0], y[0], 0);
+        free(x); free(w); free(y); free(y0);
+    }
+}
+
+static void
+test_norms_and_activations(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    float x[4] = { 1.0f, -2.0f, 3.0f, 0.5f }, w[4] = { 0.0f, 1.0f, -0.5f, 2.0f };
+    float y[4], z[4];
+    double ms = (1 + 4 + 9 + 0.25) / 4.0;
+    float  r = (float) (1.0 / sqrt(ms + 1e-6));
+
+    be->rmsnorm(y, x, w, 1, 4, 1e-6f, 1);
+    be->rmsnorm(z, x, w, 1, 4, 1e-6f, 0);
+    for (int i = 0; i < 4; i++) {
+        assert_float_equal(y[i], x[i] * r * (1.0f + w[i]), 1e-6);
+        assert_float_equal(z[i], x[i] * r * w[i], 1e-6);
+    }
+
+    float l[3] = { 3.0f, 4.0f, 0.0f };
+    be->l2norm(l, 1, 3, 3, 1e-6f, 0.5f);
+    assert_float_equal(l[0], 0.3f, 1e-6);
+    assert_float_equal(l[1], 0.4f, 1e-6);
+
+    float sp[3] = { 25.0f, 0.0f, -3.0f };
+    be->softplus(sp, 3);
+    assert_true(sp[0] == 25.0f);
+    assert_float_equal(sp[1], logf(2.0f), 1e-6);
+    assert_float_equal(sp[2], log1pf(expf(-3.0f)), 1e-6);
+
+    float s[2] = { 0.0f, 2.0f };
+    be->silu(s, 2);
+    assert_float_equal(s[0], 0.0f, 0);
+    assert_float_equal(s[1], 2.0f / (1.0f + expf(-2.0f)), 1e-6);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gdn_chunked_matches_recurrence),
+        cmocka_unit_test(test_gdn_chunked_split_equals_whole),
+        cmocka_unit_test(test_gdn_transition_operator_composes),
+        cmocka_unit_test(test_rope_composes),
+        cmocka_unit_test(test_attention_matches_naive),
+        cmocka_unit_test(test_conv_split_equals_unsplit),
+        cmocka_unit_test(test_matmul_matches_naive),
+        cmocka_unit_test(test_norms_and_activations),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
