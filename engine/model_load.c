@@ -1,0 +1,882 @@
+/*
+ * model_load.c — a Hugging Face checkpoint directory into a pic_model
+ * (MODEL.md §1–§2): config.json, *.safetensors (mmap, F32/F16/BF16, sharded
+ * index) and tokenizer.json's stop tokens.
+ *
+ * Every tensor the config implies is looked up by name, its shape checked,
+ * and converted into an owned fp32 buffer; the files are unmapped before
+ * returning.  A Qwen3-Next in_proj_qkvz / in_proj_ba is unpacked into the
+ * Qwen3.5 layout (in_qkv, in_z, in_b, in_a) on the way.  MoE experts end up
+ * in two blocks per layer whatever the checkpoint's layout:
+ * gate_up (E, 2*Ie, H) with gate rows first and down (E, H, Ie).
+ */
+#include "model.h"
+#include "model_config.h"
+#include "safetensors.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#define LD_MAX_CONFIG      (16u << 20)
+#define LD_MAX_TOKENIZER   (512u << 20)
+#define LD_PROGRESS_BYTES  (256ull << 20)
+
+
+/* loader-owned storage behind pic_model.priv */
+typedef struct {
+    void   **bufs;                  /* [n_bufs] malloc'd weights and arrays */
+    size_t   n_bufs;
+    size_t   cap_bufs;
+} ld_store;
+
+typedef struct {
+    pic_model     *m;
+    ld_store      *store;
+    pic_st        *st;
+    const char    *prefix;          /* "model." or "model.language_model." */
+    unsigned char *used;            /* [pic_st_count] tensor consumed */
+    uint64_t       total;           /* bytes of text-model tensors */
+    uint64_t       done;
+    int            report;          /* print progress (big checkpoint) */
+    int            next_pct;
+    char          *err;
+    size_t         errlen;
+} ld_ctx;
+
+
+static void
+ld_err(ld_ctx *L, const char *fmt, ...)
+{
+    va_list ap;
+    int     n;
+
+    if (L->err == NULL || L->errlen == 0) {
+        return;
+    }
+    n = snprintf(L->err, L->errlen, "pic_model_load: ");
+    va_start(ap, fmt);
+    vsnprintf(L->err + n, L->errlen - (size_t) n, fmt, ap);
+    va_end(ap);
+}
+
+
+/* --- storage --- */
+
+static void *
+ld_keep(ld_ctx *L, size_t bytes)
+{
+    ld_store *s = L->store;
+    void     *p;
+
+    if (s->n_bufs == s->cap_bufs) {
+        size_t  cap = s->cap_bufs ? 2 * s->cap_bufs : 256;
+        void  **nb = realloc(s->bufs, cap * sizeof(*nb));
+
+        if (nb == NULL) {
+            ld_err(L, "out of memory");
+            return NULL;
+        }
+        s->bufs = nb;
+        s->cap_bufs = cap;
+    }
+    p = malloc(bytes ? bytes : 1);
+    if (p == NULL) {
+        ld_err(L, "out of memory (%zu bytes)", bytes);
+        return NULL;
+    }
+    s->bufs[s->n_bufs++] = p;
+    return p;
+}
+
+
+/* An owned fp32 buffer of n floats, counted in weight_bytes. */
+static float *
+ld_floats(ld_ctx *L, uint64_t n)
+{
+    float *p = ld_keep(L, (size_t) n * sizeof(float));
+
+    if (p != NULL) {
+        L->m->weight_bytes += (size_t) n * sizeof(float);
+    }
+    return p;
+}
+
+
+/* --- tensors --- */
+
+static void
+ld_progress(ld_ctx *L, uint64_t bytes)
+{
+    int pct;
+
+    L->done += bytes;
+    if (!L->report || L->total == 0) {
+        return;
+    }
+    pct = (int) (100.0 * (double) L->done / (double) L->total);
+    if (pct >= L->next_pct) {
+        fprintf(stderr, "pic_model_load: %3d%% (%.2f / %.2f GB)\n", pct,
+                L->done / 1e9, L->total / 1e9);
+        while (L->next_pct <= pct) {
+            L->next_pct += 10;
+        }
+    }
+}
+
+
+static const pic_st_tensor *
+ld_find(ld_ctx *L, const char *name)
+{
+    const pic_st_tensor *t = pic_st_find(L->st, name);
+
+    if (t != NULL) {
+        L->used[t - pic_st_get(L->st, 0)] = 1;
+    }
+    return t;
+}
+
+
+static void
+ld_fmt_shape(char *buf, size_t len, int ndim, const int64_t *d)
+{
+    size_t o = 0;
+    int    i;
+
+    o += snprintf(buf + o, len - o, "[");
+    for (i = 0; i < ndim && o < len; i++) {
+        o += snprintf(buf + o, len - o, "%s%lld", i ? ", " : "",
+                      (long long) d[i]);
+    }
+    if (o < len) {
+        snprintf(buf + o, len - o, "]");
+    }
+}
+
+
+/* Find name (required), check it has exactly the shape dims[0..ndim). */
+static const pic_st_tensor *
+ld_expect(ld_ctx *L, const char *name, int ndim, const int64_t *dims)
+{
+    const pic_st_tensor *t = ld_find(L, name);
+    char                 want[96], got[96];
+    int                  i, ok;
+
+    if (t == NULL) {
+        ld_err(L, "%s: missing tensor '%s'", L->m->dir, name);
+        return NULL;
+    }
+    ok = t->ndim == ndim;
+    for (i = 0; ok && i < ndim; i++) {
+        ok = t->shape[i] == dims[i];
+    }
+    if (!ok) {
+        ld_fmt_shape(want, sizeof(want), ndim, dims);
+        ld_fmt_shape(got, sizeof(got), t->ndim, t->shape);
+        ld_err(L, "%s: tensor '%s': shape %s, expected %s", t->file, name,
+               got, want);
+        return NULL;
+    }
+    if (t->dtype == PIC_ST_DTYPE_OTHER) {
+        ld_err(L, "%s: tensor '%s': dtype %s is not supported (need F32, "
+               "F16 or BF16)", t->file, name, t->dtype_name);
+        return NULL;
+    }
+    return t;
+}
+
+
+/* Convert elements [first, first+n) of t into dst, counting progress. */
+static int
+ld_read(ld_ctx *L, const pic_st_tensor *t, uint64_t first, uint64_t n,
+        float *dst)
+{
+    char e[512];
+
+    if (pic_st_read_f32(t, first, n, dst, e, sizeof(e)) != 0) {
+        ld_err(L, "%s", e);
+        return -1;
+    }
+    ld_progress(L, n * (t->nbytes / (t->numel ? t->numel : 1)));
+    return 0;
+}
+
+
+/* The tensor prefix+name with shape (d0[, d1[, d2]]) as a new fp32 buffer. */
+static float *
+ld_tensor(ld_ctx *L, const char *name, int ndim, int64_t d0, int64_t d1,
+          int64_t d2)
+{
+    const pic_st_tensor *t;
+    int64_t              dims[3] = { d0, d1, d2 };
+    float               *p;
+
+    t = ld_expect(L, name, ndim, dims);
+    if (t == NULL) {
+        return NULL;
+    }
+    p = ld_floats(L, t->numel);
+    if (p == NULL || ld_read(L, t, 0, t->numel, p) != 0) {
+        return NULL;
+    }
+    return p;
+}
+
+
+/* name = prefix + "layers.<i>." + fmt ... */
+static const char *
+ld_name(ld_ctx *L, char *buf, size_t len, int layer, const char *fmt, ...)
+{
+    va_list ap;
+    int     n;
+
+    if (layer >= 0) {
+        n = snprintf(buf, len, "%slayers.%d.", L->prefix, layer);
+    } else {
+        n = snprintf(buf, len, "%s", L->prefix);
+    }
+    va_start(ap, fmt);
+    vsnprintf(buf + n, len - (size_t) n, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+
+/* --- layers --- */
+
+/* Qwen3.5 layout: in_proj_qkv / z / b / a as stored. */
+static int
+ld_gdn_qwen35(ld_ctx *L, pic_layer_weights *lw, int i)
+{
+    const pic_config *c = &L->m->cfg;
+    int64_t           H = c->hidden, Hv = c->lin_v_heads;
+    int64_t           kd = (int64_t) c->lin_k_heads * c->lin_k_dim;
+    int64_t           vd = Hv * c->lin_v_dim;
+    char              n[512];
+
+    lw->in_qkv = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                           "linear_attn.in_proj_qkv.weight"), 2,
+                           2 * kd + vd, H, 0);
+    if (lw->in_qkv == NULL) {
+        return -1;
+    }
+    lw->in_z = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                         "linear_attn.in_proj_z.weight"), 2, vd, H, 0);
+    if (lw->in_z == NULL) {
+        return -1;
+    }
+    lw->in_b = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                         "linear_attn.in_proj_b.weight"), 2, Hv, H, 0);
+    if (lw->in_b == NULL) {
+        return -1;
+    }
+    lw->in_a = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                         "linear_attn.in_proj_a.weight"), 2, Hv, H, 0);
+    return lw->in_a ? 0 : -1;
+}
+
+
+/*
+ * Qwen3-Next layout, grouped by key head g (r = Hv/Hk value heads each):
+ *   in_proj_qkvz block g = [q_g (dk) | k_g (dk) | v (r*dv) | z (r*dv)] rows
+ *   in_proj_ba   block g = [b (r) | a (r)] rows
+ * unpacked row by row into in_qkv [q all | k all | v all], in_z, in_b, in_a.
+ */
+static int
+ld_gdn_qwen3next(ld_ctx *L, pic_layer_weights *lw, int i)
+{
+    const pic_config    *c = &L->m->cfg;
+    const pic_st_tensor *qkvz, *ba;
+    int64_t              H = c->hidden, Hk = c->lin_k_heads;
+    int64_t              Hv = c->lin_v_heads, dk = c->lin_k_dim;
+    int64_t              dv = c->lin_v_dim, r = Hv / Hk;
+    int64_t              blk = 2 * dk + 2 * r * dv, g, dims[2];
+    char                 n[512];
+
+    dims[0] = Hk * blk;
+    dims[1] = H;
+    qkvz = ld_expect(L, ld_name(L, n, sizeof(n), i,
+                     "linear_attn.in_proj_qkvz.weight"), 2, dims);
+    if (qkvz == NULL) {
+        return -1;
+    }
+    dims[0] = 2 * Hv;
+    ba = ld_expect(L, ld_name(L, n, sizeof(n), i,
+                   "linear_attn.in_proj_ba.weight"), 2, dims);
+    if (ba == NULL) {
+        return -1;
+    }
+
+    lw->in_qkv = ld_floats(L, (uint64_t) (2 * Hk * dk + Hv * dv) * H);
+    lw->in_z = ld_floats(L, (uint64_t) (Hv * dv) * H);
+    lw->in_b = ld_floats(L, (uint64_t) Hv * H);
+    lw->in_a = ld_floats(L, (uint64_t) Hv * H);
+    if (!lw->in_qkv || !lw->in_z || !lw->in_b || !lw->in_a) {
+        return -1;
+    }
+
+    for (g = 0; g < Hk; g++) {
+        int64_t src = g * blk;              /* first source row of block g */
+
+        if (ld_read(L, qkvz, (src) * H, dk * H,
+                    lw->in_qkv + (g * dk) * H) != 0
+            || ld_read(L, qkvz, (src + dk) * H, dk * H,
+                       lw->in_qkv + (Hk * dk + g * dk) * H) != 0
+            || ld_read(L, qkvz, (src + 2 * dk) * H, r * dv * H,
+                       lw->in_qkv + (2 * Hk * dk + g * r * dv) * H) != 0
+            || ld_read(L, qkvz, (src + 2 * dk + r * dv) * H, r * dv * H,
+                       lw->in_z + (g * r * dv) * H) != 0
+            || ld_read(L, ba, (g * 2 * r) * H, r * H,
+                       lw->in_b + (g * r) * H) != 0
+            || ld_read(L, ba, (g * 2 * r + r) * H, r * H,
+                       lw->in_a + (g * r) * H) != 0)
+        {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+
+static int
+ld_gdn(ld_ctx *L, pic_layer_weights *lw, int i)
+{
+    const pic_config *c = &L->m->cfg;
+    int64_t           H = c->hidden, Hv = c->lin_v_heads;
+    int64_t           C = 2 * (int64_t) c->lin_k_heads * c->lin_k_dim
+                          + Hv * c->lin_v_dim;
+    char              n[512];
+    int               rc;
+
+    /* the tensors present pick the layout; the config's family the default */
+    if (pic_st_find(L->st, ld_name(L, n, sizeof(n), i,
+                    "linear_attn.in_proj_qkv.weight")) != NULL)
+    {
+        rc = ld_gdn_qwen35(L, lw, i);
+    } else if (pic_st_find(L->st, ld_name(L, n, sizeof(n), i,
+                           "linear_attn.in_proj_qkvz.weight")) != NULL)
+    {
+        rc = ld_gdn_qwen3next(L, lw, i);
+    } else if (c->arch == PIC_ARCH_QWEN3_NEXT) {
+        rc = ld_gdn_qwen3next(L, lw, i);    /* reports the missing tensor */
+    } else {
+        rc = ld_gdn_qwen35(L, lw, i);
+    }
+    if (rc != 0) {
+        return -1;
+    }
+
+    lw->conv_w = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                           "linear_attn.conv1d.weight"), 3, C, 1,
+                           c->conv_kernel);
+    if (lw->conv_w == NULL) {
+        return -1;
+    }
+    lw->dt_bias = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                            "linear_attn.dt_bias"), 1, Hv, 0, 0);
+    if (lw->dt_bias == NULL) {
+        return -1;
+    }
+    lw->A_log = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                          "linear_attn.A_log"), 1, Hv, 0, 0);
+    if (lw->A_log == NULL) {
+        return -1;
+    }
+    lw->gdn_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                             "linear_attn.norm.weight"), 1, c->lin_v_dim,
+                             0, 0);
+    if (lw->gdn_norm == NULL) {
+        return -1;
+    }
+    lw->out_proj = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                             "linear_attn.out_proj.weight"), 2, H,
+                             Hv * c->lin_v_dim, 0);
+    return lw->out_proj ? 0 : -1;
+}
+
+
+static int
+ld_attn(ld_ctx *L, pic_layer_weights *lw, int i)
+{
+    const pic_config *c = &L->m->cfg;
+    int64_t           H = c->hidden, hd = c->head_dim;
+    int64_t           q = (int64_t) c->n_q_heads * hd;
+    int64_t           kv = (int64_t) c->n_kv_heads * hd;
+    char              n[512];
+
+    if (!(lw->wq = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                             "self_attn.q_proj.weight"), 2, 2 * q, H, 0))
+        || !(lw->wk = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                "self_attn.k_proj.weight"), 2, kv, H, 0))
+        || !(lw->wv = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                "self_attn.v_proj.weight"), 2, kv, H, 0))
+        || !(lw->wo = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                "self_attn.o_proj.weight"), 2, H, q, 0))
+        || !(lw->q_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                    "self_attn.q_norm.weight"), 1, hd, 0, 0))
+        || !(lw->k_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                    "self_attn.k_norm.weight"), 1, hd, 0, 0)))
+    {
+        return -1;
+    }
+    return 0;
+}
+
+
+static int
+ld_mlp(ld_ctx *L, pic_layer_weights *lw, int i)
+{
+    const pic_config *c = &L->m->cfg;
+    int64_t           H = c->hidden, I = c->intermediate;
+    char              n[512];
+
+    if (!(lw->mlp_gate = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                   "mlp.gate_proj.weight"), 2, I, H, 0))
+        || !(lw->mlp_up = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                    "mlp.up_proj.weight"), 2, I, H, 0))
+        || !(lw->mlp_down = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                      "mlp.down_proj.weight"), 2, H, I, 0)))
+    {
+        return -1;
+    }
+    return 0;
+}
+
+
+/* Experts, fused (mlp.experts.gate_up_proj / down_proj) or one by one
+ * (mlp.experts.<e>.{gate,up,down}_proj.weight), into two blocks. */
+static int
+ld_experts(ld_ctx *L, pic_layer_weights *lw, int i)
+{
+    const pic_config    *c = &L->m->cfg;
+    const pic_st_tensor *t;
+    int64_t              E = c->n_experts, Ie = c->moe_intermediate;
+    int64_t              H = c->hidden, e, dims[3];
+    float               *gu, *down;
+    char                 n[512];
+
+    lw->experts = ld_keep(L, (size_t) E * sizeof(*lw->experts));
+    gu = ld_floats(L, (uint64_t) (E * 2 * Ie) * H);
+    down = ld_floats(L, (uint64_t) (E * H) * Ie);
+    if (lw->experts == NULL || gu == NULL || down == NULL) {
+        return -1;
+    }
+
+    if (pic_st_find(L->st, ld_name(L, n, sizeof(n), i,
+                    "mlp.experts.gate_up_proj")) != NULL)
+    {
+        dims[0] = E;
+        dims[1] = 2 * Ie;
+        dims[2] = H;
+        t = ld_expect(L, n, 3, dims);
+        if (t == NULL || ld_read(L, t, 0, t->numel, gu) != 0) {
+            return -1;
+        }
+        dims[1] = H;
+        dims[2] = Ie;
+        t = ld_expect(L, ld_name(L, n, sizeof(n), i, "mlp.experts.down_proj"),
+                      3, dims);
+        if (t == NULL || ld_read(L, t, 0, t->numel, down) != 0) {
+            return -1;
+        }
+    } else {
+        for (e = 0; e < E; e++) {
+            float *g = gu + e * 2 * Ie * H;
+
+            dims[0] = Ie;
+            dims[1] = H;
+            t = ld_expect(L, ld_name(L, n, sizeof(n), i,
+                          "mlp.experts.%lld.gate_proj.weight", (long long) e),
+                          2, dims);
+            if (t == NULL || ld_read(L, t, 0, t->numel, g) != 0) {
+                return -1;
+            }
+            t = ld_expect(L, ld_name(L, n, sizeof(n), i,
+                          "mlp.experts.%lld.up_proj.weight", (long long) e),
+                          2, dims);
+            if (t == NULL || ld_read(L, t, 0, t->numel, g + Ie * H) != 0) {
+                return -1;
+            }
+            dims[0] = H;
+            dims[1] = Ie;
+            t = ld_expect(L, ld_name(L, n, sizeof(n), i,
+                          "mlp.experts.%lld.down_proj.weight", (long long) e),
+                          2, dims);
+            if (t == NULL
+                || ld_read(L, t, 0, t->numel, down + e * H * Ie) != 0)
+            {
+                return -1;
+            }
+        }
+    }
+
+    for (e = 0; e < E; e++) {
+        lw->experts[e].gate = gu + e * 2 * Ie * H;
+        lw->experts[e].up = gu + e * 2 * Ie * H + Ie * H;
+        lw->experts[e].down = down + e * H * Ie;
+    }
+    return 0;
+}
+
+
+static int
+ld_moe(ld_ctx *L, pic_layer_weights *lw, int i)
+{
+    const pic_config *c = &L->m->cfg;
+    int64_t           H = c->hidden, Is = c->shared_intermediate;
+    char              n[512];
+
+    lw->router = ld_tensor(L, ld_name(L, n, sizeof(n), i, "mlp.gate.weight"),
+                           2, c->n_experts, H, 0);
+    if (lw->router == NULL || ld_experts(L, lw, i) != 0) {
+        return -1;
+    }
+    if (Is == 0) {
+        return 0;
+    }
+    if (!(lw->shared.gate = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                            "mlp.shared_expert.gate_proj.weight"), 2, Is, H,
+                            0))
+        || !(lw->shared.up = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                             "mlp.shared_expert.up_proj.weight"), 2, Is, H,
+                             0))
+        || !(lw->shared.down = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                               "mlp.shared_expert.down_proj.weight"), 2, H,
+                               Is, 0))
+        || !(lw->shared_gate = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                               "mlp.shared_expert_gate.weight"), 2, 1, H,
+                               0)))
+    {
+        return -1;
+    }
+    return 0;
+}
+
+
+static int
+ld_layer(ld_ctx *L, int i)
+{
+    const pic_config  *c = &L->m->cfg;
+    pic_layer_weights *lw = &L->m->w.layers[i];
+    char               n[512];
+
+    if (!(lw->input_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                     "input_layernorm.weight"), 1, c->hidden,
+                                     0, 0))
+        || !(lw->post_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                       "post_attention_layernorm.weight"), 1,
+                                       c->hidden, 0, 0)))
+    {
+        return -1;
+    }
+    if ((c->layer_type[i] == PIC_LAYER_LINEAR ? ld_gdn(L, lw, i)
+                                              : ld_attn(L, lw, i)) != 0)
+    {
+        return -1;
+    }
+    return c->layer_is_moe[i] ? ld_moe(L, lw, i) : ld_mlp(L, lw, i);
+}
+
+
+/* --- files, fingerprint --- */
+
+/* Read dir/name whole; NULL with *len 0 when absent (err set if present
+ * but unreadable or larger than max: *bad = 1). */
+static char *
+ld_slurp(ld_ctx *L, const char *dir, const char *name, size_t max,
+         size_t *len, int *bad)
+{
+    struct stat  sb;
+    FILE        *fp;
+    char        *buf, path[4096 + 64];
+
+    *len = 0;
+    *bad = 0;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    fp = fopen(path, "rb");
+    if (fp == NULL) {
+        return NULL;
+    }
+    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)
+        || sb.st_size < 0 || (uint64_t) sb.st_size > max)
+    {
+        ld_err(L, "%s: not a regular file of at most %zu bytes", path, max);
+        fclose(fp);
+        *bad = 1;
+        return NULL;
+    }
+    buf = malloc((size_t) sb.st_size + 1);
+    if (buf == NULL
+        || fread(buf, 1, (size_t) sb.st_size, fp) != (size_t) sb.st_size)
+    {
+        ld_err(L, "%s: read failed", path);
+        free(buf);
+        fclose(fp);
+        *bad = 1;
+        return NULL;
+    }
+    fclose(fp);
+    buf[sb.st_size] = '\0';
+    *len = (size_t) sb.st_size;
+    return buf;
+}
+
+
+static void
+ld_hash_blob(XXH3_state_t *h, const void *p, size_t len)
+{
+    uint64_t n = len;
+
+    XXH3_64bits_update(h, &n, sizeof(n));
+    if (len > 0) {
+        XXH3_64bits_update(h, p, len);
+    }
+}
+
+
+/* xxh3-64 over config.json, tokenizer.json and every safetensors file. */
+static int
+ld_fingerprint(ld_ctx *L, const char *config, size_t config_len,
+               const char *tok, size_t tok_len)
+{
+    XXH3_state_t *h = XXH3_createState();
+    size_t        i, nf, len;
+
+    if (h == NULL) {
+        ld_err(L, "out of memory");
+        return -1;
+    }
+    XXH3_64bits_reset(h);
+    ld_hash_blob(h, "pic-model-v1", 12);
+    ld_hash_blob(h, config, config_len);
+    ld_hash_blob(h, tok, tok_len);
+    nf = pic_st_file_count(L->st);
+    for (i = 0; i < nf; i++) {
+        const uint8_t *p = pic_st_file_bytes(L->st, i, &len);
+
+        if (L->report) {
+            fprintf(stderr, "pic_model_load: hashing %s (%zu/%zu, %.2f GB)\n",
+                    pic_st_file_path(L->st, i), i + 1, nf, len / 1e9);
+        }
+        ld_hash_blob(h, p, len);
+    }
+    L->m->fingerprint = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    return 0;
+}
+
+
+static int
+ld_is_skipped(const char *name)
+{
+    return strncmp(name, "model.visual.", 13) == 0
+           || strncmp(name, "mtp.", 4) == 0;
+}
+
+
+/* Warn (not fail) about text-model tensors nothing asked for: they mean the
+ * config and the checkpoint disagree in a way the shapes did not show. */
+static void
+ld_warn_unused(ld_ctx *L)
+{
+    size_t i, n = pic_st_count(L->st), unused = 0;
+
+    for (i = 0; i < n; i++) {
+        const char *name = pic_st_get(L->st, i)->name;
+
+        if (L->used[i] || ld_is_skipped(name)) {
+            continue;
+        }
+        if (unused < 5) {
+            fprintf(stderr, "pic_model_load: %s: warning: tensor '%s' is not "
+                    "used\n", L->m->dir, name);
+        }
+        unused++;
+    }
+    if (unused > 5) {
+        fprintf(stderr, "pic_model_load: %s: warning: %zu tensors unused in "
+                "all\n", L->m->dir, unused);
+    }
+}
+
+
+/* --- the loader --- */
+
+pic_model *
+pic_model_load(const char *dir, char *err, size_t errlen)
+{
+    const pic_st_tensor *t;
+    pic_config          *c;
+    pic_model           *m;
+    ld_ctx               L;
+    uint64_t             file_bytes;
+    size_t               config_len, tok_len, i, n, len;
+    char                *config = NULL, *tok = NULL, name[512], e[1024];
+    char                 path[4096 + 64];
+    int                  bad, li;
+
+    memset(&L, 0, sizeof(L));
+    L.err = err;
+    L.errlen = errlen;
+    if (err != NULL && errlen > 0) {
+        err[0] = '\0';
+    }
+    m = calloc(1, sizeof(*m));
+    L.store = calloc(1, sizeof(*L.store));
+    if (m == NULL || L.store == NULL) {
+        free(m);
+        free(L.store);
+        ld_err(&L, "out of memory");
+        return NULL;
+    }
+    m->priv = L.store;
+    L.m = m;
+    c = &m->cfg;
+    if (strlen(dir) >= sizeof(m->dir)) {
+        ld_err(&L, "directory path too long");
+        goto fail;
+    }
+    snprintf(m->dir, sizeof(m->dir), "%s", dir);
+
+    /* config.json, tokenizer.json's stop tokens */
+    config = ld_slurp(&L, dir, "config.json", LD_MAX_CONFIG, &config_len,
+                      &bad);
+    if (config == NULL) {
+        if (!bad) {
+            ld_err(&L, "%s/config.json: cannot open", dir);
+        }
+        goto fail;
+    }
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    if (pic_config_parse(c, config, config_len, path, e, sizeof(e)) != 0) {
+        ld_err(&L, "%s", e);
+        goto fail;
+    }
+    tok = ld_slurp(&L, dir, "tokenizer.json", LD_MAX_TOKENIZER, &tok_len,
+                   &bad);
+    if (bad) {
+        goto fail;
+    }
+    if (tok != NULL && pic_config_add_tokenizer_eos(c, tok, tok_len) < 0) {
+        ld_err(&L, "%s/tokenizer.json: not JSON", dir);
+        goto fail;
+    }
+
+    /* the weights' files */
+    L.st = pic_st_open_dir(dir, e, sizeof(e));
+    if (L.st == NULL) {
+        ld_err(&L, "%s", e);
+        goto fail;
+    }
+    n = pic_st_count(L.st);
+    L.used = calloc(n ? n : 1, 1);
+    if (L.used == NULL) {
+        ld_err(&L, "out of memory");
+        goto fail;
+    }
+    file_bytes = 0;
+    for (i = 0; i < pic_st_file_count(L.st); i++) {
+        pic_st_file_bytes(L.st, i, &len);
+        file_bytes += len;
+    }
+    L.report = file_bytes > LD_PROGRESS_BYTES;
+    L.next_pct = 10;
+    if (ld_fingerprint(&L, config, config_len, tok, tok_len) != 0) {
+        goto fail;
+    }
+
+    /* Qwen3.5 wrappers nest the text model under model.language_model. */
+    L.prefix = pic_st_find(L.st, "model.language_model.embed_tokens.weight")
+               ? "model.language_model." : "model.";
+    for (i = 0; i < n; i++) {
+        t = pic_st_get(L.st, i);
+        if (!ld_is_skipped(t->name)
+            && (strncmp(t->name, L.prefix, strlen(L.prefix)) == 0
+                || strcmp(t->name, "lm_head.weight") == 0))
+        {
+            L.total += t->nbytes;
+        }
+    }
+    if (L.report) {
+        fprintf(stderr, "pic_model_load: %s: %s, %d layers, %zu files, "
+                "%.2f GB of tensors\n", dir, c->model_type, c->n_layers,
+                pic_st_file_count(L.st), L.total / 1e9);
+    }
+
+    /* embeddings, final norm, head */
+    m->w.embed = ld_tensor(&L, ld_name(&L, name, sizeof(name), -1,
+                           "embed_tokens.weight"), 2, c->vocab, c->hidden, 0);
+    if (m->w.embed == NULL) {
+        goto fail;
+    }
+    m->w.final_norm = ld_tensor(&L, ld_name(&L, name, sizeof(name), -1,
+                                "norm.weight"), 1, c->hidden, 0, 0);
+    if (m->w.final_norm == NULL) {
+        goto fail;
+    }
+    if (c->tie_embeddings) {
+        m->w.lm_head = m->w.embed;
+        ld_find(&L, "lm_head.weight");      /* present or not, unused */
+    } else {
+        if (pic_st_find(L.st, "lm_head.weight") == NULL) {
+            ld_err(&L, "%s: missing tensor 'lm_head.weight' "
+                   "(tie_word_embeddings is false)", dir);
+            goto fail;
+        }
+        m->w.lm_head = ld_tensor(&L, "lm_head.weight", 2, c->vocab,
+                                 c->hidden, 0);
+        if (m->w.lm_head == NULL) {
+            goto fail;
+        }
+    }
+
+    for (li = 0; li < c->n_layers; li++) {
+        if (ld_layer(&L, li) != 0) {
+            goto fail;
+        }
+    }
+
+    ld_warn_unused(&L);
+    if (L.report) {
+        fprintf(stderr, "pic_model_load: %s: %.2f GB fp32 held, fingerprint "
+                "%016llx\n", dir, m->weight_bytes / 1e9,
+                (unsigned long long) m->fingerprint);
+    }
+    pic_st_close(L.st);
+    free(L.used);
+    free(config);
+    free(tok);
+    return m;
+
+fail:
+    pic_st_close(L.st);
+    free(L.used);
+    free(config);
+    free(tok);
+    pic_model_free(m);
+    return NULL;
+}
+
+
+void
+pic_model_free(pic_model *m)
+{
+    ld_store *s;
+    size_t    i;
+
+    if (m == NULL) {
+        return;
+    }
+    s = m->priv;
+    if (s != NULL) {
+        for (i = 0; i < s->n_bufs; i++) {
+            free(s->bufs[i]);
+        }
+        free(s->bufs);
+        free(s);
+    }
+    free(m);
+}

@@ -1,0 +1,71 @@
+/*
+ * safetensors.h — a read-only, mmap-backed reader for Hugging Face
+ * safetensors checkpoints (one file, or shards named by
+ * model.safetensors.index.json).
+ *
+ * The files are hostile input: every header length, shape, dtype and offset
+ * is checked against the file and against overflow before use, as ggml's
+ * gguf reader does.  Errors name the file and the tensor.
+ */
+#ifndef PIC_SAFETENSORS_H
+#define PIC_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PIC_ST_MAX_DIMS    8
+#define PIC_ST_MAX_HEADER  (100u << 20)     /* header JSON bytes */
+
+typedef enum {
+    PIC_ST_DTYPE_F32 = 0,
+    PIC_ST_DTYPE_F16,
+    PIC_ST_DTYPE_BF16,
+    PIC_ST_DTYPE_OTHER,     /* a valid safetensors dtype we cannot compute in */
+} pic_st_dtype;
+
+typedef struct {
+    const char    *name;                    /* owned by the pic_st */
+    const char    *file;                    /* path of the file holding it */
+    pic_st_dtype   dtype;
+    char           dtype_name[12];          /* as written: "BF16", "I64", ... */
+    int            ndim;
+    int64_t        shape[PIC_ST_MAX_DIMS];  /* (ndim) */
+    uint64_t       numel;                   /* product of shape (1 when ndim 0) */
+    uint64_t       nbytes;                  /* numel * element size */
+    const uint8_t *data;                    /* (nbytes) inside the mmap, unaligned */
+} pic_st_tensor;
+
+typedef struct pic_st pic_st;               /* a checkpoint: one or more files */
+
+/* Map one .safetensors file and validate its header; NULL + err on error. */
+pic_st *pic_st_open(const char *path, char *err, size_t errlen);
+
+/* Open a checkpoint directory: model.safetensors.index.json (each shard
+ * mapped once), else model.safetensors, else every *.safetensors file. */
+pic_st *pic_st_open_dir(const char *dir, char *err, size_t errlen);
+
+/* Unmap and free everything (NULL is fine). */
+void pic_st_close(pic_st *st);
+
+/* The tensor called name, or NULL. */
+const pic_st_tensor *pic_st_find(const pic_st *st, const char *name);
+
+/* Number of tensors, and the i-th in name order (i < count). */
+size_t pic_st_count(const pic_st *st);
+const pic_st_tensor *pic_st_get(const pic_st *st, size_t i);
+
+/* Number of mapped files, and file i's path and whole bytes (sorted by path). */
+size_t pic_st_file_count(const pic_st *st);
+const char *pic_st_file_path(const pic_st *st, size_t i);
+const uint8_t *pic_st_file_bytes(const pic_st *st, size_t i, size_t *len);
+
+/* Convert elements [first, first+n) of t (F32/F16/BF16) to fp32 in dst;
+ * -1 + err (naming file and tensor) for another dtype or a range outside t. */
+int pic_st_read_f32(const pic_st_tensor *t, uint64_t first, uint64_t n,
+                    float *dst, char *err, size_t errlen);
+
+/* IEEE half / bfloat16 bit patterns to fp32 (exact). */
+float pic_f16_to_f32(uint16_t h);
+float pic_bf16_to_f32(uint16_t h);
+
+#endif /* PIC_SAFETENSORS_H */
