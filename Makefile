@@ -54,7 +54,9 @@ ifeq ($(ASAN),1)
 NGX_EXTRA   := --with-cc-opt="$(SANFLAGS) -DNGX_DEBUG_PALLOC=1" \
                --with-ld-opt="$(SANFLAGS)"
 NGX_TARGETS := build modules
+NGX_COPY_SRC = scripts/nginx-full-src.sh $(NGX_BUILD)
 else
+NGX_COPY_SRC = cp -a $(NGX_SRC)/. $(NGX_BUILD)/
 NGX_EXTRA   := --with-cc-opt="-O2 -g -Wno-error"
 NGX_TARGETS := modules
 endif
@@ -101,7 +103,7 @@ module: $(MODULE_SO) ## build ngx_http_pic_module.so
 $(NGX_BUILD)/.configured: config
 	@test -d $(NGX_SRC) || { echo "nginx-dev is missing: run 'make deps'"; exit 1; }
 	rm -rf $(NGX_BUILD) && mkdir -p $(NGX_BUILD)
-	cp -a $(NGX_SRC)/. $(NGX_BUILD)/
+	$(NGX_COPY_SRC)
 	cd $(NGX_BUILD) && source ./conf_flags && \
 	  ./configure "$${NGX_CONF_FLAGS[@]}" $(NGX_EXTRA) \
 	    --add-dynamic-module=$(ROOT) > configure.log 2>&1 || \

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# `make run`: the real stack on the embedded default — the project's demo model
+# (made on first run), two local pic-engine processes and nginx with the module
+# on 127.0.0.1:$PORT.  Ctrl-C stops every process this script started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${BUILD:-build}
+PORT=${PORT:-8080}
+RUN=${RUN_DIR:-$ROOT/run}
+MODEL=${MODEL:-$ROOT/models/demo}
+mkdir -p "$RUN/logs" "$RUN/tmp"
+
+pids=()
+cleanup() {
+  trap - INT TERM EXIT
+  echo; echo "stopping: ${pids[*]:-}"
+  for p in "${pids[@]:-}"; do [ -n "$p" ] && kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
+  echo "all stopped"
+  exit 0
+}
+trap cleanup INT TERM EXIT
+
+if [ ! -f "$MODEL/config.json" ] && [ -f tests/tools/make_models.py ]; then
+  echo "creating the demo model in $MODEL (first run only)"
+  .venv/bin/python tests/tools/make_models.py --preset demo --out "$(dirname "$MODEL")"
+fi
+model_args=()
+[ -f "$MODEL/config.json" ] && model_args=(--model "$MODEL")
+
+engine_ports=()
+for i in 1 2; do
+  pf="$RUN/engine$i.port"; rm -f "$pf"
+  "$BUILD/pic-engine" serve --host 127.0.0.1 --port 0 --port-file "$pf" --id "engine$i" \
+      "${model_args[@]}" > "$RUN/logs/engine$i.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 600); do [ -s "$pf" ] && break; sleep 0.1; done
+  [ -s "$pf" ] || { echo "engine$i did not start:"; tail "$RUN/logs/engine$i.log"; exit 1; }
+  engine_ports+=("$(cat "$pf")")
+done
+
+cat > "$RUN/nginx.conf" <<CONF
+load_module $ROOT/$BUILD/nginx/objs/ngx_http_pic_module.so;
+daemon off;
+worker_processes 2;
+pid $RUN/logs/nginx.pid;
+error_log $RUN/logs/error.log info;
+events { worker_connections 1024; }
+http {
+    access_log $RUN/logs/access.log;
+    client_body_temp_path $RUN/tmp/body;
+    proxy_temp_path $RUN/tmp/proxy;
+    fastcgi_temp_path $RUN/tmp/fastcgi;
+    uwsgi_temp_path $RUN/tmp/uwsgi;
+    scgi_temp_path $RUN/tmp/scgi;
+
+    pic_zone pic 16m;
+
+    upstream pic_engines {
+        server 127.0.0.1:${engine_ports[0]};
+        server 127.0.0.1:${engine_ports[1]};
+        keepalive 16;
+    }
+
+    server {
+        listen 127.0.0.1:$PORT;
+
+        location /pic/status { pic_status; }
+
+        location /v1/ {
+            pic on;
+            proxy_pass http://pic_engines;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }
+    }
+}
+CONF
+nginx -p "$RUN" -c "$RUN/nginx.conf" > "$RUN/logs/nginx.out" 2>&1 &
+pids+=($!)
+sleep 0.5
+kill -0 "${pids[-1]}" 2>/dev/null || { echo "nginx failed:"; cat "$RUN/logs/nginx.out" "$RUN/logs/error.log"; exit 1; }
+
+cat <<MSG
+
+ngx_pic is running
+  nginx + ngx_http_pic_module   http://127.0.0.1:$PORT      (config $RUN/nginx.conf)
+  engine1                       http://127.0.0.1:${engine_ports[0]}
+  engine2                       http://127.0.0.1:${engine_ports[1]}
+  model                         ${model_args[1]:-"(none yet)"}
+  logs                          $RUN/logs/
+
+  status:  curl -s http://127.0.0.1:$PORT/pic/status
+  metrics: curl -s 'http://127.0.0.1:$PORT/pic/status?format=prometheus'
+  chat:    curl -s http://127.0.0.1:$PORT/v1/chat/completions -H 'Content-Type: application/json' \\
+             -d '{"model":"demo","messages":[{"role":"user","content":"Hello!"}]}'
+
+Ctrl-C stops everything.
+MSG
+wait -n "${pids[@]}" || true
+echo "a process exited; see $RUN/logs/"

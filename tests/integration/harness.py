@@ -1,0 +1,236 @@
+"""Real processes for integration tests: nginx with the module, pic-engine, redis-server.
+
+Every process listens on a loopback port chosen at run time, writes its log
+under the test's own log directory (kept for the report), and is stopped even
+when the test fails.  `Proc.check_logs()` fails a test whose logs hold an
+unexpected [error]/[alert]/[crit]/[emerg] line or a sanitizer report.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.path.join(ROOT, os.environ.get("PIC_BUILD", "build"))
+ASAN = os.environ.get("ASAN", "0") == "1"
+ENGINE_BIN = os.path.join(BUILD, "pic-engine")
+MODULE_SO = os.path.join(BUILD, "nginx", "objs", "ngx_http_pic_module.so")
+# the ASan build links its own nginx binary: a sanitized module needs it
+NGINX_BIN = os.path.join(BUILD, "nginx", "objs", "nginx") if ASAN else (
+    shutil.which("nginx") or "/usr/sbin/nginx")
+REDIS_BIN = shutil.which("redis-server") or "/usr/bin/redis-server"
+
+SANITIZER_RE = re.compile(r"(ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer)")
+NGINX_BAD_RE = re.compile(r"\[(error|alert|crit|emerg)\]")
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(method, url, body=None, headers=None, timeout=10):
+    """(status, headers, bytes) for one HTTP request; never raises on HTTP errors."""
+    data = body if body is None or isinstance(body, bytes) else (
+        json.dumps(body).encode() if not isinstance(body, str) else body.encode())
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    if data is not None and "Content-Type" not in (headers or {}):
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def wait_for(pred, timeout=20.0, what="condition", proc=None):
+    """Poll pred() until true; raise with the process log tail on timeout."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc is not None and proc.popen.poll() is not None:
+            raise RuntimeError(f"{proc.name} exited ({proc.popen.returncode}) while waiting "
+                               f"for {what}:\n{proc.log_tail()}")
+        try:
+            if pred():
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out waiting for {what}" +
+                       (f":\n{proc.log_tail()}" if proc else ""))
+
+
+class Proc:
+    """A child process with its log file; stop() is idempotent."""
+
+    def __init__(self, name, argv, logdir, env=None, cwd=None):
+        self.name = name
+        self.argv = argv
+        self.logdir = logdir
+        self.log_path = os.path.join(logdir, f"{name}.log")
+        self.allowed = []          # regexes of log lines a test expects
+        self._log = open(self.log_path, "ab")
+        e = dict(os.environ)
+        e.update(env or {})
+        self.popen = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT,
+                                      env=e, cwd=cwd, start_new_session=True)
+
+    def log_tail(self, n=40):
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"\n".join(f.read().splitlines()[-n:]).decode(errors="replace")
+        except OSError:
+            return ""
+
+    def alive(self):
+        return self.popen.poll() is None
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(5)
+        self._log.close()
+
+    def kill(self):
+        self.stop(signal.SIGKILL)
+
+    def log_files(self):
+        return [self.log_path]
+
+    def bad_lines(self):
+        """Unexpected error lines in this process's logs."""
+        bad = []
+        for path in self.log_files():
+            try:
+                with open(path, errors="replace") as f:
+                    for line in f:
+                        if SANITIZER_RE.search(line) or (
+                                self.checks_levels and NGINX_BAD_RE.search(line)):
+                            if not any(re.search(a, line) for a in self.allowed):
+                                bad.append(f"{os.path.basename(path)}: {line.rstrip()}")
+            except OSError:
+                pass
+        return bad
+
+    checks_levels = False
+
+
+class Engine(Proc):
+    """pic-engine serve on a free loopback port."""
+
+    def __init__(self, logdir, name="engine", model=None, extra=(), env=None):
+        self.port_file = os.path.join(logdir, f"{name}.port")
+        if os.path.exists(self.port_file):
+            os.unlink(self.port_file)
+        argv = [ENGINE_BIN, "serve", "--host", "127.0.0.1", "--port", "0",
+                "--port-file", self.port_file, "--id", name]
+        if model:
+            argv += ["--model", model]
+        super().__init__(name, argv + list(extra), logdir, env=env)
+        wait_for(lambda: os.path.exists(self.port_file) and
+                 open(self.port_file).read().strip() != "", what=f"{name} port", proc=self)
+        self.port = int(open(self.port_file).read())
+        self.url = f"http://127.0.0.1:{self.port}"
+        wait_for(lambda: http("GET", self.url + "/healthz", timeout=2)[0] == 200,
+                 what=f"{name} /healthz", proc=self)
+
+
+class Redis(Proc):
+    """redis-server on a free loopback port, no persistence."""
+
+    def __init__(self, logdir, name="redis", port=None):
+        self.port = port or free_port()
+        self.dir = os.path.join(logdir, name + "-data")
+        os.makedirs(self.dir, exist_ok=True)
+        argv = [REDIS_BIN, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no", "--dir", self.dir,
+                "--protected-mode", "no"]
+        super().__init__(name, argv, logdir)
+        wait_for(self.ping, what="redis PING", proc=self)
+
+    def ping(self):
+        with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+
+
+class Nginx(Proc):
+    """nginx with the module loaded, from an http{} body, under its own prefix."""
+
+    checks_levels = True
+
+    def __init__(self, logdir, http_body, name="nginx", port=None, main_extra="",
+                 workers=2):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.prefix = os.path.join(logdir, name)
+        for d in ("logs", "tmp"):
+            os.makedirs(os.path.join(self.prefix, d), exist_ok=True)
+        self.conf = os.path.join(self.prefix, "nginx.conf")
+        self.error_log = os.path.join(self.prefix, "logs", "error.log")
+        body = http_body.replace("$PORT", str(self.port))
+        with open(self.conf, "w") as f:
+            f.write(nginx_conf(self.prefix, body, main_extra, workers))
+        super().__init__(name, [NGINX_BIN, "-p", self.prefix, "-c", self.conf], logdir)
+        wait_for(lambda: http("GET", self.url + "/__pic_ready", timeout=2)[0] > 0,
+                 what="nginx listening", proc=self)
+
+    def log_files(self):
+        return [self.log_path, self.error_log]
+
+    def reload(self):
+        os.kill(self.popen.pid, signal.SIGHUP)
+
+    def stop(self, sig=signal.SIGQUIT, timeout=10):
+        super().stop(sig, timeout)
+
+
+def nginx_conf(prefix, http_body, main_extra="", workers=2):
+    """A complete nginx.conf: module loaded, temp paths and logs under prefix."""
+    t = os.path.join(prefix, "tmp")
+    return f"""
+load_module {MODULE_SO};
+daemon off;
+master_process on;
+worker_processes {workers};
+pid {prefix}/logs/nginx.pid;
+error_log {prefix}/logs/error.log info;
+{main_extra}
+events {{ worker_connections 1024; }}
+http {{
+    access_log {prefix}/logs/access.log;
+    client_body_temp_path {t}/body;
+    proxy_temp_path {t}/proxy;
+    fastcgi_temp_path {t}/fastcgi;
+    uwsgi_temp_path {t}/uwsgi;
+    scgi_temp_path {t}/scgi;
+{http_body}
+}}
+"""
+
+
+def nginx_test_config(conf_text, logdir, name="nginx-t"):
+    """Run `nginx -t` on conf_text (module path substituted); return (rc, output)."""
+    prefix = os.path.join(logdir, name)
+    os.makedirs(os.path.join(prefix, "logs"), exist_ok=True)
+    path = os.path.join(prefix, "nginx.conf")
+    with open(path, "w") as f:
+        f.write(conf_text.replace("@MODULE_SO@", MODULE_SO).replace("@PREFIX@", prefix))
+    r = subprocess.run([NGINX_BIN, "-t", "-p", prefix, "-c", path],
+                       capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
