@@ -133,7 +133,7 @@ $(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu $(HEADERS) $(wildcard kernels/c
 $(BUILD)/tests/cuda_backend_ops: tests/cuda/cuda_backend_ops.c $(CUDA_OBJS) $(BUILD)/libpic.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(CUDA_OBJS) $(BUILD)/libpic.a \
-	  $(LDFLAGS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas $(LDLIBS) -lstdc++
+	  $(LDFLAGS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas $(LDLIBS) -lcmocka -lstdc++
 else
 cuda:
 	@echo "cuda: nvcc not found, CUDA compile check skipped"

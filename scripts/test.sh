@@ -24,8 +24,8 @@ run_tap() {  # name, command...
   local rc=$?
   local p f s
   p=$(grep -E '^ok ' "$out" | grep -vc '# SKIP')
-  s=$(grep -E '^ok .*# SKIP' "$out" | wc -l)
-  f=$(grep -cE '^not ok ' "$out")
+  s=$(grep -E '^(not )?ok .*# SKIP' "$out" | wc -l)
+  f=$(grep -E '^not ok ' "$out" | grep -vc '# SKIP')
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # crashed before reporting
   passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
   printf '%-28s %3d passed %3d failed %3d skipped\n' "$name" "$p" "$f" "$s"
