@@ -1,13 +1,171 @@
 /*
- * cmd_logits.c — placeholder until the owning change lands (see the open issue).
+ * cmd_logits.c — `pic-engine logits`: float32 little-endian logits
+ * [tokens × vocab] for a list of token ids, for the oracle tests.
+ *
+ *   pic-engine logits --model DIR --tokens ID,ID,... --out FILE
+ *                     [--decode-from N] [--threads N]
+ *
+ * With --decode-from N the first N tokens are one prefill and the rest are
+ * fed one at a time as decode steps: the rows must equal the single
+ * prefill's, which proves that the state carries across calls.
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "commands.h"
+#include "forward.h"
+#include "model.h"
+#include "pic_kernels.h"
+#include "state.h"
+
+static void
+pic_logits_usage(FILE *f)
+{
+    fprintf(f, "usage: pic-engine logits --model DIR --tokens ID,ID,... --out FILE\n"
+               "                         [--decode-from N] [--threads N]\n");
+}
+
+/* Parse "1,2,3" into a malloc'ed array; -1 on a malformed list. */
+static int
+pic_parse_ids(const char *s, int **ids, int *n)
+{
+    int   cap = 16, cnt = 0;
+    int  *a = malloc(cap * sizeof(int));
+
+    if (a == NULL) {
+        return -1;
+    }
+    while (*s) {
+        char *end;
+        long  v;
+
+        errno = 0;
+        v = strtol(s, &end, 10);
+        if (end == s || errno != 0 || v < 0 || v > 0x7fffffff
+            || (*end != ',' && *end != '\0')) {
+            free(a);
+            return -1;
+        }
+        if (cnt == cap) {
+            int *b = realloc(a, 2 * cap * sizeof(int));
+            if (b == NULL) {
+                free(a);
+                return -1;
+            }
+            a = b;
+            cap *= 2;
+        }
+        a[cnt++] = (int) v;
+        s = *end == ',' ? end + 1 : end;
+    }
+    *ids = a;
+    *n = cnt;
+    return cnt > 0 ? 0 : -1;
+}
 
 int
 pic_cmd_logits(int argc, char **argv)
 {
-    fprintf(stderr, "pic-engine logits: not built yet\n");
-    return 2;
+    const char *dir = NULL, *tokens = NULL, *out = NULL;
+    int         decode_from = -1, threads = 0, n = 0, rc = 1;
+    int        *ids = NULL;
+    float      *logits = NULL;
+    pic_model  *m = NULL;
+    pic_state  *s = NULL;
+    FILE       *f = NULL;
+    char        err[512];
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            pic_logits_usage(stdout);
+            return 0;
+        }
+        if (v == NULL) {
+            fprintf(stderr, "pic-engine logits: %s needs a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "--model")) {
+            dir = v;
+        } else if (!strcmp(a, "--tokens")) {
+            tokens = v;
+        } else if (!strcmp(a, "--out")) {
+            out = v;
+        } else if (!strcmp(a, "--decode-from")) {
+            decode_from = atoi(v);
+        } else if (!strcmp(a, "--threads")) {
+            threads = atoi(v);
+        } else {
+            fprintf(stderr, "pic-engine logits: unknown option %s\n", a);
+            pic_logits_usage(stderr);
+            return 2;
+        }
+        i++;
+    }
+    if (dir == NULL || tokens == NULL || out == NULL) {
+        pic_logits_usage(stderr);
+        return 2;
+    }
+    if (pic_parse_ids(tokens, &ids, &n) != 0) {
+        fprintf(stderr, "pic-engine logits: --tokens wants ids like 1,2,3\n");
+        return 2;
+    }
+    if (decode_from == -1) {
+        decode_from = n;
+    }
+    if (decode_from < 1 || decode_from > n) {
+        fprintf(stderr, "pic-engine logits: --decode-from must be in [1, %d]\n", n);
+        free(ids);
+        return 2;
+    }
+    pic_kernels_set_threads(threads);
+
+    m = pic_model_load(dir, err, sizeof(err));
+    if (m == NULL) {
+        fprintf(stderr, "pic-engine logits: %s\n", err);
+        goto done;
+    }
+    size_t V = (size_t) m->cfg.vocab;
+    s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    logits = malloc((size_t) n * V * sizeof(float));
+    if (s == NULL || logits == NULL) {
+        fprintf(stderr, "pic-engine logits: out of memory\n");
+        goto done;
+    }
+    if (pic_forward(m, NULL, s, ids, decode_from, 0, PIC_LOGITS_ALL, logits,
+                    NULL, err, sizeof(err)) != 0) {
+        fprintf(stderr, "pic-engine logits: %s\n", err);
+        goto done;
+    }
+    for (int t = decode_from; t < n; t++) {
+        if (pic_forward(m, NULL, s, ids + t, 1, t, PIC_LOGITS_LAST,
+                        logits + (size_t) t * V, NULL, err, sizeof(err)) != 0) {
+            fprintf(stderr, "pic-engine logits: %s\n", err);
+            goto done;
+        }
+    }
+    f = fopen(out, "wb");
+    if (f == NULL || fwrite(logits, sizeof(float), (size_t) n * V, f) != (size_t) n * V) {
+        fprintf(stderr, "pic-engine logits: cannot write %s: %s\n", out, strerror(errno));
+        goto done;
+    }
+    if (fclose(f) != 0) {
+        f = NULL;
+        fprintf(stderr, "pic-engine logits: cannot write %s: %s\n", out, strerror(errno));
+        goto done;
+    }
+    f = NULL;
+    rc = 0;
+
+done:
+    if (f != NULL) {
+        fclose(f);
+    }
+    free(logits);
+    free(ids);
+    pic_state_free(s);
+    pic_model_free(m);
+    return rc;
 }

@@ -1,0 +1,328 @@
+/*
+ * forward.c — the hybrid decoder's forward pass (forward.h), read top to
+ * bottom: embeddings, then per layer a mixer (Gated DeltaNet or gated full
+ * attention) and an FFN (ffn.c) on pre-normed inputs, then the final norm
+ * and lm_head for the rows that need logits.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward_impl.h"
+
+/* --- workspace --- */
+
+static size_t
+pic_align(size_t n)
+{
+    return (n + 15) & ~(size_t) 15;     /* 64-byte steps */
+}
+
+/* Lay the workspace for nb rows out at base (NULL: only count); floats. */
+static size_t
+pic_ws_layout(const pic_config *c, int nb, float *base, pic_ws *w)
+{
+    size_t off = 0;
+    int    C = 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
+    int    vd = c->lin_v_heads * c->lin_v_dim;
+    int    qd = c->n_q_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    int    I = c->intermediate > c->shared_intermediate ? c->intermediate
+                                                        : c->shared_intermediate;
+    int    k = c->n_experts_per_tok > 0 ? c->n_experts_per_tok : 1;
+
+#define PIC_TAKE(field, type, count)                                          \
+    do {                                                                      \
+        w->field = base ? (type *) (base + off) : NULL;                       \
+        off += pic_align((size_t) (count));                                   \
+    } while (0)
+
+    PIC_TAKE(x, float, (size_t) nb * c->hidden);
+    PIC_TAKE(xn, float, (size_t) nb * c->hidden);
+    PIC_TAKE(qkv, float, (size_t) nb * C);
+    PIC_TAKE(cv, float, (size_t) nb * C);
+    PIC_TAKE(z, float, (size_t) nb * vd);
+    PIC_TAKE(beta, float, (size_t) nb * c->lin_v_heads);
+    PIC_TAKE(g, float, (size_t) nb * c->lin_v_heads);
+    PIC_TAKE(lo, float, (size_t) nb * vd);
+    PIC_TAKE(qp, float, (size_t) nb * 2 * qd);
+    PIC_TAKE(q, float, (size_t) nb * qd);
+    PIC_TAKE(gate, float, (size_t) nb * qd);
+    PIC_TAKE(k, float, (size_t) nb * kvd);
+    PIC_TAKE(v, float, (size_t) nb * kvd);
+    PIC_TAKE(ao, float, (size_t) nb * qd);
+    PIC_TAKE(pos, int, nb);
+    PIC_TAKE(fg, float, (size_t) nb * I);
+    PIC_TAKE(fu, float, (size_t) nb * I);
+    PIC_TAKE(rl, float, (size_t) nb * c->n_experts);
+    PIC_TAKE(xe, float, c->n_experts ? (size_t) nb * c->hidden : 0);
+    PIC_TAKE(eg, float, (size_t) nb * c->moe_intermediate);
+    PIC_TAKE(eu, float, (size_t) nb * c->moe_intermediate);
+    PIC_TAKE(ed, float, (c->n_experts ? (size_t) nb * c->hidden : 0));
+    PIC_TAKE(sel, int, (size_t) nb * k);
+    PIC_TAKE(selw, float, (size_t) nb * k);
+    PIC_TAKE(rows, int, (size_t) nb * k);
+    PIC_TAKE(roww, float, (size_t) nb * k);
+#undef PIC_TAKE
+    return off;
+}
+
+static int
+pic_ws_get(const pic_config *cfg, pic_state *s, int nb, pic_ws *w)
+{
+    size_t need = pic_ws_layout(cfg, nb, NULL, w);
+
+    if (need > s->ws_cap) {
+        float *p = NULL;
+        if (posix_memalign((void **) &p, 64, need * sizeof(float)) != 0) {
+            return -1;
+        }
+        free(s->ws);
+        s->ws = p;
+        s->ws_cap = need;
+    }
+    pic_ws_layout(cfg, nb, s->ws, w);
+    return 0;
+}
+
+/* --- Gated DeltaNet layer (MODEL.md §3) --- */
+
+static void
+pic_gdn_layer(const pic_model *m, const pic_backend *be, pic_state *s, int l,
+              pic_ws *w, int nb, int p0, const pic_forward_hooks *hooks)
+{
+    const pic_config        *c = &m->cfg;
+    const pic_layer_weights *lw = &m->w.layers[l];
+    int H = c->hidden, Hk = c->lin_k_heads, Hv = c->lin_v_heads;
+    int dk = c->lin_k_dim, dv = c->lin_v_dim, kd = Hk * dk, vd = Hv * dv;
+    int C = 2 * kd + vd;
+
+    /* 1. projections */
+    be->matmul(w->qkv, w->xn, lw->in_qkv, nb, H, C, 0);
+    be->matmul(w->z, w->xn, lw->in_z, nb, H, vd, 0);
+    be->matmul(w->beta, w->xn, lw->in_b, nb, H, Hv, 0);
+    be->matmul(w->g, w->xn, lw->in_a, nb, H, Hv, 0);
+
+    /* 2. causal conv with the carried window, SiLU */
+    be->conv1d(w->cv, w->qkv, s->conv[l], lw->conv_w, nb, C, c->conv_kernel);
+    be->silu(w->cv, (size_t) nb * C);
+
+    /* 3. gates in fp32: β = σ(b), g = −e^{A_log} softplus(a + dt_bias) */
+    be->sigmoid(w->beta, (size_t) nb * Hv);
+    for (int t = 0; t < nb; t++) {
+        for (int h = 0; h < Hv; h++) {
+            w->g[t * Hv + h] += lw->dt_bias[h];
+        }
+    }
+    be->softplus(w->g, (size_t) nb * Hv);
+    for (int t = 0; t < nb; t++) {
+        for (int h = 0; h < Hv; h++) {
+            w->g[t * Hv + h] *= -expf(lw->A_log[h]);
+        }
+    }
+
+    /* 5. q̂ = q/‖q‖ / sqrt(dk), k̂ = k/‖k‖ (eps on the sum of squares) */
+    for (int t = 0; t < nb; t++) {
+        be->l2norm(w->cv + (size_t) t * C, Hk, dk, dk, 1e-6f,
+                   1.0f / sqrtf((float) dk));
+        be->l2norm(w->cv + (size_t) t * C + kd, Hk, dk, dk, 1e-6f, 1.0f);
+    }
+
+    /* 6–7. the recurrence, chunked for prefill */
+    pic_gdn_args a = {
+        .n = nb, .Hk = Hk, .Hv = Hv, .dk = dk, .ds = dv,
+        .q = w->cv, .ldq = C, .k = w->cv + kd, .ldk = C,
+        .v = w->cv + 2 * kd, .ldv = C, .g = w->g, .beta = w->beta,
+        .S = s->S[l], .o = NULL, .ldo = vd,
+    };
+    if (hooks != NULL && hooks->on_gdn != NULL) {
+        hooks->on_gdn(hooks->user, l, p0, &a);
+    }
+    a.o = w->lo;
+    if (nb < 8) {
+        be->gdn_recurrent(&a);
+    } else {
+        be->gdn_chunked(&a);
+    }
+
+    /* 8. gated RMSNorm per head (plain w, norm before gate) */
+    be->rmsnorm(w->lo, w->lo, lw->gdn_norm, nb * Hv, dv, c->rms_eps, 0);
+    be->silu(w->z, (size_t) nb * vd);
+    for (size_t i = 0; i < (size_t) nb * vd; i++) {
+        w->lo[i] *= w->z[i];
+    }
+
+    /* 9. out_proj + residual */
+    be->matmul(w->x, w->lo, lw->out_proj, nb, vd, H, 1);
+}
+
+/* --- gated full attention layer (MODEL.md §4) --- */
+
+static void
+pic_attn_layer(const pic_model *m, const pic_backend *be, pic_state *s, int l,
+               pic_ws *w, int nb, int p0)
+{
+    const pic_config        *c = &m->cfg;
+    const pic_layer_weights *lw = &m->w.layers[l];
+    int H = c->hidden, Hq = c->n_q_heads, Hkv = c->n_kv_heads, hd = c->head_dim;
+    int qd = Hq * hd, kvd = Hkv * hd;
+
+    /* 1. projections; q rows interleaved per head [q_h | gate_h] */
+    be->matmul(w->qp, w->xn, lw->wq, nb, H, 2 * qd, 0);
+    be->matmul(w->k, w->xn, lw->wk, nb, H, kvd, 0);
+    be->matmul(w->v, w->xn, lw->wv, nb, H, kvd, 0);
+    for (int t = 0; t < nb; t++) {
+        for (int h = 0; h < Hq; h++) {
+            const float *src = w->qp + (size_t) t * 2 * qd + (size_t) h * 2 * hd;
+            memcpy(w->q + (size_t) t * qd + (size_t) h * hd, src, hd * sizeof(float));
+            memcpy(w->gate + (size_t) t * qd + (size_t) h * hd, src + hd,
+                   hd * sizeof(float));
+        }
+        w->pos[t] = p0 + t;
+    }
+
+    /* 2–3. (1+w) RMSNorm over hd, then partial NeoX RoPE */
+    be->rmsnorm(w->q, w->q, lw->q_norm, nb * Hq, hd, c->rms_eps, 1);
+    be->rmsnorm(w->k, w->k, lw->k_norm, nb * Hkv, hd, c->rms_eps, 1);
+    be->rope(w->q, qd, w->pos, nb, Hq, hd, c->rotary_dim, c->rope_theta);
+    be->rope(w->k, kvd, w->pos, nb, Hkv, hd, c->rotary_dim, c->rope_theta);
+
+    /* K/V into the cache at their positions */
+    for (int t = 0; t < nb; t++) {
+        for (int h = 0; h < Hkv; h++) {
+            size_t slot = ((size_t) h * s->cap + p0 + t) * hd;
+            memcpy(s->kc[l] + slot, w->k + (size_t) t * kvd + (size_t) h * hd,
+                   hd * sizeof(float));
+            memcpy(s->vc[l] + slot, w->v + (size_t) t * kvd + (size_t) h * hd,
+                   hd * sizeof(float));
+        }
+    }
+
+    /* 4. causal GQA over slots [0, p0+nb) */
+    be->attention(w->ao, w->q, w->pos, nb, Hq, Hkv, hd, s->kc[l], s->vc[l],
+                  s->cap, p0 + nb);
+
+    /* 5. output gate σ(gate), o_proj + residual */
+    be->sigmoid(w->gate, (size_t) nb * qd);
+    for (size_t i = 0; i < (size_t) nb * qd; i++) {
+        w->ao[i] *= w->gate[i];
+    }
+    be->matmul(w->x, w->ao, lw->wo, nb, qd, H, 1);
+}
+
+/* --- the model --- */
+
+int
+pic_forward(const pic_model *m, const pic_backend *be, pic_state *s,
+            const int *tokens, int n, int p0, pic_logits_mode mode,
+            float *logits, const pic_forward_hooks *hooks, char *err,
+            size_t errlen)
+{
+    const pic_config *c = &m->cfg;
+    const float      *lm = m->w.lm_head ? m->w.lm_head : m->w.embed;
+    int               H = c->hidden, V = c->vocab;
+    pic_ws            w;
+
+    if (be == NULL) {
+        be = pic_backend_cpu();
+    }
+    if (n <= 0 || p0 < 0 || tokens == NULL) {
+        snprintf(err, errlen, "%s: bad batch (n=%d, p0=%d)", __func__, n, p0);
+        return -1;
+    }
+    if (mode != PIC_LOGITS_NONE && logits == NULL) {
+        snprintf(err, errlen, "%s: logits requested without a buffer", __func__);
+        return -1;
+    }
+    if (s->n_layers != c->n_layers) {
+        snprintf(err, errlen, "%s: state made for another model", __func__);
+        return -1;
+    }
+    for (int t = 0; t < n; t++) {
+        if (tokens[t] < 0 || tokens[t] >= V) {
+            snprintf(err, errlen, "%s: token id %d at %d outside [0, %d)",
+                     __func__, tokens[t], t, V);
+            return -1;
+        }
+    }
+    if (n > INT32_MAX - p0 || pic_state_reserve(s, p0 + n, err, errlen) != 0) {
+        if (n > INT32_MAX - p0) {
+            snprintf(err, errlen, "%s: position overflow", __func__);
+        }
+        return -1;
+    }
+    if (pic_ws_get(c, s, n < PIC_UBATCH ? n : PIC_UBATCH, &w) != 0) {
+        snprintf(err, errlen, "%s: out of memory for the workspace", __func__);
+        return -1;
+    }
+
+    for (int u0 = 0; u0 < n; u0 += PIC_UBATCH) {
+        int nb = n - u0 < PIC_UBATCH ? n - u0 : PIC_UBATCH;
+        int pb = p0 + u0;
+
+        for (int t = 0; t < nb; t++) {
+            memcpy(w.x + (size_t) t * H, m->w.embed + (size_t) tokens[u0 + t] * H,
+                   H * sizeof(float));
+        }
+        for (int l = 0; l < c->n_layers; l++) {
+            const pic_layer_weights *lw = &m->w.layers[l];
+
+            be->rmsnorm(w.xn, w.x, lw->input_norm, nb, H, c->rms_eps, 1);
+            if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+                pic_gdn_layer(m, be, s, l, &w, nb, pb, hooks);
+            } else {
+                pic_attn_layer(m, be, s, l, &w, nb, pb);
+            }
+            be->rmsnorm(w.xn, w.x, lw->post_norm, nb, H, c->rms_eps, 1);
+            pic_ffn_forward(m, be, l, &w, nb);
+        }
+
+        if (mode == PIC_LOGITS_ALL) {
+            be->rmsnorm(w.xn, w.x, m->w.final_norm, nb, H, c->rms_eps, 1);
+            be->matmul(logits + (size_t) u0 * V, w.xn, lm, nb, H, V, 0);
+        } else if (mode == PIC_LOGITS_LAST && u0 + nb == n) {
+            be->rmsnorm(w.xn, w.x + (size_t) (nb - 1) * H, m->w.final_norm, 1,
+                        H, c->rms_eps, 1);
+            be->matmul(logits, w.xn, lm, 1, H, V, 0);
+        }
+    }
+    s->pos = p0 + n;
+    return 0;
+}
+
+double
+pic_forward_flops(const pic_config *c, int n, int p0, pic_logits_mode mode)
+{
+    double H = c->hidden, f = 0.0;
+    double C = 2.0 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
+    double vd = (double) c->lin_v_heads * c->lin_v_dim;
+    double qd = (double) c->n_q_heads * c->head_dim;
+    double kvd = (double) c->n_kv_heads * c->head_dim;
+
+    for (int l = 0; l < c->n_layers; l++) {
+        double p = 0.0;                 /* parameters touched per token */
+        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+            p += H * (C + vd + 2.0 * c->lin_v_heads) + vd * H;
+            /* recurrence: Sᵀk, k δᵀ, Sᵀq per value head */
+            f += (double) n * 6.0 * c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+        } else {
+            p += H * (2.0 * qd + 2.0 * kvd) + qd * H;
+            /* scores + weighted sum over the causal keys of each token */
+            double keys = (double) n * p0 + (double) n * (n + 1) / 2.0;
+            f += 4.0 * qd * keys;
+        }
+        if (c->layer_is_moe[l]) {
+            p += H * c->n_experts
+                 + 3.0 * H * c->moe_intermediate * c->n_experts_per_tok
+                 + 3.0 * H * c->shared_intermediate;
+        } else {
+            p += 3.0 * H * c->intermediate;
+        }
+        f += 2.0 * p * n;
+    }
+    if (mode != PIC_LOGITS_NONE) {
+        f += 2.0 * H * c->vocab * (mode == PIC_LOGITS_ALL ? n : 1);
+    }
+    return f;
+}

@@ -1,0 +1,73 @@
+/*
+ * forward.h — the hybrid decoder's forward pass (MODEL.md §3–§5).
+ *
+ * One entry point runs n tokens at positions p0..p0+n−1 through every
+ * layer, advancing a pic_state: GDN layers carry S and the conv window,
+ * attention layers write K/V at their positions and attend to every slot
+ * below.  Prefill and decode are the same call (decode is n == 1), so
+ *   forward(A at 0) ; forward(B at |A|)  ==  forward(A‖B at 0)
+ * and a prefill followed by N one-token steps equals one long prefill.
+ * Long inputs are processed in micro-batches of PIC_UBATCH tokens (the
+ * state carries, so this changes nothing but the peak memory).
+ *
+ * Projections are OpenBLAS GEMMs over the batch rows; the GDN prefill is
+ * the chunked WY kernel (kernels/pic_kernels.h) and decode the recurrent
+ * step.
+ *
+ * PIC reuse (DESIGN.md §3.2–§3.3).  Nothing here is specific to PIC; the
+ * pieces it needs are:
+ *  - p0 is explicit: a run may start at any position whose KV slots below
+ *    were filled by the caller (cached interiors, K rotated by
+ *    R(p_global − p_local) with the backend's rope op at delta positions);
+ *  - composition before a run, S ← T_I S + S_I|0 and the conv window seeded
+ *    with the interior's conv tail, is done by the caller directly on
+ *    pic_state (state.h) for every linear layer before calling forward;
+ *  - computing T_I and S_I|0 for a segment interior needs the GDN inputs of
+ *    those tokens at every linear layer: hooks->on_gdn receives them (q̂,
+ *    k̂, v, g, β, exactly what the recurrence consumes) before the state is
+ *    advanced.  Run the backend's gdn_chunked on them with S = I (dk×dk,
+ *    ds = dk) and v = NULL to get T, and with S = 0 to get S|0; the conv
+ *    tail is the layer's conv window after a forward that ends at the
+ *    interior's end.
+ */
+#ifndef PIC_FORWARD_H
+#define PIC_FORWARD_H
+
+#include <stddef.h>
+
+#include "model.h"
+#include "pic_kernels.h"
+#include "state.h"
+
+#define PIC_UBATCH 512              /* tokens per micro-batch */
+
+typedef enum {
+    PIC_LOGITS_NONE = 0,            /* no logits (prefill of a prefix) */
+    PIC_LOGITS_LAST,                /* (V) for the last token */
+    PIC_LOGITS_ALL,                 /* (n, V) for every token */
+} pic_logits_mode;
+
+typedef struct {
+    void *user;
+    /* Linear layer `layer` is about to advance its state over tokens
+     * p0..p0+a->n−1 (one micro-batch); a describes them (a->S is the
+     * entering state, a->o NULL).  Called once per layer and micro-batch. */
+    void (*on_gdn)(void *user, int layer, int p0, const pic_gdn_args *a);
+} pic_forward_hooks;
+
+/* Run tokens (n) at positions p0.. through the model, advancing s (s->pos
+ * becomes p0+n); logits (V) or (n, V) as mode asks.  be NULL: CPU.  hooks
+ * may be NULL.  -1 + err on a bad token id, position or allocation; the
+ * state is then unspecified (reset it). */
+int pic_forward(const pic_model *m, const pic_backend *be, pic_state *s,
+                const int *tokens, int n, int p0, pic_logits_mode mode,
+                float *logits, const pic_forward_hooks *hooks, char *err,
+                size_t errlen);
+
+/* Model FLOPs of a forward of n tokens at positions p0.. (projections,
+ * attention scores and sums, GDN chunked work, lm_head rows as mode asks):
+ * the numerator of the model-FLOP/s figures in bench/forward.py. */
+double pic_forward_flops(const pic_config *cfg, int n, int p0,
+                         pic_logits_mode mode);
+
+#endif /* PIC_FORWARD_H */

@@ -1,0 +1,46 @@
+/*
+ * forward_impl.h — internals shared by forward.c and ffn.c: the micro-batch
+ * workspace.  Not a public interface.
+ */
+#ifndef PIC_FORWARD_IMPL_H
+#define PIC_FORWARD_IMPL_H
+
+#include "forward.h"
+
+typedef struct {
+    float *x;       /* (nb, H) residual stream */
+    float *xn;      /* (nb, H) normed input of the current block */
+    /* GDN */
+    float *qkv;     /* (nb, C) pre-conv [q | k | v] */
+    float *cv;      /* (nb, C) post-conv, SiLU, q̂/k̂ normalised */
+    float *z;       /* (nb, Hv*dv) output gate */
+    float *beta;    /* (nb, Hv) */
+    float *g;       /* (nb, Hv) */
+    float *lo;      /* (nb, Hv*dv) recurrence output */
+    /* attention */
+    float *qp;      /* (nb, Hq*2*hd) [q | gate] per head */
+    float *q;       /* (nb, Hq*hd) */
+    float *gate;    /* (nb, Hq*hd) */
+    float *k;       /* (nb, Hkv*hd) */
+    float *v;       /* (nb, Hkv*hd) */
+    float *ao;      /* (nb, Hq*hd) */
+    int   *pos;     /* (nb) positions */
+    /* FFN */
+    float *fg;      /* (nb, max(I, Is)) gate activations */
+    float *fu;      /* (nb, max(I, Is)) up activations */
+    float *rl;      /* (nb, E) router probabilities */
+    float *xe;      /* (nb, H) rows routed to one expert */
+    float *eg;      /* (nb, Ie) */
+    float *eu;      /* (nb, Ie) */
+    float *ed;      /* (nb, H) expert / shared expert output */
+    int   *sel;     /* (nb, top-k) selected experts */
+    float *selw;    /* (nb, top-k) their weights */
+    int   *rows;    /* (nb * top-k) rows of one expert */
+    float *roww;    /* (nb * top-k) */
+} pic_ws;
+
+/* h += FFN(xn) for the nb rows of w (dense MLP or MoE, MODEL.md §5). */
+void pic_ffn_forward(const pic_model *m, const pic_backend *be, int l,
+                     pic_ws *w, int nb);
+
+#endif /* PIC_FORWARD_IMPL_H */

@@ -1,0 +1,187 @@
+/*
+ * state.c — per-sequence run state (state.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "state.h"
+
+#define PIC_KV_MIN_SLOTS 256
+
+pic_state *
+pic_state_init(const pic_config *cfg, int max_ctx, char *err, size_t errlen)
+{
+    pic_state *s = calloc(1, sizeof(*s));
+
+    if (s == NULL) {
+        snprintf(err, errlen, "%s: out of memory", __func__);
+        return NULL;
+    }
+    s->n_layers = cfg->n_layers;
+    s->max_ctx = max_ctx > 0 ? max_ctx
+               : (cfg->max_position > 0 ? cfg->max_position : 1 << 20);
+    s->Hv = cfg->lin_v_heads;
+    s->dk = cfg->lin_k_dim;
+    s->dv = cfg->lin_v_dim;
+    s->conv_ch = 2 * cfg->lin_k_heads * cfg->lin_k_dim
+                 + cfg->lin_v_heads * cfg->lin_v_dim;
+    s->conv_k1 = cfg->conv_kernel > 0 ? cfg->conv_kernel - 1 : 0;
+    s->Hkv = cfg->n_kv_heads;
+    s->hd = cfg->head_dim;
+
+    for (int l = 0; l < cfg->n_layers; l++) {
+        if (cfg->layer_type[l] != PIC_LAYER_LINEAR) {
+            continue;
+        }
+        s->S[l] = calloc((size_t) s->Hv * s->dk * s->dv, sizeof(float));
+        s->conv[l] = calloc((size_t) s->conv_ch * (s->conv_k1 + 1), sizeof(float));
+        if (s->S[l] == NULL || s->conv[l] == NULL) {
+            snprintf(err, errlen, "%s: out of memory", __func__);
+            pic_state_free(s);
+            return NULL;
+        }
+    }
+    return s;
+}
+
+void
+pic_state_free(pic_state *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    for (int l = 0; l < s->n_layers; l++) {
+        free(s->S[l]);
+        free(s->conv[l]);
+        free(s->kc[l]);
+        free(s->vc[l]);
+    }
+    free(s->ws);
+    free(s);
+}
+
+void
+pic_state_reset(pic_state *s)
+{
+    for (int l = 0; l < s->n_layers; l++) {
+        if (s->S[l] != NULL) {
+            memset(s->S[l], 0, (size_t) s->Hv * s->dk * s->dv * sizeof(float));
+            memset(s->conv[l], 0, (size_t) s->conv_ch * s->conv_k1 * sizeof(float));
+        }
+    }
+    s->pos = 0;
+}
+
+/* Re-lay one (Hkv, old, hd) cache as (Hkv, cap, hd). */
+static float *
+pic_state_grow_kv(const float *old, int Hkv, int old_cap, int cap, int hd)
+{
+    float *kv = malloc((size_t) Hkv * cap * hd * sizeof(float));
+
+    if (kv == NULL) {
+        return NULL;
+    }
+    for (int h = 0; h < Hkv && old != NULL; h++) {
+        memcpy(kv + (size_t) h * cap * hd, old + (size_t) h * old_cap * hd,
+               (size_t) old_cap * hd * sizeof(float));
+    }
+    return kv;
+}
+
+int
+pic_state_reserve(pic_state *s, int n_pos, char *err, size_t errlen)
+{
+    if (n_pos <= s->cap) {
+        return 0;
+    }
+    if (n_pos > s->max_ctx) {
+        snprintf(err, errlen, "%s: %d positions exceed the context limit %d",
+                 __func__, n_pos, s->max_ctx);
+        return -1;
+    }
+    int cap = s->cap > 0 ? s->cap : PIC_KV_MIN_SLOTS;
+    while (cap < n_pos) {
+        cap = cap > s->max_ctx / 2 ? s->max_ctx : cap * 2;
+    }
+    if (cap > s->max_ctx) {
+        cap = s->max_ctx;
+    }
+    for (int l = 0; l < s->n_layers; l++) {
+        if (s->S[l] != NULL) {
+            continue;
+        }
+        float *k = pic_state_grow_kv(s->kc[l], s->Hkv, s->cap, cap, s->hd);
+        float *v = pic_state_grow_kv(s->vc[l], s->Hkv, s->cap, cap, s->hd);
+        if (k == NULL || v == NULL) {
+            free(k);
+            free(v);
+            snprintf(err, errlen, "%s: out of memory for %d KV slots",
+                     __func__, cap);
+            return -1;
+        }
+        free(s->kc[l]);
+        free(s->vc[l]);
+        s->kc[l] = k;
+        s->vc[l] = v;
+    }
+    s->cap = cap;
+    return 0;
+}
+
+pic_state *
+pic_state_clone(const pic_state *src)
+{
+    pic_state *s = calloc(1, sizeof(*s));
+    int        ok = s != NULL;
+
+    if (!ok) {
+        return NULL;
+    }
+    *s = *src;
+    s->ws = NULL;
+    s->ws_cap = 0;
+    for (int l = 0; l < src->n_layers; l++) {
+        s->S[l] = s->conv[l] = s->kc[l] = s->vc[l] = NULL;
+    }
+    for (int l = 0; l < src->n_layers && ok; l++) {
+        if (src->S[l] != NULL) {
+            size_t ns = (size_t) src->Hv * src->dk * src->dv * sizeof(float);
+            size_t nc = (size_t) src->conv_ch * (src->conv_k1 + 1) * sizeof(float);
+            s->S[l] = malloc(ns);
+            s->conv[l] = malloc(nc);
+            ok = s->S[l] != NULL && s->conv[l] != NULL;
+            if (ok) {
+                memcpy(s->S[l], src->S[l], ns);
+                memcpy(s->conv[l], src->conv[l], nc);
+            }
+        } else if (src->cap > 0) {
+            s->kc[l] = pic_state_grow_kv(src->kc[l], src->Hkv, src->cap,
+                                         src->cap, src->hd);
+            s->vc[l] = pic_state_grow_kv(src->vc[l], src->Hkv, src->cap,
+                                         src->cap, src->hd);
+            ok = s->kc[l] != NULL && s->vc[l] != NULL;
+        }
+    }
+    if (!ok) {
+        pic_state_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+size_t
+pic_state_bytes(const pic_state *s)
+{
+    size_t b = 0;
+
+    for (int l = 0; l < s->n_layers; l++) {
+        if (s->S[l] != NULL) {
+            b += (size_t) s->Hv * s->dk * s->dv * sizeof(float);
+            b += (size_t) s->conv_ch * s->conv_k1 * sizeof(float);
+        } else {
+            b += 2 * (size_t) s->Hkv * s->cap * s->hd * sizeof(float);
+        }
+    }
+    return b;
+}

@@ -1,0 +1,53 @@
+/*
+ * state.h — the per-sequence run state of the hybrid decoder.
+ *
+ * Per linear (GDN) layer: the recurrent state S and the conv window; per
+ * full-attention layer: the K/V cache, indexed by absolute position (slot p
+ * holds position p), growing by chunks up to max_ctx.  The forward pass
+ * (forward.h) reads and advances it; PIC assembly writes into it directly
+ * (compose S, seed the conv window, place rotated interior K/V).
+ */
+#ifndef PIC_STATE_H
+#define PIC_STATE_H
+
+#include <stddef.h>
+
+#include "model.h"
+
+typedef struct pic_state {
+    int     n_layers;
+    int     pos;                    /* next position = tokens consumed */
+    int     cap;                    /* KV slots allocated per layer */
+    int     max_ctx;                /* hard limit on positions */
+    int     Hv, dk, dv, conv_ch, conv_k1;   /* GDN shapes (conv_k1 = K−1) */
+    int     Hkv, hd;                /* attention shapes */
+    float  *S[PIC_MAX_LAYERS];      /* (Hv, dk, dv) linear layers, else NULL */
+    float  *conv[PIC_MAX_LAYERS];   /* (C, K−1) linear layers, else NULL */
+    float  *kc[PIC_MAX_LAYERS];     /* (Hkv, cap, hd) post-norm, RoPE'd K; full layers */
+    float  *vc[PIC_MAX_LAYERS];     /* (Hkv, cap, hd) V; full layers */
+    float  *ws;                     /* forward workspace (ws_cap floats) */
+    size_t  ws_cap;
+} pic_state;
+
+/* Allocate a zero state for cfg (max_ctx <= 0: cfg->max_position, or 1<<20
+ * when that is unset); NULL + err on allocation failure. */
+pic_state *pic_state_init(const pic_config *cfg, int max_ctx, char *err,
+                          size_t errlen);
+
+/* Free a state (NULL is fine). */
+void pic_state_free(pic_state *s);
+
+/* Back to the empty sequence: zero S and conv, pos = 0 (KV kept allocated). */
+void pic_state_reset(pic_state *s);
+
+/* Make KV slots [0, n_pos) available (grow by doubling, preserving
+ * contents); -1 + err if n_pos > max_ctx or memory runs out. */
+int pic_state_reserve(pic_state *s, int n_pos, char *err, size_t errlen);
+
+/* Deep copy of src (positions [0, src->pos) of the KV), or NULL. */
+pic_state *pic_state_clone(const pic_state *src);
+
+/* Bytes held by the state (S, conv, KV at current capacity). */
+size_t pic_state_bytes(const pic_state *s);
+
+#endif /* PIC_STATE_H */
