@@ -5,13 +5,14 @@
  *   pic-engine tokenize (--model DIR | --tokenizer FILE)
  *                       [--text TEXT | --file PATH | (stdin)] [--split-special]
  *                       [--decode IDS [--skip-special] [--stream]] [--json]
- *                       [--time N [--lines] [--threads T]]
+ *                       [--time N [--lines] [--threads T]] [--batch]
  *
  * Encode prints the ids comma-separated on one line (--json: {"ids": [...]}).
  * Decode prints the text as is (--json: {"text": "..."}); --stream feeds the ids
  * one at a time to the streaming decoder and prints the chunks as a JSON
  * array of strings.  --time N encodes the input N times (--lines: each line
  * separately, over T threads) and prints {"bytes", "seconds", "mb_per_s", ...}.
+ * --batch reads a JSON array of strings and prints a JSON array of id arrays.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -38,6 +39,7 @@ typedef struct {
     int         time_n;
     int         lines;
     int         threads;
+    int         batch;
 } pic_tokenize_args;
 
 typedef struct {
@@ -66,7 +68,9 @@ usage(FILE *f)
         "  --json            JSON output\n"
         "  --time N          encode N times, print throughput as JSON\n"
         "  --lines           (--time) encode each line separately\n"
-        "  --threads T       (--time --lines) threads, default 1\n");
+        "  --threads T       (--time --lines) threads, default 1\n"
+        "  --batch           input is a JSON array of strings; print a JSON array\n"
+        "                    of id arrays\n");
 }
 
 static char *
@@ -156,6 +160,8 @@ parse_args(int argc, char **argv, pic_tokenize_args *a)
             a->skip_special = 1;
         } else if (!strcmp(o, "--split-special")) {
             a->split_special = 1;
+        } else if (!strcmp(o, "--batch")) {
+            a->batch = 1;
         } else if (!strcmp(o, "--lines")) {
             a->lines = 1;
         } else {
@@ -376,6 +382,47 @@ run_time(const pic_tokenizer *tok, const pic_tokenize_args *a, const char *buf,
 }
 
 static int
+run_batch(const pic_tokenizer *tok, const char *buf, size_t len, unsigned flags)
+{
+    cJSON   *in, *item;
+    int32_t *ids;
+    size_t   n, i, k = 0;
+    int      rc;
+
+    in = cJSON_ParseWithLength(buf, len);
+    if (!cJSON_IsArray(in)) {
+        fprintf(stderr, "pic-engine tokenize: --batch wants a JSON array of strings\n");
+        cJSON_Delete(in);
+        return 2;
+    }
+    printf("[");
+    cJSON_ArrayForEach(item, in) {
+        if (!cJSON_IsString(item)) {
+            fprintf(stderr, "pic-engine tokenize: --batch item %zu is not a string\n", k);
+            cJSON_Delete(in);
+            return 2;
+        }
+        rc = pic_tokenizer_encode_flags(tok, item->valuestring, strlen(item->valuestring),
+                                        flags, &ids, &n);
+        if (rc != 0) {
+            fprintf(stderr, "pic-engine tokenize: encode item %zu: %s\n", k, rc_str(rc));
+            cJSON_Delete(in);
+            return 1;
+        }
+        printf(k ? ", [" : "[");
+        for (i = 0; i < n; i++) {
+            printf(i ? ", %d" : "%d", ids[i]);
+        }
+        printf("]");
+        free(ids);
+        k++;
+    }
+    printf("]\n");
+    cJSON_Delete(in);
+    return 0;
+}
+
+static int
 run_encode(const pic_tokenizer *tok, const pic_tokenize_args *a)
 {
     char     *buf = NULL;
@@ -403,6 +450,11 @@ run_encode(const pic_tokenizer *tok, const pic_tokenize_args *a)
     if (buf == NULL) {
         fprintf(stderr, "pic-engine tokenize: cannot read the input\n");
         return 1;
+    }
+    if (a->batch) {
+        rc = run_batch(tok, buf, len, flags);
+        free(buf);
+        return rc;
     }
     if (a->time_n > 0) {
         rc = run_time(tok, a, buf, len, flags);

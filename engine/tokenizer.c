@@ -314,18 +314,23 @@ is_white(int32_t c)
            || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-/* Letter or number (close to Rust's char::is_alphanumeric). */
+/* Word char of tokenizers' single_word check (regex \w): letters, marks,
+ * decimal and letter numbers, connector punctuation, ZWNJ/ZWJ. */
 static int
-is_alnum(int32_t c)
+is_word_char(int32_t c)
 {
     utf8proc_category_t k;
 
     if (c < 0) {
         return 0;
     }
+    if (c == 0x200C || c == 0x200D) {
+        return 1;
+    }
     k = utf8proc_category(c);
-    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO)
-           || (k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO);
+    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_ME)
+           || k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL
+           || k == UTF8PROC_CATEGORY_PC;
 }
 
 
@@ -1837,7 +1842,7 @@ enc_added(pic_enc *e, const pic_added_set *set, const char *p, size_t n, pic_tex
             if (end < n) {
                 utf8_get(p + end, n - end, &after);
             }
-            if (is_alnum(before) || is_alnum(after)) {
+            if (is_word_char(before) || is_word_char(after)) {
                 continue;
             }
         }
