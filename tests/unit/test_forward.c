@@ -1,0 +1,345 @@
+/*
+ * test_forward.c — properties of the forward pass on a small random model
+ * built in memory (dense and MoE FFNs, GDN with Hv = 2 Hk, GQA attention):
+ * state carries across calls (split prefill == one prefill, prefill +
+ * decode steps == one prefill, micro-batch boundaries invisible), and the
+ * on_gdn hook hands out exactly what is needed to rebuild a linear layer's
+ * state by composition, S_after = T S_before + S|0 (DESIGN.md §3.1).
+ * Numbers against transformers live in tests/integration/test_oracle.py.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "forward.h"
+#include "model.h"
+#include "state.h"
+
+static uint64_t rng = 0x1234567887654321ull;
+
+static float
+frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float) ((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static float *
+rnd(size_t n, float scale)
+{
+    float *v = malloc(n * sizeof(float));
+    assert_non_null(v);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = frand() * scale;
+    }
+    return v;
+}
+
+/* weights are leaked on purpose: one model per test binary run */
+static pic_model *
+tiny_model(void)
+{
+    static pic_model m;
+    pic_config      *c = &m.cfg;
+    int              H = 32;
+
+    memset(&m, 0, sizeof(m));
+    c->arch = PIC_ARCH_QWEN3_5;
+    c->hidden = H;
+    c->n_layers = 5;
+    c->vocab = 61;
+    c->intermediate = 48;
+    c->rms_eps = 1e-6f;
+    c->tie_embeddings = 1;
+    pic_layer_type lt[5] = { PIC_LAYER_LINEAR, PIC_LAYER_LINEAR, PIC_LAYER_FULL,
+                             PIC_LAYER_LINEAR, PIC_LAYER_FULL };
+    memcpy(c->layer_type, lt, sizeof(lt));
+    c->n_q_heads = 4; c->n_kv_heads = 2; c->head_dim = 16; c->rotary_dim = 4;
+    c->rope_theta = 10000.0f;
+    c->lin_k_heads = 2; c->lin_v_heads = 4; c->lin_k_dim = 8; c->lin_v_dim = 12;
+    c->conv_kernel = 4;
+    c->n_experts = 4; c->n_experts_per_tok = 2; c->moe_intermediate = 16;
+    c->shared_intermediate = 24; c->norm_topk_prob = 1;
+    c->layer_is_moe[1] = c->layer_is_moe[2] = 1;
+    c->max_position = 4096;
+    c->eos_ids[0] = 60; c->eos_ids[1] = c->eos_ids[2] = c->eos_ids[3] = -1;
+
+    float s = 1.0f / sqrtf((float) H);
+    int   Cc = 2 * 2 * 8 + 4 * 12, vd = 4 * 12, qd = 4 * 16, kvd = 2 * 16;
+
+    m.w.embed = rnd((size_t) c->vocab * H, 1.0f);
+    m.w.lm_head = m.w.embed;
+    m.w.final_norm = rnd(H, 0.1f);
+    for (int l = 0; l < c->n_layers; l++) {
+        pic_layer_weights *w = &m.w.layers[l];
+        w->input_norm = rnd(H, 0.1f);
+        w->post_norm = rnd(H, 0.1f);
+        if (lt[l] == PIC_LAYER_LINEAR) {
+            w->in_qkv = rnd((size_t) Cc * H, s);
+            w->in_z = rnd((size_t) vd * H, s);
+            w->in_b = rnd((size_t) 4 * H, s);
+            w->in_a = rnd((size_t) 4 * H, s);
+            w->conv_w = rnd((size_t) Cc * 4, 0.5f);
+            w->dt_bias = rnd(4, 1.0f);
+            w->A_log = rnd(4, 1.0f);
+            w->gdn_norm = rnd(12, 1.0f);
+            w->out_proj = rnd((size_t) H * vd, 1.0f / sqrtf((float) vd));
+        } else {
+            w->wq = rnd((size_t) 2 * qd * H, s);
+            w->wk = rnd((size_t) kvd * H, s);
+            w->wv = rnd((size_t) kvd * H, s);
+            w->wo = rnd((size_t) H * qd, 1.0f / sqrtf((float) qd));
+            w->q_norm = rnd(16, 0.1f);
+            w->k_norm = rnd(16, 0.1f);
+        }
+        if (c->layer_is_moe[l]) {
+            w->router = rnd((size_t) 4 * H, s);
+            w->experts = calloc(4, sizeof(pic_expert_weights));
+            for (int e = 0; e < 4; e++) {
+                w->experts[e].gate = rnd((size_t) 16 * H, s);
+                w->experts[e].up = rnd((size_t) 16 * H, s);
+                w->experts[e].down = rnd((size_t) H * 16, 0.25f);
+            }
+            w->shared.gate = rnd((size_t) 24 * H, s);
+            w->shared.up = rnd((size_t) 24 * H, s);
+            w->shared.down = rnd((size_t) H * 24, 0.2f);
+            w->shared_gate = rnd(H, s);
+        } else {
+            w->mlp_gate = rnd((size_t) 48 * H, s);
+            w->mlp_up = rnd((size_t) 48 * H, s);
+            w->mlp_down = rnd((size_t) H * 48, 1.0f / sqrtf(48.0f));
+        }
+    }
+    return &m;
+}
+
+static int *
+tokens(int n, int vocab)
+{
+    int *t = malloc(n * sizeof(int));
+    for (int i = 0; i < n; i++) {
+        t[i] = (int) ((i * 2654435761u + 17) % (unsigned) vocab);
+    }
+    return t;
+}
+
+static float
+max_abs_diff(const float *a, const float *b, size_t n)
+{
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]);
+        m = d > m ? d : m;
+    }
+    return m;
+}
+
+/* all logits of one prefill over ids */
+static float *
+prefill_all(pic_model *m, const int *ids, int n)
+{
+    char       err[256];
+    float     *lg = malloc((size_t) n * m->cfg.vocab * sizeof(float));
+    pic_state *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+
+    assert_non_null(s);
+    assert_int_equal(pic_forward(m, NULL, s, ids, n, 0, PIC_LOGITS_ALL, lg,
+                                 NULL, err, sizeof(err)), 0);
+    assert_int_equal(s->pos, n);
+    pic_state_free(s);
+    return lg;
+}
+
+static void
+test_split_prefill_equals_one_prefill(void **unused)
+{
+    pic_model *m = tiny_model();
+    int        n = 150, V = m->cfg.vocab;
+    int       *ids = tokens(n, V);
+    float     *ref = prefill_all(m, ids, n);
+    char       err[256];
+    static const int cuts[] = { 1, 63, 64, 65, 100, 149 };
+
+    for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
+        int        a = cuts[i];
+        float     *lg = malloc((size_t) n * V * sizeof(float));
+        pic_state *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+        assert_int_equal(pic_forward(m, NULL, s, ids, a, 0, PIC_LOGITS_ALL, lg,
+                                     NULL, err, sizeof(err)), 0);
+        assert_int_equal(pic_forward(m, NULL, s, ids + a, n - a, a,
+                                     PIC_LOGITS_ALL, lg + (size_t) a * V,
+                                     NULL, err, sizeof(err)), 0);
+        float e = max_abs_diff(ref, lg, (size_t) n * V);
+        print_message("cut %d: max |Δlogit| %.3g\n", a, e);
+        assert_true(e < 1e-4f);
+        free(lg);
+        pic_state_free(s);
+    }
+    free(ref);
+    free(ids);
+}
+
+static void
+test_prefill_then_decode_equals_one_prefill(void **unused)
+{
+    pic_model *m = tiny_model();
+    int        n = 90, p = 37, V = m->cfg.vocab;
+    int       *ids = tokens(n, V);
+    float     *ref = prefill_all(m, ids, n);
+    float     *lg = malloc((size_t) V * sizeof(float));
+    char       err[256];
+    pic_state *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+
+    assert_int_equal(pic_forward(m, NULL, s, ids, p, 0, PIC_LOGITS_LAST, lg,
+                                 NULL, err, sizeof(err)), 0);
+    assert_true(max_abs_diff(ref + (size_t) (p - 1) * V, lg, V) < 1e-4f);
+    for (int t = p; t < n; t++) {
+        assert_int_equal(pic_forward(m, NULL, s, ids + t, 1, t, PIC_LOGITS_LAST,
+                                     lg, NULL, err, sizeof(err)), 0);
+        assert_true(max_abs_diff(ref + (size_t) t * V, lg, V) < 1e-4f);
+    }
+    free(lg);
+    free(ref);
+    free(ids);
+    pic_state_free(s);
+}
+
+/* A prefill longer than one micro-batch equals the same tokens fed in two
+ * calls that cut elsewhere (the micro-batch edge is invisible). */
+static void
+test_microbatch_edge_invisible(void **unused)
+{
+    pic_model *m = tiny_model();
+    int        n = PIC_UBATCH + 77, V = m->cfg.vocab, a = 200;
+    int       *ids = tokens(n, V);
+    float     *ref = prefill_all(m, ids, n);
+    float     *lg = malloc((size_t) n * V * sizeof(float));
+    char       err[256];
+    pic_state *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+
+    assert_int_equal(pic_forward(m, NULL, s, ids, a, 0, PIC_LOGITS_ALL, lg,
+                                 NULL, err, sizeof(err)), 0);
+    assert_int_equal(pic_forward(m, NULL, s, ids + a, n - a, a, PIC_LOGITS_ALL,
+                                 lg + (size_t) a * V, NULL, err, sizeof(err)), 0);
+    assert_true(max_abs_diff(ref, lg, (size_t) n * V) < 1e-4f);
+    free(lg);
+    free(ref);
+    free(ids);
+    pic_state_free(s);
+}
+
+static void
+test_bad_input_is_an_error(void **unused)
+{
+    pic_model *m = tiny_model();
+    char       err[256] = "";
+    float      lg[61];
+    int        bad[2] = { 3, 61 };
+    pic_state *s = pic_state_init(&m->cfg, 100, err, sizeof(err));
+
+    assert_int_equal(pic_forward(m, NULL, s, bad, 2, 0, PIC_LOGITS_LAST, lg,
+                                 NULL, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "token id 61"));
+    assert_int_equal(pic_forward(m, NULL, s, bad, 1, 100, PIC_LOGITS_LAST, lg,
+                                 NULL, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "context limit"));
+    assert_int_equal(pic_forward(m, NULL, s, bad, 1, 0, PIC_LOGITS_LAST, NULL,
+                                 NULL, err, sizeof(err)), -1);
+    pic_state_free(s);
+}
+
+/* --- the PIC hook --- */
+
+typedef struct {
+    int    layer;
+    float *T;       /* (Hv, dk, dk) */
+    float *Sz;      /* (Hv, dk, dv) */
+} hook_ctx;
+
+static void
+capture_gdn(void *user, int layer, int p0, const pic_gdn_args *a)
+{
+    hook_ctx          *h = user;
+    const pic_backend *be = pic_backend_cpu();
+
+    if (layer != h->layer) {
+        return;
+    }
+    pic_gdn_args t = *a, z = *a;
+    t.v = NULL;
+    t.ds = a->dk;
+    t.S = h->T;
+    be->gdn_chunked(&t);
+    z.S = h->Sz;
+    be->gdn_chunked(&z);
+}
+
+static void
+test_on_gdn_hook_gives_composable_operator(void **unused)
+{
+    pic_model *m = tiny_model();
+    int        n = 100, a = 30, V = m->cfg.vocab;
+    int        Hv = m->cfg.lin_v_heads, dk = m->cfg.lin_k_dim, dv = m->cfg.lin_v_dim;
+    int       *ids = tokens(n, V);
+    char       err[256];
+    pic_state *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    hook_ctx   h = { .layer = 3 };
+    pic_forward_hooks hooks = { .user = &h, .on_gdn = capture_gdn };
+    float     *lg = malloc(V * sizeof(float));
+
+    h.T = calloc((size_t) Hv * dk * dk, sizeof(float));
+    h.Sz = calloc((size_t) Hv * dk * dv, sizeof(float));
+    for (int hh = 0; hh < Hv; hh++) {
+        for (int i = 0; i < dk; i++) {
+            h.T[(size_t) hh * dk * dk + i * dk + i] = 1.0f;
+        }
+    }
+    assert_int_equal(pic_forward(m, NULL, s, ids, a, 0, PIC_LOGITS_NONE, NULL,
+                                 NULL, err, sizeof(err)), 0);
+    float *before = malloc((size_t) Hv * dk * dv * sizeof(float));
+    memcpy(before, s->S[3], (size_t) Hv * dk * dv * sizeof(float));
+    assert_int_equal(pic_forward(m, NULL, s, ids + a, n - a, a, PIC_LOGITS_LAST,
+                                 lg, &hooks, err, sizeof(err)), 0);
+
+    float err_max = 0.0f, mag = 0.0f;
+    for (int hh = 0; hh < Hv; hh++) {
+        for (int i = 0; i < dk; i++) {
+            for (int j = 0; j < dv; j++) {
+                double v = h.Sz[(size_t) hh * dk * dv + i * dv + j];
+                for (int l = 0; l < dk; l++) {
+                    v += (double) h.T[(size_t) hh * dk * dk + i * dk + l]
+                         * before[(size_t) hh * dk * dv + l * dv + j];
+                }
+                float got = s->S[3][(size_t) hh * dk * dv + i * dv + j];
+                err_max = fmaxf(err_max, fabsf((float) v - got));
+                mag = fmaxf(mag, fabsf(got));
+            }
+        }
+    }
+    print_message("composed state error %.3g (|S| up to %.3g)\n", err_max, mag);
+    assert_true(mag > 0.01f);
+    assert_true(err_max < 1e-5f);
+    free(before); free(h.T); free(h.Sz); free(lg); free(ids);
+    pic_state_free(s);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_split_prefill_equals_one_prefill),
+        cmocka_unit_test(test_prefill_then_decode_equals_one_prefill),
+        cmocka_unit_test(test_microbatch_edge_invisible),
+        cmocka_unit_test(test_bad_input_is_an_error),
+        cmocka_unit_test(test_on_gdn_hook_gives_composable_operator),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
