@@ -17,9 +17,15 @@ STATUS_CONF = """
 """
 
 
+def status(ngx):
+    return json.loads(harness.http("GET", ngx.url + "/pic/status")[2])
+
+
 def test_module_loads_and_status_is_json(procs):
     ngx = procs.nginx(STATUS_CONF)
     harness.http("GET", ngx.url + "/v1/anything")
+    # requests are counted in the log phase, just after the response is sent
+    harness.wait_for(lambda: status(ngx)["requests"]["total"] >= 1, what="counter")
     code, headers, body = harness.http("GET", ngx.url + "/pic/status")
     assert code == 200
     assert headers["Content-Type"].startswith("application/json")
@@ -33,8 +39,8 @@ def test_status_counts_across_workers(procs):
     ngx = procs.nginx(STATUS_CONF, workers=2)
     for _ in range(20):
         assert harness.http("GET", ngx.url + "/x")[0] == 200
-    doc = json.loads(harness.http("GET", ngx.url + "/pic/status")[2])
-    assert doc["requests"]["total"] == 20
+    harness.wait_for(lambda: status(ngx)["requests"]["total"] >= 20, what="counters")
+    assert status(ngx)["requests"]["total"] == 20
 
 
 def test_status_prometheus_format(procs):
