@@ -1,13 +1,350 @@
 /*
- * cmd_generate.c — placeholder until the owning change lands (see the open issue).
+ * cmd_generate.c — `pic-engine generate`: prefill a prompt, then decode and
+ * stream the text to stdout (UTF-8 safe), with prefill and decode speeds on
+ * stderr.
+ *
+ *   pic-engine generate --model DIR (--prompt TEXT | --chat JSON | --tokens IDS)
+ *       [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
+ *       [--threads N] [--ignore-eos] [--ids]
+ *
+ * Temperature 0 (the default) is greedy decoding.  --ids prints the
+ * generated token ids (comma-separated) instead of text; with --tokens the
+ * prompt is given as ids (no tokenizer needed): the oracle tests use both.
  */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
 
 #include "commands.h"
+#include "forward.h"
+#include "model.h"
+#include "pic_kernels.h"
+#include "sample.h"
+#include "state.h"
+#include "tokenizer.h"
+
+static void
+pic_generate_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: pic-engine generate --model DIR (--prompt TEXT | --chat JSON | --tokens IDS)\n"
+        "           [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
+        "           [--seed S] [--threads N] [--ignore-eos] [--ids]\n"
+        "  --chat JSON   OpenAI messages array (or {\"messages\": [...]}) rendered as ChatML\n"
+        "  --tokens IDS  prompt as comma-separated token ids\n"
+        "  --ids         print generated token ids instead of text\n"
+        "  temperature 0 (default) is greedy; stop tokens come from the config\n");
+}
+
+static double
+pic_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int
+pic_parse_id_list(const char *s, int **ids, int *n)
+{
+    int  cap = 16, cnt = 0;
+    int *a = malloc(cap * sizeof(int));
+
+    while (a != NULL && *s) {
+        char *end;
+        long  v;
+        errno = 0;
+        v = strtol(s, &end, 10);
+        if (end == s || errno != 0 || v < 0 || v > 0x7fffffff
+            || (*end != ',' && *end != '\0')) {
+            break;
+        }
+        if (cnt == cap) {
+            int *b = realloc(a, 2 * cap * sizeof(int));
+            if (b == NULL) {
+                break;
+            }
+            a = b;
+            cap *= 2;
+        }
+        a[cnt++] = (int) v;
+        s = *end == ',' ? end + 1 : end;
+    }
+    if (a == NULL || *s != '\0' || cnt == 0) {
+        free(a);
+        return -1;
+    }
+    *ids = a;
+    *n = cnt;
+    return 0;
+}
+
+/* Render an OpenAI messages JSON (array, or object with "messages") as a
+ * plain ChatML prompt with the generation prompt appended; malloc'ed, or
+ * NULL + err.  Interim: string contents only, no tools; the shared template
+ * code (ngx_pic_module/pic_template.h) replaces this once it lands. */
+static char *
+pic_generate_render_chat(const char *json, char *err, size_t errlen)
+{
+    cJSON  *root = cJSON_Parse(json), *msgs, *msg;
+    char   *out = NULL;
+    size_t  len = 0, cap = 0;
+
+    if (root == NULL) {
+        snprintf(err, errlen, "not valid JSON");
+        return NULL;
+    }
+    msgs = cJSON_IsArray(root) ? root : cJSON_GetObjectItemCaseSensitive(root, "messages");
+    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) {
+        snprintf(err, errlen, "expected a non-empty messages array");
+        cJSON_Delete(root);
+        return NULL;
+    }
+    cJSON_ArrayForEach(msg, msgs) {
+        cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
+        cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
+        if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
+            snprintf(err, errlen, "each message needs string role and content");
+            free(out);
+            cJSON_Delete(root);
+            return NULL;
+        }
+        size_t need = len + strlen(role->valuestring) + strlen(content->valuestring) + 64;
+        if (need > cap) {
+            char *o = realloc(out, need * 2);
+            if (o == NULL) {
+                snprintf(err, errlen, "out of memory");
+                free(out);
+                cJSON_Delete(root);
+                return NULL;
+            }
+            out = o;
+            cap = need * 2;
+        }
+        len += sprintf(out + len, "<|im_start|>%s\n%s<|im_end|>\n",
+                       role->valuestring, content->valuestring);
+    }
+    cJSON_Delete(root);
+    char *o = realloc(out, len + 32);
+    if (o == NULL) {
+        free(out);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    strcpy(o + len, "<|im_start|>assistant\n");
+    return o;
+}
 
 int
 pic_cmd_generate(int argc, char **argv)
 {
-    fprintf(stderr, "pic-engine generate: not built yet\n");
-    return 2;
+    const char       *dir = NULL, *prompt = NULL, *chat = NULL, *tok_list = NULL;
+    int               max_tokens = 128, threads = 0, ignore_eos = 0, print_ids = 0;
+    pic_sample_params sp = { .temperature = 0.0f, .top_k = 0, .top_p = 1.0f,
+                             .seed = 0 };
+    pic_model        *m = NULL;
+    pic_tokenizer    *tok = NULL;
+    pic_state        *s = NULL;
+    pic_sampler       smp;
+    pic_detok         dt;
+    int               have_smp = 0, have_dt = 0, rc = 1, n = 0;
+    int              *ids = NULL;
+    float            *logits = NULL;
+    char             *rendered = NULL;
+    char              err[512], path[4200];
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            pic_generate_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--ignore-eos")) {
+            ignore_eos = 1;
+            continue;
+        }
+        if (!strcmp(a, "--ids")) {
+            print_ids = 1;
+            continue;
+        }
+        if (v == NULL) {
+            fprintf(stderr, "pic-engine generate: %s needs a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "--model")) {
+            dir = v;
+        } else if (!strcmp(a, "--prompt")) {
+            prompt = v;
+        } else if (!strcmp(a, "--chat")) {
+            chat = v;
+        } else if (!strcmp(a, "--tokens")) {
+            tok_list = v;
+        } else if (!strcmp(a, "--max-tokens")) {
+            max_tokens = atoi(v);
+        } else if (!strcmp(a, "--temperature")) {
+            sp.temperature = strtof(v, NULL);
+        } else if (!strcmp(a, "--top-k")) {
+            sp.top_k = atoi(v);
+        } else if (!strcmp(a, "--top-p")) {
+            sp.top_p = strtof(v, NULL);
+        } else if (!strcmp(a, "--seed")) {
+            sp.seed = strtoull(v, NULL, 10);
+        } else if (!strcmp(a, "--threads")) {
+            threads = atoi(v);
+        } else {
+            fprintf(stderr, "pic-engine generate: unknown option %s\n", a);
+            pic_generate_usage(stderr);
+            return 2;
+        }
+        i++;
+    }
+    if (dir == NULL || (prompt != NULL) + (chat != NULL) + (tok_list != NULL) != 1
+        || max_tokens < 0) {
+        pic_generate_usage(stderr);
+        return 2;
+    }
+    pic_kernels_set_threads(threads);
+
+    /* tokenizer (not needed for --tokens --ids) */
+    if (!(tok_list != NULL && print_ids)) {
+        snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+        tok = pic_tokenizer_load(path, err, sizeof(err));
+        if (tok == NULL) {
+            fprintf(stderr, "pic-engine generate: %s\n", err);
+            goto done;
+        }
+    }
+    if (chat != NULL) {
+        rendered = pic_generate_render_chat(chat, err, sizeof(err));
+        if (rendered == NULL) {
+            fprintf(stderr, "pic-engine generate: --chat: %s\n", err);
+            rc = 2;
+            goto done;
+        }
+        prompt = rendered;
+    }
+    if (tok_list != NULL) {
+        if (pic_parse_id_list(tok_list, &ids, &n) != 0) {
+            fprintf(stderr, "pic-engine generate: --tokens wants ids like 1,2,3\n");
+            rc = 2;
+            goto done;
+        }
+    } else {
+        int32_t *t32 = NULL;
+        size_t   nt = 0;
+        if (pic_tokenizer_encode(tok, prompt, strlen(prompt), &t32, &nt) != 0
+            || nt == 0 || nt > 0x7fffffff) {
+            fprintf(stderr, "pic-engine generate: cannot tokenize the prompt "
+                            "(invalid UTF-8 or empty)\n");
+            free(t32);
+            rc = 2;
+            goto done;
+        }
+        ids = malloc(nt * sizeof(int));
+        if (ids == NULL) {
+            free(t32);
+            goto done;
+        }
+        for (size_t i = 0; i < nt; i++) {
+            ids[i] = t32[i];
+        }
+        n = (int) nt;
+        free(t32);
+    }
+
+    m = pic_model_load(dir, err, sizeof(err));
+    if (m == NULL) {
+        fprintf(stderr, "pic-engine generate: %s\n", err);
+        goto done;
+    }
+    s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    logits = malloc((size_t) m->cfg.vocab * sizeof(float));
+    if (s == NULL || logits == NULL
+        || pic_sampler_init(&smp, &sp, m->cfg.vocab) != 0) {
+        fprintf(stderr, "pic-engine generate: out of memory\n");
+        goto done;
+    }
+    have_smp = 1;
+    if (tok != NULL) {
+        pic_detok_init(&dt, tok, 1);
+        have_dt = 1;
+    }
+
+    double t0 = pic_now();
+    if (pic_forward(m, NULL, s, ids, n, 0, PIC_LOGITS_LAST, logits, NULL,
+                    err, sizeof(err)) != 0) {
+        fprintf(stderr, "pic-engine generate: %s\n", err);
+        goto done;
+    }
+    double t1 = pic_now();
+    int    gen = 0;
+    const char *stop_reason = "length";
+
+    while (gen < max_tokens) {
+        int id = pic_sampler_sample(&smp, logits);
+        if (!ignore_eos && pic_sample_is_stop(&m->cfg, id)) {
+            stop_reason = "stop";
+            break;
+        }
+        gen++;
+        if (print_ids) {
+            printf(gen > 1 ? ",%d" : "%d", id);
+        } else {
+            size_t      len;
+            const char *txt = pic_detok_feed(&dt, id, &len);
+            if (txt != NULL && len > 0) {
+                fwrite(txt, 1, len, stdout);
+            }
+        }
+        fflush(stdout);
+        if (gen == max_tokens) {
+            break;
+        }
+        if (pic_forward(m, NULL, s, &id, 1, s->pos, PIC_LOGITS_LAST, logits,
+                        NULL, err, sizeof(err)) != 0) {
+            fprintf(stderr, "\npic-engine generate: %s\n", err);
+            stop_reason = "error";
+            break;
+        }
+    }
+    double t2 = pic_now();
+    if (!print_ids && have_dt) {
+        size_t      len;
+        const char *txt = pic_detok_flush(&dt, &len);
+        if (txt != NULL && len > 0) {
+            fwrite(txt, 1, len, stdout);
+        }
+    }
+    printf("\n");
+    fflush(stdout);
+
+    /* decode steps = gen − 1 forwards after the prefill (the last sampled
+     * token is not fed back) */
+    int steps = gen > 1 ? gen - 1 : 0;
+    fprintf(stderr, "prefill: %d tokens in %.3f s (%.2f tok/s); "
+                    "decode: %d tokens in %.3f s (%.2f tok/s); finish: %s\n",
+            n, t1 - t0, n / (t1 - t0 > 0 ? t1 - t0 : 1e-9), steps, t2 - t1,
+            steps / (t2 - t1 > 0 ? t2 - t1 : 1e-9), stop_reason);
+    rc = strcmp(stop_reason, "error") == 0 ? 1 : 0;
+
+done:
+    if (have_dt) {
+        pic_detok_free(&dt);
+    }
+    if (have_smp) {
+        pic_sampler_free(&smp);
+    }
+    free(rendered);
+    free(logits);
+    free(ids);
+    pic_state_free(s);
+    pic_model_free(m);
+    pic_tokenizer_free(tok);
+    return rc;
 }

@@ -3,6 +3,7 @@
  */
 #include <cblas.h>
 #include <omp.h>
+#include <pthread.h>
 
 #include "pic_kernels.h"
 #include "cpu/cpu_ops.h"
@@ -22,9 +23,20 @@ static const pic_backend pic_cpu_backend = {
     .gdn_recurrent = pic_cpu_gdn_recurrent,
 };
 
+/* OpenMP owns the cores: OpenBLAS always runs in the calling thread (two
+ * thread pools spinning on the same cores slow small ops down 100x). */
+static void
+pic_cpu_blas_init(void)
+{
+    openblas_set_num_threads(1);
+}
+
 const pic_backend *
 pic_backend_cpu(void)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+    pthread_once(&once, pic_cpu_blas_init);
     return &pic_cpu_backend;
 }
 
@@ -35,7 +47,7 @@ pic_kernels_set_threads(int n)
         n = omp_get_num_procs();
     }
     omp_set_num_threads(n);
-    openblas_set_num_threads(n);
+    pic_backend_cpu();
 }
 
 int
@@ -49,7 +61,7 @@ pic_cpu_blas_serial_begin(void)
 {
     int n = openblas_get_num_threads();
 
-    if (n > 1) {
+    if (n > 1) {                /* only if someone raised it since init */
         openblas_set_num_threads(1);
     }
     return n;

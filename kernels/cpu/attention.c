@@ -28,7 +28,7 @@ pic_cpu_attention(float *o, const float *q, const int *qpos, int n, int Hq,
     float  scale = 1.0f / sqrtf((float) hd);
     int    saved = pic_cpu_blas_serial_begin();
 
-    #pragma omp parallel
+    #pragma omp parallel if ((double) n * n_keys * Hq * hd > 131072.0)
     {
         float *sc = malloc((size_t) PIC_ATTN_TILE * (n_keys > 0 ? n_keys : 1)
                            * sizeof(float));

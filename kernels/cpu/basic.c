@@ -4,12 +4,32 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "cpu_ops.h"
 
 /* --- matmul --- */
 
+/* One thread's share: rows [o0, o1) of W. */
+static void
+pic_cpu_matmul_slice(float *y, const float *x, const float *w, int n, int in,
+                     int out, int o0, int o1, float beta)
+{
+    if (o1 <= o0) {
+        return;
+    }
+    if (n == 1) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, o1 - o0, in, 1.0f,
+                    w + (size_t) o0 * in, in, x, 1, beta, y + o0, 1);
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o1 - o0, in,
+                    1.0f, x, in, w + (size_t) o0 * in, in, beta, y + o0, out);
+    }
+}
+
+/* OpenBLAS runs single-threaded (pic_kernels.c); the output columns are
+ * split over the OpenMP threads so that one runtime owns the cores. */
 void
 pic_cpu_matmul(float *y, const float *x, const float *w, int n, int in,
                int out, int accumulate)
@@ -17,13 +37,21 @@ pic_cpu_matmul(float *y, const float *x, const float *w, int n, int in,
     PIC_OP_CHECK(y != NULL && x != NULL && w != NULL);
     PIC_OP_CHECK(n > 0 && in > 0 && out > 0);
 
-    if (n == 1) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1,
-                    accumulate ? 1.0f : 0.0f, y, 1);
+    float  beta = accumulate ? 1.0f : 0.0f;
+    double work = (double) n * in * out;
+    int    nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+
+    if (nt <= 1 || work < 262144.0 || out < 32) {
+        pic_cpu_matmul_slice(y, x, w, n, in, out, 0, out, beta);
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f,
-                x, in, w, in, accumulate ? 1.0f : 0.0f, y, out);
+    #pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads();
+        int per = ((out + T - 1) / T + 15) & ~15;   /* 64-byte aligned slices */
+        int o0 = t * per, o1 = o0 + per < out ? o0 + per : out;
+        pic_cpu_matmul_slice(y, x, w, n, in, out, o0, o1, beta);
+    }
 }
 
 /* --- norms and activations --- */

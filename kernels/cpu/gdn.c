@@ -214,7 +214,7 @@ pic_cpu_gdn_chunked(const pic_gdn_args *a)
     int       saved = pic_cpu_blas_serial_begin();
     int       dk = a->dk, ds = a->ds;
 
-    #pragma omp parallel if (a->Hv > 1)
+    #pragma omp parallel if (a->Hv > 1 && (double) a->n * a->Hv * dk * ds > 131072.0)
     {
         pic_gdn_scratch w;
         size_t          sz = (size_t) C * dk * 2 + (size_t) C * (ds + dk)
