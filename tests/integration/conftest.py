@@ -1,6 +1,7 @@
 """pytest fixtures: real processes per test, logs kept, logs checked at teardown."""
 import os
 import re
+import shutil
 
 import pytest
 
@@ -17,6 +18,7 @@ def logdir(request):
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.nodeid.split("::", 1)[-1])
     mod = os.path.splitext(os.path.basename(request.node.fspath))[0]
     d = os.path.join(harness.BUILD, "test-logs", mod, name)
+    shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d, exist_ok=True)
     return d
 
