@@ -9,5 +9,6 @@ int pic_cmd_serve(int argc, char **argv);     /* HTTP server (cmd_serve.c) */
 int pic_cmd_generate(int argc, char **argv);  /* stream a completion (cmd_generate.c) */
 int pic_cmd_logits(int argc, char **argv);    /* raw float32 logits (cmd_logits.c) */
 int pic_cmd_tokenize(int argc, char **argv);  /* ids for a text (cmd_tokenize.c) */
+int pic_cmd_sysinfo(int argc, char **argv);   /* sgemm / memcpy rooflines (cmd_sysinfo.c) */
 
 #endif

@@ -17,6 +17,7 @@ static const pic_command commands[] = {
     { "generate", pic_cmd_generate, "generate text from --prompt or --chat" },
     { "logits",   pic_cmd_logits,   "write float32 logits [tokens x vocab] for --tokens" },
     { "tokenize", pic_cmd_tokenize, "print token ids for a text" },
+    { "sysinfo",  pic_cmd_sysinfo,  "measure sgemm GFLOP/s and memcpy GB/s (JSON)" },
 };
 
 static void
