@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Regenerate the committed test checkpoints (tests/fixtures/models/) and their
+# transformers oracle outputs (tests/fixtures/oracle/).  Developers run this by hand
+# (`make fixtures`) after changing tests/tools/make_models.py or oracle.py; CI never
+# does (CI needs no torch: it only runs `make_models.py --check`).
+#
+# The oracle venv: $ORACLE_VENV if set, else /work/venvs/oracle if it exists, else
+# .venv-oracle (created here from PyPI with the versions the committed fixtures were
+# made with; torch is a large download).  It must NOT contain the optional fused
+# kernels (flash-linear-attention, causal-conv1d, kernels): oracle.py refuses then.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ORACLE_REQS=(torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0 numpy)
+
+if [ -n "${ORACLE_VENV:-}" ]; then
+  VENV=$ORACLE_VENV
+elif [ -x /work/venvs/oracle/bin/python ]; then
+  VENV=/work/venvs/oracle
+else
+  VENV=.venv-oracle
+fi
+PY="$VENV/bin/python"
+
+if ! "$PY" -c "import torch, transformers, tokenizers, safetensors, numpy" 2>/dev/null; then
+  echo "fixtures: creating $VENV (${ORACLE_REQS[*]})"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip
+  "$VENV/bin/pip" install -q --disable-pip-version-check "${ORACLE_REQS[@]}"
+fi
+
+echo "fixtures: writing tests/fixtures/models/ (make_models.py)"
+"$PY" tests/tools/make_models.py --out tests/fixtures/models --preset fixtures
+echo "fixtures: checking layouts and writing tests/fixtures/oracle/ (oracle.py)"
+"$PY" tests/tools/oracle.py
+"$PY" tests/tools/make_models.py --check
+echo "fixtures: done; review 'git status tests/fixtures' and commit"
