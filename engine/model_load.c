@@ -784,9 +784,6 @@ pic_model_load(const char *dir, char *err, size_t errlen)
     }
     L.report = file_bytes > LD_PROGRESS_BYTES;
     L.next_pct = 10;
-    if (ld_fingerprint(&L, config, config_len, tok, tok_len) != 0) {
-        goto fail;
-    }
 
     /* Qwen3.5 wrappers nest the text model under model.language_model. */
     L.prefix = pic_st_find(L.st, "model.language_model.embed_tokens.weight")
@@ -804,6 +801,9 @@ pic_model_load(const char *dir, char *err, size_t errlen)
         fprintf(stderr, "pic_model_load: %s: %s, %d layers, %zu files, "
                 "%.2f GB of tensors\n", dir, c->model_type, c->n_layers,
                 pic_st_file_count(L.st), L.total / 1e9);
+    }
+    if (ld_fingerprint(&L, config, config_len, tok, tok_len) != 0) {
+        goto fail;
     }
 
     /* embeddings, final norm, head */
