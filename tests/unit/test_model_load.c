@@ -1302,6 +1302,65 @@ test_config_errors_named(void **state)
     }
 }
 
+/* --- the project's committed tiny checkpoints (make_models.py) --- */
+
+static void
+test_loads_committed_fixture_models(void **state)
+{
+    static const struct {
+        const char *name;
+        int         arch, n_layers, n_experts, head_dim, rotary_dim, tie;
+        const char *types;          /* L linear, F full; M marks MoE */
+    } want[] = {
+        { "tiny-qwen35", PIC_ARCH_QWEN3_5, 4, 0, 32, 8, 1, "L.L.L.F." },
+        { "tiny-qwen35-moe", PIC_ARCH_QWEN3_5, 4, 8, 32, 8, 0, "LMLMLMFM" },
+        { "tiny-qwen3next", PIC_ARCH_QWEN3_NEXT, 6, 8, 32, 8, 0,
+          "L.LML.F.L.FM" },
+        { "tiny-realheads", PIC_ARCH_QWEN3_5, 3, 0, 256, 64, 1, "L.L.F." },
+    };
+    const char *base = getenv("PIC_FIXTURES");
+    char        dir[512];
+    size_t      k;
+    int         i, found = 0;
+
+    if (base == NULL) {
+        base = "tests/fixtures/models";
+    }
+    for (k = 0; k < sizeof(want) / sizeof(want[0]); k++) {
+        pic_model *m;
+        struct stat sb;
+
+        snprintf(dir, sizeof(dir), "%s/%s", base, want[k].name);
+        if (stat(dir, &sb) != 0) {
+            continue;
+        }
+        found++;
+        m = pic_model_load(dir, err, sizeof(err));
+        if (m == NULL) {
+            fail_msg("%s: %s", dir, err);
+        }
+        assert_int_equal(m->cfg.arch, want[k].arch);
+        assert_int_equal(m->cfg.n_layers, want[k].n_layers);
+        assert_int_equal(m->cfg.n_experts, want[k].n_experts);
+        assert_int_equal(m->cfg.head_dim, want[k].head_dim);
+        assert_int_equal(m->cfg.rotary_dim, want[k].rotary_dim);
+        assert_int_equal(m->cfg.tie_embeddings, want[k].tie);
+        assert_int_equal(m->w.lm_head == m->w.embed, want[k].tie);
+        for (i = 0; i < m->cfg.n_layers; i++) {
+            assert_int_equal(m->cfg.layer_type[i] == PIC_LAYER_FULL,
+                             want[k].types[2 * i] == 'F');
+            assert_int_equal(m->cfg.layer_is_moe[i],
+                             want[k].types[2 * i + 1] == 'M');
+        }
+        assert_true(m->weight_bytes > 0);
+        assert_true(m->fingerprint != 0);
+        pic_model_free(m);
+    }
+    if (found == 0) {
+        skip();
+    }
+}
+
 int
 main(void)
 {
@@ -1322,6 +1381,7 @@ main(void)
         cmocka_unit_test(test_unsupported_dtype_in_used_tensor),
         cmocka_unit_test(test_bad_files_in_directory),
         cmocka_unit_test(test_config_errors_named),
+        cmocka_unit_test(test_loads_committed_fixture_models),
     };
 
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
