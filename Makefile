@@ -152,7 +152,7 @@ run: deps all ## start engines + nginx with the module on 127.0.0.1:$(PORT) (def
 models: ## generate the project's own small models under models/
 	@$(PY) tests/tools/make_models.py --out models
 
-fixtures: ## regenerate oracle fixtures with transformers (needs .venv-oracle: make oracle-venv)
+fixtures: ## regenerate oracle fixtures with transformers (creates .venv-oracle with torch; CI never does)
 	@scripts/fixtures.sh
 
 bench-%: all ## run benchmark bench/NAME (QUICK=1 for a short run)

@@ -33,7 +33,7 @@ fi
 # Debian's nginx package enables and starts a system nginx on :80; we never use
 # it (tests and `make run` start their own with -p/-c).  Leave it as it is.
 
-PY_REQS=(pytest openai tokenizers numpy safetensors)
+PY_REQS=(pytest openai "tokenizers==0.23.3" numpy safetensors)
 VENV=.venv
 stamp="$VENV/.deps-$(printf '%s ' "${PY_REQS[@]}" | md5sum | cut -c1-8)"
 if [ ! -f "$stamp" ]; then
