@@ -140,7 +140,8 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, pic_state *s, int l,
         hooks->on_gdn(hooks->user, l, p0, &a);
     }
     a.o = w->lo;
-    if (nb < 8) {
+    /* below one chunk the WY form buys nothing: step token by token */
+    if (nb < PIC_GDN_CHUNK) {
         be->gdn_recurrent(&a);
     } else {
         be->gdn_chunked(&a);
