@@ -149,6 +149,8 @@ static pthread_once_t byte_map_once = PTHREAD_ONCE_INIT;
 
 /* --- small helpers --- */
 
+static int grow(void **p, size_t *cap, size_t need, size_t elem);
+
 static void
 seterr(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -816,6 +818,164 @@ normalize(int opts, const char *s, size_t n, char **out, size_t *out_len)
     return 0;
 }
 
+/* Marks with a non-zero combining class in utf8proc's Unicode 15 data that
+ * the `tokenizers` normaliser (older Unicode data) still treats as plain
+ * starters, so they block composition and are never reordered there.  Found
+ * by normalising "e X U+0301 X" for every code point with tokenizers 0.23;
+ * treating them as inert below reproduces its ids exactly. */
+static const int32_t stale_marks[] = {
+    0x007FD, 0x00899, 0x0089A, 0x0089B, 0x008CF, 0x008D0, 0x008D1, 0x008D2, 0x008D3,
+    0x00C3C, 0x00D3B, 0x00D3C, 0x00EBA, 0x01715, 0x01ABF, 0x01AC0, 0x01AC3, 0x01AC4,
+    0x01ACA, 0x01DF6, 0x01DF7, 0x01DF8, 0x01DF9, 0x01DFA, 0x0A82C, 0x10EFD, 0x10EFE,
+    0x10EFF, 0x10F46, 0x10F47, 0x10F4B, 0x10F4D, 0x10F4E, 0x10F4F, 0x10F50, 0x10F83,
+    0x10F85, 0x11070, 0x1133B, 0x11839, 0x1183A, 0x1193D, 0x1193E, 0x11943, 0x119E0,
+    0x11A34, 0x11A47, 0x11A99, 0x11D42, 0x11D44, 0x11D45, 0x11D97, 0x11F41, 0x11F42,
+    0x16FF0, 0x16FF1, 0x1E4EC, 0x1E4ED, 0x1E4EE
+};
+
+static int
+is_stale_mark(int32_t cp)
+{
+    size_t lo = 0, hi = sizeof(stale_marks) / sizeof(stale_marks[0]);
+
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+
+        if (stale_marks[mid] == cp) {
+            return 1;
+        }
+        if (stale_marks[mid] < cp) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return 0;
+}
+
+/* 1 if cp is left alone by every normal form and never joins the char
+ * before it: a starter (ccc 0) with no decomposition that is not a mark and
+ * not a Hangul jamo (the only starters that are second in a composition). */
+static int
+norm_inert(int32_t cp)
+{
+    const utf8proc_property_t *pr;
+
+    if (cp < 0x80) {
+        return 1;
+    }
+    if ((cp >= 0x1100 && cp <= 0x11FF) || (cp >= 0xD7B0 && cp <= 0xD7FF)) {
+        return 0;
+    }
+    if (is_stale_mark(cp)) {
+        return 1;
+    }
+    pr = utf8proc_get_property(cp);
+    return pr->combining_class == 0 && pr->decomp_seqindex == UINT16_MAX
+           && pr->category != UTF8PROC_CATEGORY_MN && pr->category != UTF8PROC_CATEGORY_MC
+           && pr->category != UTF8PROC_CATEGORY_ME;
+}
+
+static uint8_t        inert_bmp[65536 / 8];
+static pthread_once_t inert_once = PTHREAD_ONCE_INIT;
+
+static void
+inert_init(void)
+{
+    int32_t cp;
+
+    for (cp = 0; cp < 65536; cp++) {
+        if (norm_inert(cp)) {
+            inert_bmp[cp >> 3] |= (uint8_t)(1u << (cp & 7));
+        }
+    }
+}
+
+static inline int
+is_inert(int32_t cp)
+{
+    if (cp < 65536) {
+        return (inert_bmp[cp >> 3] >> (cp & 7)) & 1;
+    }
+    return norm_inert(cp);
+}
+
+/* Normalise s[0..n) (valid UTF-8) touching only what can change: text splits
+ * before any inert char, so only the runs of non-inert chars, each with the
+ * inert char before it, go through utf8proc.  *out = NULL when nothing
+ * changed (use s); else a malloc'ed result of *out_len bytes. */
+static int
+normalize_runs(int opts, const char *s, size_t n, char **out, size_t *out_len)
+{
+    char   *buf = NULL, *q;
+    size_t  cap = 0, len = 0, done = 0, i = 0, cs, ce, l, m;
+    int32_t cp;
+    int     rc;
+
+    *out = NULL;
+    *out_len = n;
+    while (i < n) {
+        if ((unsigned char)s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        l = utf8_get(s + i, n - i, &cp);
+        if (is_inert(cp)) {
+            i += l;
+            continue;
+        }
+        /* the run takes the inert char before it (it may compose with the
+         * run), unless that is a stale mark, which composes with nothing */
+        cs = i;
+        if (i > done) {
+            int32_t pc;
+
+            cs = utf8_prev(s, i);
+            utf8_get(s + cs, i - cs, &pc);
+            if (is_stale_mark(pc)) {
+                cs = i;
+            }
+        }
+        ce = i + l;
+        while (ce < n) {
+            l = utf8_get(s + ce, n - ce, &cp);
+            if (is_inert(cp)) {
+                break;
+            }
+            ce += l;
+        }
+        rc = normalize(opts, s + cs, ce - cs, &q, &m);
+        if (rc != 0) {
+            free(buf);
+            return rc;
+        }
+        if (buf == NULL && m == ce - cs && memcmp(q, s + cs, m) == 0) {
+            free(q);        /* unchanged so far: keep pointing at s */
+            i = ce;
+            continue;
+        }
+        if (grow((void **)&buf, &cap, len + (cs - done) + m + (n - ce) + 1, 1) != 0) {
+            free(q);
+            free(buf);
+            return PIC_TOKENIZER_ENOMEM;
+        }
+        memcpy(buf + len, s + done, cs - done);
+        len += cs - done;
+        memcpy(buf + len, q, m);
+        len += m;
+        free(q);
+        done = ce;
+        i = ce;
+    }
+    if (buf != NULL) {
+        memcpy(buf + len, s + done, n - done);
+        len += n - done;
+        *out = buf;
+        *out_len = len;
+    }
+    return 0;
+}
+
 static int
 load_added(pic_tokenizer *t, const cJSON *added, char *err, size_t errlen)
 {
@@ -1169,6 +1329,7 @@ pic_tokenizer_load_json(const char *json, size_t len, char *err, size_t errlen)
     size_t         i;
 
     pthread_once(&byte_map_once, byte_map_init);
+    pthread_once(&inert_once, inert_init);
     seterr(err, errlen, "%s: unknown error", __func__);
     if (json == NULL) {
         seterr(err, errlen, "%s: no input", __func__);
@@ -1899,22 +2060,17 @@ static int
 enc_normalized(pic_enc *e, const char *p, size_t n)
 {
     char  *q;
-    size_t m, i;
+    size_t m;
     int    rc;
 
     if (e->t->norm == 0) {
         return enc_added(e, &e->t->norm_set, p, n, enc_pretok);
     }
-    for (i = 0; i < n && (unsigned char)p[i] < 0x80; i++) {
-    }
-    if (i == n) {   /* ASCII is invariant under every normal form */
-        return enc_added(e, &e->t->norm_set, p, n, enc_pretok);
-    }
-    rc = normalize(e->t->norm, p, n, &q, &m);
+    rc = normalize_runs(e->t->norm, p, n, &q, &m);
     if (rc != 0) {
         return rc;
     }
-    rc = enc_added(e, &e->t->norm_set, q, m, enc_pretok);
+    rc = enc_added(e, &e->t->norm_set, q ? q : p, m, enc_pretok);
     free(q);
     return rc;
 }

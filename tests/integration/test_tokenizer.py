@@ -65,6 +65,20 @@ CORPUS = {
 }
 
 
+NORM_POOL = ["a", "e", "o", "A", " ", "x", "\u0301", "\u0300", "\u0302", "\u0323", "\u0308",
+             "\u0327", "\u1100", "\u1161", "\u11a8", "\uac00", "\uac01", "\u0b47", "\u0b3e",
+             "\u0b57", "\u09c7", "\u09be", "\u0bc6", "\u0bbe", "\u0d46", "\u0d3e",
+             "\u304b", "\u3099", "\u309a", "\u30cf", "\u0958", "\u212b", "\u2126",
+             "\u0344", "\u0f73", "\u1e9b", "\u0915", "\u093c", "\u00c5", "\u00e9", "\u6211",
+             "\U0001d15e", "\U00011099", "\U000110ba", "\ufb01", "\u2460", "1"]
+
+
+def norm_texts(n, seed=99):
+    rnd = random.Random(seed)
+    return ["".join(rnd.choice(NORM_POOL) for _ in range(rnd.randrange(1, 16)))
+            for _ in range(n)]
+
+
 def run_engine(args, input_bytes=None, check=True):
     p = subprocess.run([ENGINE, "tokenize"] + args, input=input_bytes,
                        capture_output=True, timeout=60)
@@ -138,6 +152,30 @@ def test_encode_random_strings_equal_tokenizers(tok):
     got = encode_batch(path, texts)
     for text, ids, want in zip(texts, got, ref.encode_batch(texts)):
         assert ids == want.ids, repr(text)
+
+
+def test_normalization_edge_cases_equal_tokenizers(tok):
+    """NFC where it is subtle: compositions whose second char is a starter
+    (Hangul jamo, Indic vowel signs, kana voicing marks), singletons, excluded
+    compositions, mark reordering — random strings of them, in one process."""
+    path, ref = tok
+    texts = norm_texts(3000)
+    got = encode_batch(path, texts)
+    for text, ids, want in zip(texts, got, ref.encode_batch(texts)):
+        assert ids == want.ids, ascii(text)
+
+
+def test_every_code_point_equals_tokenizers(tok):
+    """Each code point of planes 0-2 and 14 in contexts that exercise the
+    regex classes (\\p{L} \\p{M} \\p{N} \\s) and NFC (next to e + U+0301):
+    catches Unicode-table differences between PCRE2/utf8proc and tokenizers."""
+    path, ref = tok
+    cps = [c for c in range(0x80, 0x30000) if not 0xD800 <= c < 0xE000]
+    cps += list(range(0xE0000, 0xE1000))
+    texts = ["e%s\u0301%sa%s %sx" % ((chr(c),) * 4) for c in cps]
+    got = encode_batch(path, texts)
+    bad = [hex(c) for c, ids, want in zip(cps, got, ref.encode_batch(texts)) if ids != want.ids]
+    assert bad == []
 
 
 def test_encode_training_corpus_equals_tokenizers(tok):
@@ -222,7 +260,7 @@ def test_nfkc_and_ignore_merges_equal_tokenizers(tok, tmp_path):
         d["model"]["ignore_merges"] = True
     p2 = edited_tokenizer(tmp_path, path, edit)
     ref = Tokenizer.from_file(p2)
-    texts = ["ﬁne ① ｆｕｌｌ ㍿ x²", CORPUS["combining_nfc"], CORPUS["ascii"]]
+    texts = ["ﬁne ① ｆｕｌｌ ㍿ x²", CORPUS["combining_nfc"], CORPUS["ascii"]] + norm_texts(1000)
     assert encode_batch(p2, texts) == [e.ids for e in ref.encode_batch(texts)]
 
 
