@@ -36,9 +36,13 @@
 #define PIC_TOK_MAX_ID        (1 << 24)            /* ids must be below this */
 #define PIC_TOK_MAX_TOKEN     65536                /* bytes in one vocab string */
 #define PIC_TOK_MAX_STAGES    8                    /* pre-tokenizer stages */
+#ifndef PIC_TOK_CACHE_SLOTS
 #define PIC_TOK_CACHE_SLOTS   16384                /* power of two */
+#endif
 #define PIC_TOK_CACHE_LOCKS   64
+#ifndef PIC_TOK_CACHE_WORD
 #define PIC_TOK_CACHE_WORD    24                   /* longest cached word, bytes */
+#endif
 #define PIC_TOK_CACHE_IDS     12                   /* most ids of a cached word */
 
 /* GPT-2's regex, used by a ByteLevel pre-tokenizer with use_regex=true */
