@@ -187,6 +187,35 @@ def test_encode_training_corpus_equals_tokenizers(tok):
     assert parse_ids(p.stdout) == ref.encode(text).ids
 
 
+def test_large_vocab_equals_tokenizers(tok, tmp_path):
+    """40k tokens / 38k merges grown at random from the trained ones: long
+    merge chains and big hash tables, as in a real Qwen vocab."""
+    path, _ = tok
+    from make_tokenizer import corpus_lines
+
+    def edit(d):
+        vocab, merges = d["model"]["vocab"], d["model"]["merges"]
+        as_str = isinstance(merges[0], str)
+        toks = sorted(vocab, key=vocab.get)
+        rnd = random.Random(5)
+        while len(vocab) < 40000:
+            a, b = rnd.choice(toks), rnd.choice(toks)
+            if len(a) + len(b) > 16 or a + b in vocab:
+                continue
+            vocab[a + b] = len(vocab)
+            toks.append(a + b)
+            merges.append(a + " " + b if as_str else [a, b])
+        for i, a in enumerate(d["added_tokens"]):
+            a["id"] = len(vocab) + i
+    p2 = edited_tokenizer(tmp_path, path, edit)
+    ref = Tokenizer.from_file(p2)
+    text = "".join(corpus_lines()) + "".join(CORPUS.values())
+    p = run_engine(["--tokenizer", p2], input_bytes=text.encode())
+    assert parse_ids(p.stdout) == ref.encode(text).ids
+    texts = norm_texts(500) + [CORPUS["specials_embedded"]]
+    assert encode_batch(p2, texts) == [e.ids for e in ref.encode_batch(texts)]
+
+
 def test_split_special_equals_encode_special_tokens(tok):
     """--split-special: specials are text, non-special added tokens still match."""
     path, ref = tok
