@@ -24,6 +24,8 @@
 #include "forward.h"
 #include "model.h"
 #include "pic_kernels.h"
+#include "pic_request.h"
+#include "pic_template.h"
 #include "sample.h"
 #include "state.h"
 #include "tokenizer.h"
@@ -35,7 +37,8 @@ pic_generate_usage(FILE *f)
         "usage: pic-engine generate --model DIR (--prompt TEXT | --chat JSON | --tokens IDS)\n"
         "           [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
         "           [--seed S] [--threads N] [--ignore-eos] [--ids]\n"
-        "  --chat JSON   OpenAI messages array (or {\"messages\": [...]}) rendered as ChatML\n"
+        "  --chat JSON   OpenAI messages array, or a chat request object (messages,\n"
+        "                tools, chat_template_kwargs), rendered with the model's template\n"
         "  --tokens IDS  prompt as comma-separated token ids\n"
         "  --ids         print generated token ids instead of text\n"
         "  temperature 0 (default) is greedy; stop tokens come from the config\n");
@@ -85,60 +88,70 @@ pic_parse_id_list(const char *s, int **ids, int *n)
     return 0;
 }
 
-/* Render an OpenAI messages JSON (array, or object with "messages") as a
- * plain ChatML prompt with the generation prompt appended; malloc'ed, or
- * NULL + err.  Interim: string contents only, no tools; the shared template
- * code (ngx_pic_module/pic_template.h) replaces this once it lands. */
+/* Render an OpenAI chat request (a messages array, or an object with
+ * "messages" and optionally "tools", "chat_template_kwargs") with the
+ * shared template code in the model's dialect; malloc'ed text, or NULL +
+ * err. */
 static char *
-pic_generate_render_chat(const char *json, char *err, size_t errlen)
+pic_generate_render_chat(const char *json, pic_arch arch, char *err,
+                         size_t errlen)
 {
-    cJSON  *root = cJSON_Parse(json), *msgs, *msg;
-    char   *out = NULL;
-    size_t  len = 0, cap = 0;
+    pic_request       req;
+    pic_render        r;
+    pic_error         e;
+    pic_template_opts opts = { .dialect = arch == PIC_ARCH_QWEN3_5
+                                          ? PIC_TEMPLATE_QWEN3_5
+                                          : PIC_TEMPLATE_QWEN3 };
+    char             *body = NULL, *out = NULL;
+    cJSON            *root = cJSON_Parse(json), *obj;
 
+    /* a bare array is the messages; the parser wants a model name */
     if (root == NULL) {
         snprintf(err, errlen, "not valid JSON");
         return NULL;
     }
-    msgs = cJSON_IsArray(root) ? root : cJSON_GetObjectItemCaseSensitive(root, "messages");
-    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) {
-        snprintf(err, errlen, "expected a non-empty messages array");
-        cJSON_Delete(root);
-        return NULL;
-    }
-    cJSON_ArrayForEach(msg, msgs) {
-        cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role");
-        cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
-        if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
-            snprintf(err, errlen, "each message needs string role and content");
-            free(out);
+    if (cJSON_IsArray(root)) {
+        obj = cJSON_CreateObject();
+        if (obj == NULL) {
             cJSON_Delete(root);
+            snprintf(err, errlen, "out of memory");
             return NULL;
         }
-        size_t need = len + strlen(role->valuestring) + strlen(content->valuestring) + 64;
-        if (need > cap) {
-            char *o = realloc(out, need * 2);
-            if (o == NULL) {
-                snprintf(err, errlen, "out of memory");
-                free(out);
-                cJSON_Delete(root);
-                return NULL;
-            }
-            out = o;
-            cap = need * 2;
-        }
-        len += sprintf(out + len, "<|im_start|>%s\n%s<|im_end|>\n",
-                       role->valuestring, content->valuestring);
+        cJSON_AddItemToObject(obj, "messages", root);
+        root = obj;
     }
+    if (cJSON_IsObject(root) && !cJSON_HasObjectItem(root, "model")) {
+        cJSON_AddStringToObject(root, "model", "pic-engine");
+    }
+    body = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
-    char *o = realloc(out, len + 32);
-    if (o == NULL) {
-        free(out);
+    if (body == NULL) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    strcpy(o + len, "<|im_start|>assistant\n");
-    return o;
+    size_t len = strlen(body);
+
+    memset(&req, 0, sizeof(req));
+    memset(&e, 0, sizeof(e));
+    if (pic_request_parse(&req, PIC_REQ_CHAT, body, len, NULL,
+                          &e) != 0) {
+        snprintf(err, errlen, "%s", e.message);
+        free(body);
+        return NULL;
+    }
+    pic_render_init(&r);
+    if (pic_template_render(&opts, &req, &r, &e) != 0) {
+        snprintf(err, errlen, "%s", e.message);
+    } else if ((out = malloc(r.text.len + 1)) == NULL) {
+        snprintf(err, errlen, "out of memory");
+    } else {
+        memcpy(out, r.text.data ? r.text.data : "", r.text.len);
+        out[r.text.len] = '\0';
+    }
+    pic_render_free(&r);
+    pic_request_free(&req);
+    free(body);
+    return out;
 }
 
 int
@@ -220,8 +233,13 @@ pic_cmd_generate(int argc, char **argv)
             goto done;
         }
     }
+    m = pic_model_load(dir, err, sizeof(err));
+    if (m == NULL) {
+        fprintf(stderr, "pic-engine generate: %s\n", err);
+        goto done;
+    }
     if (chat != NULL) {
-        rendered = pic_generate_render_chat(chat, err, sizeof(err));
+        rendered = pic_generate_render_chat(chat, m->cfg.arch, err, sizeof(err));
         if (rendered == NULL) {
             fprintf(stderr, "pic-engine generate: --chat: %s\n", err);
             rc = 2;
@@ -258,11 +276,6 @@ pic_cmd_generate(int argc, char **argv)
         free(t32);
     }
 
-    m = pic_model_load(dir, err, sizeof(err));
-    if (m == NULL) {
-        fprintf(stderr, "pic-engine generate: %s\n", err);
-        goto done;
-    }
     s = pic_state_init(&m->cfg, 0, err, sizeof(err));
     logits = malloc((size_t) m->cfg.vocab * sizeof(float));
     if (s == NULL || logits == NULL

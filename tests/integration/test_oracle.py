@@ -101,3 +101,76 @@ def test_greedy_generate_reproduces_continuation(meta, prompt):
     got = [int(x) for x in r.stdout.strip().split(",")]
     assert got == prompt["continuation"]
     assert "prefill:" in r.stderr and "decode:" in r.stderr
+
+
+def _generate_ids(meta, args, n):
+    cmd = [ENGINE, "generate", "--model", os.path.join(ROOT, meta["model_dir"]), "--ids",
+           "--ignore-eos", "--max-tokens", str(n), "--temperature", "0"] + args
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return [int(x) for x in r.stdout.strip().split(",")]
+
+
+@pytest.mark.skipif(not CASES, reason="no oracle fixtures under tests/fixtures/oracle")
+@pytest.mark.parametrize("meta,prompt", CASES)
+def test_generate_from_text_reproduces_continuation(meta, prompt):
+    """--prompt TEXT: our tokenizer + forward + greedy end to end."""
+    got = _generate_ids(meta, ["--prompt", prompt["text"]], len(prompt["continuation"]))
+    assert got == prompt["continuation"]
+
+
+CHAT_CASES = [c for c in CASES if c.values[1]["name"] == "chat"]
+
+
+@pytest.mark.skipif(not CHAT_CASES, reason="no chat prompt in the oracle fixtures")
+@pytest.mark.parametrize("meta,prompt", CHAT_CASES)
+def test_generate_chat_reproduces_continuation(meta, prompt):
+    """--chat JSON rendered by the shared template (thinking off) gives the
+    fixture's ChatML text, hence the same continuation."""
+    text = prompt["text"]
+    head = "<|im_start|>user\n"
+    assert text.startswith(head)
+    user = text[len(head):text.index("<|im_end|>")]
+    req = {"messages": [{"role": "user", "content": user}],
+           "chat_template_kwargs": {"enable_thinking": False}}
+    got = _generate_ids(meta, ["--chat", json.dumps(req)], len(prompt["continuation"]))
+    assert got == prompt["continuation"]
+
+
+def test_generate_streams_utf8_text_and_reports_speed():
+    """Text mode: valid UTF-8 on stdout (the streaming decoder never splits a
+    character), prefill/decode speeds on stderr."""
+    model = os.path.join(ROOT, "tests", "fixtures", "models", "tiny-qwen35")
+    if not os.path.isdir(model):
+        pytest.skip("fixture model missing")
+    r = subprocess.run([ENGINE, "generate", "--model", model, "--prompt", "Café résumé 👍",
+                        "--max-tokens", "40", "--temperature", "0.9", "--top-p", "0.95",
+                        "--seed", "7", "--ignore-eos"], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    r.stdout.decode("utf-8")            # raises on a split or invalid sequence
+    err = r.stderr.decode()
+    assert "prefill: " in err and "tok/s" in err and "decode: 39 tokens" in err
+    r2 = subprocess.run([ENGINE, "generate", "--model", model, "--prompt", "Café résumé 👍",
+                         "--max-tokens", "40", "--temperature", "0.9", "--top-p", "0.95",
+                         "--seed", "7", "--ignore-eos"], capture_output=True, timeout=120)
+    assert r2.stdout == r.stdout        # same seed, same text
+
+
+def test_bad_arguments_are_errors_not_crashes(tmp_path):
+    model = os.path.join(ROOT, "tests", "fixtures", "models", "tiny-qwen35")
+    if not os.path.isdir(model):
+        pytest.skip("fixture model missing")
+    cases = [
+        ["logits", "--model", model, "--tokens", "1,x", "--out", str(tmp_path / "o")],
+        ["logits", "--model", model, "--tokens", "1,999999", "--out", str(tmp_path / "o")],
+        ["logits", "--model", model, "--tokens", "1,2", "--out", str(tmp_path / "o"),
+         "--decode-from", "5"],
+        ["generate", "--model", model, "--chat", "{not json"],
+        ["generate", "--model", model, "--chat", '[{"role":"bogus","content":"x"}]'],
+        ["generate", "--model", str(tmp_path / "nowhere"), "--tokens", "1,2"],
+        ["generate", "--model", model],
+    ]
+    for args in cases:
+        r = subprocess.run([ENGINE] + args, capture_output=True, text=True, timeout=60)
+        assert r.returncode in (1, 2), (args, r.returncode, r.stderr)
+        assert r.stderr.strip(), args
