@@ -1,0 +1,174 @@
+/*
+ * pic_segment.c — request → rendered prompt → keyed segments
+ * (see pic_segment.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pic_segment.h"
+
+const char *
+pic_seg_kind_name(pic_seg_kind k)
+{
+    switch (k) {
+    case PIC_SEG_PREFIX:  return "prefix";
+    case PIC_SEG_PIC:     return "pic";
+    case PIC_SEG_DYNAMIC: return "dynamic";
+    }
+    return "unknown";
+}
+
+int
+pic_seg_kind_parse(const char *name, pic_seg_kind *out)
+{
+    for (int k = PIC_SEG_PREFIX; k <= PIC_SEG_DYNAMIC; k++) {
+        if (!strcmp(name, pic_seg_kind_name((pic_seg_kind) k))) {
+            *out = (pic_seg_kind) k;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+uint32_t
+pic_segment_token_estimate(size_t bytes)
+{
+    size_t t = bytes / 4 + (bytes % 4 != 0);
+    return t > UINT32_MAX ? UINT32_MAX : (uint32_t) t;
+}
+
+void
+pic_segmentation_init(pic_segmentation *s)
+{
+    pic_render_init(&s->render);
+    s->segs = NULL;
+    s->n_segs = 0;
+}
+
+void
+pic_segmentation_free(pic_segmentation *s)
+{
+    pic_render_free(&s->render);
+    free(s->segs);
+    pic_segmentation_init(s);
+}
+
+typedef struct {
+    pic_segment *v;
+    size_t       n;
+    size_t       cap;
+} pic_seg_vec;
+
+static pic_segment *
+pic_seg_push(pic_seg_vec *sv)
+{
+    if (sv->n == sv->cap) {
+        size_t       cap = sv->cap ? sv->cap * 2 : 16;
+        pic_segment *p = realloc(sv->v, cap * sizeof(*p));
+        if (!p) {
+            return NULL;
+        }
+        sv->v = p;
+        sv->cap = cap;
+    }
+    pic_segment *s = &sv->v[sv->n++];
+    memset(s, 0, sizeof(*s));
+    return s;
+}
+
+/* Appends the segments of one piece [start, end): glue whole, content cut
+ * by CDC.  `reg` is the piece's content region (NULL for glue). */
+static int
+pic_seg_piece(const pic_segment_cfg *cfg, const pic_render *r, const pic_region *reg,
+              size_t start, size_t end, pic_seg_vec *sv)
+{
+    size_t at = start;
+    while (at < end) {
+        size_t len = end - at;
+        if (reg && cfg->cdc) {
+            len = pic_cdc_cut(cfg->cdc, r->text.data + at, end - at);
+        }
+        pic_segment *s = pic_seg_push(sv);
+        if (!s) {
+            return -1;
+        }
+        s->start = at;
+        s->len = len;
+        s->flags = reg ? (at + len < end ? PIC_SEG_FLAG_CDC : 0) : PIC_SEG_FLAG_GLUE;
+        s->region = reg ? reg->kind : PIC_REGION_GLUE;
+        s->index = reg ? reg->index : -1;
+        s->doc = reg ? reg->doc : 0;
+        at += len;
+    }
+    return 0;
+}
+
+int
+pic_segment_request(const pic_segment_cfg *cfg, const pic_request *req,
+                    pic_segmentation *out, pic_error *err)
+{
+    pic_template_opts opts = { cfg->dialect, cfg->marker, cfg->split_parts };
+    pic_seg_vec       sv = { NULL, 0, 0 };
+
+    pic_segmentation_free(out);
+    if (pic_template_render(&opts, req, &out->render, err) != 0) {
+        return -1;
+    }
+    const pic_render *r = &out->render;
+
+    /* pieces: leading glue joins the first content region */
+    size_t i = 0, lead = 0;
+    if (r->n_regions > 1 && r->regions[0].kind == PIC_REGION_GLUE) {
+        lead = r->regions[0].end;
+        i = 1;
+    }
+    size_t last_content_seg = SIZE_MAX;
+    for (; i < r->n_regions; i++) {
+        const pic_region *g = &r->regions[i];
+        int               glue = g->kind == PIC_REGION_GLUE;
+        size_t            start = lead ? 0 : g->start;
+        lead = 0;
+        if (pic_seg_piece(cfg, r, glue ? NULL : g, start, g->end, &sv) != 0) {
+            goto oom;
+        }
+        if (!glue) {
+            last_content_seg = sv.n - 1;
+        }
+    }
+    /* kinds and keys */
+    size_t tail = last_content_seg == SIZE_MAX ? 0 : last_content_seg;
+    for (size_t k = 0; k < sv.n; k++) {
+        pic_segment *s = &sv.v[k];
+        if (k >= tail) {
+            s->kind = PIC_SEG_DYNAMIC;
+        } else if (k == 0) {
+            s->kind = PIC_SEG_PREFIX;
+        } else if (s->len < cfg->min_pic_bytes) {
+            s->kind = PIC_SEG_DYNAMIC;
+        } else {
+            s->kind = PIC_SEG_PIC;
+        }
+        s->tokens = pic_segment_token_estimate(s->len);
+        pic_key_compute(cfg->keys, r->text.data + s->start, s->len, &s->key);
+    }
+    out->segs = sv.v;
+    out->n_segs = sv.n;
+    return 0;
+
+oom:
+    free(sv.v);
+    pic_segmentation_free(out);
+    return pic_error_oom(err, __func__);
+}
+
+int
+pic_segmentation_marked(const pic_segmentation *s, const pic_marker *m, pic_buf *out)
+{
+    for (size_t i = 0; i < s->n_segs; i++) {
+        if (i) {
+            pic_buf_append(out, m->str, m->len);
+        }
+        pic_marker_escape(m, s->render.text.data + s->segs[i].start, s->segs[i].len, out);
+    }
+    return out->oom ? -1 : 0;
+}

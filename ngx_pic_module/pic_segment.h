@@ -1,0 +1,97 @@
+/*
+ * pic_segment.h — the shared pipeline: request → rendered prompt →
+ * segments with keys (DESIGN.md §2.1-2.2, §3.2).
+ *
+ *   1. Render the chat template (pic_template) into text + regions.
+ *   2. Pieces: every client-content region is a piece; each run of template
+ *      glue between them is a piece of its own (so the same document gets
+ *      the same bytes and key in any message, position or order); glue at
+ *      the very start joins the first content region ("<|im_start|>system\n"
+ *      + the system prompt).
+ *   3. CDC (pic_cdc, optional) cuts every content piece longer than
+ *      min_size, restarting at each piece: identical content yields
+ *      identical chunks wherever it sits.  Glue is never cut.
+ *   4. Kinds: the last content piece's last chunk and everything after it
+ *      (the user query and the generation prompt) are DYNAMIC; segment 0 is
+ *      the PREFIX (an exact prefix, reused whole: the first-chunk carve-out)
+ *      unless it is in that tail; the rest are PIC, except segments shorter
+ *      than min_pic_bytes, which are DYNAMIC (not worth a seam: recompute).
+ *   5. Keys (pic_key) over each segment's rendered bytes.
+ *
+ * A completions request with token ids has no text: zero segments.
+ */
+#ifndef PIC_SEGMENT_H
+#define PIC_SEGMENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pic_buf.h"
+#include "pic_cdc.h"
+#include "pic_error.h"
+#include "pic_key.h"
+#include "pic_marker.h"
+#include "pic_request.h"
+#include "pic_template.h"
+
+typedef enum {
+    PIC_SEG_PREFIX = 0,         /* leading segment at position 0: exact-prefix reuse */
+    PIC_SEG_PIC,                /* position-independent: cached per key, spliced anywhere */
+    PIC_SEG_DYNAMIC,            /* recomputed every time (tail, tiny segments) */
+} pic_seg_kind;
+
+#define PIC_SEG_FLAG_GLUE 1u    /* template text only */
+#define PIC_SEG_FLAG_CDC  2u    /* ends at a CDC cut, not at a structural edge */
+
+typedef struct {
+    size_t          start;      /* byte span [start, start + len) of the rendered text */
+    size_t          len;
+    pic_seg_kind    kind;
+    uint32_t        flags;      /* PIC_SEG_FLAG_* */
+    pic_region_kind region;     /* kind of the content region it cuts (GLUE for glue) */
+    int32_t         index;      /* that region's message / tool index; -1 for glue */
+    uint32_t        doc;        /* that region's document number */
+    uint32_t        tokens;     /* estimate: ceil(len / 4) */
+    pic_key         key;
+} pic_segment;
+
+typedef struct {
+    pic_template_dialect dialect;
+    const pic_marker    *marker;        /* client document delimiter; NULL = off */
+    int                  split_parts;   /* each text content part is a document */
+    const pic_cdc       *cdc;           /* NULL = one segment per piece */
+    const pic_key_ctx   *keys;          /* required */
+    size_t               min_pic_bytes; /* shorter non-prefix segments are DYNAMIC */
+} pic_segment_cfg;
+
+typedef struct {
+    pic_render   render;        /* the rendered prompt and its regions */
+    pic_segment *segs;          /* consecutive, covering render.text exactly */
+    size_t       n_segs;
+} pic_segmentation;
+
+/* Makes s empty (no allocation). */
+void pic_segmentation_init(pic_segmentation *s);
+
+/* Frees everything s holds; s becomes empty. */
+void pic_segmentation_free(pic_segmentation *s);
+
+/* Runs the pipeline above for req under cfg into out (freed first).
+ * Returns 0, or -1 with err set (400 template error, 500 OOM). */
+int pic_segment_request(const pic_segment_cfg *cfg, const pic_request *req,
+                        pic_segmentation *out, pic_error *err);
+
+/* Appends the marked wire form of s to out: segment texts joined by the
+ * marker, each escaped (pic_marker_join).  Returns 0 or -1 (OOM). */
+int pic_segmentation_marked(const pic_segmentation *s, const pic_marker *m, pic_buf *out);
+
+/* "prefix", "pic" or "dynamic". */
+const char *pic_seg_kind_name(pic_seg_kind k);
+
+/* Parses a kind name; returns 0, or -1 if unknown. */
+int pic_seg_kind_parse(const char *name, pic_seg_kind *out);
+
+/* The token estimate used for planning: ceil(bytes / 4). */
+uint32_t pic_segment_token_estimate(size_t bytes);
+
+#endif /* PIC_SEGMENT_H */
