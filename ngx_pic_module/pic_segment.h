@@ -53,7 +53,7 @@ typedef struct {
     uint32_t        doc;        /* that region's document number */
     uint32_t        tokens;     /* estimate: ceil(len / 4) */
     pic_key         key;
-} pic_segment;
+} pic_seg;
 
 typedef struct {
     pic_template_dialect dialect;
@@ -66,7 +66,7 @@ typedef struct {
 
 typedef struct {
     pic_render   render;        /* the rendered prompt and its regions */
-    pic_segment *segs;          /* consecutive, covering render.text exactly */
+    pic_seg     *segs;          /* consecutive, covering render.text exactly */
     size_t       n_segs;
 } pic_segmentation;
 
