@@ -13,17 +13,51 @@ static void
 serve_usage(FILE *f)
 {
     fprintf(f,
-            "usage: pic-engine serve [--model DIR] [--host IP] [--port N] [--id NAME]\n"
-            "                        [--port-file PATH] [--threads N]\n"
-            "  --host IP         listen address (default 127.0.0.1)\n"
-            "  --port N          listen port (default 8000; 0 picks a free port)\n"
-            "  --id NAME         engine id for status and the index (default engine-PORT)\n"
-            "  --port-file PATH  write the bound port to PATH once listening\n");
+        "usage: pic-engine serve [--model DIR] [--host IP] [--port N] [--id NAME] [options]\n"
+        "  --model DIR             checkpoint directory (without it: no inference, 503)\n"
+        "  --host IP               listen address (default 127.0.0.1)\n"
+        "  --port N                listen port (default 8000; 0 picks a free port)\n"
+        "  --id NAME               engine id for status and the index (default engine-PORT)\n"
+        "  --port-file PATH        write the bound port to PATH once listening\n"
+        "  --served-model-name S   model id in responses (default: the directory's name)\n"
+        "  --template NAME         chat template: qwen3 or qwen3.5 (default: from the model)\n"
+        "  --marker S              document delimiter in prompts (default <|pic_sep|>)\n"
+        "  --workers N             compute threads (default 1)\n"
+        "  --threads N             OpenMP threads per worker (default cores / workers)\n"
+        "  --batch N               running sequences per worker (default 8)\n"
+        "  --queue N               waiting requests before 429 (default 64)\n"
+        "  --ctx N                 positions per sequence (default min(model, 32768))\n"
+        "  --max-tokens N          when a request sets none (default 0: up to the context)\n"
+        "  --request-timeout-ms N  per-request deadline, 504 after (default 600000; 0 off)\n"
+        "  --max-body BYTES        request body limit, 413 above (default 16777216)\n"
+        "  --redis IP:PORT         register in Redis (or unix:/path); default: no registry\n"
+        "  --advertise HOST:PORT   address announced in Redis (default host:bound port)\n"
+        "  --heartbeat-ms N        Redis heartbeat period (default 1000)\n"
+        "  --registry-ttl N        seconds before a silent engine expires (default 5)\n"
+        "  --pool-bytes N          cache budget announced as free_bytes (default 268435456)\n");
+}
+
+/* Parse a non-negative integer no larger than max; -1 on error. */
+static long long
+serve_number(const char *s, long long max)
+{
+    char      *end;
+    long long  v = strtoll(s, &end, 10);
+
+    if (*s == '\0' || *end != '\0' || v < 0 || v > max) {
+        return -1;
+    }
+    return v;
 }
 
 int
 pic_cmd_serve(int argc, char **argv)
 {
+    enum {
+        OPT_NAME = 256, OPT_TEMPLATE, OPT_MARKER, OPT_WORKERS, OPT_BATCH, OPT_QUEUE,
+        OPT_CTX, OPT_MAXTOK, OPT_TIMEOUT, OPT_MAXBODY, OPT_REDIS, OPT_ADVERTISE,
+        OPT_HEARTBEAT, OPT_TTL, OPT_POOL,
+    };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
         { "host", required_argument, NULL, 'H' },
@@ -31,38 +65,78 @@ pic_cmd_serve(int argc, char **argv)
         { "id", required_argument, NULL, 'i' },
         { "port-file", required_argument, NULL, 'f' },
         { "threads", required_argument, NULL, 't' },
+        { "served-model-name", required_argument, NULL, OPT_NAME },
+        { "template", required_argument, NULL, OPT_TEMPLATE },
+        { "marker", required_argument, NULL, OPT_MARKER },
+        { "workers", required_argument, NULL, OPT_WORKERS },
+        { "batch", required_argument, NULL, OPT_BATCH },
+        { "queue", required_argument, NULL, OPT_QUEUE },
+        { "ctx", required_argument, NULL, OPT_CTX },
+        { "max-tokens", required_argument, NULL, OPT_MAXTOK },
+        { "request-timeout-ms", required_argument, NULL, OPT_TIMEOUT },
+        { "max-body", required_argument, NULL, OPT_MAXBODY },
+        { "redis", required_argument, NULL, OPT_REDIS },
+        { "advertise", required_argument, NULL, OPT_ADVERTISE },
+        { "heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT },
+        { "registry-ttl", required_argument, NULL, OPT_TTL },
+        { "pool-bytes", required_argument, NULL, OPT_POOL },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    pic_server_opts opts = { .host = "127.0.0.1", .port = 8000, .threads = 0 };
+    pic_server_opts opts = {
+        .host = "127.0.0.1", .port = 8000, .max_queue = -1,
+        .request_timeout_ms = 600000, .max_body = 16u << 20,
+        .heartbeat_ms = 1000, .registry_ttl_s = 5, .pool_bytes = 256u << 20,
+    };
     char            idbuf[64];
-    char           *end;
-    long            v;
+    long long       v;
     int             c;
 
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        long long max = c == 'p' ? 65535 : c == OPT_TIMEOUT || c == OPT_POOL
+                                           || c == OPT_MAXBODY ? (1LL << 50) : 1 << 30;
         switch (c) {
-        case 'm': opts.model_dir = optarg; break;
-        case 'H': opts.host = optarg; break;
-        case 'i': opts.id = optarg; break;
-        case 'f': opts.port_file = optarg; break;
-        case 'p':
-        case 't':
-            v = strtol(optarg, &end, 10);
-            if (*optarg == '\0' || *end != '\0' || v < 0 || v > 65535) {
-                fprintf(stderr, "pic-engine serve: invalid number '%s'\n", optarg);
-                return 2;
-            }
-            if (c == 'p') {
-                opts.port = (int) v;
-            } else {
-                opts.threads = (int) v;
-            }
-            break;
+        case 'm': opts.model_dir = optarg; continue;
+        case 'H': opts.host = optarg; continue;
+        case 'i': opts.id = optarg; continue;
+        case 'f': opts.port_file = optarg; continue;
+        case OPT_NAME: opts.model_name = optarg; continue;
+        case OPT_TEMPLATE: opts.template_name = optarg; continue;
+        case OPT_MARKER: opts.marker = optarg; continue;
+        case OPT_REDIS: opts.redis = optarg; continue;
+        case OPT_ADVERTISE: opts.advertise = optarg; continue;
         case 'h': serve_usage(stdout); return 0;
+        case 'p': case 't': case OPT_WORKERS: case OPT_BATCH: case OPT_QUEUE: case OPT_CTX:
+        case OPT_MAXTOK: case OPT_TIMEOUT: case OPT_MAXBODY: case OPT_HEARTBEAT:
+        case OPT_TTL: case OPT_POOL:
+            break;
         default: serve_usage(stderr); return 2;
         }
+        v = serve_number(optarg, max);
+        if (v < 0) {
+            fprintf(stderr, "pic-engine serve: invalid number '%s'\n", optarg);
+            return 2;
+        }
+        switch (c) {
+        case 'p': opts.port = (int) v; break;
+        case 't': opts.threads = (int) v; break;
+        case OPT_WORKERS: opts.workers = (int) v; break;
+        case OPT_BATCH: opts.max_batch = (int) v; break;
+        case OPT_QUEUE: opts.max_queue = (int) v; break;
+        case OPT_CTX: opts.ctx = (int) v; break;
+        case OPT_MAXTOK: opts.default_max_tokens = (int) v; break;
+        case OPT_TIMEOUT: opts.request_timeout_ms = v; break;
+        case OPT_MAXBODY: opts.max_body = (size_t) v; break;
+        case OPT_HEARTBEAT: opts.heartbeat_ms = (int) v; break;
+        case OPT_TTL: opts.registry_ttl_s = (int) v; break;
+        case OPT_POOL: opts.pool_bytes = (uint64_t) v; break;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "pic-engine serve: unexpected argument '%s'\n", argv[optind]);
+        serve_usage(stderr);
+        return 2;
     }
     if (opts.id == NULL) {
         snprintf(idbuf, sizeof(idbuf), "engine-%d", opts.port);

@@ -1,8 +1,17 @@
 /*
- * server.c — pic-engine's HTTP server on libevent: routing, health, status.
+ * server.c — pic-engine's HTTP server on libevent: start-up, routing,
+ * health, status, metrics, shutdown.
  *
- * The event loop never computes: model work runs on worker threads (see the
- * scheduler) and results come back through the loop.
+ * The event loop never computes: model work runs on the scheduler's worker
+ * threads (scheduler.h), which wake the loop through one event (event_active is
+ * thread-safe after evthread_use_pthreads); the OpenAI endpoints live in
+ * http_openai.c, the Redis registration in registry.c.
+ *
+ * Routes:
+ *   POST /v1/chat/completions, POST /v1/completions, GET /v1/models
+ *   GET  /healthz   liveness: {"status":"ok"}
+ *   GET  /status    JSON: model, scheduler, HTTP counters, registration
+ *   GET  /metrics   Prometheus text
  */
 #include <errno.h>
 #include <signal.h>
@@ -20,30 +29,18 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
-#include <event2/listener.h>
+#include <event2/thread.h>
 
 #include <cjson/cJSON.h>
 
-#include "server.h"
-
-#define PIC_ENGINE_VERSION "0.1.0"
-
-typedef struct {
-    const pic_server_opts *opts;
-    struct event_base     *base;
-    struct evhttp         *http;
-    time_t                 started;
-    int                    port;
-    unsigned long          n_requests;
-    unsigned long          n_errors;
-} pic_server;
+#include "pic_kernels.h"
+#include "server_impl.h"
 
 /* --- responses --- */
 
-/* Send body with content type and status code. */
-static void
-pic_reply(struct evhttp_request *req, int code, const char *ctype,
-          const char *body, size_t len)
+void
+pic_reply(struct evhttp_request *req, int code, const char *ctype, const char *body,
+          size_t len)
 {
     struct evbuffer *buf = evbuffer_new();
 
@@ -57,8 +54,7 @@ pic_reply(struct evhttp_request *req, int code, const char *ctype,
     evbuffer_free(buf);
 }
 
-/* Send a cJSON document (consumed). */
-static void
+void
 pic_reply_json(struct evhttp_request *req, int code, cJSON *doc)
 {
     char *s = cJSON_PrintUnformatted(doc);
@@ -72,23 +68,86 @@ pic_reply_json(struct evhttp_request *req, int code, cJSON *doc)
     free(s);
 }
 
-/* Send an OpenAI-shaped error: {"error":{"message","type","param","code"}}. */
-static void
-pic_reply_error(pic_server *srv, struct evhttp_request *req, int code,
-                const char *type, const char *message)
+static const char *
+pic_error_type_for(int code)
+{
+    switch (code) {
+    case 400: case 404: case 405: case 413: case 422: return "invalid_request_error";
+    case 429: return "rate_limit_error";
+    case 504: return "timeout";
+    default: return code >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+cJSON *
+pic_error_doc(int status, const char *type, const char *param, const char *code,
+              const char *message)
 {
     cJSON *doc = cJSON_CreateObject();
     cJSON *err = cJSON_AddObjectToObject(doc, "error");
 
-    srv->n_errors++;
-    cJSON_AddStringToObject(err, "message", message);
-    cJSON_AddStringToObject(err, "type", type);
-    cJSON_AddNullToObject(err, "param");
-    cJSON_AddNullToObject(err, "code");
-    pic_reply_json(req, code, doc);
+    cJSON_AddStringToObject(err, "message", message ? message : "");
+    cJSON_AddStringToObject(err, "type", type && type[0] ? type : pic_error_type_for(status));
+    if (param && param[0]) {
+        cJSON_AddStringToObject(err, "param", param);
+    } else {
+        cJSON_AddNullToObject(err, "param");
+    }
+    if (code && code[0]) {
+        cJSON_AddStringToObject(err, "code", code);
+    } else {
+        cJSON_AddNullToObject(err, "code");
+    }
+    return doc;
 }
 
-/* --- routes --- */
+static void
+pic_count_error(pic_server *srv, int code)
+{
+    srv->hs.errors++;
+    if (code >= 500) {
+        srv->hs.status_5xx++;
+    } else {
+        srv->hs.status_4xx++;
+    }
+}
+
+void
+pic_reply_error(pic_server *srv, struct evhttp_request *req, int code, const char *type,
+                const char *message)
+{
+    pic_count_error(srv, code);
+    pic_reply_json(req, code, pic_error_doc(code, type, NULL, NULL, message));
+}
+
+void
+pic_reply_pic_error(pic_server *srv, struct evhttp_request *req, const pic_error *err)
+{
+    int code = err->status >= 400 && err->status <= 599 ? err->status : 500;
+
+    pic_count_error(srv, code);
+    pic_reply_json(req, code, pic_error_doc(code, err->type, err->param, err->code,
+                                            err->message));
+}
+
+/* --- status --- */
+
+static void
+pic_server_load(void *arg, pic_registry_load *out)
+{
+    pic_server     *srv = arg;
+    pic_sched_stats st;
+
+    memset(out, 0, sizeof(*out));
+    out->free_bytes = srv->opts->pool_bytes;        /* no pool holds entries yet */
+    if (srv->sched == NULL) {
+        return;
+    }
+    pic_sched_stats_get(srv->sched, &st);
+    out->capacity = st.workers * st.max_batch;
+    out->running = st.running;
+    out->queued = st.queued;
+}
 
 static void
 pic_route_healthz(pic_server *srv, struct evhttp_request *req)
@@ -97,17 +156,21 @@ pic_route_healthz(pic_server *srv, struct evhttp_request *req)
 
     cJSON_AddStringToObject(doc, "status", "ok");
     cJSON_AddStringToObject(doc, "id", srv->opts->id);
+    cJSON_AddBoolToObject(doc, "model_loaded", srv->model != NULL);
     pic_reply_json(req, 200, doc);
 }
 
 static void
 pic_route_status(pic_server *srv, struct evhttp_request *req)
 {
-    cJSON *doc = cJSON_CreateObject();
+    cJSON          *doc = cJSON_CreateObject(), *o;
+    pic_sched_stats st;
+    char            fp[24];
 
     cJSON_AddStringToObject(doc, "engine", "pic-engine");
     cJSON_AddStringToObject(doc, "version", PIC_ENGINE_VERSION);
     cJSON_AddStringToObject(doc, "id", srv->opts->id);
+    cJSON_AddStringToObject(doc, "addr", srv->addr);
     cJSON_AddNumberToObject(doc, "port", srv->port);
     cJSON_AddNumberToObject(doc, "uptime_s", (double) (time(NULL) - srv->started));
     if (srv->opts->model_dir) {
@@ -115,55 +178,191 @@ pic_route_status(pic_server *srv, struct evhttp_request *req)
     } else {
         cJSON_AddNullToObject(doc, "model_dir");
     }
-    cJSON_AddNumberToObject(doc, "requests", (double) srv->n_requests);
-    cJSON_AddNumberToObject(doc, "errors", (double) srv->n_errors);
+    cJSON_AddNumberToObject(doc, "requests", (double) srv->hs.requests);
+    cJSON_AddNumberToObject(doc, "errors", (double) srv->hs.errors);
+
+    if (srv->model) {
+        o = cJSON_AddObjectToObject(doc, "model");
+        cJSON_AddStringToObject(o, "name", srv->model_name);
+        cJSON_AddStringToObject(o, "type", srv->model->cfg.model_type);
+        snprintf(fp, sizeof(fp), "%016llx", (unsigned long long) srv->model->fingerprint);
+        cJSON_AddStringToObject(o, "fingerprint", fp);
+        cJSON_AddNumberToObject(o, "layers", srv->model->cfg.n_layers);
+        cJSON_AddNumberToObject(o, "context", srv->max_ctx);
+        cJSON_AddStringToObject(o, "template", pic_template_dialect_name(srv->dialect));
+        cJSON_AddNumberToObject(o, "weight_bytes", (double) srv->model->weight_bytes);
+    } else {
+        cJSON_AddNullToObject(doc, "model");
+    }
+
+    o = cJSON_AddObjectToObject(doc, "http");
+    cJSON_AddNumberToObject(o, "requests", (double) srv->hs.requests);
+    cJSON_AddNumberToObject(o, "errors", (double) srv->hs.errors);
+    cJSON_AddNumberToObject(o, "status_4xx", (double) srv->hs.status_4xx);
+    cJSON_AddNumberToObject(o, "status_5xx", (double) srv->hs.status_5xx);
+    cJSON_AddNumberToObject(o, "completions", (double) srv->hs.completions);
+    cJSON_AddNumberToObject(o, "streams", (double) srv->hs.streams);
+    cJSON_AddNumberToObject(o, "in_flight", srv->n_live);
+    cJSON_AddNumberToObject(o, "rejected_429", (double) srv->hs.rejected_429);
+    cJSON_AddNumberToObject(o, "expired_504", (double) srv->hs.expired_504);
+    cJSON_AddNumberToObject(o, "too_large_413", (double) srv->hs.too_large_413);
+    cJSON_AddNumberToObject(o, "too_long_422", (double) srv->hs.too_long_422);
+    cJSON_AddNumberToObject(o, "disconnects", (double) srv->hs.disconnects);
+    cJSON_AddNumberToObject(o, "tool_calls", (double) srv->hs.tool_calls);
+    cJSON_AddNumberToObject(o, "ttft_avg_ms", srv->hs.ttft_n
+                            ? srv->hs.ttft_sum_s * 1e3 / (double) srv->hs.ttft_n : 0.0);
+    cJSON_AddNumberToObject(o, "latency_avg_ms", srv->hs.latency_n
+                            ? srv->hs.latency_sum_s * 1e3 / (double) srv->hs.latency_n : 0.0);
+
+    if (srv->sched) {
+        pic_sched_stats_get(srv->sched, &st);
+        o = cJSON_AddObjectToObject(doc, "scheduler");
+        cJSON_AddNumberToObject(o, "workers", st.workers);
+        cJSON_AddNumberToObject(o, "threads_per_worker", st.threads);
+        cJSON_AddNumberToObject(o, "max_batch", st.max_batch);
+        cJSON_AddNumberToObject(o, "max_queue", st.max_queue);
+        cJSON_AddNumberToObject(o, "running", st.running);
+        cJSON_AddNumberToObject(o, "queued", st.queued);
+        cJSON_AddNumberToObject(o, "submitted", (double) st.submitted);
+        cJSON_AddNumberToObject(o, "rejected", (double) st.rejected);
+        cJSON_AddNumberToObject(o, "completed", (double) st.completed);
+        cJSON_AddNumberToObject(o, "cancelled", (double) st.cancelled);
+        cJSON_AddNumberToObject(o, "expired", (double) st.expired);
+        cJSON_AddNumberToObject(o, "failed", (double) st.failed);
+        cJSON_AddNumberToObject(o, "prompt_tokens", (double) st.prompt_tokens);
+        cJSON_AddNumberToObject(o, "generated_tokens", (double) st.gen_tokens);
+        cJSON_AddNumberToObject(o, "cached_tokens", (double) st.cached_tokens);
+        cJSON_AddNumberToObject(o, "prefill_steps", (double) st.prefill_steps);
+        cJSON_AddNumberToObject(o, "decode_steps", (double) st.decode_steps);
+        cJSON_AddNumberToObject(o, "rounds", (double) st.rounds);
+        cJSON_AddNumberToObject(o, "busy_s", st.busy_s);
+        cJSON_AddNumberToObject(o, "cancel_latency_max_ms", st.cancel_latency_max_ms);
+    } else {
+        cJSON_AddNullToObject(doc, "scheduler");
+    }
+
+    if (srv->reg) {
+        cJSON_AddItemToObject(doc, "registry", pic_registry_status(srv->reg));
+    } else {
+        o = cJSON_AddObjectToObject(doc, "registry");
+        cJSON_AddBoolToObject(o, "enabled", 0);
+    }
     pic_reply_json(req, 200, doc);
 }
 
 static void
 pic_route_metrics(pic_server *srv, struct evhttp_request *req)
 {
-    char body[1024];
-    int  n;
+    struct evbuffer *b = evbuffer_new();
+    pic_sched_stats  st;
 
-    n = snprintf(body, sizeof(body),
-                 "# HELP pic_engine_requests_total HTTP requests served.\n"
-                 "# TYPE pic_engine_requests_total counter\n"
-                 "pic_engine_requests_total %lu\n"
-                 "# HELP pic_engine_errors_total Requests answered with an error.\n"
-                 "# TYPE pic_engine_errors_total counter\n"
-                 "pic_engine_errors_total %lu\n"
-                 "# HELP pic_engine_uptime_seconds Seconds since start.\n"
-                 "# TYPE pic_engine_uptime_seconds gauge\n"
-                 "pic_engine_uptime_seconds %ld\n",
-                 srv->n_requests, srv->n_errors, (long) (time(NULL) - srv->started));
-    pic_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", body, (size_t) n);
+    if (b == NULL) {
+        evhttp_send_error(req, 500, NULL);
+        return;
+    }
+#define PIC_METRIC(name, type, help, fmt, val)                                 \
+    evbuffer_add_printf(b, "# HELP " name " " help "\n# TYPE " name " " type "\n" \
+                        name " " fmt "\n", val)
+    PIC_METRIC("pic_engine_requests_total", "counter", "HTTP requests served.", "%llu",
+               (unsigned long long) srv->hs.requests);
+    PIC_METRIC("pic_engine_errors_total", "counter", "Requests answered with an error.",
+               "%llu", (unsigned long long) srv->hs.errors);
+    PIC_METRIC("pic_engine_uptime_seconds", "gauge", "Seconds since start.", "%ld",
+               (long) (time(NULL) - srv->started));
+    PIC_METRIC("pic_engine_completions_total", "counter",
+               "Completion requests accepted.", "%llu",
+               (unsigned long long) srv->hs.completions);
+    PIC_METRIC("pic_engine_rejected_total", "counter",
+               "Requests refused with 429 (queue full).", "%llu",
+               (unsigned long long) srv->hs.rejected_429);
+    PIC_METRIC("pic_engine_disconnects_total", "counter",
+               "Clients gone before the end of their answer.", "%llu",
+               (unsigned long long) srv->hs.disconnects);
+    PIC_METRIC("pic_engine_in_flight", "gauge", "Requests in flight.", "%d", srv->n_live);
+    if (srv->sched) {
+        pic_sched_stats_get(srv->sched, &st);
+        PIC_METRIC("pic_engine_running", "gauge", "Sequences computing.", "%d", st.running);
+        PIC_METRIC("pic_engine_queued", "gauge", "Requests waiting.", "%d", st.queued);
+        PIC_METRIC("pic_engine_prompt_tokens_total", "counter", "Prompt tokens.", "%llu",
+                   (unsigned long long) st.prompt_tokens);
+        PIC_METRIC("pic_engine_generated_tokens_total", "counter", "Generated tokens.",
+                   "%llu", (unsigned long long) st.gen_tokens);
+        PIC_METRIC("pic_engine_cached_tokens_total", "counter",
+                   "Prompt tokens served from a cache.", "%llu",
+                   (unsigned long long) st.cached_tokens);
+        PIC_METRIC("pic_engine_cancelled_total", "counter", "Jobs cancelled.", "%llu",
+                   (unsigned long long) st.cancelled);
+        PIC_METRIC("pic_engine_expired_total", "counter", "Jobs past their deadline.",
+                   "%llu", (unsigned long long) st.expired);
+        PIC_METRIC("pic_engine_busy_seconds_total", "counter",
+                   "Seconds the workers spent computing.", "%.3f", st.busy_s);
+    }
+    if (srv->reg) {
+        PIC_METRIC("pic_engine_registry_up", "gauge", "1 while Redis answers.", "%d",
+                   pic_registry_connected(srv->reg));
+        PIC_METRIC("pic_engine_registry_segments", "gauge",
+                   "Segments registered in the index.", "%zu",
+                   pic_registry_seg_count(srv->reg));
+    }
+#undef PIC_METRIC
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "text/plain; version=0.0.4; charset=utf-8");
+    evhttp_send_reply(req, 200, NULL, b);
+    evbuffer_free(b);
 }
+
+/* --- dispatch --- */
 
 static void
 pic_dispatch(struct evhttp_request *req, void *arg)
 {
-    pic_server *srv = arg;
-    const char *uri = evhttp_request_get_uri(req);
-    struct evhttp_uri *u = evhttp_uri_parse(uri);
-    const char *path = u ? evhttp_uri_get_path(u) : NULL;
+    pic_server          *srv = arg;
+    const char          *uri = evhttp_request_get_uri(req);
+    struct evhttp_uri   *u = evhttp_uri_parse(uri);
+    const char          *path = u ? evhttp_uri_get_path(u) : NULL;
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    int                  get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
 
-    srv->n_requests++;
+    srv->hs.requests++;
     if (path == NULL) {
-        pic_reply_error(srv, req, 400, "invalid_request_error", "malformed request URI");
-    } else if (!strcmp(path, "/healthz") && (cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD)) {
+        pic_reply_error(srv, req, 400, NULL, "malformed request URI");
+    } else if (!strcmp(path, "/healthz") && get) {
         pic_route_healthz(srv, req);
-    } else if (!strcmp(path, "/status") && cmd == EVHTTP_REQ_GET) {
+    } else if (!strcmp(path, "/status") && get) {
         pic_route_status(srv, req);
-    } else if (!strcmp(path, "/metrics") && cmd == EVHTTP_REQ_GET) {
+    } else if (!strcmp(path, "/metrics") && get) {
         pic_route_metrics(srv, req);
+    } else if (!strcmp(path, "/v1/models") && get) {
+        pic_oai_models(srv, req);
+    } else if (!strcmp(path, "/v1/chat/completions") && cmd == EVHTTP_REQ_POST) {
+        pic_oai_handle(srv, req, PIC_REQ_CHAT);
+    } else if (!strcmp(path, "/v1/completions") && cmd == EVHTTP_REQ_POST) {
+        pic_oai_handle(srv, req, PIC_REQ_COMPLETION);
+    } else if (!strcmp(path, "/v1/chat/completions") || !strcmp(path, "/v1/completions")
+               || !strcmp(path, "/v1/models") || !strcmp(path, "/status")
+               || !strcmp(path, "/healthz") || !strcmp(path, "/metrics")) {
+        pic_reply_error(srv, req, 405, NULL, "method not allowed on this endpoint");
     } else {
-        pic_reply_error(srv, req, 404, "invalid_request_error", "unknown endpoint");
+        pic_reply_error(srv, req, 404, NULL, "unknown endpoint");
     }
     if (u) {
         evhttp_uri_free(u);
     }
+}
+
+static void
+pic_on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    pic_oai_on_wake(arg);
+}
+
+/* Called by worker threads. */
+static void
+pic_notify(void *arg)
+{
+    pic_server *srv = arg;
+
+    event_active(srv->wake, EV_READ, 0);
 }
 
 static void
@@ -172,6 +371,7 @@ pic_on_signal(evutil_socket_t sig, short events, void *arg)
     pic_server *srv = arg;
 
     fprintf(stderr, "pic-engine[%s]: signal %d, shutting down\n", srv->opts->id, (int) sig);
+    srv->stopping = 1;
     event_base_loopexit(srv->base, NULL);
 }
 
@@ -192,12 +392,95 @@ pic_bound_port(struct evhttp_bound_socket *bs)
     return ntohs(((struct sockaddr_in6 *) &ss)->sin6_port);
 }
 
+/* --- model --- */
+
+/* Load the checkpoint and tokenizer, start the scheduler; 0 or -1. */
+static int
+pic_server_load_model(pic_server *srv)
+{
+    const pic_server_opts *o = srv->opts;
+    pic_sched_opts         so;
+    pic_error              perr;
+    char                   err[512], path[4200];
+    const char            *base;
+    int                    cores = (int) sysconf(_SC_NPROCESSORS_ONLN);
+
+    srv->model = pic_model_load(o->model_dir, err, sizeof(err));
+    if (srv->model == NULL) {
+        fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
+        return -1;
+    }
+    snprintf(path, sizeof(path), "%s/tokenizer.json", o->model_dir);
+    srv->tok = pic_tokenizer_load(path, err, sizeof(err));
+    if (srv->tok == NULL) {
+        fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
+        return -1;
+    }
+    if (o->model_name) {
+        snprintf(srv->model_name, sizeof(srv->model_name), "%s", o->model_name);
+    } else {
+        size_t n = strlen(o->model_dir);
+        while (n > 1 && o->model_dir[n - 1] == '/') {
+            n--;
+        }
+        base = o->model_dir + n;
+        while (base > o->model_dir && base[-1] != '/') {
+            base--;
+        }
+        snprintf(srv->model_name, sizeof(srv->model_name), "%.*s",
+                 (int) (o->model_dir + n - base), base);
+    }
+    if (o->template_name) {
+        if (pic_template_dialect_parse(o->template_name, &srv->dialect) != 0) {
+            fprintf(stderr, "pic-engine[%s]: unknown chat template '%s'\n", o->id,
+                    o->template_name);
+            return -1;
+        }
+    } else {
+        srv->dialect = srv->model->cfg.arch == PIC_ARCH_QWEN3_5 ? PIC_TEMPLATE_QWEN3_5
+                                                                : PIC_TEMPLATE_QWEN3;
+    }
+    if (pic_marker_init(&srv->marker, o->marker, o->marker ? strlen(o->marker) : 0,
+                        &perr) != 0) {
+        fprintf(stderr, "pic-engine[%s]: --marker: %s\n", o->id, perr.message);
+        return -1;
+    }
+    srv->max_ctx = o->ctx;
+    if (srv->max_ctx <= 0) {
+        int mp = srv->model->cfg.max_position;
+        srv->max_ctx = mp > 0 && mp < 32768 ? mp : 32768;
+    }
+
+    memset(&so, 0, sizeof(so));
+    so.model = srv->model;
+    so.tok = srv->tok;
+    so.workers = o->workers > 0 ? o->workers : 1;
+    so.threads = o->threads > 0 ? o->threads : (cores > so.workers ? cores / so.workers : 1);
+    so.max_batch = o->max_batch > 0 ? o->max_batch : 8;
+    so.max_queue = o->max_queue >= 0 ? o->max_queue : 64;
+    so.max_ctx = srv->max_ctx;
+    so.notify = pic_notify;
+    so.notify_arg = srv;
+    srv->sched = pic_sched_init(&so, err, sizeof(err));
+    if (srv->sched == NULL) {
+        fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
+        return -1;
+    }
+    fprintf(stderr, "pic-engine[%s]: model %s (%s, template %s), context %d, "
+            "%d worker(s) x %d thread(s), batch %d, queue %d\n", o->id, srv->model_name,
+            srv->model->cfg.model_type, pic_template_dialect_name(srv->dialect),
+            srv->max_ctx, so.workers, so.threads, so.max_batch, so.max_queue);
+    return 0;
+}
+
+/* --- run --- */
+
 int
 pic_server_run(const pic_server_opts *opts)
 {
     pic_server                  srv;
     struct evhttp_bound_socket *bs;
-    struct event               *sigint, *sigterm;
+    struct event               *sigint = NULL, *sigterm = NULL;
     int                         rc = 1;
 
     memset(&srv, 0, sizeof(srv));
@@ -205,15 +488,26 @@ pic_server_run(const pic_server_opts *opts)
     srv.started = time(NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    if (evthread_use_pthreads() != 0) {
+        fprintf(stderr, "%s: libevent has no pthreads support\n", __func__);
+        return 1;
+    }
     srv.base = event_base_new();
     srv.http = srv.base ? evhttp_new(srv.base) : NULL;
-    if (srv.http == NULL) {
+    srv.wake = srv.base ? event_new(srv.base, -1, 0, pic_on_wake, &srv) : NULL;
+    if (srv.http == NULL || srv.wake == NULL) {
         fprintf(stderr, "%s: cannot create the event loop\n", __func__);
         goto done;
     }
     evhttp_set_allowed_methods(srv.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD);
-    evhttp_set_max_body_size(srv.http, 64 * 1024 * 1024);
+    /* bodies up to 4x the limit are read and answered with a JSON 413; larger
+     * ones get evhttp's own 413 */
+    evhttp_set_max_body_size(srv.http, (ev_ssize_t) (opts->max_body * 4 + 65536));
     evhttp_set_gencb(srv.http, pic_dispatch, &srv);
+
+    if (opts->model_dir != NULL && pic_server_load_model(&srv) != 0) {
+        goto done;
+    }
 
     bs = evhttp_bind_socket_with_handle(srv.http, opts->host, (ev_uint16_t) opts->port);
     if (bs == NULL) {
@@ -222,6 +516,32 @@ pic_server_run(const pic_server_opts *opts)
         goto done;
     }
     srv.port = pic_bound_port(bs);
+    if (opts->advertise) {
+        snprintf(srv.addr, sizeof(srv.addr), "%s", opts->advertise);
+    } else {
+        snprintf(srv.addr, sizeof(srv.addr), "%s:%d", opts->host, srv.port);
+    }
+
+    if (opts->redis) {
+        pic_registry_opts ro;
+        char              err[256];
+
+        memset(&ro, 0, sizeof(ro));
+        ro.redis = opts->redis;
+        ro.id = opts->id;
+        ro.addr = srv.addr;
+        ro.version = PIC_ENGINE_VERSION;
+        ro.model_fp = srv.model ? srv.model->fingerprint : 0;
+        ro.heartbeat_ms = opts->heartbeat_ms;
+        ro.ttl_s = opts->registry_ttl_s;
+        ro.load = pic_server_load;
+        ro.load_arg = &srv;
+        srv.reg = pic_registry_init(srv.base, &ro, err, sizeof(err));
+        if (srv.reg == NULL) {
+            fprintf(stderr, "pic-engine[%s]: %s\n", opts->id, err);
+            goto done;
+        }
+    }
 
     if (opts->port_file) {
         FILE *f = fopen(opts->port_file, "w");
@@ -239,16 +559,30 @@ pic_server_run(const pic_server_opts *opts)
     fprintf(stderr, "pic-engine[%s]: listening on http://%s:%d\n", opts->id, opts->host,
             srv.port);
     event_base_dispatch(srv.base);
-    event_free(sigint);
-    event_free(sigterm);
     rc = 0;
 
 done:
+    srv.stopping = 1;
+    pic_sched_free(srv.sched);          /* every job ends (cancelled) */
+    srv.sched = NULL;
+    pic_oai_shutdown(&srv);
+    pic_registry_free(srv.reg);
+    if (sigint) {
+        event_free(sigint);
+    }
+    if (sigterm) {
+        event_free(sigterm);
+    }
     if (srv.http) {
         evhttp_free(srv.http);
+    }
+    if (srv.wake) {
+        event_free(srv.wake);
     }
     if (srv.base) {
         event_base_free(srv.base);
     }
+    pic_tokenizer_free(srv.tok);
+    pic_model_free(srv.model);
     return rc;
 }

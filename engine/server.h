@@ -4,6 +4,7 @@
 #ifndef PIC_SERVER_H
 #define PIC_SERVER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -11,8 +12,23 @@ typedef struct {
     int         port;           /* listen port; 0 picks a free one */
     const char *id;             /* engine id announced in /status and Redis */
     const char *model_dir;      /* checkpoint directory, NULL: none loaded */
+    const char *model_name;     /* served model id; NULL: the directory's name */
+    const char *template_name;  /* chat template dialect; NULL: from the model */
+    const char *marker;         /* document delimiter in prompts; NULL: default */
     const char *port_file;      /* write the bound port here when set */
-    int         threads;        /* compute threads */
+    int         threads;        /* OpenMP threads per worker; 0: cores / workers */
+    int         workers;        /* compute threads; 0: 1 */
+    int         max_batch;      /* running sequences per worker; 0: 8 */
+    int         max_queue;      /* waiting requests before 429; -1: 64 */
+    int         ctx;            /* positions per sequence; 0: min(model, 32768) */
+    int         default_max_tokens; /* when a request sets none; 0: up to the context */
+    int64_t     request_timeout_ms; /* per-request deadline; 0: none */
+    size_t      max_body;       /* request body limit in bytes (413 above) */
+    const char *redis;          /* "IP:PORT" or "unix:/path"; NULL: no registration */
+    const char *advertise;      /* host:port announced in Redis; NULL: host:bound port */
+    int         heartbeat_ms;   /* Redis heartbeat period */
+    int         registry_ttl_s; /* pic:eng:{id} expiry */
+    uint64_t    pool_bytes;     /* cache budget announced as free_bytes */
 } pic_server_opts;
 
 /* Run the server until SIGINT/SIGTERM; returns a process exit status. */

@@ -1,0 +1,814 @@
+/*
+ * http_openai.c — the OpenAI endpoints of the engine: a request becomes a
+ * scheduler job; the job's text comes back as SSE chunks or one JSON body.
+ *
+ *   POST /v1/chat/completions, POST /v1/completions, GET /v1/models
+ *
+ * Request life (loop thread):
+ *   parse + validate (shared core pic_request) → render (pic_template, the
+ *   same code the gateway uses; markers removed) → job → pic_sched_submit
+ *   (429 when the queue is full) → on each wake: take the job's new text →
+ *   tool-call filter → SSE chunks (headers go out with the first token, so
+ *   an error before it is a plain HTTP status) → finish reason, usage, [DONE].
+ *
+ * Client gone.  evhttp only notices a dead client when a write fails, so
+ * every request also watches its socket for EOF (a MSG_PEEK read); either
+ * way the job is cancelled and the worker drops it before its next step.
+ * The context lives until the scheduler reports the job done.
+ *
+ * Until the PIC state engine lands, every prompt is a plain prefill:
+ * usage.prompt_tokens_details.cached_tokens is what the job reports (0).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "pic_request.h"
+#include "pic_template.h"
+#include "server_impl.h"
+#include "toolcall.h"
+
+struct pic_oai_ctx {
+    pic_server               *srv;
+    pic_oai_ctx              *prev, *next;      /* srv->live */
+    struct evhttp_request    *req;
+    struct evhttp_connection *evcon;
+    struct event             *watch;            /* client socket EOF */
+    pic_job                  *job;
+    pic_req_kind              kind;
+    int                       stream;
+    int                       include_usage;
+    int                       headers_sent;
+    int                       gone;             /* the client went away */
+    int                       detached;         /* evhttp dropped the connection */
+    int                       linked;           /* in srv->live */
+    int                       parse_tools;
+    cJSON                    *tools;            /* owned copy of the request's tools */
+    pic_toolstream            ts;
+    pic_buf                   content;          /* non-stream: the answer so far */
+    pic_toolcall_out         *calls;            /* non-stream: parsed calls */
+    int                       n_calls, cap_calls;
+    int                       n_stream_calls;   /* stream: calls sent */
+    char                      id[48];
+    time_t                    created;
+    int64_t                   t0_ns;
+};
+
+/* --- small helpers --- */
+
+static void
+pic_oai_make_id(char *buf, size_t size, const char *prefix)
+{
+    char tail[32];
+
+    pic_toolcall_id(tail, sizeof(tail));        /* "call_" + 24 alnum */
+    snprintf(buf, size, "%s%s", prefix, tail + 5);
+}
+
+static uint64_t
+pic_oai_random_seed(void)
+{
+    static uint64_t ctr;
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ((uint64_t) ts.tv_nsec * 0x9e3779b97f4a7c15ull) ^ (uint64_t) ts.tv_sec
+           ^ ((uint64_t) getpid() << 32) ^ ++ctr;
+}
+
+static const char *
+pic_oai_finish_name(pic_finish f, int tool_calls)
+{
+    if (tool_calls > 0 && f == PIC_FINISH_STOP) {
+        return "tool_calls";
+    }
+    return f == PIC_FINISH_LENGTH ? "length" : "stop";
+}
+
+/* Only blanks? (content between tool calls is layout) */
+static int
+pic_oai_blank(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != ' ' && s[i] != '\n' && s[i] != '\t' && s[i] != '\r') {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* --- context lifetime --- */
+
+static void pic_oai_on_conn_close(struct evhttp_connection *evcon, void *arg);
+
+static void
+pic_oai_unwatch(pic_oai_ctx *c)
+{
+    if (c->watch) {
+        event_free(c->watch);
+        c->watch = NULL;
+    }
+}
+
+static void
+pic_oai_ctx_free(pic_oai_ctx *c)
+{
+    pic_server *srv = c->srv;
+
+    if (c->linked) {
+        if (c->prev) {
+            c->prev->next = c->next;
+        } else {
+            srv->live = c->next;
+        }
+        if (c->next) {
+            c->next->prev = c->prev;
+        }
+        srv->n_live--;
+    }
+    pic_oai_unwatch(c);
+    pic_job_free(c->job);
+    pic_toolstream_free(&c->ts);
+    pic_buf_free(&c->content);
+    for (int i = 0; i < c->n_calls; i++) {
+        pic_toolcall_clear(&c->calls[i]);
+    }
+    free(c->calls);
+    cJSON_Delete(c->tools);
+    free(c);
+}
+
+/* The client is gone: stop computing, stop writing. */
+static void
+pic_oai_mark_gone(pic_oai_ctx *c)
+{
+    if (!c->gone) {
+        c->gone = 1;
+        c->srv->hs.disconnects++;
+        pic_job_cancel(c->job);
+    }
+    pic_oai_unwatch(c);
+}
+
+static void
+pic_oai_on_conn_close(struct evhttp_connection *evcon, void *arg)
+{
+    pic_oai_ctx *c = arg;
+
+    /* evhttp has detached our request from the dying connection (we had not
+     * finished it): from now on the request is ours to free */
+    c->detached = 1;
+    pic_oai_mark_gone(c);
+}
+
+static void
+pic_oai_on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    pic_oai_ctx *c = arg;
+    char         b;
+    ssize_t      n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        pic_oai_mark_gone(c);
+    } else if (n > 0) {
+        /* a pipelined request: evhttp reads it later; stop watching */
+        pic_oai_unwatch(c);
+    }
+}
+
+/* Release the HTTP side of a request whose answer will not be sent. */
+static void
+pic_oai_drop_http(pic_oai_ctx *c)
+{
+    if (c->detached) {
+        evhttp_send_reply_end(c->req);      /* no connection: frees the request */
+    } else {
+        evhttp_connection_set_closecb(c->evcon, NULL, NULL);
+        evhttp_connection_free(c->evcon);   /* frees the request with it */
+    }
+    c->req = NULL;
+}
+
+/* Stop watching before the answer's last bytes (the connection may be
+ * reused or freed right after). */
+static void
+pic_oai_release_conn(pic_oai_ctx *c)
+{
+    pic_oai_unwatch(c);
+    if (!c->detached && c->evcon) {
+        evhttp_connection_set_closecb(c->evcon, NULL, NULL);
+    }
+}
+
+/* --- JSON pieces --- */
+
+static cJSON *
+pic_oai_usage(const pic_job_update *u)
+{
+    cJSON *usage = cJSON_CreateObject();
+    cJSON *det;
+
+    cJSON_AddNumberToObject(usage, "prompt_tokens", u->n_prompt);
+    cJSON_AddNumberToObject(usage, "completion_tokens", u->n_gen);
+    cJSON_AddNumberToObject(usage, "total_tokens", u->n_prompt + u->n_gen);
+    det = cJSON_AddObjectToObject(usage, "prompt_tokens_details");
+    cJSON_AddNumberToObject(det, "cached_tokens", u->n_cached);
+    return usage;
+}
+
+static cJSON *
+pic_oai_call_json(const pic_toolcall_out *tc, int index, int stream)
+{
+    cJSON *o = cJSON_CreateObject(), *fn;
+    char   id[32];
+
+    pic_toolcall_id(id, sizeof(id));
+    if (stream) {
+        cJSON_AddNumberToObject(o, "index", index);
+    }
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "type", "function");
+    fn = cJSON_AddObjectToObject(o, "function");
+    cJSON_AddStringToObject(fn, "name", tc->name);
+    cJSON_AddStringToObject(fn, "arguments", tc->arguments);
+    return o;
+}
+
+/* A chunk envelope with one choice; returns the choice object. */
+static cJSON *
+pic_oai_chunk(pic_oai_ctx *c, cJSON **doc)
+{
+    pic_server *srv = c->srv;
+    cJSON      *choices, *ch;
+
+    *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(*doc, "id", c->id);
+    cJSON_AddStringToObject(*doc, "object", c->kind == PIC_REQ_CHAT
+                                            ? "chat.completion.chunk" : "text_completion");
+    cJSON_AddNumberToObject(*doc, "created", (double) c->created);
+    cJSON_AddStringToObject(*doc, "model", srv->model_name);
+    choices = cJSON_AddArrayToObject(*doc, "choices");
+    ch = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, ch);
+    cJSON_AddNumberToObject(ch, "index", 0);
+    return ch;
+}
+
+/* Write one SSE event "data: <json>\n\n" (doc consumed). */
+static void
+pic_oai_sse(pic_oai_ctx *c, cJSON *doc)
+{
+    char            *s = cJSON_PrintUnformatted(doc);
+    struct evbuffer *b = evbuffer_new();
+
+    cJSON_Delete(doc);
+    if (s != NULL && b != NULL) {
+        evbuffer_add_printf(b, "data: %s\n\n", s);
+        evhttp_send_reply_chunk(c->req, b);
+    }
+    free(s);
+    if (b) {
+        evbuffer_free(b);
+    }
+}
+
+static void
+pic_oai_sse_raw(pic_oai_ctx *c, const char *text)
+{
+    struct evbuffer *b = evbuffer_new();
+
+    if (b != NULL) {
+        evbuffer_add(b, text, strlen(text));
+        evhttp_send_reply_chunk(c->req, b);
+        evbuffer_free(b);
+    }
+}
+
+/* Stream: headers and the opening chunk, once. */
+static void
+pic_oai_stream_start(pic_oai_ctx *c)
+{
+    struct evkeyvalq *h;
+    cJSON            *doc, *ch, *delta;
+
+    if (c->headers_sent) {
+        return;
+    }
+    c->headers_sent = 1;
+    h = evhttp_request_get_output_headers(c->req);
+    evhttp_add_header(h, "Content-Type", "text/event-stream");
+    evhttp_add_header(h, "Cache-Control", "no-cache");
+    evhttp_add_header(h, "X-Accel-Buffering", "no");
+    evhttp_send_reply_start(c->req, 200, "OK");
+    if (c->kind == PIC_REQ_CHAT) {
+        ch = pic_oai_chunk(c, &doc);
+        delta = cJSON_AddObjectToObject(ch, "delta");
+        cJSON_AddStringToObject(delta, "role", "assistant");
+        cJSON_AddStringToObject(delta, "content", "");
+        cJSON_AddNullToObject(ch, "logprobs");
+        cJSON_AddNullToObject(ch, "finish_reason");
+        if (c->include_usage) {
+            cJSON_AddNullToObject(doc, "usage");
+        }
+        pic_oai_sse(c, doc);
+    }
+}
+
+/* Stream: a content delta. */
+static void
+pic_oai_stream_text(pic_oai_ctx *c, const char *text, size_t len)
+{
+    cJSON *doc, *ch, *delta;
+    char  *t;
+
+    if (len == 0 || (c->n_stream_calls > 0 && pic_oai_blank(text, len))) {
+        return;
+    }
+    t = strndup(text, len);
+    if (t == NULL) {
+        return;
+    }
+    ch = pic_oai_chunk(c, &doc);
+    if (c->kind == PIC_REQ_CHAT) {
+        delta = cJSON_AddObjectToObject(ch, "delta");
+        cJSON_AddStringToObject(delta, "content", t);
+    } else {
+        cJSON_AddStringToObject(ch, "text", t);
+    }
+    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddNullToObject(ch, "finish_reason");
+    if (c->include_usage) {
+        cJSON_AddNullToObject(doc, "usage");
+    }
+    free(t);
+    pic_oai_sse(c, doc);
+}
+
+/* Stream: one finished tool call as a tool_calls delta. */
+static void
+pic_oai_stream_call(pic_oai_ctx *c, const pic_toolcall_out *tc)
+{
+    cJSON *doc, *ch, *delta, *arr;
+
+    ch = pic_oai_chunk(c, &doc);
+    delta = cJSON_AddObjectToObject(ch, "delta");
+    arr = cJSON_AddArrayToObject(delta, "tool_calls");
+    cJSON_AddItemToArray(arr, pic_oai_call_json(tc, c->n_stream_calls++, 1));
+    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddNullToObject(ch, "finish_reason");
+    if (c->include_usage) {
+        cJSON_AddNullToObject(doc, "usage");
+    }
+    pic_oai_sse(c, doc);
+}
+
+/* --- output path --- */
+
+/* New model text: through the tool-call filter to the client (stream) or
+ * into the answer (non-stream).  final flushes the filter. */
+static void
+pic_oai_output(pic_oai_ctx *c, const char *text, size_t len, int final)
+{
+    char             *content = NULL;
+    size_t            clen = 0;
+    pic_toolcall_out *calls = NULL;
+    int               n = 0;
+
+    if (c->parse_tools) {
+        if (pic_toolstream_feed(&c->ts, text, len, final, &content, &clen) != 0) {
+            pic_job_cancel(c->job);
+            return;
+        }
+        n = pic_toolstream_take(&c->ts, &calls);
+        text = content;
+        len = clen;
+    }
+    c->srv->hs.tool_calls += (uint64_t) n;
+    if (c->stream) {
+        pic_oai_stream_text(c, text, len);
+        for (int i = 0; i < n; i++) {
+            pic_oai_stream_call(c, &calls[i]);
+            pic_toolcall_clear(&calls[i]);
+        }
+    } else {
+        if (len > 0) {
+            pic_buf_append(&c->content, text, len);
+        }
+        for (int i = 0; i < n; i++) {
+            if (c->n_calls == c->cap_calls) {
+                int               nc = c->cap_calls ? 2 * c->cap_calls : 4;
+                pic_toolcall_out *p = realloc(c->calls, (size_t) nc * sizeof(*p));
+                if (p == NULL) {
+                    pic_toolcall_clear(&calls[i]);
+                    continue;
+                }
+                c->calls = p;
+                c->cap_calls = nc;
+            }
+            c->calls[c->n_calls++] = calls[i];
+        }
+    }
+    free(calls);
+    free(content);
+}
+
+static void
+pic_oai_log(pic_oai_ctx *c, int status, const pic_job_update *u)
+{
+    int64_t now = pic_now_ns();
+
+    fprintf(stderr, "pic-engine[%s]: %s %d prompt=%d gen=%d cached=%d %s%.1f ms%s\n",
+            c->srv->opts->id, c->kind == PIC_REQ_CHAT ? "chat" : "completion", status,
+            u->n_prompt, u->n_gen, u->n_cached, c->stream ? "stream " : "",
+            (double) (now - c->t0_ns) * 1e-6, c->gone ? " (client gone)" : "");
+}
+
+/* The job is over: the answer's end, or an error, or nothing (gone). */
+static void
+pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
+{
+    pic_server *srv = c->srv;
+
+    if (u->started && c->job->t_first_ns > 0) {
+        srv->hs.ttft_sum_s += (double) (c->job->t_first_ns - c->job->t_submit_ns) * 1e-9;
+        srv->hs.ttft_n++;
+    }
+    srv->hs.latency_sum_s += (double) (pic_now_ns() - c->t0_ns) * 1e-9;
+    srv->hs.latency_n++;
+
+    if (c->gone) {
+        pic_oai_log(c, 499, u);
+        pic_oai_drop_http(c);
+        return;
+    }
+    if (u->finish == PIC_FINISH_ERROR || u->finish == PIC_FINISH_CANCELLED) {
+        int         status = u->finish == PIC_FINISH_CANCELLED ? 503 : u->err_status;
+        const char *msg = u->finish == PIC_FINISH_CANCELLED ? "the server is shutting down"
+                                                            : u->err_msg;
+        if (status == 504) {
+            srv->hs.expired_504++;
+        } else if (status == 422) {
+            srv->hs.too_long_422++;
+        }
+        pic_oai_log(c, status, u);
+        pic_oai_release_conn(c);
+        if (!c->headers_sent) {
+            pic_reply_error(srv, c->req, status, NULL, msg);
+        } else {
+            /* mid-stream: an error event, as OpenAI streams send them */
+            cJSON *doc = pic_error_doc(status, status == 504 ? "timeout" : "server_error",
+                                       NULL, NULL, msg);
+            srv->hs.errors++;
+            pic_oai_sse(c, doc);
+            evhttp_send_reply_end(c->req);
+        }
+        c->req = NULL;
+        return;
+    }
+
+    /* a normal end: flush the filter, then the closing pieces */
+    pic_oai_output(c, NULL, 0, 1);
+    int         n_calls = c->stream ? c->n_stream_calls : c->n_calls;
+    const char *reason = pic_oai_finish_name(u->finish, n_calls);
+
+    pic_oai_log(c, 200, u);
+    if (c->stream) {
+        cJSON *doc, *ch;
+
+        pic_oai_stream_start(c);
+        ch = pic_oai_chunk(c, &doc);
+        if (c->kind == PIC_REQ_CHAT) {
+            cJSON_AddObjectToObject(ch, "delta");
+        } else {
+            cJSON_AddStringToObject(ch, "text", "");
+        }
+        cJSON_AddNullToObject(ch, "logprobs");
+        cJSON_AddStringToObject(ch, "finish_reason", reason);
+        if (c->include_usage) {
+            cJSON_AddNullToObject(doc, "usage");
+        }
+        pic_oai_sse(c, doc);
+        if (c->include_usage) {
+            doc = cJSON_CreateObject();
+            cJSON_AddStringToObject(doc, "id", c->id);
+            cJSON_AddStringToObject(doc, "object", c->kind == PIC_REQ_CHAT
+                                    ? "chat.completion.chunk" : "text_completion");
+            cJSON_AddNumberToObject(doc, "created", (double) c->created);
+            cJSON_AddStringToObject(doc, "model", srv->model_name);
+            cJSON_AddArrayToObject(doc, "choices");
+            cJSON_AddItemToObject(doc, "usage", pic_oai_usage(u));
+            pic_oai_sse(c, doc);
+        }
+        pic_oai_release_conn(c);
+        pic_oai_sse_raw(c, "data: [DONE]\n\n");
+        evhttp_send_reply_end(c->req);
+    } else {
+        cJSON *doc = cJSON_CreateObject(), *choices, *ch;
+        const char *text = c->content.data ? c->content.data : "";
+
+        cJSON_AddStringToObject(doc, "id", c->id);
+        cJSON_AddStringToObject(doc, "object", c->kind == PIC_REQ_CHAT
+                                ? "chat.completion" : "text_completion");
+        cJSON_AddNumberToObject(doc, "created", (double) c->created);
+        cJSON_AddStringToObject(doc, "model", srv->model_name);
+        choices = cJSON_AddArrayToObject(doc, "choices");
+        ch = cJSON_CreateObject();
+        cJSON_AddItemToArray(choices, ch);
+        cJSON_AddNumberToObject(ch, "index", 0);
+        if (c->kind == PIC_REQ_CHAT) {
+            cJSON *msg = cJSON_AddObjectToObject(ch, "message");
+            cJSON_AddStringToObject(msg, "role", "assistant");
+            if (c->n_calls > 0 && pic_oai_blank(text, c->content.len)) {
+                cJSON_AddNullToObject(msg, "content");
+            } else {
+                cJSON_AddStringToObject(msg, "content", text);
+            }
+            if (c->n_calls > 0) {
+                cJSON *arr = cJSON_AddArrayToObject(msg, "tool_calls");
+                for (int i = 0; i < c->n_calls; i++) {
+                    cJSON_AddItemToArray(arr, pic_oai_call_json(&c->calls[i], i, 0));
+                }
+            }
+        } else {
+            cJSON_AddStringToObject(ch, "text", text);
+        }
+        cJSON_AddNullToObject(ch, "logprobs");
+        cJSON_AddStringToObject(ch, "finish_reason", reason);
+        cJSON_AddItemToObject(doc, "usage", pic_oai_usage(u));
+        pic_oai_release_conn(c);
+        pic_reply_json(c->req, 200, doc);
+    }
+    c->req = NULL;
+}
+
+/* Move one request's news to its client; 1 when the context is finished. */
+static int
+pic_oai_progress(pic_oai_ctx *c)
+{
+    pic_job_update u;
+
+    if (!pic_job_take(c->job, &u)) {
+        free(u.text);
+        return 0;
+    }
+    if (!c->gone && (u.len > 0 || u.started)) {
+        if (c->stream) {
+            pic_oai_stream_start(c);
+        }
+        pic_oai_output(c, u.text, u.len, 0);
+    }
+    free(u.text);
+    if (!u.done) {
+        return 0;
+    }
+    pic_oai_finish(c, &u);
+    return 1;
+}
+
+void
+pic_oai_on_wake(pic_server *srv)
+{
+    pic_oai_ctx *c = srv->live, *next;
+
+    for (; c != NULL; c = next) {
+        next = c->next;
+        if (pic_oai_progress(c)) {
+            pic_oai_ctx_free(c);
+        }
+    }
+}
+
+void
+pic_oai_shutdown(pic_server *srv)
+{
+    while (srv->live != NULL) {
+        pic_oai_ctx *c = srv->live;
+
+        pic_oai_unwatch(c);
+        if (c->req != NULL) {
+            if (c->detached) {
+                evhttp_request_free(c->req);    /* nobody else owns it */
+            } else {
+                evhttp_connection_set_closecb(c->evcon, NULL, NULL);
+            }
+        }
+        pic_oai_ctx_free(c);
+    }
+}
+
+/* --- intake --- */
+
+/* Header value as a positive integer, or 0. */
+static int64_t
+pic_oai_header_int(struct evhttp_request *req, const char *name)
+{
+    const char *v = evhttp_find_header(evhttp_request_get_input_headers(req), name);
+    char       *end;
+    long long   x;
+
+    if (v == NULL) {
+        return 0;
+    }
+    x = strtoll(v, &end, 10);
+    return (*end == '\0' && x > 0) ? x : 0;
+}
+
+/* Fill the job from the parsed request; 0 or -1 with err. */
+static int
+pic_oai_job_from_request(pic_server *srv, pic_oai_ctx *c, const pic_request *r,
+                         pic_render *rd, pic_error *err)
+{
+    const pic_server_opts *o = srv->opts;
+    pic_job               *j = c->job;
+    int64_t                timeout_ms = o->request_timeout_ms, hdr;
+
+    if (r->kind == PIC_REQ_COMPLETION && r->prompt_tokens != NULL) {
+        j->prompt = malloc((r->n_prompt_tokens ? r->n_prompt_tokens : 1) * sizeof(int32_t));
+        if (j->prompt == NULL) {
+            return pic_error_oom(err, __func__);
+        }
+        memcpy(j->prompt, r->prompt_tokens, r->n_prompt_tokens * sizeof(int32_t));
+        j->n_prompt = (int) r->n_prompt_tokens;
+        if (j->n_prompt == 0) {
+            return pic_error_invalid(err, "prompt", "empty_prompt", "The prompt is empty.");
+        }
+    } else {
+        j->text = pic_buf_detach(&rd->text, &j->text_len);
+        if (j->text == NULL) {
+            return pic_error_oom(err, __func__);
+        }
+        if (j->text_len == 0) {
+            return pic_error_invalid(err, r->kind == PIC_REQ_CHAT ? "messages" : "prompt",
+                                     "empty_prompt", "The prompt is empty.");
+        }
+    }
+    j->max_tokens = r->max_tokens > 0 ? (int) (r->max_tokens > 0x7fffffff ? 0x7fffffff
+                                                                          : r->max_tokens)
+                                      : o->default_max_tokens;
+    j->sample.temperature = r->has_temperature ? (float) r->temperature : 1.0f;
+    j->sample.top_p = r->has_top_p ? (float) r->top_p : 1.0f;
+    j->sample.top_k = r->has_top_k && r->top_k > 0 ? (int) r->top_k : 0;
+    j->sample.seed = r->has_seed ? (uint64_t) r->seed : pic_oai_random_seed();
+    for (size_t i = 0; i < r->n_stop && i < PIC_JOB_MAX_STOP; i++) {
+        if (r->stop[i].len == 0) {
+            continue;
+        }
+        j->stop[j->n_stop] = strdup(r->stop[i].ptr);
+        if (j->stop[j->n_stop] == NULL) {
+            return pic_error_oom(err, __func__);
+        }
+        j->n_stop++;
+    }
+    hdr = pic_oai_header_int(c->req, "X-PIC-Timeout-Ms");
+    if (hdr > 0 && (timeout_ms <= 0 || hdr < timeout_ms)) {
+        timeout_ms = hdr;
+    }
+    j->deadline_ns = timeout_ms > 0 ? pic_now_ns() + timeout_ms * 1000000 : 0;
+    j->user = c;
+    return 0;
+}
+
+void
+pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
+{
+    struct evbuffer   *in = evhttp_request_get_input_buffer(req);
+    size_t             len = evbuffer_get_length(in);
+    pic_request        r;
+    pic_render         rd;
+    pic_template_opts  topts = { .dialect = srv->dialect, .split = &srv->marker };
+    pic_error          err;
+    pic_oai_ctx       *c = NULL;
+    const char        *body;
+    const cJSON       *tc;
+    int                rc;
+
+    memset(&r, 0, sizeof(r));
+    pic_render_init(&rd);
+    pic_error_clear(&err);
+    if (srv->model == NULL || srv->sched == NULL) {
+        pic_reply_error(srv, req, 503, "server_error", "no model is loaded on this engine");
+        return;
+    }
+    if (srv->stopping) {
+        pic_reply_error(srv, req, 503, "server_error", "the server is shutting down");
+        return;
+    }
+    if (len > srv->opts->max_body) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "the request body is %zu bytes; the limit is %zu", len,
+                 srv->opts->max_body);
+        srv->hs.too_large_413++;
+        pic_reply_error(srv, req, 413, "invalid_request_error", msg);
+        return;
+    }
+    body = (const char *) evbuffer_pullup(in, -1);
+    if (pic_request_parse(&r, kind, body ? body : "", len, NULL, &err) != 0
+        || pic_template_render(&topts, &r, &rd, &err) != 0) {
+        pic_reply_pic_error(srv, req, &err);
+        goto done;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL || (c->job = pic_job_new()) == NULL) {
+        pic_reply_error(srv, req, 500, "server_error", "out of memory");
+        goto done;
+    }
+    c->srv = srv;
+    c->req = req;
+    c->evcon = evhttp_request_get_connection(req);
+    c->kind = kind;
+    c->stream = r.stream;
+    c->include_usage = r.stream && r.include_usage;
+    c->created = time(NULL);
+    c->t0_ns = pic_now_ns();
+    pic_buf_init(&c->content);
+    pic_oai_make_id(c->id, sizeof(c->id), kind == PIC_REQ_CHAT ? "chatcmpl-" : "cmpl-");
+    tc = cJSON_GetObjectItemCaseSensitive(r.root, "tool_choice");
+    if (kind == PIC_REQ_CHAT && r.tools != NULL
+        && !(cJSON_IsString(tc) && strcmp(tc->valuestring, "none") == 0)) {
+        c->tools = cJSON_Duplicate(r.tools, 1);
+        c->parse_tools = c->tools != NULL;
+    }
+    pic_toolstream_init(&c->ts, c->tools);
+    if (pic_oai_job_from_request(srv, c, &r, &rd, &err) != 0) {
+        pic_reply_pic_error(srv, req, &err);
+        pic_oai_ctx_free(c);
+        c = NULL;
+        goto done;
+    }
+
+    rc = pic_sched_submit(srv->sched, c->job);
+    if (rc != 0) {
+        if (rc == -1) {
+            srv->hs.rejected_429++;
+            evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+            pic_reply_error(srv, req, 429, "rate_limit_error",
+                            "the engine is at capacity (batch and queue full); retry later");
+        } else {
+            pic_reply_error(srv, req, 503, "server_error", "the server is shutting down");
+        }
+        pic_oai_ctx_free(c);
+        c = NULL;
+        goto done;
+    }
+
+    /* in flight: link, watch the client */
+    srv->hs.completions++;
+    srv->hs.streams += (uint64_t) c->stream;
+    c->next = srv->live;
+    if (srv->live) {
+        srv->live->prev = c;
+    }
+    srv->live = c;
+    srv->n_live++;
+    c->linked = 1;
+    if (c->evcon != NULL) {
+        struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
+        evutil_socket_t     fd = bev ? bufferevent_getfd(bev) : -1;
+
+        evhttp_connection_set_closecb(c->evcon, pic_oai_on_conn_close, c);
+        if (fd >= 0) {
+            c->watch = event_new(srv->base, fd, EV_READ | EV_PERSIST,
+                                 pic_oai_on_readable, c);
+            if (c->watch) {
+                event_add(c->watch, NULL);
+            }
+        }
+    }
+
+done:
+    pic_render_free(&rd);
+    pic_request_free(&r);
+}
+
+void
+pic_oai_models(pic_server *srv, struct evhttp_request *req)
+{
+    cJSON *doc = cJSON_CreateObject(), *data, *m;
+
+    cJSON_AddStringToObject(doc, "object", "list");
+    data = cJSON_AddArrayToObject(doc, "data");
+    if (srv->model != NULL) {
+        char fp[24];
+
+        m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "id", srv->model_name);
+        cJSON_AddStringToObject(m, "object", "model");
+        cJSON_AddNumberToObject(m, "created", (double) srv->started);
+        cJSON_AddStringToObject(m, "owned_by", "pic-engine");
+        cJSON_AddNumberToObject(m, "max_model_len", srv->max_ctx);
+        snprintf(fp, sizeof(fp), "%016llx", (unsigned long long) srv->model->fingerprint);
+        cJSON_AddStringToObject(m, "fingerprint", fp);
+        cJSON_AddItemToArray(data, m);
+    }
+    pic_reply_json(req, 200, doc);
+}

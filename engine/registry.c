@@ -1,0 +1,816 @@
+/*
+ * registry.c — Redis registration over async hiredis on libevent
+ * (registry.h has the key layout and the failure handling).
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include <arpa/inet.h>
+
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+#include <hiredis/adapters/libevent.h>
+
+#include "registry.h"
+
+#define PIC_REG_BACKOFF_MIN_MS   100
+#define PIC_REG_BACKOFF_MAX_MS   5000
+#define PIC_REG_RESYNC_SLICE     1024
+#define PIC_REG_PENDING_MAX      65536
+#define PIC_REG_GOODBYE_MS       300
+
+typedef enum {
+    PIC_REG_DOWN = 0,           /* waiting for the reconnect timer */
+    PIC_REG_CONNECTING,
+    PIC_REG_UP,
+} pic_reg_state;
+
+/* open-addressing set of segment keys */
+typedef struct {
+    char   (*keys)[PIC_SEG_KEY_LEN + 1];    /* [cap]; "" empty, "-" tombstone */
+    size_t   cap, n, used;                  /* used = n + tombstones */
+} pic_keyset;
+
+struct pic_registry {
+    pic_registry_opts    o;
+    char                 id[128];
+    char                 addr[128];
+    char                 version[32];
+    char                 ip[64];            /* resolved once at init */
+    int                  port;
+    char                 unix_path[256];
+    struct event_base   *base;
+    redisAsyncContext   *ac;
+    pic_reg_state        state;
+    int                  closing;
+    struct event        *hb;                /* heartbeat / watchdog, persistent */
+    struct event        *retry;             /* reconnect after backoff */
+    struct event        *resync_ev;         /* next re-registration slice */
+    int                  backoff_ms;
+    int64_t              state_since_ms;    /* when the state last changed */
+    int64_t              last_progress_ms;  /* last reply, or first in flight */
+    int64_t              last_ok_ms;        /* last heartbeat reply OK */
+    int                  inflight;
+    size_t               resync_pos;        /* next keyset slot to re-send */
+    int                  resyncing;
+    int                  err_logged;        /* one error line per connection */
+    time_t               started;
+    pic_keyset           segs;
+    char               (*pending)[PIC_SEG_KEY_LEN + 1];    /* evictions to replay */
+    size_t               n_pending;
+
+    /* counters */
+    uint64_t             connects, connect_failures, disconnects, stalls;
+    uint64_t             heartbeats, heartbeats_ok, replies_error, resyncs;
+    uint64_t             seg_adds, seg_evicts, evictions_dropped;
+};
+
+/* --- time and logging --- */
+
+static int64_t
+pic_reg_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t
+pic_reg_wall_ms(void)
+{
+    struct timeval tv;
+
+    gettimeofday(&tv, NULL);
+    return (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+static void
+pic_reg_log(const pic_registry *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+pic_reg_log(const pic_registry *r, const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "pic-engine[%s]: redis: ", r->id);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+/* --- the key set --- */
+
+static int
+pic_key_valid(const char *k)
+{
+    size_t i;
+
+    for (i = 0; i < PIC_SEG_KEY_LEN; i++) {
+        char c = k[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+            return 0;
+        }
+    }
+    return k[i] == '\0';
+}
+
+static uint64_t
+pic_key_hash(const char *k)
+{
+    uint64_t h = 1469598103934665603ull;
+
+    for (int i = 0; i < PIC_SEG_KEY_LEN; i++) {
+        h = (h ^ (unsigned char) k[i]) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* Slot of k, or of the first free slot on its probe path (*found says). */
+static size_t
+pic_keyset_find(const pic_keyset *s, const char *k, int *found)
+{
+    size_t i = pic_key_hash(k) & (s->cap - 1), tomb = (size_t) -1;
+
+    for (;;) {
+        const char *slot = s->keys[i];
+        if (slot[0] == '\0') {
+            *found = 0;
+            return tomb != (size_t) -1 ? tomb : i;
+        }
+        if (slot[0] == '-') {
+            if (tomb == (size_t) -1) {
+                tomb = i;
+            }
+        } else if (memcmp(slot, k, PIC_SEG_KEY_LEN) == 0) {
+            *found = 1;
+            return i;
+        }
+        i = (i + 1) & (s->cap - 1);
+    }
+}
+
+static int
+pic_keyset_grow(pic_keyset *s)
+{
+    pic_keyset ns = { 0 };
+
+    ns.cap = s->cap ? s->cap * 2 : 256;
+    while (s->n * 2 >= ns.cap) {
+        ns.cap *= 2;
+    }
+    ns.keys = calloc(ns.cap, sizeof(*ns.keys));
+    if (ns.keys == NULL) {
+        return -1;
+    }
+    for (size_t i = 0; i < s->cap; i++) {
+        int found;
+        if (s->keys[i][0] != '\0' && s->keys[i][0] != '-') {
+            size_t j = pic_keyset_find(&ns, s->keys[i], &found);
+            memcpy(ns.keys[j], s->keys[i], PIC_SEG_KEY_LEN + 1);
+            ns.n++;
+            ns.used++;
+        }
+    }
+    free(s->keys);
+    *s = ns;
+    return 0;
+}
+
+/* 1 added, 0 already there, -1 ENOMEM. */
+static int
+pic_keyset_add(pic_keyset *s, const char *k)
+{
+    size_t i;
+    int    found;
+
+    if ((s->used + 1) * 2 > s->cap && pic_keyset_grow(s) != 0) {
+        return -1;
+    }
+    i = pic_keyset_find(s, k, &found);
+    if (found) {
+        return 0;
+    }
+    if (s->keys[i][0] == '\0') {
+        s->used++;
+    }
+    memcpy(s->keys[i], k, PIC_SEG_KEY_LEN + 1);
+    s->n++;
+    return 1;
+}
+
+/* 1 removed, 0 absent. */
+static int
+pic_keyset_del(pic_keyset *s, const char *k)
+{
+    size_t i;
+    int    found;
+
+    if (s->cap == 0) {
+        return 0;
+    }
+    i = pic_keyset_find(s, k, &found);
+    if (!found) {
+        return 0;
+    }
+    strcpy(s->keys[i], "-");
+    s->n--;
+    return 1;
+}
+
+/* --- commands --- */
+
+static void pic_reg_drop(pic_registry *r, const char *why);
+
+static void
+pic_reg_on_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+    pic_registry *r = ac->data;
+    redisReply   *rep = reply;
+
+    if (r == NULL) {
+        return;
+    }
+    if (r->inflight > 0) {
+        r->inflight--;
+    }
+    if (rep == NULL) {
+        return;                 /* the connection is going away */
+    }
+    r->last_progress_ms = pic_reg_now_ms();
+    if (rep->type == REDIS_REPLY_ERROR) {
+        r->replies_error++;
+        if (!r->err_logged) {
+            r->err_logged = 1;
+            pic_reg_log(r, "command failed: %s", rep->str ? rep->str : "?");
+        }
+    } else if (priv == (void *) 1) {    /* heartbeat EXPIRE */
+        r->heartbeats_ok++;
+        r->last_ok_ms = r->last_progress_ms;
+    }
+}
+
+/* Queue one command (printf-style, hiredis format); 0 or -1. */
+static int
+pic_reg_cmd(pic_registry *r, void *priv, const char *fmt, ...)
+{
+    va_list ap;
+    int     rc;
+
+    if (r->ac == NULL || r->state != PIC_REG_UP) {
+        return -1;
+    }
+    va_start(ap, fmt);
+    rc = redisvAsyncCommand(r->ac, pic_reg_on_reply, priv, fmt, ap);
+    va_end(ap);
+    if (rc != REDIS_OK) {
+        return -1;
+    }
+    if (r->inflight++ == 0) {
+        r->last_progress_ms = pic_reg_now_ms();
+    }
+    return 0;
+}
+
+static void
+pic_reg_heartbeat(pic_registry *r)
+{
+    pic_registry_load ld = { 0 };
+    char              load[32];
+
+    if (r->o.load) {
+        r->o.load(r->o.load_arg, &ld);
+    }
+    snprintf(load, sizeof(load), "%.4f",
+             ld.capacity > 0 ? (double) (ld.running + ld.queued) / ld.capacity : 0.0);
+    r->heartbeats++;
+    pic_reg_cmd(r, NULL, "HSET pic:eng:%s addr %s load %s capacity %d running %d "
+                "queued %d free_bytes %llu started %lld version %s model %016llx "
+                "heartbeat %lld",
+                r->id, r->addr, load, ld.capacity, ld.running, ld.queued,
+                (unsigned long long) ld.free_bytes, (long long) r->started,
+                r->version, (unsigned long long) r->o.model_fp,
+                (long long) pic_reg_wall_ms());
+    pic_reg_cmd(r, (void *) 1, "EXPIRE pic:eng:%s %d", r->id, r->o.ttl_s);
+}
+
+static void
+pic_reg_seg_send_add(pic_registry *r, const char *key)
+{
+    pic_reg_cmd(r, NULL, "SADD pic:seg:%s %s", key, r->id);
+    pic_reg_cmd(r, NULL, "EXPIRE pic:seg:%s %d", key, r->o.seg_ttl_s);
+}
+
+static void
+pic_reg_publish(pic_registry *r, const char *what, const char *arg)
+{
+    char msg[256];
+    int  n = snprintf(msg, sizeof(msg), "%s %s%s%s", what, r->id, arg ? " " : "",
+                      arg ? arg : "");
+
+    pic_reg_cmd(r, NULL, "PUBLISH pic:events %b", msg, (size_t) n);
+}
+
+/* Re-send one slice of the live segment set; reschedules itself. */
+static void
+pic_reg_resync_slice(evutil_socket_t fd, short what, void *arg)
+{
+    pic_registry *r = arg;
+    int           sent = 0;
+
+    if (r->state != PIC_REG_UP || !r->resyncing) {
+        return;
+    }
+    while (r->resync_pos < r->segs.cap && sent < PIC_REG_RESYNC_SLICE) {
+        const char *k = r->segs.keys[r->resync_pos++];
+        if (k[0] != '\0' && k[0] != '-') {
+            pic_reg_seg_send_add(r, k);
+            sent++;
+        }
+    }
+    if (r->resync_pos < r->segs.cap) {
+        struct timeval now = { 0, 0 };
+        event_add(r->resync_ev, &now);
+    } else {
+        r->resyncing = 0;
+    }
+}
+
+/* Everything a fresh connection must say. */
+static void
+pic_reg_register(pic_registry *r)
+{
+    struct timeval now = { 0, 0 };
+
+    pic_reg_heartbeat(r);
+    pic_reg_cmd(r, NULL, "SADD pic:engines %s", r->id);
+    pic_reg_publish(r, "up", r->addr);
+    for (size_t i = 0; i < r->n_pending; i++) {
+        pic_reg_cmd(r, NULL, "SREM pic:seg:%s %s", r->pending[i], r->id);
+    }
+    r->n_pending = 0;
+    r->resync_pos = 0;
+    r->resyncing = 1;
+    r->resyncs++;
+    event_add(r->resync_ev, &now);
+}
+
+/* --- connection --- */
+
+static void pic_reg_connect(pic_registry *r);
+
+static void
+pic_reg_set_state(pic_registry *r, pic_reg_state st)
+{
+    r->state = st;
+    r->state_since_ms = pic_reg_now_ms();
+}
+
+/* Arm the reconnect timer with the current backoff, then grow it. */
+static void
+pic_reg_schedule_retry(pic_registry *r)
+{
+    struct timeval tv;
+    int            ms = r->backoff_ms, jitter;
+
+    if (r->closing) {
+        return;
+    }
+    jitter = ms / 4 > 0 ? (int) (random() % (ms / 2 + 1)) - ms / 4 : 0;
+    ms += jitter;
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    pic_reg_set_state(r, PIC_REG_DOWN);
+    event_add(r->retry, &tv);
+    r->backoff_ms = r->backoff_ms * 2 > PIC_REG_BACKOFF_MAX_MS ? PIC_REG_BACKOFF_MAX_MS
+                                                                : r->backoff_ms * 2;
+}
+
+static void
+pic_reg_on_connect(const redisAsyncContext *ac, int status)
+{
+    pic_registry *r = ac->data;
+
+    if (r == NULL) {
+        return;
+    }
+    if (status != REDIS_OK) {
+        /* hiredis frees the context after this callback */
+        if (r->connect_failures++ == 0 || r->connects > 0) {
+            pic_reg_log(r, "cannot connect to %s:%d: %s (retrying)", r->ip, r->port,
+                        ac->errstr);
+        }
+        r->ac = NULL;
+        r->inflight = 0;
+        pic_reg_schedule_retry(r);
+        return;
+    }
+    r->connects++;
+    r->backoff_ms = PIC_REG_BACKOFF_MIN_MS;
+    r->err_logged = 0;
+    pic_reg_set_state(r, PIC_REG_UP);
+    pic_reg_log(r, "connected to %s%s%d; registering as %s with %zu segments",
+                r->unix_path[0] ? r->unix_path : r->ip, r->unix_path[0] ? "" : ":",
+                r->unix_path[0] ? 0 : r->port, r->id, r->segs.n);
+    pic_reg_register(r);
+}
+
+static void
+pic_reg_on_disconnect(const redisAsyncContext *ac, int status)
+{
+    pic_registry *r = ac->data;
+
+    if (r == NULL) {
+        return;
+    }
+    /* hiredis frees the context after this callback */
+    r->ac = NULL;
+    r->inflight = 0;
+    r->resyncing = 0;
+    if (r->closing) {
+        return;
+    }
+    r->disconnects++;
+    pic_reg_log(r, "connection lost (%s); retrying", status == REDIS_OK ? "closed"
+                : (ac->errstr[0] ? ac->errstr : "error"));
+    pic_reg_schedule_retry(r);
+}
+
+/* Drop the connection now (stall or failure) and schedule a retry. */
+static void
+pic_reg_drop(pic_registry *r, const char *why)
+{
+    redisAsyncContext *ac = r->ac;
+
+    pic_reg_log(r, "%s; reconnecting", why);
+    if (ac == NULL) {
+        pic_reg_schedule_retry(r);
+        return;
+    }
+    if (r->state == PIC_REG_UP) {
+        /* the disconnect callback runs inside redisAsyncFree and retries */
+        redisAsyncFree(ac);
+    } else {
+        /* a pending connect: no callback will come */
+        ac->data = NULL;
+        r->ac = NULL;
+        redisAsyncFree(ac);
+        r->inflight = 0;
+        pic_reg_schedule_retry(r);
+    }
+}
+
+static void
+pic_reg_connect(pic_registry *r)
+{
+    redisAsyncContext *ac;
+
+    ac = r->unix_path[0] ? redisAsyncConnectUnix(r->unix_path)
+                         : redisAsyncConnect(r->ip, r->port);
+    if (ac == NULL) {
+        r->connect_failures++;
+        pic_reg_schedule_retry(r);
+        return;
+    }
+    if (ac->err) {
+        if (r->connect_failures++ == 0) {
+            pic_reg_log(r, "cannot connect: %s (retrying)", ac->errstr);
+        }
+        redisAsyncFree(ac);
+        pic_reg_schedule_retry(r);
+        return;
+    }
+    ac->data = r;
+    if (redisLibeventAttach(ac, r->base) != REDIS_OK) {
+        redisAsyncFree(ac);
+        r->connect_failures++;
+        pic_reg_schedule_retry(r);
+        return;
+    }
+    redisAsyncSetConnectCallback(ac, pic_reg_on_connect);
+    redisAsyncSetDisconnectCallback(ac, pic_reg_on_disconnect);
+    r->ac = ac;
+    r->inflight = 0;
+    pic_reg_set_state(r, PIC_REG_CONNECTING);
+}
+
+static void
+pic_reg_on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    pic_registry *r = arg;
+
+    if (!r->closing && r->ac == NULL) {
+        pic_reg_connect(r);
+    }
+}
+
+/* Heartbeat and watchdog. */
+static void
+pic_reg_on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    pic_registry *r = arg;
+    int64_t       now = pic_reg_now_ms();
+
+    if (r->closing) {
+        return;
+    }
+    if (r->state == PIC_REG_CONNECTING && now - r->state_since_ms > r->o.timeout_ms) {
+        r->connect_failures++;
+        pic_reg_drop(r, "connect timed out");
+        return;
+    }
+    if (r->state != PIC_REG_UP) {
+        return;
+    }
+    if (r->inflight > 0 && now - r->last_progress_ms > r->o.timeout_ms) {
+        r->stalls++;
+        pic_reg_drop(r, "replies stalled");
+        return;
+    }
+    pic_reg_heartbeat(r);
+}
+
+/* --- address --- */
+
+static int
+pic_reg_parse_addr(pic_registry *r, const char *s, char *err, size_t errlen)
+{
+    const char      *colon;
+    char             host[256];
+    char            *end;
+    long             port;
+    struct addrinfo  hints, *res = NULL;
+    int              rc;
+
+    if (strncmp(s, "unix:", 5) == 0) {
+        if (strlen(s + 5) == 0 || strlen(s + 5) >= sizeof(r->unix_path)) {
+            snprintf(err, errlen, "%s: bad unix socket path in '%s'", __func__, s);
+            return -1;
+        }
+        snprintf(r->unix_path, sizeof(r->unix_path), "%s", s + 5);
+        return 0;
+    }
+    if (s[0] == '[') {              /* [v6]:port */
+        const char *rb = strchr(s, ']');
+        if (rb == NULL || rb[1] != ':' || (size_t) (rb - s - 1) >= sizeof(host)) {
+            snprintf(err, errlen, "%s: bad address '%s' (want IP:PORT)", __func__, s);
+            return -1;
+        }
+        memcpy(host, s + 1, (size_t) (rb - s - 1));
+        host[rb - s - 1] = '\0';
+        colon = rb + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (colon == NULL || (size_t) (colon - s) >= sizeof(host) || colon == s) {
+            snprintf(err, errlen, "%s: bad address '%s' (want IP:PORT)", __func__, s);
+            return -1;
+        }
+        memcpy(host, s, (size_t) (colon - s));
+        host[colon - s] = '\0';
+    }
+    port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || port < 1 || port > 65535) {
+        snprintf(err, errlen, "%s: bad port in '%s'", __func__, s);
+        return -1;
+    }
+    /* hiredis resolves names with a blocking call: resolve once, now */
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0 || res == NULL) {
+        snprintf(err, errlen, "%s: cannot resolve '%s': %s", __func__, host,
+                 gai_strerror(rc));
+        return -1;
+    }
+    if (res->ai_family == AF_INET) {
+        inet_ntop(AF_INET, &((struct sockaddr_in *) res->ai_addr)->sin_addr, r->ip,
+                  sizeof(r->ip));
+    } else {
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *) res->ai_addr)->sin6_addr, r->ip,
+                  sizeof(r->ip));
+    }
+    freeaddrinfo(res);
+    r->port = (int) port;
+    return 0;
+}
+
+/* --- public --- */
+
+pic_registry *
+pic_registry_init(struct event_base *base, const pic_registry_opts *o, char *err,
+                  size_t errlen)
+{
+    pic_registry *r = calloc(1, sizeof(*r));
+
+    if (r == NULL) {
+        snprintf(err, errlen, "%s: out of memory", __func__);
+        return NULL;
+    }
+    r->o = *o;
+    r->base = base;
+    r->o.heartbeat_ms = o->heartbeat_ms > 0 ? o->heartbeat_ms : 1000;
+    r->o.ttl_s = o->ttl_s > 0 ? o->ttl_s : 5;
+    r->o.seg_ttl_s = o->seg_ttl_s > 0 ? o->seg_ttl_s : 3600;
+    r->o.timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 2000;
+    snprintf(r->id, sizeof(r->id), "%s", o->id ? o->id : "engine");
+    snprintf(r->addr, sizeof(r->addr), "%s", o->addr ? o->addr : "");
+    snprintf(r->version, sizeof(r->version), "%s", o->version ? o->version : "");
+    if (strpbrk(r->id, " \t\r\n") != NULL || r->id[0] == '\0') {
+        snprintf(err, errlen, "%s: engine id '%s' must be non-empty without blanks",
+                 __func__, r->id);
+        free(r);
+        return NULL;
+    }
+    if (o->redis == NULL || pic_reg_parse_addr(r, o->redis, err, errlen) != 0) {
+        if (o->redis == NULL) {
+            snprintf(err, errlen, "%s: no Redis address", __func__);
+        }
+        free(r);
+        return NULL;
+    }
+    r->started = time(NULL);
+    r->backoff_ms = PIC_REG_BACKOFF_MIN_MS;
+    r->pending = calloc(PIC_REG_PENDING_MAX, sizeof(*r->pending));
+    r->hb = event_new(base, -1, EV_PERSIST, pic_reg_on_tick, r);
+    r->retry = evtimer_new(base, pic_reg_on_retry, r);
+    r->resync_ev = evtimer_new(base, pic_reg_resync_slice, r);
+    if (r->pending == NULL || r->hb == NULL || r->retry == NULL || r->resync_ev == NULL) {
+        snprintf(err, errlen, "%s: out of memory", __func__);
+        pic_registry_free(r);
+        return NULL;
+    }
+    struct timeval tv = { r->o.heartbeat_ms / 1000, (r->o.heartbeat_ms % 1000) * 1000 };
+    event_add(r->hb, &tv);
+    pic_reg_connect(r);
+    return r;
+}
+
+/* Blocking goodbye on a short-lived sync connection (the loop is over). */
+static void
+pic_reg_goodbye(pic_registry *r)
+{
+    struct timeval tv = { 0, PIC_REG_GOODBYE_MS * 1000 };
+    redisContext  *c;
+    redisReply    *rep;
+    size_t         n = 0;
+
+    if (r->state != PIC_REG_UP) {
+        return;                 /* Redis is away: the TTL will clean up */
+    }
+    c = r->unix_path[0] ? redisConnectUnixWithTimeout(r->unix_path, tv)
+                        : redisConnectWithTimeout(r->ip, r->port, tv);
+    if (c == NULL || c->err) {
+        if (c) {
+            redisFree(c);
+        }
+        return;
+    }
+    redisSetTimeout(c, tv);
+    redisAppendCommand(c, "DEL pic:eng:%s", r->id);
+    n++;
+    for (size_t i = 0; i < r->segs.cap; i++) {
+        const char *k = r->segs.keys[i];
+        if (k[0] != '\0' && k[0] != '-') {
+            redisAppendCommand(c, "SREM pic:seg:%s %s", k, r->id);
+            n++;
+        }
+    }
+    {
+        char msg[160];
+        int  len = snprintf(msg, sizeof(msg), "down %s", r->id);
+        redisAppendCommand(c, "PUBLISH pic:events %b", msg, (size_t) len);
+    }
+    n++;
+    while (n-- > 0 && redisGetReply(c, (void **) &rep) == REDIS_OK) {
+        freeReplyObject(rep);
+    }
+    redisFree(c);
+}
+
+void
+pic_registry_free(pic_registry *r)
+{
+    if (r == NULL) {
+        return;
+    }
+    r->closing = 1;
+    if (r->segs.keys != NULL || r->state == PIC_REG_UP) {
+        pic_reg_goodbye(r);
+    }
+    if (r->ac != NULL) {
+        redisAsyncContext *ac = r->ac;
+        r->ac = NULL;
+        ac->data = NULL;
+        redisAsyncFree(ac);
+    }
+    if (r->hb) {
+        event_free(r->hb);
+    }
+    if (r->retry) {
+        event_free(r->retry);
+    }
+    if (r->resync_ev) {
+        event_free(r->resync_ev);
+    }
+    free(r->segs.keys);
+    free(r->pending);
+    free(r);
+}
+
+int
+pic_registry_seg_add(pic_registry *r, const char *key)
+{
+    if (!pic_key_valid(key)) {
+        return -1;
+    }
+    if (pic_keyset_add(&r->segs, key) < 0) {
+        return -1;
+    }
+    r->seg_adds++;
+    if (r->state == PIC_REG_UP) {
+        pic_reg_seg_send_add(r, key);
+        pic_reg_publish(r, "add", key);
+    }
+    return 0;
+}
+
+int
+pic_registry_seg_evict(pic_registry *r, const char *key)
+{
+    if (!pic_key_valid(key) || !pic_keyset_del(&r->segs, key)) {
+        return -1;
+    }
+    r->seg_evicts++;
+    if (r->state == PIC_REG_UP) {
+        pic_reg_cmd(r, NULL, "SREM pic:seg:%s %s", key, r->id);
+        pic_reg_publish(r, "evict", key);
+    } else if (r->n_pending < PIC_REG_PENDING_MAX) {
+        memcpy(r->pending[r->n_pending++], key, PIC_SEG_KEY_LEN + 1);
+    } else {
+        r->evictions_dropped++;     /* the gateway's fetch will miss and recover */
+    }
+    return 0;
+}
+
+size_t
+pic_registry_seg_count(const pic_registry *r)
+{
+    return r->segs.n;
+}
+
+int
+pic_registry_connected(const pic_registry *r)
+{
+    return r != NULL && r->state == PIC_REG_UP;
+}
+
+cJSON *
+pic_registry_status(const pic_registry *r)
+{
+    static const char *names[] = { "down", "connecting", "up" };
+    cJSON             *o = cJSON_CreateObject();
+    char               where[320];
+    int64_t            now = pic_reg_now_ms();
+
+    if (r->unix_path[0]) {
+        snprintf(where, sizeof(where), "unix:%s", r->unix_path);
+    } else {
+        snprintf(where, sizeof(where), "%s:%d", r->ip, r->port);
+    }
+    cJSON_AddBoolToObject(o, "enabled", 1);
+    cJSON_AddStringToObject(o, "redis", where);
+    cJSON_AddStringToObject(o, "state", names[r->state]);
+    cJSON_AddBoolToObject(o, "connected", r->state == PIC_REG_UP);
+    cJSON_AddNumberToObject(o, "state_for_ms", (double) (now - r->state_since_ms));
+    if (r->last_ok_ms > 0) {
+        cJSON_AddNumberToObject(o, "last_heartbeat_ok_ms_ago", (double) (now - r->last_ok_ms));
+    } else {
+        cJSON_AddNullToObject(o, "last_heartbeat_ok_ms_ago");
+    }
+    cJSON_AddNumberToObject(o, "backoff_ms", r->backoff_ms);
+    cJSON_AddNumberToObject(o, "heartbeat_ms", r->o.heartbeat_ms);
+    cJSON_AddNumberToObject(o, "ttl_s", r->o.ttl_s);
+    cJSON_AddNumberToObject(o, "connects", (double) r->connects);
+    cJSON_AddNumberToObject(o, "connect_failures", (double) r->connect_failures);
+    cJSON_AddNumberToObject(o, "disconnects", (double) r->disconnects);
+    cJSON_AddNumberToObject(o, "stalls", (double) r->stalls);
+    cJSON_AddNumberToObject(o, "heartbeats", (double) r->heartbeats);
+    cJSON_AddNumberToObject(o, "heartbeats_ok", (double) r->heartbeats_ok);
+    cJSON_AddNumberToObject(o, "reply_errors", (double) r->replies_error);
+    cJSON_AddNumberToObject(o, "resyncs", (double) r->resyncs);
+    cJSON_AddNumberToObject(o, "inflight", r->inflight);
+    cJSON_AddNumberToObject(o, "segments", (double) r->segs.n);
+    cJSON_AddNumberToObject(o, "segment_adds", (double) r->seg_adds);
+    cJSON_AddNumberToObject(o, "segment_evicts", (double) r->seg_evicts);
+    cJSON_AddNumberToObject(o, "pending_evictions", (double) r->n_pending);
+    cJSON_AddNumberToObject(o, "evictions_dropped", (double) r->evictions_dropped);
+    return o;
+}

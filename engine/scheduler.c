@@ -1,0 +1,736 @@
+/*
+ * scheduler.c — worker threads, the bounded wait queue and the round-robin
+ * batch of running sequences (scheduler.h).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "forward.h"
+#include "pic_kernels.h"
+#include "scheduler.h"
+#include "state.h"
+#include "stopstr.h"
+
+/* worker-side run state of one job */
+struct pic_seq {
+    pic_state   *st;            /* borrowed from the worker's slot */
+    pic_sampler  smp;
+    int          have_smp;
+    pic_detok    dt;
+    int          have_dt;
+    int          slot;
+    int          tokenized;
+    int          n_fed;         /* prompt tokens through the model */
+    int          last;          /* last sampled id, fed by the next step */
+    int          max_gen;       /* tokens this job may generate */
+    int          stop_matched;  /* a stop string ended the output */
+    char        *hold;          /* (n_hold) text held back for stop strings */
+    size_t       n_hold, cap_hold;
+};
+
+typedef struct {
+    struct pic_sched *s;
+    pthread_t         th;
+    int               idx;
+    int               started;
+    pic_job         **run;      /* [max_batch] running jobs or NULL */
+    pic_state       **st;       /* [max_batch] states, allocated on first use */
+    float            *logits;   /* (V) */
+} pic_worker;
+
+struct pic_sched {
+    pic_sched_opts   o;
+    pthread_mutex_t  qmu;
+    pthread_cond_t   qcv;
+    pic_job         *qhead, *qtail;
+    int              qlen;
+    int              stopping;
+    int              running;   /* under qmu */
+    pic_worker      *w;
+    pthread_mutex_t  stmu;
+    pic_sched_stats  st;
+};
+
+int64_t
+pic_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* --- jobs --- */
+
+pic_job *
+pic_job_new(void)
+{
+    pic_job *j = calloc(1, sizeof(*j));
+
+    if (j == NULL) {
+        return NULL;
+    }
+    if (pthread_mutex_init(&j->mu, NULL) != 0) {
+        free(j);
+        return NULL;
+    }
+    j->sample.top_p = 1.0f;
+    return j;
+}
+
+void
+pic_job_free(pic_job *j)
+{
+    if (j == NULL) {
+        return;
+    }
+    pthread_mutex_destroy(&j->mu);
+    free(j->text);
+    free(j->prompt);
+    for (int i = 0; i < j->n_stop; i++) {
+        free(j->stop[i]);
+    }
+    free(j->out);
+    free(j);
+}
+
+void
+pic_job_cancel(pic_job *j)
+{
+    int64_t zero = 0;
+
+    __atomic_compare_exchange_n(&j->cancel_ns, &zero, pic_now_ns(), 0,
+                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+/* 1 once pic_job_cancel was called. */
+static int
+pic_job_cancelled(pic_job *j)
+{
+    return __atomic_load_n(&j->cancel_ns, __ATOMIC_ACQUIRE) != 0;
+}
+
+int
+pic_job_take(pic_job *j, pic_job_update *u)
+{
+    int changed;
+
+    memset(u, 0, sizeof(*u));
+    pthread_mutex_lock(&j->mu);
+    changed = j->dirty;
+    j->dirty = 0;
+    if (j->out_len > 0) {
+        u->text = j->out;
+        u->len = j->out_len;
+        j->out = NULL;
+        j->out_len = j->out_cap = 0;
+    }
+    u->n_prompt = j->n_prompt_tokens;
+    u->n_cached = j->n_cached;
+    u->n_gen = j->n_gen;
+    u->started = j->t_first_ns != 0;
+    u->done = j->done;
+    u->finish = j->finish;
+    u->err_status = j->err_status;
+    u->err_type = j->err_type;
+    u->err_msg = j->err_msg;
+    pthread_mutex_unlock(&j->mu);
+    return changed;
+}
+
+/* --- publishing (worker side) --- */
+
+static void
+pic_sched_count(pic_sched *s, uint64_t *field, uint64_t n)
+{
+    pthread_mutex_lock(&s->stmu);
+    *field += n;
+    pthread_mutex_unlock(&s->stmu);
+}
+
+/* Append text to the job's outbox; caller holds j->mu.  -1 on ENOMEM. */
+static int
+pic_job_append_locked(pic_job *j, const char *txt, size_t n)
+{
+    if (n == 0) {
+        return 0;
+    }
+    if (j->out_len + n + 1 > j->out_cap) {
+        size_t cap = j->out_cap ? j->out_cap : 256;
+        while (cap < j->out_len + n + 1) {
+            cap *= 2;
+        }
+        char *p = realloc(j->out, cap);
+        if (p == NULL) {
+            return -1;
+        }
+        j->out = p;
+        j->out_cap = cap;
+    }
+    memcpy(j->out + j->out_len, txt, n);
+    j->out_len += n;
+    j->out[j->out_len] = '\0';
+    return 0;
+}
+
+/* Publish new text (and a first-token time stamp); notify the loop. */
+static void
+pic_job_publish(pic_sched *s, pic_job *j, const char *txt, size_t n, int new_token)
+{
+    pthread_mutex_lock(&j->mu);
+    if (pic_job_append_locked(j, txt, n) != 0) {
+        pic_job_cancel(j);          /* out of memory: stop at the next step */
+    }
+    if (new_token) {
+        j->n_gen++;
+        if (j->t_first_ns == 0) {
+            j->t_first_ns = pic_now_ns();
+        }
+    }
+    j->dirty = 1;
+    pthread_mutex_unlock(&j->mu);
+    s->o.notify(s->o.notify_arg);
+}
+
+/* Last touch of a job by the scheduler: text, finish reason, done. */
+static void
+pic_job_finish(pic_sched *s, pic_job *j, pic_finish fin, int status,
+               const char *type, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+static void
+pic_job_finish(pic_sched *s, pic_job *j, pic_finish fin, int status,
+               const char *type, const char *fmt, ...)
+{
+    pic_seq *q = j->seq;
+    va_list  ap;
+
+    pthread_mutex_lock(&s->stmu);
+    switch (fin) {
+    case PIC_FINISH_STOP:
+    case PIC_FINISH_LENGTH: s->st.completed++; break;
+    case PIC_FINISH_CANCELLED: {
+        int64_t lat = pic_now_ns() - __atomic_load_n(&j->cancel_ns, __ATOMIC_ACQUIRE);
+        double  ms = j->cancel_ns != 0 && lat > 0 ? (double) lat * 1e-6 : 0.0;
+
+        s->st.cancelled++;
+        if (ms > s->st.cancel_latency_max_ms) {
+            s->st.cancel_latency_max_ms = ms;
+        }
+        break;
+    }
+    case PIC_FINISH_ERROR:
+        if (status == 504) {
+            s->st.expired++;
+        } else {
+            s->st.failed++;
+        }
+        break;
+    default: break;
+    }
+    pthread_mutex_unlock(&s->stmu);
+
+    pthread_mutex_lock(&j->mu);
+    if (q != NULL) {
+        /* a normal end shows what the stop-string filter still holds and
+         * the detokenizer's tail (an incomplete UTF-8 sequence becomes
+         * U+FFFD), unless a stop string cut the text */
+        if ((fin == PIC_FINISH_STOP || fin == PIC_FINISH_LENGTH) && !q->stop_matched) {
+            size_t      len = 0;
+            const char *tail = q->have_dt ? pic_detok_flush(&q->dt, &len) : NULL;
+
+            pic_job_append_locked(j, q->hold, q->n_hold);
+            if (tail != NULL) {
+                pic_job_append_locked(j, tail, len);
+            }
+        }
+        if (q->have_dt) {
+            pic_detok_free(&q->dt);
+        }
+        if (q->have_smp) {
+            pic_sampler_free(&q->smp);
+        }
+        free(q->hold);
+        free(q);
+        j->seq = NULL;
+    }
+    j->finish = fin;
+    j->err_status = status;
+    snprintf(j->err_type, sizeof(j->err_type), "%s", type ? type : "");
+    if (fmt != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(j->err_msg, sizeof(j->err_msg), fmt, ap);
+        va_end(ap);
+    }
+    j->t_done_ns = pic_now_ns();
+    j->dirty = 1;
+    j->done = 1;
+    pthread_mutex_unlock(&j->mu);
+    /* j may be freed by the loop from here on */
+    s->o.notify(s->o.notify_arg);
+}
+
+/* --- one job's steps --- */
+
+/* Tokenize (when given text), check the context, set up sampler and
+ * detokenizer; 0, or -1 after finishing the job with an error. */
+static int
+pic_seq_begin(pic_sched *s, pic_job *j)
+{
+    pic_seq *q = j->seq;
+    int      V = s->o.model->cfg.vocab;
+
+    if (j->prompt == NULL) {
+        int32_t *ids = NULL;
+        size_t   n = 0;
+        int      rc;
+
+        if (s->o.tok == NULL) {
+            pic_job_finish(s, j, PIC_FINISH_ERROR, 503, "server_error", "%s",
+                           "the engine has no tokenizer");
+            return -1;
+        }
+        rc = pic_tokenizer_encode(s->o.tok, j->text, j->text_len, &ids, &n);
+        if (rc != PIC_TOKENIZER_OK) {
+            pic_job_finish(s, j, PIC_FINISH_ERROR, rc == PIC_TOKENIZER_EUTF8 ? 400 : 500,
+                           "invalid_request_error", "cannot tokenize the prompt (%s)",
+                           rc == PIC_TOKENIZER_EUTF8 ? "invalid UTF-8" : "tokenizer error");
+            return -1;
+        }
+        if (n > 0x7fffffff) {
+            free(ids);
+            n = 0x7fffffff;
+            ids = NULL;
+        }
+        j->prompt = ids;
+        j->n_prompt = (int) n;
+    }
+    if (j->n_prompt <= 0) {
+        pic_job_finish(s, j, PIC_FINISH_ERROR, 400, "invalid_request_error", "%s",
+                       "the prompt is empty");
+        return -1;
+    }
+    for (int i = 0; i < j->n_prompt; i++) {
+        if (j->prompt[i] < 0 || j->prompt[i] >= V) {
+            pic_job_finish(s, j, PIC_FINISH_ERROR, 400, "invalid_request_error",
+                           "token id %d is outside the vocabulary (%d)", j->prompt[i], V);
+            return -1;
+        }
+    }
+    if (j->n_prompt >= s->o.max_ctx) {
+        pic_job_finish(s, j, PIC_FINISH_ERROR, 422, "invalid_request_error",
+                       "the prompt has %d tokens; this model's context is %d tokens "
+                       "(room is needed for at least one generated token)",
+                       j->n_prompt, s->o.max_ctx);
+        return -1;
+    }
+    q->max_gen = s->o.max_ctx - j->n_prompt;
+    if (j->max_tokens > 0 && j->max_tokens < q->max_gen) {
+        q->max_gen = j->max_tokens;
+    }
+    if (pic_sampler_init(&q->smp, &j->sample, V) != 0) {
+        pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "%s", "out of memory");
+        return -1;
+    }
+    q->have_smp = 1;
+    if (s->o.tok != NULL) {
+        pic_detok_init(&q->dt, s->o.tok, 1);
+        q->have_dt = 1;
+    }
+    q->tokenized = 1;
+    pthread_mutex_lock(&j->mu);
+    j->n_prompt_tokens = j->n_prompt;
+    j->dirty = 1;
+    pthread_mutex_unlock(&j->mu);
+    pic_sched_count(s, &s->st.prompt_tokens, (uint64_t) j->n_prompt);
+    return 0;
+}
+
+/* A new token: stop tests, text, publication.  1 if the job finished. */
+static int
+pic_seq_emit(pic_sched *s, pic_job *j, int id)
+{
+    pic_seq    *q = j->seq;
+    const char *txt = NULL;
+    size_t      len = 0, emit;
+    int         matched = 0;
+
+    if (!j->ignore_eos && pic_sample_is_stop(&s->o.model->cfg, id)) {
+        pic_job_finish(s, j, PIC_FINISH_STOP, 0, NULL, NULL);
+        return 1;
+    }
+    pic_sched_count(s, &s->st.gen_tokens, 1);
+    if (q->have_dt) {
+        txt = pic_detok_feed(&q->dt, id, &len);
+        if (txt == NULL) {
+            pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "%s",
+                           "out of memory");
+            return 1;
+        }
+    }
+    if (j->n_stop == 0) {
+        pic_job_publish(s, j, txt, len, 1);
+    } else {
+        /* stop strings: keep back any tail that may start one */
+        if (q->n_hold + len + 1 > q->cap_hold) {
+            size_t cap = (q->n_hold + len + 1) * 2;
+            char  *p = realloc(q->hold, cap);
+            if (p == NULL) {
+                pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "%s",
+                               "out of memory");
+                return 1;
+            }
+            q->hold = p;
+            q->cap_hold = cap;
+        }
+        memcpy(q->hold + q->n_hold, txt, len);
+        q->n_hold += len;
+        emit = pic_stop_scan(q->hold, q->n_hold, (const char *const *) j->stop,
+                             j->n_stop, &matched);
+        pic_job_publish(s, j, q->hold, emit, 1);
+        if (matched) {
+            q->n_hold = 0;
+            q->stop_matched = 1;
+            pic_job_finish(s, j, PIC_FINISH_STOP, 0, NULL, NULL);
+            return 1;
+        }
+        memmove(q->hold, q->hold + emit, q->n_hold - emit);
+        q->n_hold -= emit;
+    }
+    q->last = id;
+    if (j->n_gen >= q->max_gen) {
+        pic_job_finish(s, j, PIC_FINISH_LENGTH, 0, NULL, NULL);
+        return 1;
+    }
+    return 0;
+}
+
+/* One step of job j in slot k: a prefill chunk or one decode token. */
+static void
+pic_seq_step(pic_sched *s, pic_worker *w, int k)
+{
+    pic_job *j = w->run[k];
+    pic_seq *q = j->seq;
+    char     err[256];
+    int64_t  now = pic_now_ns();
+    int      rc, id;
+
+    if (pic_job_cancelled(j)) {
+        pic_job_finish(s, j, PIC_FINISH_CANCELLED, 499, "cancelled", "%s",
+                       "the client went away");
+        goto released;
+    }
+    if (j->deadline_ns != 0 && now > j->deadline_ns) {
+        pic_job_finish(s, j, PIC_FINISH_ERROR, 504, "timeout", "%s",
+                       "the request ran past its deadline");
+        goto released;
+    }
+    if (!q->tokenized && pic_seq_begin(s, j) != 0) {
+        goto released;
+    }
+    if (q->n_fed < j->n_prompt) {
+        int n = j->n_prompt - q->n_fed, last;
+
+        if (n > PIC_UBATCH) {
+            n = PIC_UBATCH;
+        }
+        last = q->n_fed + n == j->n_prompt;
+        rc = pic_forward(s->o.model, NULL, q->st, j->prompt + q->n_fed, n, q->n_fed,
+                         last ? PIC_LOGITS_LAST : PIC_LOGITS_NONE, w->logits, NULL,
+                         err, sizeof(err));
+        pic_sched_count(s, &s->st.prefill_steps, 1);
+        if (rc != 0) {
+            pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "forward: %s", err);
+            goto released;
+        }
+        q->n_fed += n;
+        if (!last) {
+            return;
+        }
+    } else {
+        rc = pic_forward(s->o.model, NULL, q->st, &q->last, 1, q->st->pos,
+                         PIC_LOGITS_LAST, w->logits, NULL, err, sizeof(err));
+        pic_sched_count(s, &s->st.decode_steps, 1);
+        if (rc != 0) {
+            pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "forward: %s", err);
+            goto released;
+        }
+    }
+    id = pic_sampler_sample(&q->smp, w->logits);
+    if (pic_seq_emit(s, j, id)) {
+        goto released;
+    }
+    return;
+
+released:
+    w->run[k] = NULL;
+    pthread_mutex_lock(&s->qmu);
+    s->running--;
+    pthread_mutex_unlock(&s->qmu);
+}
+
+/* --- the wait queue --- */
+
+/* Unlink j from the queue; caller holds qmu. */
+static void
+pic_queue_remove_locked(pic_sched *s, pic_job *prev, pic_job *j)
+{
+    if (prev) {
+        prev->qnext = j->qnext;
+    } else {
+        s->qhead = j->qnext;
+    }
+    if (s->qtail == j) {
+        s->qtail = prev;
+    }
+    j->qnext = NULL;
+    j->queued = 0;
+    s->qlen--;
+}
+
+/* Finish queued jobs that were cancelled or ran out of time; caller holds
+ * qmu (lock order: qmu, then a job's mu). */
+static void
+pic_queue_reap_locked(pic_sched *s)
+{
+    pic_job *prev = NULL, *j = s->qhead, *next;
+    int64_t  now = pic_now_ns();
+
+    while (j != NULL) {
+        next = j->qnext;
+        if (pic_job_cancelled(j) || s->stopping) {
+            pic_queue_remove_locked(s, prev, j);
+            pic_job_finish(s, j, PIC_FINISH_CANCELLED, 499, "cancelled", "%s",
+                           "cancelled while queued");
+        } else if (j->deadline_ns != 0 && now > j->deadline_ns) {
+            pic_queue_remove_locked(s, prev, j);
+            pic_job_finish(s, j, PIC_FINISH_ERROR, 504, "timeout", "%s",
+                           "the request waited in the queue past its deadline");
+        } else {
+            prev = j;
+        }
+        j = next;
+    }
+}
+
+int
+pic_sched_submit(pic_sched *s, pic_job *j)
+{
+    int rc = 0;
+
+    j->t_submit_ns = pic_now_ns();
+    pthread_mutex_lock(&s->qmu);
+    if (s->stopping) {
+        rc = -2;
+    } else if (s->qlen >= s->o.workers * s->o.max_batch - s->running + s->o.max_queue) {
+        /* full: the free batch slots and max_queue waiting places are taken */
+        rc = -1;
+    } else {
+        j->queued = 1;
+        j->qnext = NULL;
+        if (s->qtail) {
+            s->qtail->qnext = j;
+        } else {
+            s->qhead = j;
+        }
+        s->qtail = j;
+        s->qlen++;
+        pthread_cond_broadcast(&s->qcv);
+    }
+    pthread_mutex_unlock(&s->qmu);
+    pthread_mutex_lock(&s->stmu);
+    if (rc == 0) {
+        s->st.submitted++;
+    } else {
+        s->st.rejected++;
+    }
+    pthread_mutex_unlock(&s->stmu);
+    return rc;
+}
+
+/* --- workers --- */
+
+static void *
+pic_worker_main(void *arg)
+{
+    pic_worker *w = arg;
+    pic_sched  *s = w->s;
+    int         B = s->o.max_batch;
+
+    pic_kernels_set_threads(s->o.threads);      /* the OpenMP ICV is per thread */
+    for (;;) {
+        int n_run = 0;
+
+        pthread_mutex_lock(&s->qmu);
+        pic_queue_reap_locked(s);
+        for (int k = 0; k < B; k++) {
+            if (w->run[k] != NULL) {
+                n_run++;
+            }
+        }
+        /* admit: with several workers, one job per round each, so that
+         * a burst spreads over the workers */
+        for (int k = 0, took = 0; k < B && s->qhead != NULL && !s->stopping
+                                  && !(s->o.workers > 1 && took > 0); k++) {
+            pic_job *j;
+            char     err[128];
+
+            if (w->run[k] != NULL) {
+                continue;
+            }
+            if (w->st[k] == NULL) {
+                w->st[k] = pic_state_init(&s->o.model->cfg, s->o.max_ctx, err,
+                                          sizeof(err));
+                if (w->st[k] == NULL) {
+                    break;              /* no memory for a slot: wait for one */
+                }
+            }
+            j = s->qhead;
+            pic_queue_remove_locked(s, NULL, j);
+            j->seq = calloc(1, sizeof(pic_seq));
+            if (j->seq == NULL) {
+                pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "%s",
+                               "out of memory");
+                continue;
+            }
+            pic_state_reset(w->st[k]);
+            j->seq->st = w->st[k];
+            j->seq->slot = k;
+            j->t_start_ns = pic_now_ns();
+            w->run[k] = j;
+            s->running++;
+            n_run++;
+            took++;
+        }
+        if (n_run == 0) {
+            if (s->stopping) {
+                pthread_mutex_unlock(&s->qmu);
+                break;
+            }
+            pthread_cond_wait(&s->qcv, &s->qmu);
+            pthread_mutex_unlock(&s->qmu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->qmu);
+
+        /* one round: every running sequence advances one step */
+        int64_t t0 = pic_now_ns();
+        for (int k = 0; k < B; k++) {
+            if (w->run[k] == NULL) {
+                continue;
+            }
+            if (s->stopping) {
+                pic_job_cancel(w->run[k]);
+            }
+            pic_seq_step(s, w, k);
+        }
+        pthread_mutex_lock(&s->stmu);
+        s->st.rounds++;
+        s->st.busy_s += (double) (pic_now_ns() - t0) * 1e-9;
+        pthread_mutex_unlock(&s->stmu);
+    }
+    return NULL;
+}
+
+/* --- lifetime --- */
+
+pic_sched *
+pic_sched_init(const pic_sched_opts *opts, char *err, size_t errlen)
+{
+    pic_sched *s;
+
+    if (opts->model == NULL || opts->notify == NULL || opts->workers < 1
+        || opts->threads < 1 || opts->max_batch < 1 || opts->max_queue < 0
+        || opts->max_ctx < 2) {
+        snprintf(err, errlen, "%s: bad options", __func__);
+        return NULL;
+    }
+    s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        snprintf(err, errlen, "%s: out of memory", __func__);
+        return NULL;
+    }
+    s->o = *opts;
+    pthread_mutex_init(&s->qmu, NULL);
+    pthread_cond_init(&s->qcv, NULL);
+    pthread_mutex_init(&s->stmu, NULL);
+    s->w = calloc((size_t) opts->workers, sizeof(pic_worker));
+    if (s->w == NULL) {
+        snprintf(err, errlen, "%s: out of memory", __func__);
+        pic_sched_free(s);
+        return NULL;
+    }
+    for (int i = 0; i < opts->workers; i++) {
+        pic_worker *w = &s->w[i];
+
+        w->s = s;
+        w->idx = i;
+        w->run = calloc((size_t) opts->max_batch, sizeof(pic_job *));
+        w->st = calloc((size_t) opts->max_batch, sizeof(pic_state *));
+        w->logits = malloc((size_t) opts->model->cfg.vocab * sizeof(float));
+        if (w->run == NULL || w->st == NULL || w->logits == NULL) {
+            snprintf(err, errlen, "%s: out of memory", __func__);
+            pic_sched_free(s);
+            return NULL;
+        }
+        if (pthread_create(&w->th, NULL, pic_worker_main, w) != 0) {
+            snprintf(err, errlen, "%s: cannot start a worker thread: %s", __func__,
+                     strerror(errno));
+            pic_sched_free(s);
+            return NULL;
+        }
+        w->started = 1;
+    }
+    return s;
+}
+
+void
+pic_sched_free(pic_sched *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&s->qmu);
+    s->stopping = 1;
+    pic_queue_reap_locked(s);
+    pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
+    for (int i = 0; s->w != NULL && i < s->o.workers; i++) {
+        pic_worker *w = &s->w[i];
+
+        if (w->started) {
+            pthread_join(w->th, NULL);
+        }
+        for (int k = 0; w->st != NULL && k < s->o.max_batch; k++) {
+            pic_state_free(w->st[k]);
+        }
+        free(w->st);
+        free(w->run);
+        free(w->logits);
+    }
+    free(s->w);
+    pthread_mutex_destroy(&s->qmu);
+    pthread_cond_destroy(&s->qcv);
+    pthread_mutex_destroy(&s->stmu);
+    free(s);
+}
+
+void
+pic_sched_stats_get(pic_sched *s, pic_sched_stats *st)
+{
+    pthread_mutex_lock(&s->stmu);
+    *st = s->st;
+    pthread_mutex_unlock(&s->stmu);
+    pthread_mutex_lock(&s->qmu);
+    st->running = s->running;
+    st->queued = s->qlen;
+    pthread_mutex_unlock(&s->qmu);
+    st->workers = s->o.workers;
+    st->max_batch = s->o.max_batch;
+    st->max_queue = s->o.max_queue;
+    st->threads = s->o.threads;
+}

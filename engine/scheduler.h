@@ -1,0 +1,152 @@
+/*
+ * scheduler.h — compute scheduling for the engine server.
+ *
+ * The event loop never computes.  It hands a pic_job (prompt, sampling
+ * parameters, deadline) to the scheduler; worker threads own the compute.
+ * Each worker runs a batch of up to max_batch sequences and goes round the
+ * batch one step at a time: a step is one prefill chunk (PIC_UBATCH tokens,
+ * so chunking changes no bit of the result) or one decode token.  Every
+ * running request therefore advances by one token per round, a long prefill
+ * never stalls the others for more than one chunk, and a cancelled or
+ * expired job is dropped before its next step ("within one step").  Jobs
+ * wait in one bounded FIFO shared by the workers; pic_sched_submit refuses
+ * when it is full (the server answers 429).
+ *
+ * Threads and ownership.  The submitter fills the input fields, then only
+ * touches a job through pic_job_take / pic_job_cancel until take reports
+ * done; from then on the scheduler never touches it again and the
+ * submitter frees it.  Workers publish text and counters under job->mu and
+ * then call opts.notify (any thread), which the server turns into a wake-up
+ * of its event loop (event_active).  The loop then takes from its jobs.
+ *
+ * CPU: each worker sets its own OpenMP thread count (the ICV is per thread);
+ * OpenBLAS stays single-threaded (pic_kernels.c).  workers × threads should
+ * not exceed the cores.
+ */
+#ifndef PIC_SCHEDULER_H
+#define PIC_SCHEDULER_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "sample.h"
+#include "tokenizer.h"
+
+#define PIC_JOB_MAX_STOP 4          /* stop strings per request (OpenAI: 4) */
+
+typedef enum {
+    PIC_FINISH_NONE = 0,            /* still running */
+    PIC_FINISH_STOP,                /* stop token or stop string */
+    PIC_FINISH_LENGTH,              /* max_tokens or the context is full */
+    PIC_FINISH_CANCELLED,           /* pic_job_cancel (client went away) */
+    PIC_FINISH_ERROR,               /* err_status / err_msg say why */
+} pic_finish;
+
+typedef struct pic_seq pic_seq;     /* worker-side run state (sched.c) */
+
+typedef struct pic_job {
+    /* --- input: set before pic_sched_submit, read-only afterwards --- */
+    char              *text;        /* prompt text, tokenized on the worker */
+    size_t             text_len;
+    int32_t           *prompt;      /* (n_prompt) ids instead of text; owned */
+    int                n_prompt;
+    int                max_tokens;  /* <= 0: until the context is full */
+    pic_sample_params  sample;
+    char              *stop[PIC_JOB_MAX_STOP];  /* owned, NUL-terminated */
+    int                n_stop;
+    int64_t            deadline_ns; /* CLOCK_MONOTONIC; 0: none */
+    int                ignore_eos;  /* keep going past stop tokens */
+    void              *user;        /* the submitter's context */
+
+    /* --- shared with the worker: guarded by mu --- */
+    pthread_mutex_t    mu;
+    char              *out;         /* (out_len) text produced since the last take */
+    size_t             out_len, out_cap;
+    int                dirty;       /* something changed since the last take */
+    int                n_prompt_tokens;   /* known once tokenized */
+    int                n_cached;    /* prompt tokens served from a cache */
+    int                n_gen;       /* tokens generated so far */
+    int                done;        /* the scheduler has let go of the job */
+    pic_finish         finish;
+    int                err_status;  /* HTTP status for PIC_FINISH_ERROR */
+    char               err_type[40];
+    char               err_msg[256];
+    int64_t            t_submit_ns, t_start_ns, t_first_ns, t_done_ns;
+
+    int64_t            cancel_ns;   /* atomic: when pic_job_cancel was called */
+    int                queued;      /* in the wait queue (queue lock) */
+    struct pic_job    *qnext;       /* wait queue link (queue lock) */
+    pic_seq           *seq;         /* worker-only */
+} pic_job;
+
+/* What pic_job_take hands over. */
+typedef struct {
+    char       *text;               /* new text (malloc'ed, maybe NULL), caller frees */
+    size_t      len;
+    int         n_prompt;
+    int         n_cached;
+    int         n_gen;
+    int         started;            /* the first token exists (t_first_ns set) */
+    int         done;
+    pic_finish  finish;
+    int         err_status;
+    const char *err_type;           /* valid while the job lives */
+    const char *err_msg;
+} pic_job_update;
+
+typedef struct {
+    const pic_model     *model;
+    const pic_tokenizer *tok;       /* needed for text prompts and output text */
+    int                  workers;   /* compute threads, >= 1 */
+    int                  threads;   /* OpenMP threads per worker, >= 1 */
+    int                  max_batch; /* running sequences per worker, >= 1 */
+    int                  max_queue; /* waiting jobs before submit refuses, >= 0 */
+    int                  max_ctx;   /* positions per sequence */
+    void               (*notify)(void *arg);    /* a job has news (any thread) */
+    void                *notify_arg;
+} pic_sched_opts;
+
+typedef struct {
+    uint64_t submitted, rejected, completed, cancelled, expired, failed;
+    uint64_t prompt_tokens, gen_tokens, cached_tokens;
+    uint64_t prefill_steps, decode_steps, rounds;
+    double   cancel_latency_max_ms; /* longest cancel → compute released */
+    int      running, queued, workers, max_batch, max_queue, threads;
+    double   busy_s;                /* seconds workers spent computing */
+} pic_sched_stats;
+
+typedef struct pic_sched pic_sched;
+
+/* Start the worker threads; NULL + err on a bad option or failure. */
+pic_sched *pic_sched_init(const pic_sched_opts *opts, char *err, size_t errlen);
+
+/* Cancel everything, join the workers, free (NULL is fine).  Jobs still
+ * held by the submitter end up done (cancelled) and are not freed here. */
+void pic_sched_free(pic_sched *s);
+
+/* Queue a job: 0, or -1 when the wait queue is full (answer 429), or -2
+ * when the scheduler is shutting down. */
+int pic_sched_submit(pic_sched *s, pic_job *j);
+
+/* Counters and gauges (a consistent snapshot of the counters). */
+void pic_sched_stats_get(pic_sched *s, pic_sched_stats *st);
+
+/* A zeroed job with its mutex ready; NULL on allocation failure. */
+pic_job *pic_job_new(void);
+
+/* Free a job that was never submitted or whose take reported done. */
+void pic_job_free(pic_job *j);
+
+/* Ask the scheduler to drop the job before its next step (any thread). */
+void pic_job_cancel(pic_job *j);
+
+/* Move the job's news into u; returns 1 if anything changed since the last
+ * take, else 0.  u->text must be freed by the caller. */
+int pic_job_take(pic_job *j, pic_job_update *u);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t pic_now_ns(void);
+
+#endif /* PIC_SCHEDULER_H */

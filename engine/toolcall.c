@@ -1,0 +1,417 @@
+/*
+ * toolcall.c — <tool_call> blocks into OpenAI tool_calls (toolcall.h).
+ */
+#include <ctype.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stopstr.h"
+#include "toolcall.h"
+
+#define PIC_TC_OPEN   "<tool_call>"
+#define PIC_TC_CLOSE  "</tool_call>"
+
+/* --- helpers --- */
+
+static const char *
+pic_find(const char *hay, size_t hlen, const char *needle)
+{
+    size_t nlen = strlen(needle);
+
+    for (size_t i = 0; nlen <= hlen && i + nlen <= hlen; i++) {
+        if (memcmp(hay + i, needle, nlen) == 0) {
+            return hay + i;
+        }
+    }
+    return NULL;
+}
+
+static void
+pic_trim(const char **s, size_t *len)
+{
+    while (*len > 0 && isspace((unsigned char) (*s)[0])) {
+        (*s)++;
+        (*len)--;
+    }
+    while (*len > 0 && isspace((unsigned char) (*s)[*len - 1])) {
+        (*len)--;
+    }
+}
+
+static char *
+pic_strndup(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+
+    if (p != NULL) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+/* The JSON-schema type the tool `name` declares for parameter `param`, or
+ * NULL when unknown. */
+static const char *
+pic_schema_type(const cJSON *tools, const char *name, const char *param)
+{
+    const cJSON *t;
+
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *props, *p, *ty;
+
+        if (!cJSON_IsString(nm) || strcmp(nm->valuestring, name) != 0) {
+            continue;
+        }
+        props = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(fn, "parameters"), "properties");
+        p = cJSON_GetObjectItemCaseSensitive(props, param);
+        ty = cJSON_GetObjectItemCaseSensitive(p, "type");
+        return cJSON_IsString(ty) ? ty->valuestring : NULL;
+    }
+    return NULL;
+}
+
+/* --- one block --- */
+
+/* {"name": "...", "arguments": {...}} */
+static int
+pic_toolcall_parse_json(const char *body, size_t len, pic_toolcall_out *out)
+{
+    cJSON       *doc = cJSON_ParseWithLength(body, len);
+    const cJSON *name, *args;
+    int          rc = -1;
+
+    if (!cJSON_IsObject(doc)) {
+        goto done;
+    }
+    name = cJSON_GetObjectItemCaseSensitive(doc, "name");
+    args = cJSON_GetObjectItemCaseSensitive(doc, "arguments");
+    if (args == NULL) {
+        args = cJSON_GetObjectItemCaseSensitive(doc, "parameters");
+    }
+    if (!cJSON_IsString(name) || name->valuestring[0] == '\0') {
+        goto done;
+    }
+    out->name = strdup(name->valuestring);
+    if (args == NULL) {
+        out->arguments = strdup("{}");
+    } else if (cJSON_IsString(args)) {
+        out->arguments = strdup(args->valuestring);
+    } else if (cJSON_IsObject(args)) {
+        out->arguments = cJSON_PrintUnformatted(args);
+    } else {
+        goto done;
+    }
+    rc = out->name != NULL && out->arguments != NULL ? 0 : -1;
+done:
+    if (rc != 0) {
+        pic_toolcall_clear(out);
+    }
+    cJSON_Delete(doc);
+    return rc;
+}
+
+/* <function=NAME><parameter=P>VALUE</parameter>...</function> */
+static int
+pic_toolcall_parse_xml(const char *body, size_t len, const cJSON *tools,
+                       pic_toolcall_out *out)
+{
+    const char *p = body + strlen("<function="), *end = body + len, *gt, *fend;
+    cJSON      *args = cJSON_CreateObject();
+    char       *name = NULL;
+    int         rc = -1;
+
+    gt = memchr(p, '>', (size_t) (end - p));
+    if (args == NULL || gt == NULL || gt == p) {
+        goto done;
+    }
+    name = pic_strndup(p, (size_t) (gt - p));
+    if (name == NULL || strpbrk(name, "<\n") != NULL) {
+        goto done;
+    }
+    fend = pic_find(gt, (size_t) (end - gt), "</function>");
+    if (fend == NULL) {
+        goto done;
+    }
+    p = gt + 1;
+    for (;;) {
+        const char *v, *vend, *next, *close;
+        char       *pname, *val;
+        size_t      vlen;
+        const char *type;
+        cJSON      *item = NULL;
+
+        while (p < fend && isspace((unsigned char) *p)) {
+            p++;
+        }
+        if (p == fend) {
+            break;
+        }
+        if ((size_t) (fend - p) < 11 || memcmp(p, "<parameter=", 11) != 0) {
+            goto done;
+        }
+        p += 11;
+        gt = memchr(p, '>', (size_t) (fend - p));
+        if (gt == NULL || gt == p) {
+            goto done;
+        }
+        pname = pic_strndup(p, (size_t) (gt - p));
+        if (pname == NULL) {
+            goto done;
+        }
+        v = gt + 1;
+        /* the value ends at </parameter>, or (tolerated) at the next
+         * <parameter= or at </function> */
+        close = pic_find(v, (size_t) (fend - v), "</parameter>");
+        next = pic_find(v, (size_t) (fend - v), "<parameter=");
+        vend = close && (!next || close < next) ? close : (next ? next : fend);
+        p = vend == close ? close + strlen("</parameter>") : vend;
+        /* one newline after the tag and one before the end tag are layout */
+        if (vend > v && v[0] == '\n') {
+            v++;
+        }
+        if (vend > v && vend[-1] == '\n') {
+            vend--;
+        }
+        vlen = (size_t) (vend - v);
+        type = pic_schema_type(tools, name, pname);
+        if (type == NULL || strcmp(type, "string") != 0) {
+            item = cJSON_ParseWithLength(v, vlen);
+            if (item != NULL && vlen > 0 && isspace((unsigned char) v[0])) {
+                /* keep " 42" as written */
+                cJSON_Delete(item);
+                item = NULL;
+            }
+        }
+        if (item == NULL) {
+            val = pic_strndup(v, vlen);
+            item = val ? cJSON_CreateString(val) : NULL;
+            free(val);
+        }
+        if (item == NULL) {
+            free(pname);
+            goto done;
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(args, pname);
+        cJSON_AddItemToObject(args, pname, item);
+        free(pname);
+    }
+    /* nothing but blanks after </function> */
+    for (p = fend + strlen("</function>"); p < end; p++) {
+        if (!isspace((unsigned char) *p)) {
+            goto done;
+        }
+    }
+    out->name = name;
+    name = NULL;
+    out->arguments = cJSON_PrintUnformatted(args);
+    rc = out->arguments != NULL ? 0 : -1;
+done:
+    free(name);
+    cJSON_Delete(args);
+    if (rc != 0) {
+        pic_toolcall_clear(out);
+    }
+    return rc;
+}
+
+int
+pic_toolcall_parse_body(const char *body, size_t len, const cJSON *tools,
+                        pic_toolcall_out *out)
+{
+    memset(out, 0, sizeof(*out));
+    pic_trim(&body, &len);
+    if (len > 0 && body[0] == '{') {
+        return pic_toolcall_parse_json(body, len, out);
+    }
+    if (len > 10 && memcmp(body, "<function=", 10) == 0) {
+        return pic_toolcall_parse_xml(body, len, tools, out);
+    }
+    return -1;
+}
+
+void
+pic_toolcall_clear(pic_toolcall_out *c)
+{
+    free(c->name);
+    free(c->arguments);
+    c->name = NULL;
+    c->arguments = NULL;
+}
+
+void
+pic_toolcall_id(char *buf, size_t size)
+{
+    static const char alnum[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    static uint64_t   ctr;
+    uint64_t          x;
+    struct timespec   ts;
+    size_t            i;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    x = ((uint64_t) ts.tv_nsec << 20) ^ (uint64_t) ts.tv_sec ^ ((uint64_t) getpid() << 40)
+        ^ (__atomic_add_fetch(&ctr, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ull);
+    if (size < 30) {
+        if (size > 0) {
+            buf[0] = '\0';
+        }
+        return;
+    }
+    memcpy(buf, "call_", 5);
+    for (i = 0; i < 24; i++) {
+        /* splitmix64 steps */
+        x += 0x9e3779b97f4a7c15ull;
+        uint64_t z = x;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        buf[5 + i] = alnum[z % (sizeof(alnum) - 1)];
+    }
+    buf[29] = '\0';
+}
+
+/* --- streaming --- */
+
+void
+pic_toolstream_init(pic_toolstream *ts, const cJSON *tools)
+{
+    memset(ts, 0, sizeof(*ts));
+    ts->tools = tools;
+}
+
+void
+pic_toolstream_free(pic_toolstream *ts)
+{
+    for (int i = 0; i < ts->n_calls; i++) {
+        pic_toolcall_clear(&ts->calls[i]);
+    }
+    free(ts->calls);
+    free(ts->buf);
+    memset(ts, 0, sizeof(*ts));
+}
+
+/* Append n bytes to a growing NUL-terminated string. */
+static int
+pic_str_add(char **s, size_t *len, size_t *cap, const char *p, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 64;
+        while (c < *len + n + 1) {
+            c *= 2;
+        }
+        char *q = realloc(*s, c);
+        if (q == NULL) {
+            return -1;
+        }
+        *s = q;
+        *cap = c;
+    }
+    memcpy(*s + *len, p, n);
+    *len += n;
+    (*s)[*len] = '\0';
+    return 0;
+}
+
+/* Drop the first n bytes of the held text. */
+static void
+pic_ts_consume(pic_toolstream *ts, size_t n)
+{
+    memmove(ts->buf, ts->buf + n, ts->len - n);
+    ts->len -= n;
+    if (ts->buf) {
+        ts->buf[ts->len] = '\0';
+    }
+}
+
+int
+pic_toolstream_feed(pic_toolstream *ts, const char *text, size_t len,
+                    int final, char **content, size_t *content_len)
+{
+    static const char *const open[1] = { PIC_TC_OPEN };
+    size_t out_cap = 0;
+
+    *content = NULL;
+    *content_len = 0;
+    if (len > 0 && pic_str_add(&ts->buf, &ts->len, &ts->cap, text, len) != 0) {
+        return -1;
+    }
+    for (;;) {
+        if (!ts->in_block) {
+            int    matched;
+            size_t n = pic_stop_scan(ts->buf, ts->len, open, 1, &matched);
+
+            if (final && !matched) {
+                n = ts->len;
+            }
+            if (n > 0 && pic_str_add(content, content_len, &out_cap, ts->buf, n) != 0) {
+                return -1;
+            }
+            pic_ts_consume(ts, n);
+            if (!matched) {
+                break;
+            }
+            pic_ts_consume(ts, strlen(PIC_TC_OPEN));
+            ts->in_block = 1;
+        } else {
+            const char   *close = ts->len ? pic_find(ts->buf, ts->len, PIC_TC_CLOSE) : NULL;
+            pic_toolcall_out c;
+
+            if (close == NULL) {
+                if (final) {
+                    /* an unterminated block is shown as it came */
+                    if (pic_str_add(content, content_len, &out_cap, PIC_TC_OPEN,
+                                    strlen(PIC_TC_OPEN)) != 0
+                        || pic_str_add(content, content_len, &out_cap, ts->buf,
+                                       ts->len) != 0) {
+                        return -1;
+                    }
+                    pic_ts_consume(ts, ts->len);
+                    ts->in_block = 0;
+                }
+                break;
+            }
+            size_t blen = (size_t) (close - ts->buf);
+            if (pic_toolcall_parse_body(ts->buf, blen, ts->tools, &c) == 0) {
+                if (ts->n_calls == ts->cap_calls) {
+                    int            nc = ts->cap_calls ? 2 * ts->cap_calls : 4;
+                    pic_toolcall_out *p = realloc(ts->calls, (size_t) nc * sizeof(*p));
+                    if (p == NULL) {
+                        pic_toolcall_clear(&c);
+                        return -1;
+                    }
+                    ts->calls = p;
+                    ts->cap_calls = nc;
+                }
+                ts->calls[ts->n_calls++] = c;
+                ts->total_calls++;
+            } else if (pic_str_add(content, content_len, &out_cap, PIC_TC_OPEN,
+                                   strlen(PIC_TC_OPEN)) != 0
+                       || pic_str_add(content, content_len, &out_cap, ts->buf,
+                                      blen + strlen(PIC_TC_CLOSE)) != 0) {
+                return -1;
+            }
+            pic_ts_consume(ts, blen + strlen(PIC_TC_CLOSE));
+            ts->in_block = 0;
+        }
+    }
+    return 0;
+}
+
+int
+pic_toolstream_take(pic_toolstream *ts, pic_toolcall_out **calls)
+{
+    int n = ts->n_calls;
+
+    *calls = ts->calls;
+    ts->calls = NULL;
+    ts->n_calls = ts->cap_calls = 0;
+    return n;
+}

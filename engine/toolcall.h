@@ -1,0 +1,70 @@
+/*
+ * toolcall.h — the model's tool-call syntax turned into OpenAI tool_calls.
+ *
+ * The Qwen ChatML family wraps each call in <tool_call>…</tool_call>
+ * (MODEL.md §6).  The body is JSON {"name": …, "arguments": {…}} in
+ * Qwen3 / Qwen3-Next, or XML in Qwen3.5:
+ *     <function=NAME>
+ *     <parameter=P>
+ *     VALUE
+ *     </parameter>
+ *     </function>
+ * Both are recognised whatever the model.  XML values become JSON: a value
+ * whose parameter the tool schema declares as "string" stays a string;
+ * other values are parsed as JSON when they are valid JSON, else kept as
+ * strings.  A block that does not parse stays in the content verbatim.
+ *
+ * Streaming: pic_toolstream holds back text that may be the start of a
+ * <tool_call> tag, buffers a block until its end tag, and hands out plain
+ * content and finished calls as they become certain.
+ */
+#ifndef PIC_TOOLCALL_H
+#define PIC_TOOLCALL_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+typedef struct {
+    char *name;                 /* function name */
+    char *arguments;            /* JSON object text (OpenAI: a string) */
+} pic_toolcall_out;
+
+typedef struct {
+    const cJSON   *tools;       /* the request's "tools" array, or NULL */
+    int            in_block;    /* inside <tool_call> */
+    char          *buf;         /* (len) held-back text */
+    size_t         len, cap;
+    pic_toolcall_out *calls;       /* (n_calls) finished calls not yet taken */
+    int            n_calls, cap_calls;
+    int            total_calls; /* calls parsed over the stream */
+} pic_toolstream;
+
+/* Parse one block body (text between the tags) into a call; 0 or -1. */
+int pic_toolcall_parse_body(const char *body, size_t len, const cJSON *tools,
+                            pic_toolcall_out *out);
+
+/* Free a call's strings. */
+void pic_toolcall_clear(pic_toolcall_out *c);
+
+/* Start a stream (tools may be NULL). */
+void pic_toolstream_init(pic_toolstream *ts, const cJSON *tools);
+
+/* Free the stream's buffers and calls. */
+void pic_toolstream_free(pic_toolstream *ts);
+
+/* Feed text; appends content that is certain to *content (malloc'ed,
+ * NUL-terminated, *content_len bytes; NULL when none) and moves finished
+ * calls into ts->calls.  final != 0 ends the stream: held text and an
+ * unterminated block become content.  -1 on ENOMEM. */
+int pic_toolstream_feed(pic_toolstream *ts, const char *text, size_t len,
+                        int final, char **content, size_t *content_len);
+
+/* Take the finished calls (caller frees each with pic_toolcall_clear and
+ * the array with free()); returns how many. */
+int pic_toolstream_take(pic_toolstream *ts, pic_toolcall_out **calls);
+
+/* A fresh OpenAI-style call id "call_" + 24 alphanumerics into buf (>= 30). */
+void pic_toolcall_id(char *buf, size_t size);
+
+#endif /* PIC_TOOLCALL_H */
