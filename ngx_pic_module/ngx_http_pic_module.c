@@ -1,7 +1,8 @@
 /*
  * Copyright (C) ngx_pic authors
  *
- * ngx_http_pic_module: directives, configuration and the shared zone.
+ * ngx_http_pic_module: directives, configuration, the shared zone and the
+ * per-worker start (redis connection, health probes).
  */
 
 
@@ -10,33 +11,65 @@
 #include <ngx_http.h>
 
 #include "ngx_http_pic_module.h"
+#include "ngx_http_pic_index.h"
+#include "ngx_http_pic_engine.h"
+#include "ngx_http_pic_redis.h"
 
 
-static ngx_int_t ngx_http_pic_init(ngx_conf_t *cf);
+static ngx_int_t ngx_http_pic_preconfiguration(ngx_conf_t *cf);
+static ngx_int_t ngx_http_pic_postconfiguration(ngx_conf_t *cf);
 static void *ngx_http_pic_create_main_conf(ngx_conf_t *cf);
+static char *ngx_http_pic_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *ngx_http_pic_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_pic_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
-static char *ngx_http_pic_zone(ngx_conf_t *cf, ngx_command_t *cmd,
+static ngx_int_t ngx_http_pic_init_process(ngx_cycle_t *cycle);
+static void ngx_http_pic_exit_process(ngx_cycle_t *cycle);
+
+static char *ngx_http_pic_zone_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_pic_status(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-static ngx_int_t ngx_http_pic_init_zone(ngx_shm_zone_t *shm_zone, void *data);
-static ngx_int_t ngx_http_pic_log_handler(ngx_http_request_t *r);
+static char *ngx_http_pic_redis_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_pic_health_check(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_pic_marker(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_pic_cdc(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *ngx_http_pic_scope(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_pic_template(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_pic_model(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+
+static ngx_conf_enum_t  ngx_http_pic_modes[] = {
+    { ngx_string("off"), NGX_HTTP_PIC_OFF },
+    { ngx_string("on"), NGX_HTTP_PIC_ON },
+    { ngx_string("observe"), NGX_HTTP_PIC_OBSERVE },
+    { ngx_null_string, 0 }
+};
+
+
+static ngx_conf_num_bounds_t  ngx_http_pic_imbalance_bounds = {
+    ngx_conf_check_num_bounds, 0, 1000000
+};
 
 
 static ngx_command_t  ngx_http_pic_commands[] = {
 
     { ngx_string("pic"),
-      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
-      ngx_conf_set_flag_slot,
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
-      offsetof(ngx_http_pic_loc_conf_t, enable),
-      NULL },
+      offsetof(ngx_http_pic_loc_conf_t, mode),
+      &ngx_http_pic_modes },
 
     { ngx_string("pic_zone"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
-      ngx_http_pic_zone,
+      ngx_http_pic_zone_directive,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
@@ -48,16 +81,128 @@ static ngx_command_t  ngx_http_pic_commands[] = {
       0,
       NULL },
 
+    { ngx_string("pic_upstream"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_pic_upstream,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pic_engine"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_pic_engine,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pic_balancer"),
+      NGX_HTTP_UPS_CONF|NGX_CONF_NOARGS,
+      ngx_http_pic_balancer,
+      0,
+      0,
+      NULL },
+
+    { ngx_string("pic_redis"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_pic_redis_directive,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pic_redis_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_pic_loc_conf_t, redis_timeout),
+      NULL },
+
+    { ngx_string("pic_health_check"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_1MORE,
+      ngx_http_pic_health_check,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pic_marker"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_pic_marker,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pic_split_documents"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_pic_loc_conf_t, split),
+      NULL },
+
+    { ngx_string("pic_cdc"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE3,
+      ngx_http_pic_cdc,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pic_min_segment"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_pic_loc_conf_t, min_segment),
+      NULL },
+
+    { ngx_string("pic_s1_fallback"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_pic_loc_conf_t, s1),
+      NULL },
+
+    { ngx_string("pic_scope"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_pic_scope,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pic_body_max"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_pic_loc_conf_t, body_max),
+      NULL },
+
+    { ngx_string("pic_imbalance"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_pic_loc_conf_t, imbalance),
+      &ngx_http_pic_imbalance_bounds },
+
+    { ngx_string("pic_template"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_pic_template,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pic_model"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_pic_model,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
       ngx_null_command
 };
 
 
 static ngx_http_module_t  ngx_http_pic_module_ctx = {
-    NULL,                                  /* preconfiguration */
-    ngx_http_pic_init,                     /* postconfiguration */
+    ngx_http_pic_preconfiguration,         /* preconfiguration */
+    ngx_http_pic_postconfiguration,        /* postconfiguration */
 
     ngx_http_pic_create_main_conf,         /* create main configuration */
-    NULL,                                  /* init main configuration */
+    ngx_http_pic_init_main_conf,           /* init main configuration */
 
     NULL,                                  /* create server configuration */
     NULL,                                  /* merge server configuration */
@@ -74,13 +219,20 @@ ngx_module_t  ngx_http_pic_module = {
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
     NULL,                                  /* init module */
-    NULL,                                  /* init process */
+    ngx_http_pic_init_process,             /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
-    NULL,                                  /* exit process */
+    ngx_http_pic_exit_process,             /* exit process */
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
+
+
+static ngx_int_t
+ngx_http_pic_preconfiguration(ngx_conf_t *cf)
+{
+    return ngx_http_pic_add_variables(cf);
+}
 
 
 static void *
@@ -97,9 +249,46 @@ ngx_http_pic_create_main_conf(ngx_conf_t *cf)
      * set by ngx_pcalloc():
      *
      *     pmcf->shm_zone = NULL;
+     *     pmcf->redis = NULL;
+     *     pmcf->redis_name = { 0, NULL };
+     *     pmcf->probe_uri = { 0, NULL };
+     *     pmcf->default_pool = NULL;
+     *     pmcf->enabled = 0;
      */
 
+    if (ngx_array_init(&pmcf->pools, cf->pool, 4,
+                       sizeof(ngx_http_pic_pool_t *))
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
+    pmcf->redis_connect_timeout = NGX_CONF_UNSET_MSEC;
+    pmcf->probe_interval = NGX_CONF_UNSET_MSEC;
+    pmcf->probe_timeout = NGX_CONF_UNSET_MSEC;
+    pmcf->max_fails = NGX_CONF_UNSET_UINT;
+    pmcf->fail_timeout = NGX_CONF_UNSET;
+
     return pmcf;
+}
+
+
+static char *
+ngx_http_pic_init_main_conf(ngx_conf_t *cf, void *conf)
+{
+    ngx_http_pic_main_conf_t  *pmcf = conf;
+
+    ngx_conf_init_msec_value(pmcf->redis_connect_timeout, 1000);
+    ngx_conf_init_msec_value(pmcf->probe_interval, 2000);
+    ngx_conf_init_msec_value(pmcf->probe_timeout, 1000);
+    ngx_conf_init_uint_value(pmcf->max_fails, 1);
+    ngx_conf_init_value(pmcf->fail_timeout, 10);
+
+    if (pmcf->probe_uri.len == 0) {
+        ngx_str_set(&pmcf->probe_uri, "/healthz");
+    }
+
+    return NGX_CONF_OK;
 }
 
 
@@ -113,8 +302,27 @@ ngx_http_pic_create_loc_conf(ngx_conf_t *cf)
         return NULL;
     }
 
-    plcf->enable = NGX_CONF_UNSET;
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     plcf->marker_str = { 0, NULL };
+     */
+
+    plcf->mode = NGX_CONF_UNSET_UINT;
     plcf->status = NGX_CONF_UNSET;
+    plcf->pool = NGX_CONF_UNSET_PTR;
+    plcf->split = NGX_CONF_UNSET;
+    plcf->cdc_min = NGX_CONF_UNSET_SIZE;
+    plcf->cdc_avg = NGX_CONF_UNSET_SIZE;
+    plcf->cdc_max = NGX_CONF_UNSET_SIZE;
+    plcf->min_segment = NGX_CONF_UNSET_SIZE;
+    plcf->s1 = NGX_CONF_UNSET;
+    plcf->scope = NGX_CONF_UNSET_PTR;
+    plcf->body_max = NGX_CONF_UNSET_SIZE;
+    plcf->redis_timeout = NGX_CONF_UNSET_MSEC;
+    plcf->imbalance = NGX_CONF_UNSET_UINT;
+    plcf->dialect = NGX_CONF_UNSET_UINT;
+    plcf->models = NGX_CONF_UNSET_PTR;
 
     return plcf;
 }
@@ -126,15 +334,92 @@ ngx_http_pic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_pic_loc_conf_t  *prev = parent;
     ngx_http_pic_loc_conf_t  *conf = child;
 
-    ngx_conf_merge_value(conf->enable, prev->enable, 0);
+    pic_error                  err;
+    pic_cdc_params             params;
+    ngx_http_pic_main_conf_t  *pmcf;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    ngx_conf_merge_uint_value(conf->mode, prev->mode, NGX_HTTP_PIC_OFF);
     ngx_conf_merge_value(conf->status, prev->status, 0);
+    ngx_conf_merge_ptr_value(conf->pool, prev->pool, NULL);
+    ngx_conf_merge_value(conf->split, prev->split, 1);
+    ngx_conf_merge_size_value(conf->cdc_min, prev->cdc_min,
+                              NGX_HTTP_PIC_CDC_MIN);
+    ngx_conf_merge_size_value(conf->cdc_avg, prev->cdc_avg,
+                              NGX_HTTP_PIC_CDC_AVG);
+    ngx_conf_merge_size_value(conf->cdc_max, prev->cdc_max,
+                              NGX_HTTP_PIC_CDC_MAX);
+    ngx_conf_merge_size_value(conf->min_segment, prev->min_segment, 128);
+    ngx_conf_merge_value(conf->s1, prev->s1, 1);
+    ngx_conf_merge_ptr_value(conf->scope, prev->scope, NULL);
+    ngx_conf_merge_size_value(conf->body_max, prev->body_max,
+                              8 * 1024 * 1024);
+    ngx_conf_merge_msec_value(conf->redis_timeout, prev->redis_timeout, 50);
+    ngx_conf_merge_uint_value(conf->imbalance, prev->imbalance, 4);
+    ngx_conf_merge_uint_value(conf->dialect, prev->dialect,
+                              PIC_TEMPLATE_QWEN3_5);
+    ngx_conf_merge_ptr_value(conf->models, prev->models, NULL);
+
+    if (conf->cdc_min == prev->cdc_min && conf->cdc_avg == prev->cdc_avg
+        && conf->cdc_max == prev->cdc_max && prev->cdc)
+    {
+        conf->cdc = prev->cdc;
+
+    } else {
+        conf->cdc = ngx_palloc(cf->pool, sizeof(pic_cdc));
+        if (conf->cdc == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        pic_cdc_params_default(&params);
+        params.min_size = conf->cdc_min;
+        params.avg_size = conf->cdc_avg;
+        params.max_size = conf->cdc_max;
+
+        if (pic_cdc_init(conf->cdc, &params, &err) != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid \"pic_cdc\": %s", err.message);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (conf->marker_str.data == NULL) {
+        conf->marker_str = prev->marker_str;
+        conf->marker = prev->marker;
+    }
+
+    if (conf->marker_str.data == NULL) {
+        ngx_str_set(&conf->marker_str, PIC_MARKER_DEFAULT);
+
+        if (pic_marker_init(&conf->marker, PIC_MARKER_DEFAULT,
+                            sizeof(PIC_MARKER_DEFAULT) - 1, &err)
+            != 0)
+        {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (conf->mode == NGX_HTTP_PIC_OFF) {
+        return NGX_CONF_OK;
+    }
+
+    pmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_pic_module);
+    pmcf->enabled = 1;
+
+    /*
+     * pic_body_max is this location's body limit: the module answers an
+     * OpenAI-shaped 413 itself, so nginx's own check steps aside.
+     */
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->client_max_body_size = 0;
 
     return NGX_CONF_OK;
 }
 
 
 static char *
-ngx_http_pic_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+ngx_http_pic_zone_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_pic_main_conf_t  *pmcf = conf;
 
@@ -167,6 +452,8 @@ ngx_http_pic_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    ctx->pmcf = pmcf;
+
     pmcf->shm_zone = ngx_shared_memory_add(cf, &value[1], size,
                                            &ngx_http_pic_module);
     if (pmcf->shm_zone == NULL) {
@@ -179,57 +466,10 @@ ngx_http_pic_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    pmcf->shm_zone->init = ngx_http_pic_init_zone;
+    pmcf->shm_zone->init = ngx_http_pic_index_init_zone;
     pmcf->shm_zone->data = ctx;
 
     return NGX_CONF_OK;
-}
-
-
-static ngx_int_t
-ngx_http_pic_init_zone(ngx_shm_zone_t *shm_zone, void *data)
-{
-    ngx_http_pic_zone_ctx_t  *octx = data;
-
-    size_t                    len;
-    ngx_http_pic_zone_ctx_t  *ctx;
-
-    ctx = shm_zone->data;
-
-    if (octx) {
-        /* reload: keep the old zone and what it holds */
-        ctx->sh = octx->sh;
-        ctx->shpool = octx->shpool;
-        ctx->sh->generation++;
-        return NGX_OK;
-    }
-
-    ctx->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
-
-    if (shm_zone->shm.exists) {
-        ctx->sh = ctx->shpool->data;
-        return NGX_OK;
-    }
-
-    ctx->sh = ngx_slab_calloc(ctx->shpool, sizeof(ngx_http_pic_shctx_t));
-    if (ctx->sh == NULL) {
-        return NGX_ERROR;
-    }
-
-    ctx->shpool->data = ctx->sh;
-    ctx->sh->started = ngx_time();
-
-    len = sizeof(" in pic zone \"\"") + shm_zone->shm.name.len;
-
-    ctx->shpool->log_ctx = ngx_slab_alloc(ctx->shpool, len);
-    if (ctx->shpool->log_ctx == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_sprintf(ctx->shpool->log_ctx, " in pic zone \"%V\"%Z",
-                &shm_zone->shm.name);
-
-    return NGX_OK;
 }
 
 
@@ -253,55 +493,395 @@ ngx_http_pic_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-static ngx_int_t
-ngx_http_pic_log_handler(ngx_http_request_t *r)
+static char *
+ngx_http_pic_redis_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_http_pic_loc_conf_t   *plcf;
-    ngx_http_pic_main_conf_t  *pmcf;
-    ngx_http_pic_zone_ctx_t   *ctx;
+    ngx_http_pic_main_conf_t  *pmcf = conf;
 
-    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pic_module);
-    pmcf = ngx_http_get_module_main_conf(r, ngx_http_pic_module);
+    ngx_str_t  *value;
+    ngx_url_t   u;
 
-    if (pmcf->shm_zone == NULL || r != r->main) {
-        return NGX_OK;
+    if (pmcf->redis) {
+        return "is duplicate";
     }
 
-    ctx = pmcf->shm_zone->data;
+    value = cf->args->elts;
 
-    if (plcf->status) {
-        (void) ngx_atomic_fetch_add(&ctx->sh->status_requests, 1);
-        return NGX_OK;
+    ngx_memzero(&u, sizeof(ngx_url_t));
+
+    u.url = value[1];
+    u.default_port = 6379;
+    u.no_resolve = 1;
+
+    if (ngx_parse_url(cf->pool, &u) != NGX_OK) {
+        if (u.err) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "%s in \"%V\"", u.err, &u.url);
+        }
+
+        return NGX_CONF_ERROR;
     }
 
-    if (!plcf->enable) {
-        return NGX_OK;
+    if (u.naddrs != 1) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" must be an IP address and port or "
+                           "\"unix:PATH\" (names are not resolved: hiredis "
+                           "would block the worker)", &u.url);
+        return NGX_CONF_ERROR;
     }
 
-    (void) ngx_atomic_fetch_add(&ctx->sh->requests, 1);
+    pmcf->redis = &u.addrs[0];
+    pmcf->redis_name = value[1];
 
-    if (r->headers_out.status >= NGX_HTTP_BAD_REQUEST) {
-        (void) ngx_atomic_fetch_add(&ctx->sh->errors, 1);
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_pic_health_check(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_pic_main_conf_t  *pmcf = conf;
+
+    time_t       t;
+    ngx_int_t    n;
+    ngx_str_t   *value, s;
+    ngx_msec_t   ms;
+    ngx_uint_t   i;
+
+    if (pmcf->probe_interval != NGX_CONF_UNSET_MSEC) {
+        return "is duplicate";
     }
 
-    return NGX_OK;
+    value = cf->args->elts;
+
+    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "off") == 0) {
+        pmcf->probe_interval = 0;
+        return NGX_CONF_OK;
+    }
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (ngx_strncmp(value[i].data, "interval=", 9) == 0) {
+            s.data = value[i].data + 9;
+            s.len = value[i].len - 9;
+
+            ms = ngx_parse_time(&s, 0);
+            if (ms == (ngx_msec_t) NGX_ERROR || ms == 0) {
+                goto invalid;
+            }
+
+            pmcf->probe_interval = ms;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "timeout=", 8) == 0) {
+            s.data = value[i].data + 8;
+            s.len = value[i].len - 8;
+
+            ms = ngx_parse_time(&s, 0);
+            if (ms == (ngx_msec_t) NGX_ERROR || ms == 0) {
+                goto invalid;
+            }
+
+            pmcf->probe_timeout = ms;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "uri=", 4) == 0) {
+            if (value[i].len < 5 || value[i].data[4] != '/') {
+                goto invalid;
+            }
+
+            pmcf->probe_uri.data = value[i].data + 4;
+            pmcf->probe_uri.len = value[i].len - 4;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "fails=", 6) == 0) {
+            n = ngx_atoi(value[i].data + 6, value[i].len - 6);
+            if (n == NGX_ERROR || n == 0) {
+                goto invalid;
+            }
+
+            pmcf->max_fails = n;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "fail_timeout=", 13) == 0) {
+            s.data = value[i].data + 13;
+            s.len = value[i].len - 13;
+
+            t = ngx_parse_time(&s, 1);
+            if (t == (time_t) NGX_ERROR) {
+                goto invalid;
+            }
+
+            pmcf->fail_timeout = t;
+            continue;
+        }
+
+        goto invalid;
+    }
+
+    if (pmcf->probe_interval == NGX_CONF_UNSET_MSEC) {
+        pmcf->probe_interval = 2000;
+    }
+
+    return NGX_CONF_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid parameter \"%V\"", &value[i]);
+
+    return NGX_CONF_ERROR;
+}
+
+
+static char *
+ngx_http_pic_marker(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_pic_loc_conf_t  *plcf = conf;
+
+    pic_error   err;
+    ngx_str_t  *value;
+
+    if (plcf->marker_str.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (pic_marker_init(&plcf->marker, (char *) value[1].data, value[1].len,
+                        &err)
+        != 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid marker \"%V\": %s", &value[1],
+                           err.message);
+        return NGX_CONF_ERROR;
+    }
+
+    plcf->marker_str = value[1];
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_pic_cdc(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_pic_loc_conf_t  *plcf = conf;
+
+    ssize_t     size[3];
+    ngx_str_t  *value;
+    ngx_uint_t  i;
+
+    if (plcf->cdc_avg != NGX_CONF_UNSET_SIZE) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    for (i = 0; i < 3; i++) {
+        size[i] = ngx_parse_size(&value[i + 1]);
+
+        if (size[i] == NGX_ERROR || size[i] == 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid size \"%V\"", &value[i + 1]);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    if (!(size[0] <= size[1] && size[1] <= size[2])) {
+        return "needs MIN < AVG < MAX";
+    }
+
+    if (size[1] & (size[1] - 1)) {
+        return "needs AVG to be a power of two";
+    }
+
+    if (size[0] < 16 || size[0] == size[1] || size[1] == size[2]
+        || size[2] > 16 * 1024 * 1024)
+    {
+        return "needs 16 <= MIN < AVG < MAX <= 16m";
+    }
+
+    plcf->cdc_min = size[0];
+    plcf->cdc_avg = size[1];
+    plcf->cdc_max = size[2];
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_pic_scope(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_pic_loc_conf_t  *plcf = conf;
+
+    ngx_str_t                         *value;
+    ngx_http_compile_complex_value_t   ccv;
+
+    if (plcf->scope != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "global") == 0) {
+        plcf->scope = NULL;
+        return NGX_CONF_OK;
+    }
+
+    plcf->scope = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+    if (plcf->scope == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+
+    ccv.cf = cf;
+    ccv.value = &value[1];
+    ccv.complex_value = plcf->scope;
+
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_pic_template(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_pic_loc_conf_t  *plcf = conf;
+
+    ngx_str_t             *value;
+    pic_template_dialect   d;
+
+    if (plcf->dialect != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (pic_template_dialect_parse((char *) value[1].data, &d) != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "unknown chat template \"%V\" "
+                           "(qwen3, qwen3-next, qwen3.5)", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    plcf->dialect = d;
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_pic_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_pic_loc_conf_t  *plcf = conf;
+
+    ngx_str_t              *value, s;
+    ngx_uint_t              i;
+    pic_template_dialect    d;
+    ngx_http_pic_model_t   *m;
+
+    if (plcf->models == NGX_CONF_UNSET_PTR) {
+        plcf->models = ngx_array_create(cf->pool, 4,
+                                        sizeof(ngx_http_pic_model_t));
+        if (plcf->models == NULL) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    value = cf->args->elts;
+
+    m = ngx_array_push(plcf->models);
+    if (m == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    m->name = value[1];
+    m->fingerprint = value[1];
+    m->dialect = -1;
+
+    for (i = 2; i < cf->args->nelts; i++) {
+
+        if (ngx_strncmp(value[i].data, "fingerprint=", 12) == 0
+            && value[i].len > 12)
+        {
+            m->fingerprint.data = value[i].data + 12;
+            m->fingerprint.len = value[i].len - 12;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "template=", 9) == 0) {
+            s.data = value[i].data + 9;
+            s.len = value[i].len - 9;
+
+            if (pic_template_dialect_parse((char *) s.data, &d) != 0) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "unknown chat template \"%V\"", &s);
+                return NGX_CONF_ERROR;
+            }
+
+            m->dialect = d;
+            continue;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\"", &value[i]);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
 }
 
 
 static ngx_int_t
-ngx_http_pic_init(ngx_conf_t *cf)
+ngx_http_pic_postconfiguration(ngx_conf_t *cf)
 {
-    ngx_http_handler_pt        *h;
-    ngx_http_core_main_conf_t  *cmcf;
+    ngx_http_pic_main_conf_t  *pmcf;
 
-    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+    pmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_pic_module);
 
-    h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
-    if (h == NULL) {
+    if (pmcf->enabled && pmcf->shm_zone == NULL) {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "\"pic\" needs a \"pic_zone\" in the http block");
         return NGX_ERROR;
     }
 
-    *h = ngx_http_pic_log_handler;
+    if (ngx_http_pic_engine_init_pools(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
-    return NGX_OK;
+    return ngx_http_pic_handler_init(cf);
+}
+
+
+static ngx_int_t
+ngx_http_pic_init_process(ngx_cycle_t *cycle)
+{
+    if (ngx_process != NGX_PROCESS_WORKER
+        && ngx_process != NGX_PROCESS_SINGLE)
+    {
+        return NGX_OK;
+    }
+
+    if (ngx_http_pic_redis_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_pic_engine_init_process(cycle);
+}
+
+
+static void
+ngx_http_pic_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_pic_redis_exit_process(cycle);
 }

@@ -1,8 +1,10 @@
 /*
  * Copyright (C) ngx_pic authors
  *
- * ngx_http_pic_module: the status location (JSON and Prometheus text),
- * built like stub_status: compute the size, fill one buffer.
+ * ngx_http_pic_module: the status location.  JSON (default), Prometheus
+ * text (?format=prometheus) and the HTML dashboard (?format=html, or a
+ * browser's Accept: text/html).  Built like stub_status: take a snapshot,
+ * compute the size, fill one buffer with ngx_sprintf.
  */
 
 
@@ -11,22 +13,35 @@
 #include <ngx_http.h>
 
 #include "ngx_http_pic_module.h"
+#include "ngx_http_pic_index.h"
+#include "ngx_http_pic_redis.h"
+#include "ngx_http_pic_dashboard.h"
+
+
+#define NGX_HTTP_PIC_BYTES_PER_TOKEN  4
 
 
 typedef enum {
     NGX_HTTP_PIC_STATUS_JSON = 0,
-    NGX_HTTP_PIC_STATUS_PROMETHEUS
+    NGX_HTTP_PIC_STATUS_PROMETHEUS,
+    NGX_HTTP_PIC_STATUS_HTML
 } ngx_http_pic_status_format_e;
 
 
 typedef struct {
-    ngx_atomic_uint_t            requests;
-    ngx_atomic_uint_t            errors;
-    ngx_atomic_uint_t            status_requests;
+    ngx_http_pic_stats_t         st;
+    ngx_uint_t                   nengines;
+    ngx_http_pic_engine_sh_t     engines[NGX_HTTP_PIC_MAX_ENGINES];
+    ngx_uint_t                   configured[NGX_HTTP_PIC_MAX_ENGINES];
     time_t                       uptime;
     ngx_uint_t                   generation;
+    ngx_uint_t                   nodes;
+    ngx_atomic_uint_t            evictions;
     ngx_str_t                    zone;
     size_t                       zone_size;
+    ngx_str_t                    redis;
+    ngx_msec_t                   redis_ok_ago;
+    ngx_uint_t                   redis_ok_known;
 } ngx_http_pic_status_snapshot_t;
 
 
@@ -38,16 +53,17 @@ static ngx_buf_t *ngx_http_pic_status_json(ngx_http_request_t *r,
     ngx_http_pic_status_snapshot_t *s);
 static ngx_buf_t *ngx_http_pic_status_prometheus(ngx_http_request_t *r,
     ngx_http_pic_status_snapshot_t *s);
+static ngx_buf_t *ngx_http_pic_status_html(ngx_http_request_t *r);
 
 
 ngx_int_t
 ngx_http_pic_status_handler(ngx_http_request_t *r)
 {
-    ngx_int_t                        rc;
-    ngx_buf_t                       *b;
-    ngx_chain_t                      out;
-    ngx_http_pic_status_format_e     format;
-    ngx_http_pic_status_snapshot_t   snap;
+    ngx_int_t                         rc;
+    ngx_buf_t                        *b;
+    ngx_chain_t                       out;
+    ngx_http_pic_status_format_e      format;
+    ngx_http_pic_status_snapshot_t   *snap;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
@@ -60,16 +76,28 @@ ngx_http_pic_status_handler(ngx_http_request_t *r)
     }
 
     format = ngx_http_pic_status_format(r);
-    ngx_http_pic_status_snapshot(r, &snap);
 
-    if (format == NGX_HTTP_PIC_STATUS_PROMETHEUS) {
-        ngx_str_set(&r->headers_out.content_type,
-                    "text/plain; version=0.0.4; charset=utf-8");
-        b = ngx_http_pic_status_prometheus(r, &snap);
+    if (format == NGX_HTTP_PIC_STATUS_HTML) {
+        ngx_str_set(&r->headers_out.content_type, "text/html; charset=utf-8");
+        b = ngx_http_pic_status_html(r);
 
     } else {
-        ngx_str_set(&r->headers_out.content_type, "application/json");
-        b = ngx_http_pic_status_json(r, &snap);
+        snap = ngx_palloc(r->pool, sizeof(ngx_http_pic_status_snapshot_t));
+        if (snap == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_http_pic_status_snapshot(r, snap);
+
+        if (format == NGX_HTTP_PIC_STATUS_PROMETHEUS) {
+            ngx_str_set(&r->headers_out.content_type,
+                        "text/plain; version=0.0.4; charset=utf-8");
+            b = ngx_http_pic_status_prometheus(r, snap);
+
+        } else {
+            ngx_str_set(&r->headers_out.content_type, "application/json");
+            b = ngx_http_pic_status_json(r, snap);
+        }
     }
 
     r->headers_out.content_type_len = r->headers_out.content_type.len;
@@ -104,14 +132,37 @@ ngx_http_pic_status_handler(ngx_http_request_t *r)
 static ngx_http_pic_status_format_e
 ngx_http_pic_status_format(ngx_http_request_t *r)
 {
-    ngx_str_t  value;
+    ngx_str_t         value;
+    ngx_table_elt_t  *accept;
 
     if (ngx_http_arg(r, (u_char *) "format", 6, &value) == NGX_OK) {
+
         if (value.len == 10
             && ngx_strncmp(value.data, "prometheus", 10) == 0)
         {
             return NGX_HTTP_PIC_STATUS_PROMETHEUS;
         }
+
+        if (value.len == 4 && ngx_strncmp(value.data, "html", 4) == 0) {
+            return NGX_HTTP_PIC_STATUS_HTML;
+        }
+
+        return NGX_HTTP_PIC_STATUS_JSON;
+    }
+
+#if (NGX_HTTP_HEADERS)
+    accept = r->headers_in.accept;
+#else
+    accept = NULL;
+#endif
+
+    if (accept
+        && ngx_strlcasestrn(accept->value.data,
+                            accept->value.data + accept->value.len,
+                            (u_char *) "text/html", 9 - 1)
+           != NULL)
+    {
+        return NGX_HTTP_PIC_STATUS_HTML;
     }
 
     return NGX_HTTP_PIC_STATUS_JSON;
@@ -122,27 +173,48 @@ static void
 ngx_http_pic_status_snapshot(ngx_http_request_t *r,
     ngx_http_pic_status_snapshot_t *s)
 {
-    ngx_http_pic_zone_ctx_t   *ctx;
+    ngx_uint_t                 i;
+    ngx_http_pic_zone_ctx_t   *zc;
     ngx_http_pic_main_conf_t  *pmcf;
 
     ngx_memzero(s, sizeof(ngx_http_pic_status_snapshot_t));
 
     pmcf = ngx_http_get_module_main_conf(r, ngx_http_pic_module);
 
+    s->redis = pmcf->redis_name;
+
     if (pmcf->shm_zone == NULL) {
         ngx_str_set(&s->zone, "");
         return;
     }
 
-    ctx = pmcf->shm_zone->data;
+    zc = pmcf->shm_zone->data;
 
-    s->requests = ctx->sh->requests;
-    s->errors = ctx->sh->errors;
-    s->status_requests = ctx->sh->status_requests;
-    s->uptime = ngx_time() - ctx->sh->started;
-    s->generation = ctx->sh->generation;
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    s->st = zc->sh->stats;
+    s->nengines = zc->sh->nengines;
+    ngx_memcpy(s->engines, zc->sh->engines,
+               s->nengines * sizeof(ngx_http_pic_engine_sh_t));
+    s->nodes = zc->sh->nodes;
+    s->generation = zc->sh->generation;
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
+
+    for (i = 0; i < s->nengines; i++) {
+        /* engines this configuration no longer names are not shown */
+        s->configured[i] = (s->engines[i].configured == s->generation);
+    }
+
+    s->evictions = zc->sh->evictions;
+    s->uptime = ngx_time() - zc->sh->started;
     s->zone = pmcf->shm_zone->shm.name;
     s->zone_size = pmcf->shm_zone->shm.size;
+
+    if (s->st.redis_ok_at) {
+        s->redis_ok_known = 1;
+        s->redis_ok_ago = ngx_current_msec - s->st.redis_ok_at;
+    }
 }
 
 
@@ -150,38 +222,141 @@ static ngx_buf_t *
 ngx_http_pic_status_json(ngx_http_request_t *r,
     ngx_http_pic_status_snapshot_t *s)
 {
-    size_t      size;
-    ngx_buf_t  *b;
+    u_char                    *p;
+    size_t                     size;
+    ngx_buf_t                 *b;
+    ngx_uint_t                 i, first;
+    ngx_http_pic_stats_t      *st;
+    ngx_http_pic_engine_sh_t  *e;
 
-    size = sizeof("{\"module\":\"ngx_http_pic_module\",\"version\":\"\","
-                  "\"nginx_version\":\"\",\"pid\":,"
-                  "\"zone\":{\"name\":\"\",\"size\":,\"generation\":,"
-                  "\"uptime_s\":},"
-                  "\"requests\":{\"total\":,\"errors\":,\"status\":}}\n")
-           + sizeof(NGX_HTTP_PIC_VERSION) + sizeof(NGINX_VERSION)
-           + s->zone.len * 6  /* a zone name is escaped at most 6x */
-           + 7 * NGX_ATOMIC_T_LEN;
+    st = &s->st;
+
+    size = 4096 + s->zone.len * 6 + s->redis.len * 6
+           + NGX_HTTP_PIC_TTFT_BUCKETS * 2 * NGX_ATOMIC_T_LEN
+           + s->nengines * (512 + 6 * NGX_SOCKADDR_STRLEN
+                            + 6 * NGX_HTTP_PIC_ENGINE_ID_LEN
+                            + 12 * NGX_ATOMIC_T_LEN);
 
     b = ngx_create_temp_buf(r->pool, size);
     if (b == NULL) {
         return NULL;
     }
 
-    b->last = ngx_sprintf(b->last,
-                          "{\"module\":\"ngx_http_pic_module\","
-                          "\"version\":\"%s\",\"nginx_version\":\"%s\","
-                          "\"pid\":%P,\"zone\":{\"name\":\"",
-                          NGX_HTTP_PIC_VERSION, NGINX_VERSION, ngx_pid);
+    p = b->last;
 
-    b->last = (u_char *) ngx_escape_json(b->last, s->zone.data, s->zone.len);
+    p = ngx_sprintf(p, "{\"module\":\"ngx_http_pic_module\","
+                    "\"version\":\"%s\",\"nginx_version\":\"%s\","
+                    "\"pid\":%P,\"zone\":{\"name\":\"",
+                    NGX_HTTP_PIC_VERSION, NGINX_VERSION, ngx_pid);
+    p = (u_char *) ngx_escape_json(p, s->zone.data, s->zone.len);
+    p = ngx_sprintf(p, "\",\"size\":%uz,\"generation\":%ui,"
+                    "\"uptime_s\":%T,\"index_entries\":%ui,"
+                    "\"evictions\":%uA},",
+                    s->zone_size, s->generation, s->uptime, s->nodes,
+                    s->evictions);
 
-    b->last = ngx_sprintf(b->last,
-                          "\",\"size\":%uz,\"generation\":%ui,"
-                          "\"uptime_s\":%T},"
-                          "\"requests\":{\"total\":%uA,\"errors\":%uA,"
-                          "\"status\":%uA}}\n",
-                          s->zone_size, s->generation, s->uptime,
-                          s->requests, s->errors, s->status_requests);
+    p = ngx_sprintf(p, "\"requests\":{\"total\":%uA,\"errors\":%uA,"
+                    "\"status\":%uA,\"passed\":%uA,\"planned\":%uA,"
+                    "\"observed\":%uA,\"rejected\":%uA,\"no_engine\":%uA,"
+                    "\"upstream_errors\":%uA,\"fallback\":%uA},",
+                    st->requests, st->errors, st->status_requests,
+                    st->passed, st->planned, st->observed, st->rejected,
+                    st->no_engine, st->upstream_errors, st->fallback);
+
+    p = ngx_sprintf(p, "\"segments\":{\"total\":%uA,\"hits\":%uA,"
+                    "\"misses\":%uA,\"s1_hits\":%uA},",
+                    st->segments, st->seg_hits, st->seg_misses, st->s1_hits);
+
+    p = ngx_sprintf(p, "\"bytes\":{\"prompt\":%uA,\"hit\":%uA,"
+                    "\"exact_prefix\":%uA,\"above_prefix\":%uA,"
+                    "\"novel\":%uA,\"s1\":%uA},",
+                    st->bytes_total, st->bytes_hit, st->bytes_prefix,
+                    st->bytes_above_prefix, st->bytes_novel, st->s1_bytes);
+
+    p = ngx_sprintf(p, "\"tokens_est\":{\"bytes_per_token\":%d,"
+                    "\"hit\":%uA,\"above_prefix\":%uA},",
+                    NGX_HTTP_PIC_BYTES_PER_TOKEN,
+                    st->bytes_hit / NGX_HTTP_PIC_BYTES_PER_TOKEN,
+                    st->bytes_above_prefix / NGX_HTTP_PIC_BYTES_PER_TOKEN);
+
+    p = ngx_sprintf(p, "\"cdc\":{\"bytes\":%uA,\"chunks\":%uA,"
+                    "\"markers\":%uA,\"escapes\":%uA,\"usec\":%uA,"
+                    "\"mb_per_s\":%uA},",
+                    st->cdc_bytes, st->cdc_chunks, st->markers, st->escapes,
+                    st->cdc_usec,
+                    st->cdc_usec ? st->cdc_bytes / st->cdc_usec : 0);
+
+    p = ngx_cpymem(p, "\"ttft_ms\":{\"bounds\":[", 21);
+
+    for (i = 0; i < NGX_HTTP_PIC_TTFT_BUCKETS; i++) {
+        if (i == NGX_HTTP_PIC_TTFT_BUCKETS - 1) {
+            p = ngx_cpymem(p, "null", 4);
+
+        } else {
+            p = ngx_sprintf(p, "%M,", ngx_http_pic_ttft_bounds[i]);
+        }
+    }
+
+    p = ngx_cpymem(p, "],\"counts\":[", 12);
+
+    for (i = 0; i < NGX_HTTP_PIC_TTFT_BUCKETS; i++) {
+        p = ngx_sprintf(p, i ? ",%uA" : "%uA", st->ttft[i]);
+    }
+
+    p = ngx_sprintf(p, "],\"count\":%uA,\"sum\":%uA},",
+                    st->ttft_count, st->ttft_sum_ms);
+
+    p = ngx_sprintf(p, "\"redis\":{\"configured\":%s,\"address\":\"",
+                    s->redis.len ? "true" : "false");
+    p = (u_char *) ngx_escape_json(p, s->redis.data, s->redis.len);
+    p = ngx_sprintf(p, "\",\"up\":%s,\"up_workers\":%uA,\"lookups\":%uA,"
+                    "\"keys\":%uA,\"hits\":%uA,\"timeouts\":%uA,"
+                    "\"errors\":%uA,\"connects\":%uA,\"last_ok_ms_ago\":",
+                    st->redis_up ? "true" : "false", st->redis_up,
+                    st->redis_lookups, st->redis_keys, st->redis_hits,
+                    st->redis_timeouts, st->redis_errors,
+                    st->redis_connects);
+
+    if (s->redis_ok_known) {
+        p = ngx_sprintf(p, "%M}", s->redis_ok_ago);
+
+    } else {
+        p = ngx_cpymem(p, "null}", 5);
+    }
+
+    p = ngx_cpymem(p, ",\"engines\":[", 12);
+
+    first = 1;
+
+    for (i = 0; i < s->nengines; i++) {
+        e = &s->engines[i];
+
+        if (!s->configured[i]) {
+            continue;
+        }
+
+        if (!first) {
+            *p++ = ',';
+        }
+
+        first = 0;
+
+        p = ngx_cpymem(p, "{\"name\":\"", 9);
+        p = (u_char *) ngx_escape_json(p, e->name, e->name_len);
+        p = ngx_cpymem(p, "\",\"id\":\"", 8);
+        p = (u_char *) ngx_escape_json(p, e->id, e->id_len);
+        p = ngx_sprintf(p, "\",\"healthy\":%s,\"fails\":%ui,\"load\":%ui,"
+                        "\"inflight\":%uA,\"requests\":%uA,"
+                        "\"failures\":%uA,\"hit_bytes\":%uA,"
+                        "\"probes\":%uA,\"probe_failures\":%uA}",
+                        e->healthy ? "true" : "false", e->fails, e->load,
+                        e->inflight, e->requests, e->failures, e->hit_bytes,
+                        e->probes, e->probe_failures);
+    }
+
+    p = ngx_cpymem(p, "]}\n", 3);
+
+    b->last = p;
 
     return b;
 }
@@ -191,37 +366,187 @@ static ngx_buf_t *
 ngx_http_pic_status_prometheus(ngx_http_request_t *r,
     ngx_http_pic_status_snapshot_t *s)
 {
-    size_t      size;
-    ngx_buf_t  *b;
+    u_char                    *p;
+    size_t                     size;
+    ngx_buf_t                 *b;
+    ngx_uint_t                 i;
+    ngx_atomic_uint_t          cum;
+    ngx_http_pic_stats_t      *st;
+    ngx_http_pic_engine_sh_t  *e;
 
-    static const char  fmt[] =
-        "# HELP pic_requests_total Requests seen in pic locations.\n"
-        "# TYPE pic_requests_total counter\n"
-        "pic_requests_total %uA\n"
-        "# HELP pic_errors_total Requests answered with an error status.\n"
-        "# TYPE pic_errors_total counter\n"
-        "pic_errors_total %uA\n"
-        "# HELP pic_status_requests_total Requests to the status location.\n"
-        "# TYPE pic_status_requests_total counter\n"
-        "pic_status_requests_total %uA\n"
-        "# HELP pic_zone_uptime_seconds Age of the shared zone.\n"
-        "# TYPE pic_zone_uptime_seconds gauge\n"
-        "pic_zone_uptime_seconds %T\n"
-        "# HELP pic_info Module build information.\n"
-        "# TYPE pic_info gauge\n"
-        "pic_info{version=\"%s\",nginx_version=\"%s\"} 1\n";
+    st = &s->st;
 
-    size = sizeof(fmt) + sizeof(NGX_HTTP_PIC_VERSION) + sizeof(NGINX_VERSION)
-           + 4 * NGX_ATOMIC_T_LEN;
+    size = 8192 + NGX_HTTP_PIC_TTFT_BUCKETS * (64 + 2 * NGX_ATOMIC_T_LEN)
+           + s->nengines * 8 * (96 + 2 * NGX_SOCKADDR_STRLEN
+                                + 2 * NGX_HTTP_PIC_ENGINE_ID_LEN
+                                + NGX_ATOMIC_T_LEN);
 
     b = ngx_create_temp_buf(r->pool, size);
     if (b == NULL) {
         return NULL;
     }
 
-    b->last = ngx_sprintf(b->last, fmt, s->requests, s->errors,
-                          s->status_requests, s->uptime,
-                          NGX_HTTP_PIC_VERSION, NGINX_VERSION);
+    p = b->last;
+
+#define ngx_http_pic_prom(p, name, type, help, v)                            \
+    ngx_sprintf(p, "# HELP " name " " help "\n# TYPE " name " " type "\n"    \
+                name " %uA\n", (ngx_atomic_uint_t) (v))
+
+    p = ngx_http_pic_prom(p, "pic_requests_total", "counter",
+                          "Requests seen in pic locations.", st->requests);
+    p = ngx_http_pic_prom(p, "pic_errors_total", "counter",
+                          "Requests answered with an error status.",
+                          st->errors);
+    p = ngx_http_pic_prom(p, "pic_status_requests_total", "counter",
+                          "Requests to the status location.",
+                          st->status_requests);
+    p = ngx_http_pic_prom(p, "pic_passed_total", "counter",
+                          "Requests passed untouched (not completions).",
+                          st->passed);
+    p = ngx_http_pic_prom(p, "pic_planned_total", "counter",
+                          "Requests planned and sent to an engine.",
+                          st->planned);
+    p = ngx_http_pic_prom(p, "pic_observed_total", "counter",
+                          "Requests accounted in observe mode.",
+                          st->observed);
+    p = ngx_http_pic_prom(p, "pic_rejected_total", "counter",
+                          "Bad requests answered by the module.",
+                          st->rejected);
+    p = ngx_http_pic_prom(p, "pic_no_engine_total", "counter",
+                          "Requests answered 503: no healthy engine.",
+                          st->no_engine);
+    p = ngx_http_pic_prom(p, "pic_upstream_errors_total", "counter",
+                          "Engine attempts that failed (502/504).",
+                          st->upstream_errors);
+    p = ngx_http_pic_prom(p, "pic_fallback_plans_total", "counter",
+                          "Plans made by rendezvous hashing (redis unknown).",
+                          st->fallback);
+    p = ngx_http_pic_prom(p, "pic_segments_total", "counter",
+                          "Segments keyed.", st->segments);
+    p = ngx_http_pic_prom(p, "pic_segment_hits_total", "counter",
+                          "Segments some engine holds.", st->seg_hits);
+    p = ngx_http_pic_prom(p, "pic_segment_misses_total", "counter",
+                          "Segments no engine holds.", st->seg_misses);
+    p = ngx_http_pic_prom(p, "pic_prompt_bytes_total", "counter",
+                          "Rendered prompt bytes in segments.",
+                          st->bytes_total);
+    p = ngx_http_pic_prom(p, "pic_hit_bytes_total", "counter",
+                          "Prompt bytes in hit segments.", st->bytes_hit);
+    p = ngx_http_pic_prom(p, "pic_exact_prefix_bytes_total", "counter",
+                          "Prompt bytes an exact-prefix cache would serve.",
+                          st->bytes_prefix);
+    p = ngx_http_pic_prom(p, "pic_above_prefix_bytes_total", "counter",
+                          "Hit bytes beyond the exact prefix (PIC's gain).",
+                          st->bytes_above_prefix);
+    p = ngx_http_pic_prom(p, "pic_novel_bytes_total", "counter",
+                          "Prompt bytes no cache holds.", st->bytes_novel);
+    p = ngx_http_pic_prom(p, "pic_cdc_bytes_total", "counter",
+                          "Bytes rendered, marked, chunked and keyed.",
+                          st->cdc_bytes);
+    p = ngx_http_pic_prom(p, "pic_cdc_microseconds_total", "counter",
+                          "Time spent rendering, chunking and keying.",
+                          st->cdc_usec);
+    p = ngx_http_pic_prom(p, "pic_cdc_chunks_total", "counter",
+                          "Chunks cut.", st->cdc_chunks);
+    p = ngx_http_pic_prom(p, "pic_markers_total", "counter",
+                          "Boundary markers placed.", st->markers);
+    p = ngx_http_pic_prom(p, "pic_marker_escapes_total", "counter",
+                          "Marker strings escaped in client text.",
+                          st->escapes);
+    p = ngx_http_pic_prom(p, "pic_redis_up", "gauge",
+                          "Workers connected to redis.", st->redis_up);
+    p = ngx_http_pic_prom(p, "pic_redis_lookups_total", "counter",
+                          "Pipelined redis lookups.", st->redis_lookups);
+    p = ngx_http_pic_prom(p, "pic_redis_timeouts_total", "counter",
+                          "Redis lookups past pic_redis_timeout.",
+                          st->redis_timeouts);
+    p = ngx_http_pic_prom(p, "pic_redis_errors_total", "counter",
+                          "Redis connection and command errors.",
+                          st->redis_errors);
+    p = ngx_http_pic_prom(p, "pic_index_entries", "gauge",
+                          "Entries in the shm index.", s->nodes);
+    p = ngx_http_pic_prom(p, "pic_index_evictions_total", "counter",
+                          "Entries evicted from the shm index (LRU).",
+                          s->evictions);
+
+    p = ngx_cpymem(p, "# HELP pic_ttft_milliseconds Time to first byte of "
+                   "the answer.\n# TYPE pic_ttft_milliseconds histogram\n",
+                   sizeof("# HELP pic_ttft_milliseconds Time to first byte of "
+                          "the answer.\n# TYPE pic_ttft_milliseconds "
+                          "histogram\n") - 1);
+
+    cum = 0;
+
+    for (i = 0; i < NGX_HTTP_PIC_TTFT_BUCKETS; i++) {
+        cum += st->ttft[i];
+
+        if (i == NGX_HTTP_PIC_TTFT_BUCKETS - 1) {
+            p = ngx_sprintf(p, "pic_ttft_milliseconds_bucket{le=\"+Inf\"} "
+                            "%uA\n", cum);
+
+        } else {
+            p = ngx_sprintf(p, "pic_ttft_milliseconds_bucket{le=\"%M\"} "
+                            "%uA\n", ngx_http_pic_ttft_bounds[i], cum);
+        }
+    }
+
+    p = ngx_sprintf(p, "pic_ttft_milliseconds_sum %uA\n"
+                    "pic_ttft_milliseconds_count %uA\n",
+                    st->ttft_sum_ms, st->ttft_count);
+
+    p = ngx_cpymem(p, "# HELP pic_engine_healthy Engine health (1 up).\n"
+                   "# TYPE pic_engine_healthy gauge\n",
+                   sizeof("# HELP pic_engine_healthy Engine health (1 up).\n"
+                          "# TYPE pic_engine_healthy gauge\n") - 1);
+
+    for (i = 0; i < s->nengines; i++) {
+        e = &s->engines[i];
+
+        if (!s->configured[i]) {
+            continue;
+        }
+
+        p = ngx_sprintf(p, "pic_engine_healthy{engine=\"%*s\",id=\"%*s\"} "
+                        "%d\n", e->name_len, e->name, e->id_len, e->id,
+                        e->healthy ? 1 : 0);
+        p = ngx_sprintf(p, "pic_engine_inflight{engine=\"%*s\"} %uA\n",
+                        e->name_len, e->name, e->inflight);
+        p = ngx_sprintf(p, "pic_engine_load{engine=\"%*s\"} %ui\n",
+                        e->name_len, e->name, e->load);
+        p = ngx_sprintf(p, "pic_engine_requests_total{engine=\"%*s\"} %uA\n",
+                        e->name_len, e->name, e->requests);
+        p = ngx_sprintf(p, "pic_engine_failures_total{engine=\"%*s\"} %uA\n",
+                        e->name_len, e->name, e->failures);
+        p = ngx_sprintf(p, "pic_engine_hit_bytes_total{engine=\"%*s\"} "
+                        "%uA\n", e->name_len, e->name, e->hit_bytes);
+    }
+
+#undef ngx_http_pic_prom
+
+    p = ngx_sprintf(p, "# HELP pic_info Module build information.\n"
+                    "# TYPE pic_info gauge\n"
+                    "pic_info{version=\"%s\",nginx_version=\"%s\"} 1\n",
+                    NGX_HTTP_PIC_VERSION, NGINX_VERSION);
+
+    b->last = p;
+
+    return b;
+}
+
+
+static ngx_buf_t *
+ngx_http_pic_status_html(ngx_http_request_t *r)
+{
+    ngx_buf_t  *b;
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NULL;
+    }
+
+    b->memory = 1;
+    b->pos = (u_char *) ngx_http_pic_dashboard;
+    b->last = b->pos + sizeof(ngx_http_pic_dashboard) - 1;
 
     return b;
 }

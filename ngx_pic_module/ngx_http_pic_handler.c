@@ -1,0 +1,1031 @@
+/*
+ * Copyright (C) ngx_pic authors
+ *
+ * ngx_http_pic_module: the request path (see ngx_http_pic_handler.h).
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <xxhash.h>
+
+#include "pic_error.h"
+#include "pic_request.h"
+#include "pic_template.h"
+
+#include "ngx_http_pic_module.h"
+#include "ngx_http_pic_index.h"
+#include "ngx_http_pic_engine.h"
+#include "ngx_http_pic_redis.h"
+#include "ngx_http_pic_route.h"
+#include "ngx_http_pic_segment.h"
+#include "ngx_http_pic_handler.h"
+
+
+static ngx_int_t ngx_http_pic_handler(ngx_http_request_t *r);
+static void ngx_http_pic_body_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_pic_prepare(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx);
+static ngx_int_t ngx_http_pic_body_text(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx, size_t max);
+static ngx_int_t ngx_http_pic_check_model(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx, ngx_http_pic_loc_conf_t *plcf,
+    pic_request *req, pic_template_dialect *dialect);
+static ngx_int_t ngx_http_pic_scope(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx, ngx_http_pic_loc_conf_t *plcf);
+static void ngx_http_pic_lookup_handler(ngx_event_t *ev);
+static void ngx_http_pic_cleanup(void *data);
+static void ngx_http_pic_request_cleanup(void *data);
+static ngx_int_t ngx_http_pic_endpoint(ngx_http_request_t *r);
+
+static ngx_int_t ngx_http_pic_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_pic_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
+static void ngx_http_pic_default_error(ngx_http_request_t *r,
+    ngx_uint_t status, pic_error *err);
+
+static ngx_int_t ngx_http_pic_variable_combine(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_pic_variable_number(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_pic_variable_plan_id(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+
+
+#define NGX_HTTP_PIC_VAR_SEGMENTS      0
+#define NGX_HTTP_PIC_VAR_HIT_BYTES     1
+#define NGX_HTTP_PIC_VAR_PREFIX_BYTES  2
+#define NGX_HTTP_PIC_VAR_TOTAL_BYTES   3
+
+
+static ngx_http_variable_t  ngx_http_pic_vars[] = {
+
+    { ngx_string("pic_combine_node"), NULL, ngx_http_pic_variable_combine,
+      0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("pic_segments"), NULL, ngx_http_pic_variable_number,
+      NGX_HTTP_PIC_VAR_SEGMENTS, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("pic_hit_bytes"), NULL, ngx_http_pic_variable_number,
+      NGX_HTTP_PIC_VAR_HIT_BYTES, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("pic_prefix_bytes"), NULL, ngx_http_pic_variable_number,
+      NGX_HTTP_PIC_VAR_PREFIX_BYTES, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("pic_prompt_bytes"), NULL, ngx_http_pic_variable_number,
+      NGX_HTTP_PIC_VAR_TOTAL_BYTES, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("pic_plan_id"), NULL, ngx_http_pic_variable_plan_id,
+      0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+      ngx_http_null_variable
+};
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
+
+
+ngx_int_t
+ngx_http_pic_handler_init(ngx_conf_t *cf)
+{
+    ngx_http_handler_pt        *h;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PRECONTENT_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_pic_handler;
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_pic_log_handler;
+
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_pic_header_filter;
+
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_pic_body_filter;
+
+    return NGX_OK;
+}
+
+
+/* --- the precontent handler --- */
+
+
+static ngx_int_t
+ngx_http_pic_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                 rc, kind;
+    pic_error                 err;
+    ngx_http_cleanup_t       *cln;
+    ngx_http_pic_ctx_t       *ctx;
+    ngx_http_pic_zone_ctx_t  *zc;
+    ngx_http_pic_loc_conf_t  *plcf;
+
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pic_module);
+
+    if (plcf->mode == NGX_HTTP_PIC_OFF || r != r->main) {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_pic_module);
+
+    if (ctx) {
+        return ctx->status;
+    }
+
+    kind = ngx_http_pic_endpoint(r);
+
+    zc = ngx_http_pic_zone(r);
+
+    if (kind == NGX_DECLINED) {
+        /* not a completions request: passed untouched */
+        if (zc) {
+            (void) ngx_atomic_fetch_add(&zc->sh->stats.passed, 1);
+        }
+
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_pic_ctx_t));
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->request = r;
+    ctx->status = NGX_DONE;
+    ctx->mode = plcf->mode;
+    ctx->kind = kind;
+    ctx->combine = -1;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_pic_module);
+
+    cln = ngx_http_cleanup_add(r, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_pic_cleanup;
+    cln->data = ctx;
+
+    if (!(r->method & NGX_HTTP_POST)) {
+        pic_error_set(&err, NGX_HTTP_NOT_ALLOWED, "invalid_request_error",
+                      NULL, "method_not_allowed",
+                      "%.*s needs POST", (int) r->uri.len, r->uri.data);
+        return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
+    }
+
+    if (r->headers_in.content_length_n > (off_t) plcf->body_max) {
+        pic_error_set(&err, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                      "invalid_request_error", NULL, "request_too_large",
+                      "request body of %lld bytes is over the limit of "
+                      "%zu bytes",
+                      (long long) r->headers_in.content_length_n,
+                      plcf->body_max);
+        return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
+    }
+
+    rc = ngx_http_read_client_request_body(r, ngx_http_pic_body_handler);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    ngx_http_finalize_request(r, NGX_DONE);
+
+    return NGX_DONE;
+}
+
+
+static ngx_int_t
+ngx_http_pic_endpoint(ngx_http_request_t *r)
+{
+    u_char  *p;
+    size_t   len;
+
+    p = r->uri.data;
+    len = r->uri.len;
+
+    while (len > 1 && p[len - 1] == '/') {
+        len--;
+    }
+
+    if (len >= sizeof("/chat/completions") - 1
+        && ngx_strncmp(p + len - (sizeof("/chat/completions") - 1),
+                       "/chat/completions",
+                       sizeof("/chat/completions") - 1) == 0)
+    {
+        return PIC_REQ_CHAT;
+    }
+
+    if (len >= sizeof("/completions") - 1
+        && ngx_strncmp(p + len - (sizeof("/completions") - 1),
+                       "/completions", sizeof("/completions") - 1) == 0)
+    {
+        return PIC_REQ_COMPLETION;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+static void
+ngx_http_pic_body_handler(ngx_http_request_t *r)
+{
+    ngx_int_t            rc;
+    ngx_http_pic_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_pic_module);
+
+    rc = ngx_http_pic_prepare(r, ctx);
+
+    if (rc == NGX_AGAIN) {
+        /* waiting for redis: ngx_http_pic_lookup_handler resumes */
+        r->main->count++;
+        return;
+    }
+
+    ctx->status = rc;
+
+    r->preserve_body = 1;
+
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+}
+
+
+static void
+ngx_http_pic_lookup_handler(ngx_event_t *ev)
+{
+    ngx_connection_t         *c;
+    ngx_http_request_t       *r;
+    ngx_http_pic_ctx_t       *ctx;
+    ngx_http_pic_zone_ctx_t  *zc;
+
+    r = ev->data;
+    c = r->connection;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_pic_module);
+
+    if (ev->timer_set) {
+        ngx_del_timer(ev);
+    }
+
+    if (ev->posted) {
+        ngx_delete_posted_event(ev);
+    }
+
+    if (ctx->lookup) {
+        if (!ngx_http_pic_redis_complete(ctx->lookup)) {
+            zc = ngx_http_pic_zone(r);
+            (void) ngx_atomic_fetch_add(&zc->sh->stats.redis_timeouts, 1);
+
+            ngx_log_error(NGX_LOG_INFO, c->log, 0,
+                          "pic: redis lookup timed out, "
+                          "unanswered segments treated as unknown");
+
+            ctx->fallback = 1;
+        }
+
+        ngx_http_pic_redis_detach(ctx->lookup);
+        ctx->lookup = NULL;
+    }
+
+    ngx_http_set_log_request(c->log, r);
+
+    ctx->status = ngx_http_pic_route(r, ctx);
+
+    r->preserve_body = 1;
+
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+
+    /* the reference taken while waiting */
+    ngx_http_finalize_request(r, NGX_DONE);
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_pic_cleanup(void *data)
+{
+    ngx_http_pic_ctx_t  *ctx = data;
+
+    if (ctx->lookup) {
+        ngx_http_pic_redis_detach(ctx->lookup);
+        ctx->lookup = NULL;
+    }
+
+    if (ctx->lookup_event.timer_set) {
+        ngx_del_timer(&ctx->lookup_event);
+    }
+
+    if (ctx->lookup_event.posted) {
+        ngx_delete_posted_event(&ctx->lookup_event);
+    }
+}
+
+
+/*
+ * Parse, render, segment and key the body; in observe mode account it; in
+ * pic mode look the segments up.  Returns NGX_DECLINED when the request may
+ * go on, NGX_AGAIN while redis answers, or an HTTP status.
+ */
+
+static ngx_int_t
+ngx_http_pic_prepare(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
+{
+    ngx_int_t                  rc;
+    ngx_uint_t                 i, n, *idx;
+    pic_error                  err;
+    pic_request               *req;
+    ngx_pool_cleanup_t        *cln;
+    pic_request_limits         lim;
+    pic_template_dialect       dialect;
+    ngx_http_pic_zone_ctx_t   *zc;
+    ngx_http_pic_loc_conf_t   *plcf;
+
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pic_module);
+    zc = ngx_http_pic_zone(r);
+
+    rc = ngx_http_pic_body_text(r, ctx, plcf->body_max);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    /* parse: the cJSON tree is freed with the request */
+
+    cln = ngx_pool_cleanup_add(r->pool, sizeof(pic_request));
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    req = cln->data;
+    ngx_memzero(req, sizeof(pic_request));
+    cln->handler = ngx_http_pic_request_cleanup;
+
+    pic_request_limits_default(&lim);
+
+    if (pic_request_parse(req, (pic_req_kind) ctx->kind,
+                          (const char *) ctx->body.data, ctx->body.len, &lim,
+                          &err)
+        != 0)
+    {
+        return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
+    }
+
+    if (cJSON_GetObjectItemCaseSensitive(req->root, "pic") != NULL) {
+        pic_error_invalid(&err, "pic", "reserved_field",
+                          "the field 'pic' is reserved for the gateway's "
+                          "plan");
+        return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
+    }
+
+    rc = ngx_http_pic_check_model(r, ctx, plcf, req, &dialect);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (ngx_http_pic_scope(r, ctx, plcf) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* render, mark, chunk, key */
+
+    ctx->dialect = dialect;
+
+    rc = ngx_http_pic_segment(r, ctx, plcf, req);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (zc == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (ctx->mode == NGX_HTTP_PIC_OBSERVE) {
+        ngx_http_pic_route_observe(r, ctx);
+        return NGX_DECLINED;
+    }
+
+    /* the shm index first, redis for what it does not know */
+
+    ngx_http_pic_index_lookup(zc, ctx->segs, ctx->nsegs);
+
+    if (!ngx_http_pic_redis_ready()) {
+        ctx->fallback = 1;
+        return ngx_http_pic_route(r, ctx);
+    }
+
+    idx = ngx_palloc(r->pool, ctx->nsegs * sizeof(ngx_uint_t) + 1);
+    if (idx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    n = 0;
+
+    for (i = 0; i < ctx->nsegs; i++) {
+        if (ctx->segs[i].holders == 0
+            && !(ctx->segs[i].flags & NGX_HTTP_PIC_SEG_DYNAMIC))
+        {
+            idx[n++] = i;
+        }
+    }
+
+    if (n == 0) {
+        return ngx_http_pic_route(r, ctx);
+    }
+
+    ctx->lookup_event.handler = ngx_http_pic_lookup_handler;
+    ctx->lookup_event.data = r;
+    ctx->lookup_event.log = r->connection->log;
+
+    rc = ngx_http_pic_redis_lookup(r, ctx, idx, n, &ctx->lookup_event);
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        ctx->fallback = 1;
+        return ngx_http_pic_route(r, ctx);
+    }
+
+    ngx_add_timer(&ctx->lookup_event, plcf->redis_timeout);
+
+    return NGX_AGAIN;
+}
+
+
+static void
+ngx_http_pic_request_cleanup(void *data)
+{
+    pic_request_free(data);
+}
+
+
+/* The client body in one piece of memory (read from the temp file when
+ * nginx wrote it there). */
+
+static ngx_int_t
+ngx_http_pic_body_text(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
+    size_t max)
+{
+    u_char        *p;
+    off_t          len;
+    ssize_t        n;
+    ngx_buf_t     *b;
+    pic_error      err;
+    ngx_chain_t   *cl;
+
+    if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        pic_error_invalid(&err, NULL, "empty_body",
+                          "the request body is empty");
+        return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
+    }
+
+    len = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        len += ngx_buf_size(cl->buf);
+    }
+
+    if (len > (off_t) max) {
+        /* a chunked body: its size is known only now */
+        pic_error_set(&err, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                      "invalid_request_error", NULL, "request_too_large",
+                      "request body of %lld bytes is over the limit of "
+                      "%zu bytes", (long long) len, max);
+        return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
+    }
+
+    cl = r->request_body->bufs;
+
+    if (cl->next == NULL && !cl->buf->in_file) {
+        ctx->body.data = cl->buf->pos;
+        ctx->body.len = cl->buf->last - cl->buf->pos;
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, (size_t) len + 1);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->body.data = p;
+
+    for ( /* void */ ; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (b->in_file) {
+            n = ngx_read_file(b->file, p, (size_t) (b->file_last - b->file_pos),
+                              b->file_pos);
+
+            if (n != b->file_last - b->file_pos) {
+                ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                              "pic: cannot read the request body from "
+                              "\"%V\"", &b->file->name);
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            p += n;
+            continue;
+        }
+
+        p = ngx_cpymem(p, b->pos, b->last - b->pos);
+    }
+
+    ctx->body.len = p - ctx->body.data;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pic_check_model(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
+    ngx_http_pic_loc_conf_t *plcf, pic_request *req,
+    pic_template_dialect *dialect)
+{
+    ngx_uint_t             i;
+    pic_error              err;
+    ngx_http_pic_model_t  *m;
+
+    ctx->model.data = (u_char *) req->model.ptr;
+    ctx->model.len = req->model.len;
+
+    *dialect = (pic_template_dialect) plcf->dialect;
+
+    if (plcf->models == NULL) {
+        /* any model; its name keys the segments */
+        ctx->fingerprint = ctx->model;
+        return NGX_OK;
+    }
+
+    m = plcf->models->elts;
+
+    for (i = 0; i < plcf->models->nelts; i++) {
+        if (m[i].name.len == ctx->model.len
+            && ngx_strncmp(m[i].name.data, ctx->model.data,
+                           ctx->model.len) == 0)
+        {
+            ctx->fingerprint = m[i].fingerprint;
+
+            if (m[i].dialect >= 0) {
+                *dialect = (pic_template_dialect) m[i].dialect;
+            }
+
+            return NGX_OK;
+        }
+    }
+
+    pic_error_set(&err, NGX_HTTP_NOT_FOUND, "invalid_request_error", "model",
+                  "model_not_found", "The model '%.*s' does not exist",
+                  (int) ngx_min(ctx->model.len, 128), ctx->model.data);
+
+    return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
+}
+
+
+/* The cache scope: "" (global) or the hex xxh3-128 of pic_scope's value,
+ * so that a tenant's key never appears in the index. */
+
+static ngx_int_t
+ngx_http_pic_scope(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
+    ngx_http_pic_loc_conf_t *plcf)
+{
+    u_char          *p;
+    ngx_str_t        value;
+    XXH128_hash_t    h;
+    u_char           bin[16];
+
+    ctx->scope_len = 0;
+
+    if (plcf->scope == NULL) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_complex_value(r, plcf->scope, &value) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    h = XXH3_128bits_withSeed(value.data, value.len, 0x706963);
+
+    ngx_memcpy(bin, &h.high64, 8);
+    ngx_memcpy(bin + 8, &h.low64, 8);
+
+    p = ngx_hex_dump(ctx->scope, bin, 16);
+    ctx->scope_len = p - ctx->scope;
+
+    return NGX_OK;
+}
+
+
+/* --- errors --- */
+
+
+ngx_int_t
+ngx_http_pic_error(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
+    pic_error *err, ngx_uint_t level)
+{
+    ngx_http_pic_zone_ctx_t  *zc;
+
+    ctx->err = *err;
+    ctx->rejected = (err->status < 500);
+
+    ngx_log_error(level, r->connection->log, 0,
+                  "pic: %s%s%s (status %d%s%s)",
+                  err->message,
+                  err->param[0] ? ", param " : "", err->param,
+                  err->status,
+                  err->code[0] ? ", code " : "", err->code);
+
+    zc = ngx_http_pic_zone(r);
+
+    if (zc && ctx->rejected) {
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.rejected, 1);
+    }
+
+    return err->status;
+}
+
+
+static void
+ngx_http_pic_default_error(ngx_http_request_t *r, ngx_uint_t status,
+    pic_error *err)
+{
+    switch (status) {
+
+    case NGX_HTTP_BAD_REQUEST:
+        pic_error_invalid(err, NULL, NULL, "bad request");
+        break;
+
+    case NGX_HTTP_FORBIDDEN:
+        pic_error_set(err, status, "permission_error", NULL, NULL,
+                      "forbidden");
+        break;
+
+    case NGX_HTTP_NOT_FOUND:
+        pic_error_set(err, status, "invalid_request_error", NULL, NULL,
+                      "unknown endpoint");
+        break;
+
+    case NGX_HTTP_REQUEST_ENTITY_TOO_LARGE:
+        pic_error_set(err, status, "invalid_request_error", NULL,
+                      "request_too_large", "the request body is too large");
+        break;
+
+    case NGX_HTTP_TOO_MANY_REQUESTS:
+        pic_error_set(err, status, "rate_limit_error", NULL, NULL,
+                      "too many requests");
+        break;
+
+    case NGX_HTTP_BAD_GATEWAY:
+        pic_error_set(err, status, "server_error", NULL, "engine_unavailable",
+                      "the engine failed or closed the connection");
+        break;
+
+    case NGX_HTTP_SERVICE_UNAVAILABLE:
+        pic_error_set(err, status, "server_error", NULL, "no_healthy_engine",
+                      "no healthy engine");
+        break;
+
+    case NGX_HTTP_GATEWAY_TIME_OUT:
+        pic_error_set(err, status, "server_error", NULL, "timeout",
+                      "the engine did not answer in time");
+        break;
+
+    default:
+        pic_error_set(err, status,
+                      status >= 500 ? "server_error"
+                                    : "invalid_request_error",
+                      NULL, NULL, "request failed with status %d",
+                      (int) status);
+    }
+}
+
+
+static ngx_int_t
+ngx_http_pic_header_filter(ngx_http_request_t *r)
+{
+    size_t                    len;
+    ngx_buf_t                *b;
+    pic_error                 err;
+    ngx_http_pic_ctx_t       *ctx;
+    ngx_http_pic_loc_conf_t  *plcf;
+
+    if (r != r->main || r->err_status < NGX_HTTP_BAD_REQUEST
+        || r->headers_out.status != r->err_status)
+    {
+        return ngx_http_next_header_filter(r);
+    }
+
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pic_module);
+
+    if (plcf->mode == NGX_HTTP_PIC_OFF) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    /* an error nginx made in a pic location: answer it as OpenAI JSON */
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_pic_module);
+
+    if (ctx == NULL) {
+        ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_pic_ctx_t));
+        if (ctx == NULL) {
+            return NGX_ERROR;
+        }
+
+        ctx->request = r;
+        ctx->status = NGX_DECLINED;
+        ctx->combine = -1;
+        ctx->mode = NGX_HTTP_PIC_OFF;
+
+        ngx_http_set_ctx(r, ctx, ngx_http_pic_module);
+    }
+
+    if ((ngx_uint_t) ctx->err.status == r->err_status) {
+        err = ctx->err;
+
+    } else {
+        ngx_http_pic_default_error(r, r->err_status, &err);
+    }
+
+    len = pic_error_json(&err, NULL, 0);
+
+    b = ngx_create_temp_buf(r->pool, len + 2);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->last += pic_error_json(&err, (char *) b->pos, len + 1);
+    *b->last++ = '\n';
+
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    ctx->err_body = b;
+    ctx->replace_body = 1;
+
+    r->headers_out.content_length_n = b->last - b->pos;
+
+    if (r->headers_out.content_length) {
+        r->headers_out.content_length->hash = 0;
+        r->headers_out.content_length = NULL;
+    }
+
+    ngx_str_set(&r->headers_out.content_type, "application/json");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+    r->headers_out.charset.len = 0;
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+static ngx_int_t
+ngx_http_pic_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_uint_t           last;
+    ngx_time_t          *tp;
+    ngx_chain_t         *cl, out;
+    ngx_http_pic_ctx_t  *ctx;
+
+    if (in == NULL || r != r->main) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_pic_module);
+
+    if (ctx == NULL) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    if (ctx->replace_body) {
+        last = 0;
+
+        for (cl = in; cl; cl = cl->next) {
+            if (cl->buf->last_buf || cl->buf->last_in_chain) {
+                last = 1;
+            }
+
+            cl->buf->pos = cl->buf->last;
+            cl->buf->file_pos = cl->buf->file_last;
+        }
+
+        if (!last || ctx->err_body == NULL) {
+            return NGX_OK;
+        }
+
+        out.buf = ctx->err_body;
+        out.next = NULL;
+        ctx->err_body = NULL;
+
+        return ngx_http_next_body_filter(r, &out);
+    }
+
+    if (!ctx->first_byte && (ctx->planned || ctx->observed)) {
+
+        for (cl = in; cl; cl = cl->next) {
+            if (ngx_buf_size(cl->buf) > 0) {
+                ctx->first_byte = 1;
+
+                tp = ngx_timeofday();
+                ctx->ttft = (ngx_msec_t)
+                            ((tp->sec - r->start_sec) * 1000
+                             + (tp->msec - r->start_msec));
+                break;
+            }
+        }
+    }
+
+    return ngx_http_next_body_filter(r, in);
+}
+
+
+/* --- the log phase: counters, TTFT, engine load and health --- */
+
+
+ngx_int_t
+ngx_http_pic_log_handler(ngx_http_request_t *r)
+{
+    ngx_http_pic_ctx_t        *ctx;
+    ngx_http_pic_zone_ctx_t   *zc;
+    ngx_http_pic_loc_conf_t   *plcf;
+
+    if (r != r->main) {
+        return NGX_OK;
+    }
+
+    zc = ngx_http_pic_zone(r);
+
+    if (zc == NULL) {
+        return NGX_OK;
+    }
+
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pic_module);
+
+    if (plcf->status) {
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.status_requests, 1);
+        return NGX_OK;
+    }
+
+    if (plcf->mode == NGX_HTTP_PIC_OFF) {
+        return NGX_OK;
+    }
+
+    (void) ngx_atomic_fetch_add(&zc->sh->stats.requests, 1);
+
+    if (r->headers_out.status >= NGX_HTTP_BAD_REQUEST) {
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.errors, 1);
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_pic_module);
+
+    if (ctx == NULL) {
+        return NGX_OK;
+    }
+
+    if (ctx->first_byte && r->headers_out.status < NGX_HTTP_BAD_REQUEST) {
+        ngx_http_pic_index_ttft(zc, ctx->ttft);
+    }
+
+    if (ctx->inflight) {
+        (void) ngx_atomic_fetch_add(&zc->sh->engines[ctx->combine].inflight,
+                                    -1);
+        ctx->inflight = 0;
+    }
+
+    if (ctx->planned) {
+        ngx_http_pic_engine_account(r, zc, ctx);
+    }
+
+    return NGX_OK;
+}
+
+
+/* --- variables --- */
+
+
+ngx_int_t
+ngx_http_pic_add_variables(ngx_conf_t *cf)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = ngx_http_pic_vars; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pic_variable_combine(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_http_pic_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_pic_module);
+
+    if (ctx == NULL || ctx->combine_name.len == 0) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->len = ctx->combine_name.len;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+    v->data = ctx->combine_name.data;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pic_variable_number(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char              *p;
+    size_t               n;
+    ngx_http_pic_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_pic_module);
+
+    if (ctx == NULL || !(ctx->planned || ctx->observed)) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    switch (data) {
+
+    case NGX_HTTP_PIC_VAR_SEGMENTS:
+        n = ctx->nsegs;
+        break;
+
+    case NGX_HTTP_PIC_VAR_HIT_BYTES:
+        n = ctx->hit_bytes;
+        break;
+
+    case NGX_HTTP_PIC_VAR_PREFIX_BYTES:
+        n = ctx->prefix_bytes;
+        break;
+
+    default: /* NGX_HTTP_PIC_VAR_TOTAL_BYTES */
+        n = ctx->total_bytes;
+        break;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_SIZE_T_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    v->len = ngx_sprintf(p, "%uz", n) - p;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+    v->data = p;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_pic_variable_plan_id(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_http_pic_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r->main, ngx_http_pic_module);
+
+    if (ctx == NULL || !ctx->planned) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->len = 16;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+    v->data = ctx->plan_id;
+
+    return NGX_OK;
+}

@@ -1,0 +1,537 @@
+/*
+ * Copyright (C) ngx_pic authors
+ *
+ * ngx_http_pic_module: the shared zone (counters, engine table, segment
+ * index).  Laid out like ngx_http_limit_req_module: the zone is tagged with
+ * the module, kept on reload, and every tree walk holds the slab mutex.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <xxhash.h>
+
+#include "ngx_http_pic_module.h"
+#include "ngx_http_pic_index.h"
+
+
+typedef struct {
+    ngx_rbtree_node_t            node;         /* key: first 8 key bytes */
+    ngx_queue_t                  queue;        /* LRU, most recent first */
+    uint64_t                     engines;      /* slots holding the segment */
+    ngx_msec_t                   used;
+    uint32_t                     len;
+    u_char                       kind;         /* NGX_HTTP_PIC_NODE_* */
+    u_char                       key[NGX_HTTP_PIC_KEY_LEN];
+} ngx_http_pic_index_node_t;
+
+
+static void ngx_http_pic_index_rbtree_insert_value(ngx_rbtree_node_t *temp,
+    ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
+static ngx_http_pic_index_node_t *ngx_http_pic_index_find_locked(
+    ngx_http_pic_shctx_t *sh, u_char *key, ngx_uint_t kind);
+static ngx_http_pic_index_node_t *ngx_http_pic_index_add_locked(
+    ngx_http_pic_zone_ctx_t *zc, u_char *key, ngx_uint_t kind, uint32_t len);
+static void ngx_http_pic_index_expire_locked(ngx_http_pic_zone_ctx_t *zc,
+    ngx_uint_t n);
+static void ngx_http_pic_index_register_engines_locked(
+    ngx_http_pic_zone_ctx_t *zc);
+
+
+/* upper bounds of the TTFT histogram buckets, ms; the last one is +Inf */
+ngx_msec_t  ngx_http_pic_ttft_bounds[NGX_HTTP_PIC_TTFT_BUCKETS] = {
+    10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
+    NGX_MAX_INT_T_VALUE
+};
+
+
+ngx_int_t
+ngx_http_pic_index_init_zone(ngx_shm_zone_t *shm_zone, void *data)
+{
+    ngx_http_pic_zone_ctx_t  *octx = data;
+
+    size_t                    len;
+    ngx_http_pic_zone_ctx_t  *ctx;
+
+    ctx = shm_zone->data;
+
+    if (octx) {
+        /* reload: keep the old zone and everything it learned */
+        ctx->sh = octx->sh;
+        ctx->shpool = octx->shpool;
+
+        ngx_shmtx_lock(&ctx->shpool->mutex);
+        ctx->sh->generation++;
+        ngx_http_pic_index_register_engines_locked(ctx);
+        ngx_shmtx_unlock(&ctx->shpool->mutex);
+
+        return NGX_OK;
+    }
+
+    ctx->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+
+    if (shm_zone->shm.exists) {
+        ctx->sh = ctx->shpool->data;
+        return NGX_OK;
+    }
+
+    ctx->sh = ngx_slab_calloc(ctx->shpool, sizeof(ngx_http_pic_shctx_t));
+    if (ctx->sh == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->shpool->data = ctx->sh;
+    ctx->sh->started = ngx_time();
+
+    ngx_rbtree_init(&ctx->sh->rbtree, &ctx->sh->sentinel,
+                    ngx_http_pic_index_rbtree_insert_value);
+    ngx_queue_init(&ctx->sh->lru);
+
+    len = sizeof(" in pic zone \"\"") + shm_zone->shm.name.len;
+
+    ctx->shpool->log_ctx = ngx_slab_alloc(ctx->shpool, len);
+    if (ctx->shpool->log_ctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_sprintf(ctx->shpool->log_ctx, " in pic zone \"%V\"%Z",
+                &shm_zone->shm.name);
+
+    /* a full zone evicts the least recently used entries, quietly */
+    ctx->shpool->log_nomem = 0;
+
+    ngx_http_pic_index_register_engines_locked(ctx);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_pic_index_register_engines_locked(ngx_http_pic_zone_ctx_t *zc)
+{
+    ngx_int_t                    slot;
+    ngx_uint_t                   i, j;
+    ngx_http_pic_pool_t        **pools, *pool;
+    ngx_http_pic_engine_conf_t  *ec;
+
+    if (zc->pmcf == NULL) {
+        return;
+    }
+
+    pools = zc->pmcf->pools.elts;
+
+    for (i = 0; i < zc->pmcf->pools.nelts; i++) {
+        pool = pools[i];
+        pool->mask = 0;
+        ec = pool->engines.elts;
+
+        for (j = 0; j < pool->engines.nelts; j++) {
+            slot = ngx_http_pic_engine_slot_locked(zc->sh, &ec[j].name, 1);
+
+            if (slot < 0) {
+                ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                              "pic: more than %d engines, \"%V\" ignored",
+                              NGX_HTTP_PIC_MAX_ENGINES, &ec[j].name);
+                ec[j].slot = NGX_HTTP_PIC_MAX_ENGINES;
+                continue;
+            }
+
+            ec[j].slot = slot;
+            zc->sh->engines[slot].configured = zc->sh->generation;
+            pool->mask |= (uint64_t) 1 << slot;
+        }
+    }
+}
+
+
+ngx_int_t
+ngx_http_pic_engine_slot_locked(ngx_http_pic_shctx_t *sh, ngx_str_t *name,
+    ngx_uint_t add)
+{
+    ngx_uint_t                 i;
+    ngx_http_pic_engine_sh_t  *e;
+
+    for (i = 0; i < sh->nengines; i++) {
+        e = &sh->engines[i];
+
+        if (e->name_len == name->len
+            && ngx_strncmp(e->name, name->data, name->len) == 0)
+        {
+            return i;
+        }
+    }
+
+    if (!add || sh->nengines == NGX_HTTP_PIC_MAX_ENGINES
+        || name->len >= NGX_SOCKADDR_STRLEN)
+    {
+        return -1;
+    }
+
+    e = &sh->engines[sh->nengines];
+    ngx_memzero(e, sizeof(ngx_http_pic_engine_sh_t));
+
+    ngx_memcpy(e->name, name->data, name->len);
+    e->name_len = name->len;
+
+    /* healthy until a request or a probe says otherwise */
+    e->healthy = 1;
+
+    return sh->nengines++;
+}
+
+
+ngx_http_pic_zone_ctx_t *
+ngx_http_pic_zone(ngx_http_request_t *r)
+{
+    ngx_http_pic_main_conf_t  *pmcf;
+
+    pmcf = ngx_http_get_module_main_conf(r, ngx_http_pic_module);
+
+    if (pmcf == NULL || pmcf->shm_zone == NULL) {
+        return NULL;
+    }
+
+    return pmcf->shm_zone->data;
+}
+
+
+static void
+ngx_http_pic_index_rbtree_insert_value(ngx_rbtree_node_t *temp,
+    ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel)
+{
+    ngx_int_t                   rc;
+    ngx_rbtree_node_t         **p;
+    ngx_http_pic_index_node_t  *n, *t;
+
+    for ( ;; ) {
+
+        if (node->key < temp->key) {
+            p = &temp->left;
+
+        } else if (node->key > temp->key) {
+            p = &temp->right;
+
+        } else { /* node->key == temp->key */
+
+            n = (ngx_http_pic_index_node_t *) node;
+            t = (ngx_http_pic_index_node_t *) temp;
+
+            rc = ngx_memcmp(n->key, t->key, NGX_HTTP_PIC_KEY_LEN);
+
+            if (rc == 0) {
+                rc = (ngx_int_t) n->kind - (ngx_int_t) t->kind;
+            }
+
+            p = (rc < 0) ? &temp->left : &temp->right;
+        }
+
+        if (*p == sentinel) {
+            break;
+        }
+
+        temp = *p;
+    }
+
+    *p = node;
+    node->parent = temp;
+    node->left = sentinel;
+    node->right = sentinel;
+    ngx_rbt_red(node);
+}
+
+
+static ngx_rbtree_key_t
+ngx_http_pic_index_hash(u_char *key)
+{
+    uint64_t  h;
+
+    ngx_memcpy(&h, key, sizeof(uint64_t));
+
+    return (ngx_rbtree_key_t) h;
+}
+
+
+static ngx_http_pic_index_node_t *
+ngx_http_pic_index_find_locked(ngx_http_pic_shctx_t *sh, u_char *key,
+    ngx_uint_t kind)
+{
+    ngx_int_t                   rc;
+    ngx_rbtree_key_t            hash;
+    ngx_rbtree_node_t          *node, *sentinel;
+    ngx_http_pic_index_node_t  *n;
+
+    hash = ngx_http_pic_index_hash(key);
+
+    node = sh->rbtree.root;
+    sentinel = sh->rbtree.sentinel;
+
+    while (node != sentinel) {
+
+        if (hash < node->key) {
+            node = node->left;
+            continue;
+        }
+
+        if (hash > node->key) {
+            node = node->right;
+            continue;
+        }
+
+        /* hash == node->key */
+
+        n = (ngx_http_pic_index_node_t *) node;
+
+        rc = ngx_memcmp(key, n->key, NGX_HTTP_PIC_KEY_LEN);
+
+        if (rc == 0) {
+            rc = (ngx_int_t) kind - (ngx_int_t) n->kind;
+        }
+
+        if (rc == 0) {
+            return n;
+        }
+
+        node = (rc < 0) ? node->left : node->right;
+    }
+
+    return NULL;
+}
+
+
+static ngx_http_pic_index_node_t *
+ngx_http_pic_index_add_locked(ngx_http_pic_zone_ctx_t *zc, u_char *key,
+    ngx_uint_t kind, uint32_t len)
+{
+    ngx_http_pic_index_node_t  *n;
+
+    n = ngx_http_pic_index_find_locked(zc->sh, key, kind);
+
+    if (n) {
+        ngx_queue_remove(&n->queue);
+        ngx_queue_insert_head(&zc->sh->lru, &n->queue);
+        n->used = ngx_current_msec;
+        return n;
+    }
+
+    n = ngx_slab_alloc_locked(zc->shpool, sizeof(ngx_http_pic_index_node_t));
+
+    if (n == NULL) {
+        ngx_http_pic_index_expire_locked(zc, 16);
+
+        n = ngx_slab_alloc_locked(zc->shpool,
+                                  sizeof(ngx_http_pic_index_node_t));
+        if (n == NULL) {
+            return NULL;
+        }
+    }
+
+    ngx_memcpy(n->key, key, NGX_HTTP_PIC_KEY_LEN);
+    n->node.key = ngx_http_pic_index_hash(key);
+    n->kind = (u_char) kind;
+    n->len = len;
+    n->engines = 0;
+    n->used = ngx_current_msec;
+
+    ngx_rbtree_insert(&zc->sh->rbtree, &n->node);
+    ngx_queue_insert_head(&zc->sh->lru, &n->queue);
+    zc->sh->nodes++;
+
+    return n;
+}
+
+
+static void
+ngx_http_pic_index_expire_locked(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t n)
+{
+    ngx_queue_t                *q;
+    ngx_http_pic_index_node_t  *node;
+
+    while (n-- && !ngx_queue_empty(&zc->sh->lru)) {
+        q = ngx_queue_last(&zc->sh->lru);
+        node = ngx_queue_data(q, ngx_http_pic_index_node_t, queue);
+
+        ngx_queue_remove(q);
+        ngx_rbtree_delete(&zc->sh->rbtree, &node->node);
+        ngx_slab_free_locked(zc->shpool, node);
+
+        zc->sh->nodes--;
+        (void) ngx_atomic_fetch_add(&zc->sh->evictions, 1);
+    }
+}
+
+
+void
+ngx_http_pic_index_lookup(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_seg_t *segs,
+    ngx_uint_t n)
+{
+    ngx_uint_t                  i;
+    ngx_http_pic_index_node_t  *node;
+
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    for (i = 0; i < n; i++) {
+        node = ngx_http_pic_index_find_locked(zc->sh, segs[i].key,
+                                              NGX_HTTP_PIC_NODE_SEGMENT);
+
+        if (node == NULL || node->len != segs[i].len) {
+            continue;
+        }
+
+        segs[i].holders |= node->engines;
+
+        ngx_queue_remove(&node->queue);
+        ngx_queue_insert_head(&zc->sh->lru, &node->queue);
+        node->used = ngx_current_msec;
+    }
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
+}
+
+
+void
+ngx_http_pic_index_learn(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_seg_t *segs,
+    ngx_uint_t n, ngx_int_t slot)
+{
+    uint64_t                    mask;
+    ngx_uint_t                  i;
+    ngx_http_pic_index_node_t  *node;
+
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    for (i = 0; i < n; i++) {
+
+        if (segs[i].flags & NGX_HTTP_PIC_SEG_DYNAMIC) {
+            continue;
+        }
+
+        mask = (slot >= 0) ? (uint64_t) 1 << slot : segs[i].holders;
+
+        if (mask == 0) {
+            continue;
+        }
+
+        node = ngx_http_pic_index_add_locked(zc, segs[i].key,
+                                             NGX_HTTP_PIC_NODE_SEGMENT,
+                                             segs[i].len);
+        if (node == NULL) {
+            break;
+        }
+
+        if (node->len != segs[i].len) {
+            /* a key with another length: believe the newest */
+            node->len = segs[i].len;
+            node->engines = 0;
+        }
+
+        node->engines |= mask;
+    }
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
+}
+
+
+void
+ngx_http_pic_index_forget_engine(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t slot)
+{
+    uint64_t                    bit;
+    ngx_queue_t                *q;
+    ngx_http_pic_index_node_t  *node;
+
+    bit = (uint64_t) 1 << slot;
+
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    for (q = ngx_queue_head(&zc->sh->lru);
+         q != ngx_queue_sentinel(&zc->sh->lru);
+         q = ngx_queue_next(q))
+    {
+        node = ngx_queue_data(q, ngx_http_pic_index_node_t, queue);
+        node->engines &= ~bit;
+    }
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
+}
+
+
+size_t
+ngx_http_pic_index_prefix(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_seg_t *segs,
+    ngx_uint_t n, ngx_uint_t record_seen)
+{
+    size_t                      prefix, off;
+    ngx_uint_t                  i, deepest;
+    XXH128_hash_t               h;
+    u_char                      chain[NGX_HTTP_PIC_KEY_LEN];
+    u_char                      buf[2 * NGX_HTTP_PIC_KEY_LEN];
+    ngx_http_pic_index_node_t  *node;
+
+    prefix = 0;
+    off = 0;
+    deepest = 0;
+
+    ngx_memzero(chain, NGX_HTTP_PIC_KEY_LEN);
+
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    for (i = 0; i < n; i++) {
+
+        /* chain_i = xxh3_128(chain_{i-1} || key_i): names the whole prefix */
+        ngx_memcpy(buf, chain, NGX_HTTP_PIC_KEY_LEN);
+        ngx_memcpy(buf + NGX_HTTP_PIC_KEY_LEN, segs[i].key,
+                   NGX_HTTP_PIC_KEY_LEN);
+        h = XXH3_128bits(buf, sizeof(buf));
+        ngx_memcpy(chain, &h.high64, 8);
+        ngx_memcpy(chain + 8, &h.low64, 8);
+
+        off += segs[i].len;
+
+        if (deepest == i
+            && ngx_http_pic_index_find_locked(zc->sh, chain,
+                                              NGX_HTTP_PIC_NODE_PREFIX))
+        {
+            deepest = i + 1;
+            prefix = off;
+        }
+
+        if (record_seen && !(segs[i].flags & NGX_HTTP_PIC_SEG_DYNAMIC)) {
+            node = ngx_http_pic_index_find_locked(zc->sh, segs[i].key,
+                                                  NGX_HTTP_PIC_NODE_SEEN);
+            if (node && node->len == segs[i].len) {
+                segs[i].flags |= NGX_HTTP_PIC_SEG_HIT;
+            }
+
+            (void) ngx_http_pic_index_add_locked(zc, segs[i].key,
+                                                 NGX_HTTP_PIC_NODE_SEEN,
+                                                 segs[i].len);
+        }
+
+        (void) ngx_http_pic_index_add_locked(zc, chain,
+                                             NGX_HTTP_PIC_NODE_PREFIX,
+                                             (uint32_t) off);
+    }
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
+
+    return prefix;
+}
+
+
+void
+ngx_http_pic_index_ttft(ngx_http_pic_zone_ctx_t *zc, ngx_msec_t ms)
+{
+    ngx_uint_t             i;
+    ngx_http_pic_stats_t  *st;
+
+    st = &zc->sh->stats;
+
+    for (i = 0; i < NGX_HTTP_PIC_TTFT_BUCKETS - 1; i++) {
+        if (ms <= ngx_http_pic_ttft_bounds[i]) {
+            break;
+        }
+    }
+
+    (void) ngx_atomic_fetch_add(&st->ttft[i], 1);
+    (void) ngx_atomic_fetch_add(&st->ttft_count, 1);
+    (void) ngx_atomic_fetch_add(&st->ttft_sum_ms, ms);
+}

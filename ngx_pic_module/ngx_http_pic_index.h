@@ -1,0 +1,161 @@
+/*
+ * Copyright (C) ngx_pic authors
+ *
+ * ngx_http_pic_module: the shared zone.  One slab pool holds the counters
+ * shown by the status location, the engine table (health, load) and an
+ * LRU-bounded index "segment key -> engines holding it", plus the record of
+ * recently seen segment and prefix keys used by observe mode and by the
+ * exact-prefix accounting.  Every access but the atomic counters holds the
+ * zone mutex.
+ */
+
+
+#ifndef _NGX_HTTP_PIC_INDEX_H_INCLUDED_
+#define _NGX_HTTP_PIC_INDEX_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_pic_module.h"
+
+
+#define NGX_HTTP_PIC_TTFT_BUCKETS     12
+
+#define NGX_HTTP_PIC_NODE_SEGMENT     1        /* engines hold this segment */
+#define NGX_HTTP_PIC_NODE_SEEN        2        /* observe: segment seen */
+#define NGX_HTTP_PIC_NODE_PREFIX      3        /* a prefix chain key seen */
+
+
+/* one engine, shared by all workers */
+typedef struct {
+    u_char                       name[NGX_SOCKADDR_STRLEN];
+    size_t                       name_len;
+    u_char                       id[NGX_HTTP_PIC_ENGINE_ID_LEN + 1];
+    size_t                       id_len;       /* learned from probes */
+    ngx_uint_t                   configured;   /* generation last seen */
+
+    ngx_uint_t                   healthy;
+    ngx_uint_t                   fails;        /* consecutive failures */
+    time_t                       failed_at;
+    time_t                       probed_at;
+    ngx_uint_t                   load;         /* reported by the engine */
+
+    ngx_atomic_t                 inflight;     /* routed here, not finished */
+    ngx_atomic_t                 requests;
+    ngx_atomic_t                 failures;
+    ngx_atomic_t                 hit_bytes;    /* local hits when combining */
+    ngx_atomic_t                 probes;
+    ngx_atomic_t                 probe_failures;
+} ngx_http_pic_engine_sh_t;
+
+
+/* every number the status location shows */
+typedef struct {
+    ngx_atomic_t                 requests;     /* in pic locations */
+    ngx_atomic_t                 errors;       /* answered >= 400 */
+    ngx_atomic_t                 status_requests;
+    ngx_atomic_t                 passed;       /* not completions: untouched */
+    ngx_atomic_t                 planned;
+    ngx_atomic_t                 observed;
+    ngx_atomic_t                 rejected;     /* bad input, 4xx by us */
+    ngx_atomic_t                 no_engine;
+    ngx_atomic_t                 upstream_errors;
+    ngx_atomic_t                 fallback;     /* rendezvous plans */
+
+    ngx_atomic_t                 segments;
+    ngx_atomic_t                 seg_hits;
+    ngx_atomic_t                 seg_misses;
+    ngx_atomic_t                 bytes_total;
+    ngx_atomic_t                 bytes_hit;
+    ngx_atomic_t                 bytes_prefix; /* an exact-prefix cache */
+    ngx_atomic_t                 bytes_above_prefix;
+    ngx_atomic_t                 bytes_novel;
+    ngx_atomic_t                 s1_hits;
+    ngx_atomic_t                 s1_bytes;
+
+    ngx_atomic_t                 cdc_bytes;
+    ngx_atomic_t                 cdc_usec;     /* render + mark + cdc + key */
+    ngx_atomic_t                 cdc_chunks;
+    ngx_atomic_t                 markers;
+    ngx_atomic_t                 escapes;
+
+    ngx_atomic_t                 redis_lookups;
+    ngx_atomic_t                 redis_keys;
+    ngx_atomic_t                 redis_hits;
+    ngx_atomic_t                 redis_timeouts;
+    ngx_atomic_t                 redis_errors;
+    ngx_atomic_t                 redis_connects;
+    ngx_atomic_t                 redis_up;     /* workers connected */
+    ngx_msec_t                   redis_ok_at;  /* ngx_current_msec */
+
+    ngx_atomic_t                 ttft[NGX_HTTP_PIC_TTFT_BUCKETS];
+    ngx_atomic_t                 ttft_count;
+    ngx_atomic_t                 ttft_sum_ms;
+} ngx_http_pic_stats_t;
+
+
+typedef struct {
+    ngx_http_pic_stats_t         stats;
+    time_t                       started;
+    ngx_uint_t                   generation;   /* reloads survived */
+    ngx_msec_t                   probe_next;   /* who probes next */
+
+    ngx_uint_t                   nengines;
+    ngx_http_pic_engine_sh_t     engines[NGX_HTTP_PIC_MAX_ENGINES];
+
+    ngx_rbtree_t                 rbtree;
+    ngx_rbtree_node_t            sentinel;
+    ngx_queue_t                  lru;
+    ngx_uint_t                   nodes;
+    ngx_atomic_t                 evictions;
+} ngx_http_pic_shctx_t;
+
+
+struct ngx_http_pic_zone_ctx_s {
+    ngx_http_pic_shctx_t        *sh;
+    ngx_slab_pool_t             *shpool;
+    ngx_http_pic_main_conf_t    *pmcf;
+};
+
+
+extern ngx_msec_t  ngx_http_pic_ttft_bounds[NGX_HTTP_PIC_TTFT_BUCKETS];
+
+
+/* Shm zone init: new zone, or the old one kept on reload; registers the
+ * engines of every configured pool. */
+ngx_int_t ngx_http_pic_index_init_zone(ngx_shm_zone_t *shm_zone, void *data);
+
+/* The zone context of this cycle, or NULL without pic_zone. */
+ngx_http_pic_zone_ctx_t *ngx_http_pic_zone(ngx_http_request_t *r);
+
+/* Fill segs[i].holders from the index (SEGMENT nodes), touching the LRU. */
+void ngx_http_pic_index_lookup(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_seg_t *segs, ngx_uint_t n);
+
+/* Record that engine slot holds segs[i] (or, slot < 0, just the holders
+ * each seg carries, as learned from redis). */
+void ngx_http_pic_index_learn(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_seg_t *segs, ngx_uint_t n, ngx_int_t slot);
+
+/* Drop engine slot from every node (the engine restarted or left). */
+void ngx_http_pic_index_forget_engine(ngx_http_pic_zone_ctx_t *zc,
+    ngx_uint_t slot);
+
+/* Exact-prefix and observe accounting: the bytes of the deepest prefix of
+ * segs already seen as a whole (prefix chain keys), whether each segment was
+ * seen before (sets NGX_HTTP_PIC_SEG_HIT when record_seen), then records all
+ * of them.  Returns the prefix bytes. */
+size_t ngx_http_pic_index_prefix(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_seg_t *segs, ngx_uint_t n, ngx_uint_t record_seen);
+
+/* Add one TTFT sample (ms) to the histogram. */
+void ngx_http_pic_index_ttft(ngx_http_pic_zone_ctx_t *zc, ngx_msec_t ms);
+
+/* Engine slot with this name (registering it when add); -1 when full. */
+ngx_int_t ngx_http_pic_engine_slot_locked(ngx_http_pic_shctx_t *sh,
+    ngx_str_t *name, ngx_uint_t add);
+
+
+#endif /* _NGX_HTTP_PIC_INDEX_H_INCLUDED_ */

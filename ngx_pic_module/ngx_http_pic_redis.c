@@ -1,0 +1,707 @@
+/*
+ * Copyright (C) ngx_pic authors
+ *
+ * ngx_http_pic_module: hiredis on nginx's event loop, and the pipelined
+ * segment lookup.  The adapter has the shape of hiredis' own
+ * adapters/libevent.h: one attach function fills ac->ev.*, add/del
+ * read/write register level-triggered events, cleanup unregisters them and
+ * frees the nginx connection object but leaves the fd to hiredis, which
+ * closes it right after.  Cleanup can run inside our own event handler (a
+ * read that ends in a disconnect): the "entered/deleted" guard then defers
+ * the free until the handler returns.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+
+#include "ngx_http_pic_module.h"
+#include "ngx_http_pic_index.h"
+#include "ngx_http_pic_redis.h"
+
+
+#define NGX_HTTP_PIC_REDIS_BACKOFF_MIN   100
+#define NGX_HTTP_PIC_REDIS_BACKOFF_MAX   2000
+
+
+typedef struct {
+    redisAsyncContext           *context;
+    ngx_connection_t            *connection;
+    unsigned                     entered:1;
+    unsigned                     deleted:1;
+} ngx_http_pic_redis_events_t;
+
+
+typedef struct {
+    redisAsyncContext           *ac;
+    ngx_event_t                  reconnect;    /* back-off, connect timeout */
+    ngx_msec_t                   backoff;
+    ngx_log_t                   *log;
+    ngx_http_pic_main_conf_t    *pmcf;
+    ngx_http_pic_zone_ctx_t     *zc;
+    unsigned                     connected:1;
+    unsigned                     connecting:1;
+    unsigned                     down_logged:1;
+    unsigned                     exiting:1;
+} ngx_http_pic_redis_t;
+
+
+typedef struct {
+    ngx_http_pic_lookup_t       *lookup;
+    ngx_uint_t                   seg;          /* index in ctx->segs */
+} ngx_http_pic_redis_cmd_t;
+
+
+struct ngx_http_pic_lookup_s {
+    ngx_http_pic_ctx_t          *ctx;          /* NULL once detached */
+    ngx_event_t                 *done;
+    ngx_uint_t                   pending;
+    ngx_uint_t                   ncmds;
+    ngx_http_pic_redis_cmd_t    *cmds;
+};
+
+
+static void ngx_http_pic_redis_connect(ngx_http_pic_redis_t *rd);
+static void ngx_http_pic_redis_schedule(ngx_http_pic_redis_t *rd);
+static void ngx_http_pic_redis_reconnect_handler(ngx_event_t *ev);
+static void ngx_http_pic_redis_on_connect(const redisAsyncContext *ac,
+    int status);
+static void ngx_http_pic_redis_on_disconnect(const redisAsyncContext *ac,
+    int status);
+static void ngx_http_pic_redis_down(ngx_http_pic_redis_t *rd,
+    const char *what, const char *err);
+static void ngx_http_pic_redis_reply(redisAsyncContext *ac, void *r,
+    void *privdata);
+
+static ngx_int_t ngx_http_pic_redis_attach(redisAsyncContext *ac,
+    ngx_log_t *log);
+static void ngx_http_pic_redis_read_event(ngx_event_t *ev);
+static void ngx_http_pic_redis_write_event(ngx_event_t *ev);
+static void ngx_http_pic_redis_add_read(void *privdata);
+static void ngx_http_pic_redis_del_read(void *privdata);
+static void ngx_http_pic_redis_add_write(void *privdata);
+static void ngx_http_pic_redis_del_write(void *privdata);
+static void ngx_http_pic_redis_cleanup(void *privdata);
+static void ngx_http_pic_redis_free_events(ngx_http_pic_redis_events_t *e);
+
+
+static ngx_http_pic_redis_t  *ngx_http_pic_redis;
+
+
+/* --- the adapter --- */
+
+
+static ngx_int_t
+ngx_http_pic_redis_attach(redisAsyncContext *ac, ngx_log_t *log)
+{
+    ngx_connection_t             *c;
+    ngx_http_pic_redis_events_t  *e;
+
+    if (ac->ev.data != NULL) {
+        return NGX_ERROR;
+    }
+
+    e = ngx_calloc(sizeof(ngx_http_pic_redis_events_t), log);
+    if (e == NULL) {
+        return NGX_ERROR;
+    }
+
+    c = ngx_get_connection(ac->c.fd, log);
+    if (c == NULL) {
+        ngx_free(e);
+        return NGX_ERROR;
+    }
+
+    c->data = e;
+    c->read->handler = ngx_http_pic_redis_read_event;
+    c->write->handler = ngx_http_pic_redis_write_event;
+    c->read->log = log;
+    c->write->log = log;
+
+    e->context = ac;
+    e->connection = c;
+
+    ac->ev.addRead = ngx_http_pic_redis_add_read;
+    ac->ev.delRead = ngx_http_pic_redis_del_read;
+    ac->ev.addWrite = ngx_http_pic_redis_add_write;
+    ac->ev.delWrite = ngx_http_pic_redis_del_write;
+    ac->ev.cleanup = ngx_http_pic_redis_cleanup;
+    ac->ev.data = e;
+
+    /* the first writable event completes the non-blocking connect */
+    ngx_http_pic_redis_add_read(e);
+    ngx_http_pic_redis_add_write(e);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_pic_redis_read_event(ngx_event_t *ev)
+{
+    ngx_connection_t             *c = ev->data;
+    ngx_http_pic_redis_events_t  *e = c->data;
+
+    e->entered = 1;
+    redisAsyncHandleRead(e->context);
+    e->entered = 0;
+
+    if (e->deleted) {
+        ngx_http_pic_redis_free_events(e);
+    }
+}
+
+
+static void
+ngx_http_pic_redis_write_event(ngx_event_t *ev)
+{
+    ngx_connection_t             *c = ev->data;
+    ngx_http_pic_redis_events_t  *e = c->data;
+
+    e->entered = 1;
+    redisAsyncHandleWrite(e->context);
+    e->entered = 0;
+
+    if (e->deleted) {
+        ngx_http_pic_redis_free_events(e);
+    }
+}
+
+
+static void
+ngx_http_pic_redis_add_read(void *privdata)
+{
+    ngx_http_pic_redis_events_t  *e = privdata;
+
+    ngx_event_t  *rev;
+
+    rev = e->connection->read;
+
+    if (!rev->active) {
+        (void) ngx_add_event(rev, NGX_READ_EVENT, NGX_LEVEL_EVENT);
+    }
+}
+
+
+static void
+ngx_http_pic_redis_del_read(void *privdata)
+{
+    ngx_http_pic_redis_events_t  *e = privdata;
+
+    ngx_event_t  *rev;
+
+    rev = e->connection->read;
+
+    if (rev->active) {
+        (void) ngx_del_event(rev, NGX_READ_EVENT, 0);
+    }
+}
+
+
+static void
+ngx_http_pic_redis_add_write(void *privdata)
+{
+    ngx_http_pic_redis_events_t  *e = privdata;
+
+    ngx_event_t  *wev;
+
+    wev = e->connection->write;
+
+    if (!wev->active) {
+        (void) ngx_add_event(wev, NGX_WRITE_EVENT, NGX_LEVEL_EVENT);
+    }
+}
+
+
+static void
+ngx_http_pic_redis_del_write(void *privdata)
+{
+    ngx_http_pic_redis_events_t  *e = privdata;
+
+    ngx_event_t  *wev;
+
+    wev = e->connection->write;
+
+    if (wev->active) {
+        (void) ngx_del_event(wev, NGX_WRITE_EVENT, 0);
+    }
+}
+
+
+static void
+ngx_http_pic_redis_cleanup(void *privdata)
+{
+    ngx_http_pic_redis_events_t  *e = privdata;
+
+    ngx_http_pic_redis_del_read(e);
+    ngx_http_pic_redis_del_write(e);
+
+    e->context->ev.data = NULL;
+
+    if (e->entered) {
+        e->deleted = 1;
+        return;
+    }
+
+    ngx_http_pic_redis_free_events(e);
+}
+
+
+static void
+ngx_http_pic_redis_free_events(ngx_http_pic_redis_events_t *e)
+{
+    ngx_connection_t  *c;
+
+    c = e->connection;
+
+    if (c->read->posted) {
+        ngx_delete_posted_event(c->read);
+    }
+
+    if (c->write->posted) {
+        ngx_delete_posted_event(c->write);
+    }
+
+    /* hiredis closes the fd itself after this cleanup */
+    ngx_free_connection(c);
+    c->fd = (ngx_socket_t) -1;
+
+    ngx_free(e);
+}
+
+
+/* --- the connection of this worker --- */
+
+
+ngx_int_t
+ngx_http_pic_redis_init_process(ngx_cycle_t *cycle)
+{
+    ngx_http_pic_redis_t      *rd;
+    ngx_http_pic_main_conf_t  *pmcf;
+
+    pmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_pic_module);
+
+    if (pmcf == NULL || pmcf->redis == NULL || pmcf->shm_zone == NULL) {
+        return NGX_OK;
+    }
+
+    rd = ngx_pcalloc(cycle->pool, sizeof(ngx_http_pic_redis_t));
+    if (rd == NULL) {
+        return NGX_ERROR;
+    }
+
+    rd->log = cycle->log;
+    rd->pmcf = pmcf;
+    rd->zc = pmcf->shm_zone->data;
+    rd->backoff = NGX_HTTP_PIC_REDIS_BACKOFF_MIN;
+
+    rd->reconnect.handler = ngx_http_pic_redis_reconnect_handler;
+    rd->reconnect.data = rd;
+    rd->reconnect.log = cycle->log;
+    rd->reconnect.cancelable = 1;
+
+    ngx_http_pic_redis = rd;
+
+    ngx_http_pic_redis_connect(rd);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_pic_redis_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_pic_redis_t  *rd;
+
+    rd = ngx_http_pic_redis;
+
+    if (rd == NULL) {
+        return;
+    }
+
+    rd->exiting = 1;
+
+    if (rd->reconnect.timer_set) {
+        ngx_del_timer(&rd->reconnect);
+    }
+
+    if (rd->ac) {
+        if (rd->connected) {
+            (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_up, -1);
+            rd->connected = 0;
+        }
+
+        redisAsyncFree(rd->ac);
+        rd->ac = NULL;
+    }
+
+    ngx_http_pic_redis = NULL;
+}
+
+
+ngx_uint_t
+ngx_http_pic_redis_ready(void)
+{
+    return ngx_http_pic_redis && ngx_http_pic_redis->connected;
+}
+
+
+static void
+ngx_http_pic_redis_connect(ngx_http_pic_redis_t *rd)
+{
+    size_t                len;
+    struct sockaddr      *sa;
+    redisAsyncContext    *ac;
+    struct sockaddr_un   *saun;
+    u_char                ip[NGX_SOCKADDR_STRLEN + 1];
+
+    sa = rd->pmcf->redis->sockaddr;
+
+#if (NGX_HAVE_UNIX_DOMAIN)
+    if (sa->sa_family == AF_UNIX) {
+        saun = (struct sockaddr_un *) sa;
+        ac = redisAsyncConnectUnix(saun->sun_path);
+
+    } else
+#endif
+    {
+        (void) saun;
+        len = ngx_sock_ntop(sa, rd->pmcf->redis->socklen, ip,
+                            NGX_SOCKADDR_STRLEN, 0);
+        ip[len] = '\0';
+
+        ac = redisAsyncConnect((char *) ip, ngx_inet_get_port(sa));
+    }
+
+    if (ac == NULL) {
+        ngx_http_pic_redis_down(rd, "connect", "out of memory");
+        ngx_http_pic_redis_schedule(rd);
+        return;
+    }
+
+    if (ac->err) {
+        ngx_http_pic_redis_down(rd, "connect", ac->errstr);
+        redisAsyncFree(ac);
+        ngx_http_pic_redis_schedule(rd);
+        return;
+    }
+
+    ac->data = rd;
+
+    if (ngx_http_pic_redis_attach(ac, rd->log) != NGX_OK) {
+        ngx_http_pic_redis_down(rd, "attach", "no free connection");
+        redisAsyncFree(ac);
+        ngx_http_pic_redis_schedule(rd);
+        return;
+    }
+
+    (void) redisAsyncSetConnectCallback(ac, ngx_http_pic_redis_on_connect);
+    (void) redisAsyncSetDisconnectCallback(ac,
+                                           ngx_http_pic_redis_on_disconnect);
+
+    rd->ac = ac;
+    rd->connecting = 1;
+
+    /* hiredis has no connect timeout: the reconnect timer is ours */
+    ngx_add_timer(&rd->reconnect, rd->pmcf->redis_connect_timeout);
+}
+
+
+static void
+ngx_http_pic_redis_schedule(ngx_http_pic_redis_t *rd)
+{
+    if (rd->exiting || ngx_exiting || ngx_quit || ngx_terminate) {
+        return;
+    }
+
+    if (rd->reconnect.timer_set) {
+        ngx_del_timer(&rd->reconnect);
+    }
+
+    ngx_add_timer(&rd->reconnect, rd->backoff);
+
+    rd->backoff = ngx_min(rd->backoff * 2, NGX_HTTP_PIC_REDIS_BACKOFF_MAX);
+}
+
+
+static void
+ngx_http_pic_redis_reconnect_handler(ngx_event_t *ev)
+{
+    ngx_http_pic_redis_t  *rd = ev->data;
+
+    if (rd->connecting && rd->ac) {
+        /* the connect did not finish in time */
+        ngx_http_pic_redis_down(rd, "connect", "timed out");
+        rd->connecting = 0;
+
+        /* not connected yet: hiredis calls no disconnect callback */
+        redisAsyncFree(rd->ac);
+        rd->ac = NULL;
+
+        ngx_http_pic_redis_schedule(rd);
+        return;
+    }
+
+    if (rd->ac == NULL) {
+        ngx_http_pic_redis_connect(rd);
+    }
+}
+
+
+static void
+ngx_http_pic_redis_on_connect(const redisAsyncContext *ac, int status)
+{
+    ngx_http_pic_redis_t  *rd = ac->data;
+
+    rd->connecting = 0;
+
+    if (rd->reconnect.timer_set) {
+        ngx_del_timer(&rd->reconnect);
+    }
+
+    if (status != REDIS_OK) {
+        /* hiredis frees ac after this callback */
+        ngx_http_pic_redis_down(rd, "connect", ac->errstr);
+        rd->ac = NULL;
+        ngx_http_pic_redis_schedule(rd);
+        return;
+    }
+
+    rd->connected = 1;
+    rd->backoff = NGX_HTTP_PIC_REDIS_BACKOFF_MIN;
+
+    (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_up, 1);
+    (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_connects, 1);
+    rd->zc->sh->stats.redis_ok_at = ngx_current_msec;
+
+    if (rd->down_logged) {
+        ngx_log_error(NGX_LOG_NOTICE, rd->log, 0,
+                      "pic: redis %V is up again", &rd->pmcf->redis_name);
+        rd->down_logged = 0;
+    }
+}
+
+
+static void
+ngx_http_pic_redis_on_disconnect(const redisAsyncContext *ac, int status)
+{
+    ngx_http_pic_redis_t  *rd = ac->data;
+
+    if (rd->connected) {
+        (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_up, -1);
+        rd->connected = 0;
+    }
+
+    rd->connecting = 0;
+    rd->ac = NULL;
+
+    if (rd->exiting) {
+        return;
+    }
+
+    if (status != REDIS_OK) {
+        ngx_http_pic_redis_down(rd, "connection", ac->errstr);
+    }
+
+    ngx_http_pic_redis_schedule(rd);
+}
+
+
+static void
+ngx_http_pic_redis_down(ngx_http_pic_redis_t *rd, const char *what,
+    const char *err)
+{
+    (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_errors, 1);
+
+    if (rd->down_logged) {
+        return;
+    }
+
+    rd->down_logged = 1;
+
+    ngx_log_error(NGX_LOG_WARN, rd->log, 0,
+                  "pic: redis %V %s failed: %s; routing by rendezvous "
+                  "hashing until it is back",
+                  &rd->pmcf->redis_name, what, err ? err : "unknown error");
+}
+
+
+/* --- lookups --- */
+
+
+ngx_int_t
+ngx_http_pic_redis_lookup(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
+    ngx_uint_t *idx, ngx_uint_t n, ngx_event_t *ev)
+{
+    u_char                 *p;
+    ngx_uint_t              i, j;
+    ngx_http_pic_lookup_t  *lk;
+    ngx_http_pic_redis_t   *rd;
+    u_char                  hex[2 * NGX_HTTP_PIC_KEY_LEN];
+
+    rd = ngx_http_pic_redis;
+
+    if (rd == NULL || !rd->connected || rd->ac == NULL || n == 0) {
+        return NGX_DECLINED;
+    }
+
+    /* outlives the request when replies come after its deadline */
+    lk = ngx_alloc(sizeof(ngx_http_pic_lookup_t)
+                   + n * sizeof(ngx_http_pic_redis_cmd_t),
+                   r->connection->log);
+    if (lk == NULL) {
+        return NGX_ERROR;
+    }
+
+    lk->ctx = ctx;
+    lk->done = ev;
+    lk->pending = 0;
+    lk->ncmds = n;
+    lk->cmds = (ngx_http_pic_redis_cmd_t *) (lk + 1);
+
+    for (i = 0; i < n; i++) {
+        lk->cmds[i].lookup = lk;
+        lk->cmds[i].seg = idx[i];
+
+        p = ngx_hex_dump(hex, ctx->segs[idx[i]].key, NGX_HTTP_PIC_KEY_LEN);
+
+        if (redisAsyncCommand(rd->ac, ngx_http_pic_redis_reply, &lk->cmds[i],
+                              "SMEMBERS pic:seg:%b", hex, (size_t) (p - hex))
+            != REDIS_OK)
+        {
+            break;
+        }
+
+        lk->pending++;
+    }
+
+    if (lk->pending == 0) {
+        ngx_free(lk);
+        return NGX_DECLINED;
+    }
+
+    (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_lookups, 1);
+    (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_keys, lk->pending);
+
+    for (j = i; j < n; j++) {
+        /* not sent: unknown */
+        lk->cmds[j].lookup = NULL;
+    }
+
+    ctx->lookup = lk;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_pic_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+    redisReply                *reply = r;
+    ngx_http_pic_redis_cmd_t  *cmd = privdata;
+
+    uint64_t                   mask;
+    ngx_str_t                  id;
+    ngx_uint_t                 i, s;
+    ngx_http_pic_seg_t        *seg;
+    ngx_http_pic_lookup_t     *lk;
+    ngx_http_pic_redis_t      *rd;
+    ngx_http_pic_shctx_t      *sh;
+    ngx_http_pic_engine_sh_t  *e;
+
+    lk = cmd->lookup;
+    rd = ac->data;
+
+    lk->pending--;
+
+    if (lk->ctx == NULL) {
+        goto done;
+    }
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY) {
+        if (reply && reply->type == REDIS_REPLY_ERROR) {
+            (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_errors, 1);
+        }
+
+        goto done;
+    }
+
+    rd->zc->sh->stats.redis_ok_at = ngx_current_msec;
+
+    if (reply->elements == 0) {
+        goto done;
+    }
+
+    sh = rd->zc->sh;
+    mask = 0;
+
+    ngx_shmtx_lock(&rd->zc->shpool->mutex);
+
+    for (i = 0; i < reply->elements; i++) {
+
+        if (reply->element[i]->type != REDIS_REPLY_STRING) {
+            continue;
+        }
+
+        id.data = (u_char *) reply->element[i]->str;
+        id.len = reply->element[i]->len;
+
+        for (s = 0; s < sh->nengines; s++) {
+            e = &sh->engines[s];
+
+            if ((e->id_len == id.len
+                 && ngx_strncmp(e->id, id.data, id.len) == 0)
+                || (e->name_len == id.len
+                    && ngx_strncmp(e->name, id.data, id.len) == 0))
+            {
+                mask |= (uint64_t) 1 << s;
+            }
+        }
+    }
+
+    ngx_shmtx_unlock(&rd->zc->shpool->mutex);
+
+    if (mask) {
+        seg = &lk->ctx->segs[cmd->seg];
+        seg->holders |= mask;
+        seg->flags |= NGX_HTTP_PIC_SEG_REDIS;
+        (void) ngx_atomic_fetch_add(&sh->stats.redis_hits, 1);
+    }
+
+done:
+
+    if (lk->pending) {
+        return;
+    }
+
+    if (lk->ctx) {
+        /* resume the request outside of hiredis' callback */
+        ngx_post_event(lk->done, &ngx_posted_events);
+        return;
+    }
+
+    ngx_free(lk);
+}
+
+
+void
+ngx_http_pic_redis_detach(ngx_http_pic_lookup_t *lk)
+{
+    if (lk->pending == 0) {
+        ngx_free(lk);
+        return;
+    }
+
+    lk->ctx = NULL;
+}
+
+
+ngx_uint_t
+ngx_http_pic_redis_complete(ngx_http_pic_lookup_t *lk)
+{
+    return lk->pending == 0;
+}

@@ -1,0 +1,614 @@
+/*
+ * Copyright (C) ngx_pic authors
+ *
+ * ngx_http_pic_module: planning and the plan request (see
+ * ngx_http_pic_route.h).
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <xxhash.h>
+
+#include "pic_buf.h"
+#include "pic_error.h"
+#include "pic_plan.h"
+#include "pic_segment.h"
+
+#include "ngx_http_pic_module.h"
+#include "ngx_http_pic_index.h"
+#include "ngx_http_pic_engine.h"
+#include "ngx_http_pic_handler.h"
+#include "ngx_http_pic_route.h"
+
+
+typedef struct {
+    ngx_http_pic_engine_conf_t  *conf;
+    ngx_uint_t                   slot;
+    ngx_uint_t                   load;
+    size_t                       local;        /* hit bytes held here */
+    size_t                       home;         /* miss bytes homed here */
+    size_t                       assigned;     /* LPT: bytes given so far */
+} ngx_http_pic_cand_t;
+
+
+static ngx_int_t ngx_http_pic_route_pick(ngx_http_pic_ctx_t *ctx,
+    ngx_http_pic_cand_t *cand, ngx_uint_t n, ngx_uint_t imbalance);
+static ngx_uint_t ngx_http_pic_route_home(u_char *key,
+    ngx_http_pic_cand_t *cand, ngx_uint_t n);
+static void ngx_http_pic_route_misses(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand, ngx_uint_t n,
+    ngx_uint_t imbalance, size_t unit);
+static ngx_int_t ngx_http_pic_route_rewrite(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand, ngx_uint_t n);
+static void ngx_http_pic_route_account(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_ctx_t *ctx);
+
+
+static ngx_atomic_uint_t  ngx_http_pic_plan_seq;
+
+
+ngx_int_t
+ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
+{
+    uint64_t                     eligible;
+    ngx_int_t                    best;
+    ngx_uint_t                   i, j, n;
+    pic_error                    err;
+    XXH64_hash_t                 h;
+    ngx_http_pic_seg_t          *s;
+    ngx_http_pic_pool_t         *pool;
+    ngx_http_pic_cand_t         *cand;
+    ngx_http_pic_zone_ctx_t     *zc;
+    ngx_http_pic_loc_conf_t     *plcf;
+    ngx_http_pic_main_conf_t    *pmcf;
+    ngx_http_pic_engine_sh_t    *e;
+    ngx_http_pic_engine_conf_t  *ec;
+    uint64_t                     seed[4];
+
+    zc = ngx_http_pic_zone(r);
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pic_module);
+    pmcf = ngx_http_get_module_main_conf(r, ngx_http_pic_module);
+
+    pool = plcf->pool ? plcf->pool : pmcf->default_pool;
+
+    eligible = ngx_http_pic_engine_eligible(zc, pmcf, pool);
+
+    if (eligible == 0) {
+        pic_error_set(&err, NGX_HTTP_SERVICE_UNAVAILABLE, "server_error",
+                      NULL, "no_healthy_engine",
+                      "no healthy engine in \"%.*s\"",
+                      (int) pool->name.len, pool->name.data);
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.no_engine, 1);
+        return ngx_http_pic_error(r, ctx, &err, NGX_LOG_ERR);
+    }
+
+    /* the candidates: eligible engines of the pool with their load */
+
+    cand = ngx_pcalloc(r->pool,
+                       pool->engines.nelts * sizeof(ngx_http_pic_cand_t));
+    if (cand == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    n = 0;
+    ec = pool->engines.elts;
+
+    for (i = 0; i < pool->engines.nelts; i++) {
+        if (ec[i].slot >= NGX_HTTP_PIC_MAX_ENGINES
+            || !(eligible & ((uint64_t) 1 << ec[i].slot)))
+        {
+            continue;
+        }
+
+        e = &zc->sh->engines[ec[i].slot];
+
+        cand[n].conf = &ec[i];
+        cand[n].slot = ec[i].slot;
+        cand[n].load = e->inflight + e->load;
+        n++;
+    }
+
+    /* hits: segments some eligible engine of the pool holds */
+
+    for (i = 0; i < ctx->nsegs; i++) {
+        s = &ctx->segs[i];
+        s->holders &= eligible;
+
+        if (s->holders == 0 || (s->flags & NGX_HTTP_PIC_SEG_DYNAMIC)) {
+            s->holders = 0;
+
+            if (ctx->fallback && !(s->flags & NGX_HTTP_PIC_SEG_DYNAMIC)) {
+                cand[ngx_http_pic_route_home(s->key, cand, n)].home += s->len;
+            }
+
+            continue;
+        }
+
+        s->flags |= NGX_HTTP_PIC_SEG_HIT;
+        ctx->hits++;
+        ctx->hit_bytes += s->len;
+
+        for (j = 0; j < n; j++) {
+            if (s->holders & ((uint64_t) 1 << cand[j].slot)) {
+                cand[j].local += s->len;
+            }
+        }
+    }
+
+    best = ngx_http_pic_route_pick(ctx, cand, n, plcf->imbalance);
+
+    ctx->combine = cand[best].slot;
+
+    if (pool != pmcf->default_pool) {
+        ctx->combine_name = cand[best].conf->name;
+    }
+
+    ctx->cdc_avg = plcf->cdc_avg;
+
+    if (ctx->fallback) {
+        ngx_http_pic_route_misses(r, ctx, cand, n, plcf->imbalance,
+                                  plcf->cdc_avg);
+    }
+
+    /* a plan id: unique enough to find one request in the logs */
+
+    seed[0] = (uint64_t) ngx_pid;
+    seed[1] = (uint64_t) ngx_current_msec;
+    seed[2] = (uint64_t) ngx_atomic_fetch_add(&ngx_http_pic_plan_seq, 1);
+    seed[3] = (uint64_t) (uintptr_t) r;
+    h = XXH3_64bits(seed, sizeof(seed));
+    ngx_sprintf(ctx->plan_id, "%016xL", (uint64_t) h);
+
+    /* the engines will hold what they compute: learn it now */
+
+    ngx_http_pic_index_learn(zc, ctx->segs, ctx->nsegs, ctx->combine);
+
+    for (i = 0; i < ctx->nsegs; i++) {
+        s = &ctx->segs[i];
+
+        if (s->worker >= 0 && s->worker != ctx->combine) {
+            ngx_http_pic_index_learn(zc, s, 1, s->worker);
+        }
+    }
+
+    ctx->prefix_bytes = ngx_http_pic_index_prefix(zc, ctx->segs, ctx->nsegs,
+                                                  0);
+
+    if (ctx->prefix_bytes > ctx->hit_bytes) {
+        ctx->prefix_bytes = ctx->hit_bytes;
+    }
+
+    if (ngx_http_pic_route_rewrite(r, ctx, cand, n) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->planned = 1;
+    ctx->inflight = 1;
+
+    e = &zc->sh->engines[ctx->combine];
+    (void) ngx_atomic_fetch_add(&e->inflight, 1);
+    (void) ngx_atomic_fetch_add(&e->requests, 1);
+    (void) ngx_atomic_fetch_add(&e->hit_bytes, cand[best].local);
+
+    (void) ngx_atomic_fetch_add(&zc->sh->stats.planned, 1);
+
+    if (ctx->fallback) {
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.fallback, 1);
+    }
+
+    ngx_http_pic_route_account(zc, ctx);
+
+    ngx_log_debug5(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "pic plan %s: %ui segments, %uz hit bytes of %uz, "
+                   "combine %V", ctx->plan_id, ctx->nsegs, ctx->hit_bytes,
+                   ctx->total_bytes, &cand[best].conf->name);
+
+    return NGX_DECLINED;
+}
+
+
+/* most local hit bytes (or home bytes without redis), then least load,
+ * then the rendezvous winner of the first segment: ties spread requests
+ * without pinning every cold one to the same engine */
+
+static ngx_int_t
+ngx_http_pic_route_pick(ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand,
+    ngx_uint_t n, ngx_uint_t imbalance)
+{
+    size_t      score, best_score;
+    ngx_int_t   best;
+    ngx_uint_t  i, min_load, tie;
+
+    min_load = NGX_MAX_INT_T_VALUE;
+
+    for (i = 0; i < n; i++) {
+        min_load = ngx_min(min_load, cand[i].load);
+    }
+
+    tie = ctx->nsegs ? ngx_http_pic_route_home(ctx->segs[0].key, cand, n)
+                     : 0;
+
+    best = -1;
+    best_score = 0;
+
+    for (i = 0; i < n; i++) {
+
+        if (cand[i].load > min_load + imbalance) {
+            continue;
+        }
+
+        score = cand[i].local + cand[i].home;
+
+        if (best < 0
+            || score > best_score
+            || (score == best_score && cand[i].load < cand[best].load)
+            || (score == best_score && cand[i].load == cand[best].load
+                && i == tie))
+        {
+            best = i;
+            best_score = score;
+        }
+    }
+
+    return best;
+}
+
+
+static ngx_uint_t
+ngx_http_pic_route_home(u_char *key, ngx_http_pic_cand_t *cand, ngx_uint_t n)
+{
+    uint64_t    w, best_w;
+    ngx_uint_t  i, best;
+
+    best = 0;
+    best_w = 0;
+
+    for (i = 0; i < n; i++) {
+        w = XXH3_64bits_withSeed(key, NGX_HTTP_PIC_KEY_LEN, cand[i].conf->seed);
+
+        if (i == 0 || w > best_w) {
+            best = i;
+            best_w = w;
+        }
+    }
+
+    return best;
+}
+
+
+/* LPT: misses longest first, each to the engine with the least work so
+ * far (queue depth counted as unit bytes per queued request); without
+ * redis, to the rendezvous home unless that engine is overloaded */
+
+static void
+ngx_http_pic_route_misses(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
+    ngx_http_pic_cand_t *cand, ngx_uint_t n, ngx_uint_t imbalance,
+    size_t unit)
+{
+    size_t               work, best_work;
+    ngx_uint_t           i, j, k, m, best, home, min_load, *order;
+    ngx_http_pic_seg_t  *s;
+
+    order = ngx_palloc(r->pool, (ctx->nsegs + 1) * sizeof(ngx_uint_t));
+    if (order == NULL) {
+        return;
+    }
+
+    m = 0;
+
+    for (i = 0; i < ctx->nsegs; i++) {
+        s = &ctx->segs[i];
+        s->worker = -1;
+
+        if (s->flags & (NGX_HTTP_PIC_SEG_HIT|NGX_HTTP_PIC_SEG_DYNAMIC
+                        |NGX_HTTP_PIC_SEG_FIRST))
+        {
+            /* hits are pulled, the sink and the query computed in place */
+            continue;
+        }
+
+        /* insertion sort by length, longest first: n is small */
+        for (j = m; j > 0 && ctx->segs[order[j - 1]].len < s->len; j--) {
+            order[j] = order[j - 1];
+        }
+
+        order[j] = i;
+        m++;
+    }
+
+    min_load = NGX_MAX_INT_T_VALUE;
+
+    for (i = 0; i < n; i++) {
+        cand[i].assigned = cand[i].load * unit;
+        min_load = ngx_min(min_load, cand[i].load);
+    }
+
+    for (k = 0; k < m; k++) {
+        s = &ctx->segs[order[k]];
+
+        if (ctx->fallback) {
+            home = ngx_http_pic_route_home(s->key, cand, n);
+
+            if (cand[home].load <= min_load + imbalance) {
+                s->worker = cand[home].slot;
+                cand[home].assigned += s->len;
+                continue;
+            }
+        }
+
+        best = 0;
+        best_work = (size_t) -1;
+
+        for (i = 0; i < n; i++) {
+            work = cand[i].assigned;
+
+            if (work < best_work) {
+                best = i;
+                best_work = work;
+            }
+        }
+
+        s->worker = cand[best].slot;
+        cand[best].assigned += s->len;
+    }
+}
+
+
+/* --- the plan request --- */
+
+
+static void
+ngx_http_pic_plan_cleanup(void *data)
+{
+    pic_plan_free(data);
+}
+
+
+static ngx_int_t
+ngx_http_pic_route_rewrite(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
+    ngx_http_pic_cand_t *cand, ngx_uint_t n)
+{
+    u_char              *p, *end, *q;
+    size_t               len;
+    int32_t             *eng, w;
+    uint64_t            *loads;
+    pic_buf              json;
+    ngx_buf_t           *b;
+    pic_plan            *plan;
+    pic_error            err;
+    ngx_uint_t           i, j, first;
+    ngx_chain_t         *cl;
+    pic_plan_seg        *ps;
+    ngx_pool_cleanup_t  *cln;
+    ngx_http_pic_seg_t  *s;
+    char                 scope[sizeof(ctx->scope) + 1];
+
+    cln = ngx_pool_cleanup_add(r->pool, sizeof(pic_plan));
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    plan = cln->data;
+    pic_plan_init(plan);
+    cln->handler = ngx_http_pic_plan_cleanup;
+
+    ngx_memcpy(scope, ctx->scope, ctx->scope_len);
+    scope[ctx->scope_len] = '\0';
+
+    if (pic_plan_from_segmentation(plan, ctx->segmentation,
+                                   (char *) ctx->plan_id, scope, &err)
+        != 0)
+    {
+        goto failed;
+    }
+
+    eng = ngx_palloc(r->pool, n * (sizeof(int32_t) + sizeof(uint64_t)));
+    if (eng == NULL) {
+        return NGX_ERROR;
+    }
+
+    loads = (uint64_t *) (eng + n);
+
+    for (j = 0; j < n; j++) {
+        q = ngx_pnalloc(r->pool, cand[j].conf->name.len + 1);
+        if (q == NULL) {
+            return NGX_ERROR;
+        }
+
+        *ngx_cpymem(q, cand[j].conf->name.data, cand[j].conf->name.len) = '\0';
+
+        eng[j] = pic_plan_engine(plan, (char *) q, &err);
+        if (eng[j] < 0) {
+            goto failed;
+        }
+
+        /* a queued request weighs about one average chunk */
+        loads[j] = (uint64_t) cand[j].load * pic_segment_token_estimate(
+                                                 ctx->cdc_avg);
+
+        if (cand[j].slot == (ngx_uint_t) ctx->combine) {
+            plan->combine = eng[j];
+        }
+    }
+
+    for (i = 0; i < ctx->nsegs; i++) {
+        s = &ctx->segs[i];
+        ps = &plan->segs[i];
+
+        for (j = 0; j < n && ps->n_holders < PIC_PLAN_HOLDERS_MAX; j++) {
+            if (s->holders & ((uint64_t) 1 << cand[j].slot)) {
+                ps->holders[ps->n_holders++] = (uint16_t) eng[j];
+            }
+        }
+
+        if (ctx->fallback && s->worker >= 0) {
+            for (j = 0; j < n; j++) {
+                if (cand[j].slot == (ngx_uint_t) s->worker) {
+                    ps->worker = eng[j];
+                }
+            }
+        }
+    }
+
+    if (!ctx->fallback) {
+        if (pic_plan_assign_lpt(plan, eng, loads, n, &err) != 0) {
+            goto failed;
+        }
+
+        for (i = 0; i < ctx->nsegs; i++) {
+            w = plan->segs[i].worker;
+            ctx->segs[i].worker = -1;
+
+            for (j = 0; w >= 0 && j < n; j++) {
+                if (eng[j] == w) {
+                    ctx->segs[i].worker = cand[j].slot;
+                }
+            }
+        }
+    }
+
+    pic_buf_init(&json);
+
+    if (pic_plan_encode(plan, &json, &err) != 0) {
+        pic_buf_free(&json);
+        goto failed;
+    }
+
+    /* the client body ends with "}" (a validated JSON object), maybe
+     * followed by white space */
+
+    end = ctx->body.data + ctx->body.len;
+
+    while (end > ctx->body.data
+           && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r'
+               || end[-1] == '\n'))
+    {
+        end--;
+    }
+
+    if (end == ctx->body.data || end[-1] != '}') {
+        pic_buf_free(&json);
+        return NGX_ERROR;
+    }
+
+    end--;
+
+    for (q = end;
+         q > ctx->body.data
+         && (q[-1] == ' ' || q[-1] == '\t' || q[-1] == '\r' || q[-1] == '\n');
+         q--)
+    {
+        /* void */
+    }
+
+    first = (q > ctx->body.data && q[-1] == '{');
+
+    len = (end - ctx->body.data) + sizeof(",\"pic\":}") + json.len;
+
+    b = ngx_create_temp_buf(r->pool, len);
+    if (b == NULL) {
+        pic_buf_free(&json);
+        return NGX_ERROR;
+    }
+
+    p = ngx_cpymem(b->pos, ctx->body.data, end - ctx->body.data);
+    p = ngx_cpymem(p, ",\"pic\":" + first, sizeof(",\"pic\":") - 1 - first);
+    p = ngx_cpymem(p, json.data, json.len);
+    *p++ = '}';
+
+    pic_buf_free(&json);
+
+    b->last = p;
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    cl = ngx_alloc_chain_link(r->pool);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    cl->buf = b;
+    cl->next = NULL;
+
+    r->request_body->bufs = cl;
+    r->headers_in.content_length_n = b->last - b->pos;
+
+    if (r->headers_in.content_length) {
+        q = ngx_pnalloc(r->pool, NGX_OFF_T_LEN);
+        if (q == NULL) {
+            return NGX_ERROR;
+        }
+
+        r->headers_in.content_length->value.data = q;
+        r->headers_in.content_length->value.len =
+                    ngx_sprintf(q, "%O", r->headers_in.content_length_n) - q;
+    }
+
+    return NGX_OK;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                  "pic: cannot build the plan: %s", err.message);
+
+    return NGX_ERROR;
+}
+
+
+/* --- accounting --- */
+
+
+static void
+ngx_http_pic_route_account(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_ctx_t *ctx)
+{
+    ngx_http_pic_stats_t  *st;
+
+    st = &zc->sh->stats;
+
+    (void) ngx_atomic_fetch_add(&st->segments, ctx->nsegs);
+    (void) ngx_atomic_fetch_add(&st->seg_hits, ctx->hits);
+    (void) ngx_atomic_fetch_add(&st->seg_misses, ctx->nsegs - ctx->hits);
+    (void) ngx_atomic_fetch_add(&st->bytes_total, ctx->total_bytes);
+    (void) ngx_atomic_fetch_add(&st->bytes_hit, ctx->hit_bytes);
+    (void) ngx_atomic_fetch_add(&st->bytes_prefix, ctx->prefix_bytes);
+    (void) ngx_atomic_fetch_add(&st->bytes_novel,
+                                ctx->total_bytes - ctx->hit_bytes);
+
+    if (ctx->hit_bytes > ctx->prefix_bytes) {
+        (void) ngx_atomic_fetch_add(&st->bytes_above_prefix,
+                                    ctx->hit_bytes - ctx->prefix_bytes);
+    }
+}
+
+
+void
+ngx_http_pic_route_observe(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
+{
+    ngx_uint_t                i;
+    ngx_http_pic_zone_ctx_t  *zc;
+
+    zc = ngx_http_pic_zone(r);
+
+    ctx->prefix_bytes = ngx_http_pic_index_prefix(zc, ctx->segs, ctx->nsegs,
+                                                  1);
+
+    for (i = 0; i < ctx->nsegs; i++) {
+        if (ctx->segs[i].flags & NGX_HTTP_PIC_SEG_HIT) {
+            ctx->hits++;
+            ctx->hit_bytes += ctx->segs[i].len;
+        }
+    }
+
+    if (ctx->prefix_bytes > ctx->hit_bytes) {
+        ctx->prefix_bytes = ctx->hit_bytes;
+    }
+
+    ctx->observed = 1;
+
+    (void) ngx_atomic_fetch_add(&zc->sh->stats.observed, 1);
+
+    ngx_http_pic_route_account(zc, ctx);
+}

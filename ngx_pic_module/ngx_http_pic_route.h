@@ -1,0 +1,35 @@
+/*
+ * Copyright (C) ngx_pic authors
+ *
+ * ngx_http_pic_module: planning.  The combine node is the eligible engine
+ * with the most hit bytes already local, then the least load, among the
+ * engines whose load is within pic_imbalance of the least loaded one (cache
+ * affinity never sends a request to an overloaded engine).  Misses go to
+ * workers longest first to the least loaded (LPT); while redis is absent
+ * or down, each miss goes to its rendezvous-hash home instead, so that the
+ * same content keeps landing on the same engine.  The plan is appended to
+ * the client body as a "pic" object and Content-Length fixed.
+ */
+
+
+#ifndef _NGX_HTTP_PIC_ROUTE_H_INCLUDED_
+#define _NGX_HTTP_PIC_ROUTE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_pic_module.h"
+
+
+/* Plan ctx (holders resolved) and rewrite the body.  Returns NGX_DECLINED
+ * (go on to proxy_pass) or an HTTP status. */
+ngx_int_t ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx);
+
+/* Observe mode: account what an exact-prefix cache and PIC would serve. */
+void ngx_http_pic_route_observe(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx);
+
+
+#endif /* _NGX_HTTP_PIC_ROUTE_H_INCLUDED_ */

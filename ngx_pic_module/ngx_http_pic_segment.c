@@ -1,0 +1,188 @@
+/*
+ * Copyright (C) ngx_pic authors
+ *
+ * ngx_http_pic_module: the shared core's pipeline (pic_segment_request:
+ * render, split at markers and structural edges, CDC, keys) run on the
+ * request, its result kept for the plan, its cost and shape counted.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <time.h>
+
+#include "pic_cdc.h"
+#include "pic_key.h"
+#include "pic_marker.h"
+#include "pic_segment.h"
+
+#include "ngx_http_pic_module.h"
+#include "ngx_http_pic_index.h"
+#include "ngx_http_pic_handler.h"
+#include "ngx_http_pic_segment.h"
+
+
+static void ngx_http_pic_segmentation_cleanup(void *data);
+static void ngx_http_pic_key_ctx_cleanup(void *data);
+static uint64_t ngx_http_pic_usec(void);
+
+
+ngx_int_t
+ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
+    ngx_http_pic_loc_conf_t *plcf, pic_request *req)
+{
+    size_t                     i, at;
+    uint64_t                   t0;
+    pic_seg                   *ps;
+    pic_error                  err;
+    ngx_uint_t                 markers, escapes;
+    pic_key_ctx               *kc;
+    pic_segment_cfg            cfg;
+    pic_segmentation          *sg;
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_pic_seg_t        *s;
+    ngx_http_pic_zone_ctx_t   *zc;
+
+    t0 = ngx_http_pic_usec();
+
+    cln = ngx_pool_cleanup_add(r->pool, sizeof(pic_key_ctx));
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    kc = cln->data;
+    kc->base = NULL;
+    cln->handler = ngx_http_pic_key_ctx_cleanup;
+
+    if (pic_key_ctx_init(kc, (char *) ctx->fingerprint.data,
+                         ctx->fingerprint.len, (char *) ctx->scope,
+                         ctx->scope_len, &err)
+        != 0)
+    {
+        return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, sizeof(pic_segmentation));
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    sg = cln->data;
+    pic_segmentation_init(sg);
+    cln->handler = ngx_http_pic_segmentation_cleanup;
+
+    ngx_memzero(&cfg, sizeof(pic_segment_cfg));
+    cfg.dialect = (pic_template_dialect) ctx->dialect;
+    cfg.marker = plcf->split ? &plcf->marker : NULL;
+    cfg.split_parts = plcf->split;
+    cfg.cdc = plcf->cdc;
+    cfg.keys = kc;
+    cfg.min_pic_bytes = plcf->min_segment;
+
+    if (pic_segment_request(&cfg, req, sg, &err) != 0) {
+        return ngx_http_pic_error(r, ctx, &err,
+                                  err.status >= 500 ? NGX_LOG_ERR
+                                                    : NGX_LOG_INFO);
+    }
+
+    ctx->segmentation = sg;
+    ctx->key_ctx = kc;
+
+    ctx->segs = ngx_pcalloc(r->pool,
+                            (sg->n_segs + 1) * sizeof(ngx_http_pic_seg_t));
+    if (ctx->segs == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    markers = 0;
+    escapes = 0;
+
+    for (i = 0; i < sg->n_segs; i++) {
+        ps = &sg->segs[i];
+        s = &ctx->segs[i];
+
+        ngx_memcpy(s->key, &ps->key.hi, 8);
+        ngx_memcpy(s->key + 8, &ps->key.lo, 8);
+        s->off = (uint32_t) ps->start;
+        s->len = (uint32_t) ps->len;
+        s->worker = -1;
+
+        if (ps->kind == PIC_SEG_PREFIX) {
+            s->flags |= NGX_HTTP_PIC_SEG_FIRST;
+
+        } else if (ps->kind == PIC_SEG_DYNAMIC) {
+            s->flags |= NGX_HTTP_PIC_SEG_DYNAMIC;
+        }
+
+        if (i > 0 && !(ps->flags & PIC_SEG_FLAG_CDC)) {
+            markers++;
+        }
+
+        if (!plcf->split && !(ps->flags & PIC_SEG_FLAG_GLUE)) {
+            /* marker strings in client text: escaped on the wire, never
+             * a boundary */
+            at = 0;
+
+            for ( ;; ) {
+                at = pic_marker_find(&plcf->marker,
+                                     sg->render.text.data + ps->start,
+                                     ps->len, at);
+                if (at >= ps->len) {
+                    break;
+                }
+
+                escapes++;
+                at++;
+            }
+        }
+
+        ctx->total_bytes += s->len;
+    }
+
+    ctx->nsegs = sg->n_segs;
+
+    zc = ngx_http_pic_zone(r);
+
+    if (zc) {
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.cdc_bytes,
+                                    sg->render.text.len);
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.cdc_chunks, sg->n_segs);
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.cdc_usec,
+                                    ngx_http_pic_usec() - t0);
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.markers, markers);
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.escapes, escapes);
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_pic_segmentation_cleanup(void *data)
+{
+    pic_segmentation_free(data);
+}
+
+
+static void
+ngx_http_pic_key_ctx_cleanup(void *data)
+{
+    pic_key_ctx  *kc = data;
+
+    if (kc->base) {
+        pic_key_ctx_free(kc);
+    }
+}
+
+
+static uint64_t
+ngx_http_pic_usec(void)
+{
+    struct timespec  ts;
+
+    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return (uint64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}

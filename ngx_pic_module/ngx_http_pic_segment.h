@@ -1,0 +1,28 @@
+/*
+ * Copyright (C) ngx_pic authors
+ *
+ * ngx_http_pic_module: from the rendered prompt to keyed segments, with
+ * the shared core's marker, CDC and key functions.
+ */
+
+
+#ifndef _NGX_HTTP_PIC_SEGMENT_H_INCLUDED_
+#define _NGX_HTTP_PIC_SEGMENT_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "pic_request.h"
+#include "ngx_http_pic_module.h"
+
+
+/* Render req, cut it into segments, key them (model fingerprint, scope,
+ * bytes) and fill ctx->segs / nsegs / total_bytes / segmentation; counts
+ * the CDC statistics.  Returns NGX_OK or an HTTP status. */
+ngx_int_t ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
+    ngx_http_pic_loc_conf_t *plcf, pic_request *req);
+
+
+#endif /* _NGX_HTTP_PIC_SEGMENT_H_INCLUDED_ */
