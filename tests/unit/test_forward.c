@@ -32,25 +32,51 @@ frand(void)
     return (float) ((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
+/* every weight buffer, freed by the group teardown */
+static void  *owned[512];
+static size_t n_owned;
+
+static void *
+own(void *p)
+{
+    assert_non_null(p);
+    assert_true(n_owned < sizeof(owned) / sizeof(owned[0]));
+    owned[n_owned++] = p;
+    return p;
+}
+
+static int
+free_model(void **unused)
+{
+    while (n_owned > 0) {
+        free(owned[--n_owned]);
+    }
+    return 0;
+}
+
 static float *
 rnd(size_t n, float scale)
 {
-    float *v = malloc(n * sizeof(float));
-    assert_non_null(v);
+    float *v = own(malloc(n * sizeof(float)));
     for (size_t i = 0; i < n; i++) {
         v[i] = frand() * scale;
     }
     return v;
 }
 
-/* weights are leaked on purpose: one model per test binary run */
+/* built once per run (fixed seed), freed by free_model */
 static pic_model *
 tiny_model(void)
 {
     static pic_model m;
+    static int       built;
     pic_config      *c = &m.cfg;
     int              H = 32;
 
+    if (built) {
+        return &m;
+    }
+    built = 1;
     memset(&m, 0, sizeof(m));
     c->arch = PIC_ARCH_QWEN3_5;
     c->hidden = H;
@@ -102,7 +128,7 @@ tiny_model(void)
         }
         if (c->layer_is_moe[l]) {
             w->router = rnd((size_t) 4 * H, s);
-            w->experts = calloc(4, sizeof(pic_expert_weights));
+            w->experts = own(calloc(4, sizeof(pic_expert_weights)));
             for (int e = 0; e < 4; e++) {
                 w->experts[e].gate = rnd((size_t) 16 * H, s);
                 w->experts[e].up = rnd((size_t) 16 * H, s);
@@ -341,5 +367,5 @@ main(void)
         cmocka_unit_test(test_bad_input_is_an_error),
         cmocka_unit_test(test_on_gdn_hook_gives_composable_operator),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, NULL, free_model);
 }
