@@ -13,6 +13,8 @@
  * array of strings.  --time N encodes the input N times (--lines: each line
  * separately, over T threads) and prints {"bytes", "seconds", "mb_per_s", ...}.
  * --batch reads a JSON array of strings and prints a JSON array of id arrays.
+ * --pieces prints the pre-tokenized pieces (JSON array of strings; with
+ * --batch, an array of such arrays) instead of ids.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -40,6 +42,7 @@ typedef struct {
     int         lines;
     int         threads;
     int         batch;
+    int         pieces;
 } pic_tokenize_args;
 
 typedef struct {
@@ -70,7 +73,8 @@ usage(FILE *f)
         "  --lines           (--time) encode each line separately\n"
         "  --threads T       (--time --lines) threads, default 1\n"
         "  --batch           input is a JSON array of strings; print a JSON array\n"
-        "                    of id arrays\n");
+        "                    of id arrays\n"
+        "  --pieces          print the pre-tokenized pieces (JSON) instead of ids\n");
 }
 
 static char *
@@ -160,6 +164,8 @@ parse_args(int argc, char **argv, pic_tokenize_args *a)
             a->skip_special = 1;
         } else if (!strcmp(o, "--split-special")) {
             a->split_special = 1;
+        } else if (!strcmp(o, "--pieces")) {
+            a->pieces = 1;
         } else if (!strcmp(o, "--batch")) {
             a->batch = 1;
         } else if (!strcmp(o, "--lines")) {
@@ -382,7 +388,52 @@ run_time(const pic_tokenizer *tok, const pic_tokenize_args *a, const char *buf,
 }
 
 static int
-run_batch(const pic_tokenizer *tok, const char *buf, size_t len, unsigned flags)
+add_piece(void *ctx, const char *piece, size_t len, int32_t added_id)
+{
+    cJSON *arr = ctx, *str;
+    char  *z = malloc(len + 1);
+
+    if (z == NULL) {
+        return PIC_TOKENIZER_ENOMEM;
+    }
+    memcpy(z, piece, len);
+    z[len] = '\0';
+    str = cJSON_CreateString(z);
+    free(z);
+    if (str == NULL) {
+        return PIC_TOKENIZER_ENOMEM;
+    }
+    cJSON_AddItemToArray(arr, str);
+    return 0;
+}
+
+/* Print the pieces of text[0..len) as a JSON array of strings. */
+static int
+print_pieces(const pic_tokenizer *tok, const char *text, size_t len, unsigned flags)
+{
+    cJSON *arr = cJSON_CreateArray();
+    char  *js;
+    int    rc;
+
+    if (arr == NULL) {
+        return PIC_TOKENIZER_ENOMEM;
+    }
+    rc = pic_tokenizer_split(tok, text, len, flags, add_piece, arr);
+    js = rc == 0 ? cJSON_PrintUnformatted(arr) : NULL;
+    cJSON_Delete(arr);
+    if (rc == 0 && js == NULL) {
+        rc = PIC_TOKENIZER_ENOMEM;
+    }
+    if (js != NULL) {
+        fputs(js, stdout);
+        free(js);
+    }
+    return rc;
+}
+
+static int
+run_batch(const pic_tokenizer *tok, const char *buf, size_t len, unsigned flags,
+          int pieces)
 {
     cJSON   *in, *item;
     int32_t *ids;
@@ -401,6 +452,17 @@ run_batch(const pic_tokenizer *tok, const char *buf, size_t len, unsigned flags)
             fprintf(stderr, "pic-engine tokenize: --batch item %zu is not a string\n", k);
             cJSON_Delete(in);
             return 2;
+        }
+        if (pieces) {
+            printf(k ? ", " : "");
+            rc = print_pieces(tok, item->valuestring, strlen(item->valuestring), flags);
+            if (rc != 0) {
+                fprintf(stderr, "pic-engine tokenize: split item %zu: %s\n", k, rc_str(rc));
+                cJSON_Delete(in);
+                return 1;
+            }
+            k++;
+            continue;
         }
         rc = pic_tokenizer_encode_flags(tok, item->valuestring, strlen(item->valuestring),
                                         flags, &ids, &n);
@@ -452,7 +514,7 @@ run_encode(const pic_tokenizer *tok, const pic_tokenize_args *a)
         return 1;
     }
     if (a->batch) {
-        rc = run_batch(tok, buf, len, flags);
+        rc = run_batch(tok, buf, len, flags, a->pieces);
         free(buf);
         return rc;
     }
@@ -460,6 +522,16 @@ run_encode(const pic_tokenizer *tok, const pic_tokenize_args *a)
         rc = run_time(tok, a, buf, len, flags);
         free(buf);
         return rc;
+    }
+    if (a->pieces) {
+        rc = print_pieces(tok, buf, len, flags);
+        free(buf);
+        if (rc != 0) {
+            fprintf(stderr, "pic-engine tokenize: split: %s\n", rc_str(rc));
+            return 1;
+        }
+        printf("\n");
+        return 0;
     }
     rc = pic_tokenizer_encode_flags(tok, buf, len, flags, &ids, &n);
     free(buf);

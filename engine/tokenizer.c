@@ -1138,6 +1138,211 @@ load_normalizer(pic_tokenizer *t, const cJSON *nz, char *err, size_t errlen)
     return 0;
 }
 
+/* --- regex: the split regex as tokenizers' Oniguruma reads it --- */
+
+/*
+ * PCRE2 10.42 (Debian 12) differs from the Oniguruma inside `tokenizers` in
+ * two ways that change pieces: its \s also takes U+180E, and its Unicode
+ * tables are older, so letters, marks and numbers added since are \p{Cn} to
+ * it.  The pattern is rewritten before compiling: \s / \S become the exact
+ * White_Space set, and \p{L} \p{M} \p{N} gain the code points that utf8proc
+ * (newer tables) classes so but PCRE2 does not know.  Characters newer than
+ * utf8proc's tables still differ (see the report of make test).
+ */
+
+#define PIC_WS_CLASS "\\t-\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}" \
+                     "\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+
+typedef struct {
+    char  *p;
+    size_t n, cap;
+    int    oom;
+} pic_sbuf;
+
+static void
+sbuf_add(pic_sbuf *b, const char *s, size_t n)
+{
+    if (b->oom) {
+        return;
+    }
+    if (grow((void **)&b->p, &b->cap, b->n + n + 1, 1) != 0) {
+        b->oom = 1;
+        return;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+static void
+sbuf_str(pic_sbuf *b, const char *s)
+{
+    sbuf_add(b, s, strlen(s));
+}
+
+/* class text ("\x{..}-\x{..}...") of L, M, N code points PCRE2 lacks */
+static pic_sbuf       gap_class[3];
+static pthread_once_t gap_once = PTHREAD_ONCE_INIT;
+
+static void
+gap_add_range(pic_sbuf *b, int32_t lo, int32_t hi)
+{
+    char r[40];
+
+    if (lo == hi) {
+        snprintf(r, sizeof(r), "\\x{%X}", (unsigned)lo);
+    } else {
+        snprintf(r, sizeof(r), "\\x{%X}-\\x{%X}", (unsigned)lo, (unsigned)hi);
+    }
+    sbuf_str(b, r);
+}
+
+static void
+gap_init(void)
+{
+    pcre2_code       *cn;
+    pcre2_match_data *md;
+    int               ec, k, cur = -1;
+    PCRE2_SIZE        eo;
+    int32_t           cp, lo = 0;
+    char              u[4];
+
+    cn = pcre2_compile((PCRE2_SPTR)"\\p{Cn}", PCRE2_ZERO_TERMINATED,
+                       PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &ec, &eo, NULL);
+    md = pcre2_match_data_create(1, NULL);
+    if (cn == NULL || md == NULL) {
+        pcre2_code_free(cn);
+        pcre2_match_data_free(md);
+        return;
+    }
+    for (cp = 0x80; cp <= 0x110000; cp++) {
+        utf8proc_category_t c = cp < 0x110000 ? utf8proc_category(cp) : UTF8PROC_CATEGORY_CN;
+
+        k = -1;
+        if (c != UTF8PROC_CATEGORY_CN && !(cp >= 0xD800 && cp < 0xE000)) {
+            k = c <= UTF8PROC_CATEGORY_LO ? 0 : c <= UTF8PROC_CATEGORY_ME ? 1
+                : c <= UTF8PROC_CATEGORY_NO ? 2 : -1;
+        }
+        if (k >= 0 && pcre2_match(cn, (PCRE2_SPTR)u, utf8_put((uint32_t)cp, u), 0,
+                                  0, md, NULL) < 0) {
+            k = -1;     /* PCRE2 knows it: nothing to add */
+        }
+        if (k != cur) {
+            if (cur >= 0) {
+                gap_add_range(&gap_class[cur], lo, cp - 1);
+            }
+            cur = k;
+            lo = cp;
+        }
+    }
+    pcre2_code_free(cn);
+    pcre2_match_data_free(md);
+}
+
+/* Rewrite pattern[0..len) for PCRE2 as described above; NULL on ENOMEM. */
+static char *
+regex_rewrite(const char *pat, size_t len, size_t *out_len)
+{
+    pic_sbuf b = { 0 };
+    size_t   i = 0, j;
+    int      in_class = 0;
+
+    pthread_once(&gap_once, gap_init);
+    sbuf_add(&b, "", 0);
+    while (i < len) {
+        char c = pat[i];
+
+        if (c == '\\' && i + 1 < len) {
+            char d = pat[i + 1];
+
+            if (d == 'p' || d == 'P') {
+                const char *name = pat + i + 2;
+                size_t      nl = 0, end = i + 3;
+                int         k = -1;
+
+                if (i + 2 < len && pat[i + 2] == '{') {
+                    for (j = i + 3; j < len && pat[j] != '}'; j++) {
+                    }
+                    name = pat + i + 3;
+                    nl = j - (i + 3);
+                    end = j + 1;
+                } else if (i + 2 < len) {
+                    nl = 1;
+                }
+                if (nl == 1) {
+                    k = name[0] == 'L' ? 0 : name[0] == 'M' ? 1 : name[0] == 'N' ? 2 : -1;
+                }
+                if (end > len) {
+                    end = len;
+                }
+                if (k >= 0 && gap_class[k].n > 0 && !(d == 'P' && in_class)) {
+                    sbuf_str(&b, in_class ? "" : d == 'p' ? "[" : "[^");
+                    sbuf_str(&b, k == 0 ? "\\p{L}" : k == 1 ? "\\p{M}" : "\\p{N}");
+                    sbuf_add(&b, gap_class[k].p, gap_class[k].n);
+                    sbuf_str(&b, in_class ? "" : "]");
+                } else {
+                    sbuf_add(&b, pat + i, end - i);
+                }
+                i = end;
+                continue;
+            }
+            if (d == 's') {
+                sbuf_str(&b, in_class ? PIC_WS_CLASS : "[" PIC_WS_CLASS "]");
+                i += 2;
+                continue;
+            }
+            if (d == 'S' && !in_class) {
+                sbuf_str(&b, "[^" PIC_WS_CLASS "]");
+                i += 2;
+                continue;
+            }
+            if (d == 'Q') {     /* \Q...\E quotes verbatim */
+                for (j = i + 2; j + 1 < len && !(pat[j] == '\\' && pat[j + 1] == 'E'); j++) {
+                }
+                j = j + 1 < len ? j + 2 : len;
+                sbuf_add(&b, pat + i, j - i);
+                i = j;
+                continue;
+            }
+            sbuf_add(&b, pat + i, 2);
+            i += 2;
+            continue;
+        }
+        if (!in_class && c == '[') {
+            in_class = 1;
+            j = i + 1;
+            if (j < len && pat[j] == '^') {
+                j++;
+            }
+            if (j < len && pat[j] == ']') {     /* a leading ] is literal */
+                j++;
+            }
+            sbuf_add(&b, pat + i, j - i);
+            i = j;
+            continue;
+        }
+        if (in_class && c == '[' && i + 1 < len && pat[i + 1] == ':') {
+            for (j = i + 2; j + 1 < len && !(pat[j] == ':' && pat[j + 1] == ']'); j++) {
+            }
+            j = j + 1 < len ? j + 2 : len;
+            sbuf_add(&b, pat + i, j - i);
+            i = j;
+            continue;
+        }
+        if (in_class && c == ']') {
+            in_class = 0;
+        }
+        sbuf_add(&b, pat + i, 1);
+        i++;
+    }
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    *out_len = b.n;
+    return b.p;
+}
+
 static int
 add_regex_stage(pic_tokenizer *t, const char *pattern, size_t len, int literal,
                 int removed, int invert, char *err, size_t errlen)
@@ -1156,10 +1361,23 @@ add_regex_stage(pic_tokenizer *t, const char *pattern, size_t len, int literal,
     st->kind = PIC_STAGE_SPLIT;
     st->removed = removed;
     st->invert = invert;
-    st->re = pcre2_compile((PCRE2_SPTR)pattern, len,
-                           PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C
-                           | (literal ? PCRE2_LITERAL : 0),
-                           &ec, &eo, NULL);
+    if (literal) {
+        st->re = pcre2_compile((PCRE2_SPTR)pattern, len, PCRE2_UTF | PCRE2_LITERAL,
+                               &ec, &eo, NULL);
+    } else {
+        size_t rl;
+        char  *rw = regex_rewrite(pattern, len, &rl);
+
+        if (rw == NULL) {
+            seterr(err, errlen, "%s: out of memory", __func__);
+            return -1;
+        }
+        st->re = pcre2_compile((PCRE2_SPTR)rw, rl,
+                               PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C,
+                               &ec, &eo, NULL);
+        free(rw);
+        eo = eo > len ? len : eo;   /* an offset in the rewritten text */
+    }
     if (st->re == NULL) {
         pcre2_get_error_message(ec, (PCRE2_UCHAR *)msg, sizeof(msg));
         seterr(err, errlen, "%s: split regex does not compile at offset %zu: %s",
@@ -1645,6 +1863,8 @@ typedef struct {
     size_t               cap_heap;
     char                *tmp;   /* (cap_tmp) scratch: mapped word */
     size_t               cap_tmp;
+    pic_tokenizer_piece_fn piece_fn;  /* pic_tokenizer_split: pieces, no BPE */
+    void                *piece_ctx;
 } pic_enc;
 
 static int
@@ -1935,7 +2155,7 @@ enc_stage(pic_enc *e, int k, const char *p, size_t n)
         return 0;
     }
     if (k == e->t->n_stages) {
-        return bpe_word(e, p, n);
+        return e->piece_fn ? e->piece_fn(e->piece_ctx, p, n, -1) : bpe_word(e, p, n);
     }
     if (e->t->stage[k].kind == PIC_STAGE_SPLIT) {
         return enc_split(e, k, p, n);
@@ -2042,7 +2262,9 @@ enc_added(pic_enc *e, const pic_added_set *set, const char *p, size_t n, pic_tex
         if (s > start_off && (rc = fn(e, p + start_off, s - start_off)) != 0) {
             return rc;
         }
-        if ((rc = enc_push(e, a->id)) != 0) {
+        rc = e->piece_fn ? e->piece_fn(e->piece_ctx, p + s, end - s, a->id)
+                         : enc_push(e, a->id);
+        if (rc != 0) {
             return rc;
         }
         start_off = end;
@@ -2079,6 +2301,29 @@ enc_normalized(pic_enc *e, const char *p, size_t n)
     return rc;
 }
 
+static int
+enc_run(pic_enc *e, const char *text, size_t len)
+{
+    int rc;
+
+    if (len == 0) {
+        return PIC_TOKENIZER_OK;
+    }
+    if (!utf8_valid(text, len)) {
+        return PIC_TOKENIZER_EUTF8;
+    }
+    e->md = pcre2_match_data_create(1, NULL);
+    if (e->md == NULL) {
+        return PIC_TOKENIZER_ENOMEM;
+    }
+    rc = enc_added(e, &e->t->raw_set, text, len, enc_normalized);
+    pcre2_match_data_free(e->md);
+    free(e->sym);
+    free(e->heap);
+    free(e->tmp);
+    return rc;
+}
+
 int
 pic_tokenizer_encode_flags(const pic_tokenizer *t, const char *text, size_t len,
                            unsigned flags, int32_t **ids, size_t *n_ids)
@@ -2094,35 +2339,34 @@ pic_tokenizer_encode_flags(const pic_tokenizer *t, const char *text, size_t len,
     if (t == NULL || (text == NULL && len > 0)) {
         return PIC_TOKENIZER_EINVAL;
     }
-    if (len == 0) {
-        return PIC_TOKENIZER_OK;
-    }
-    if (!utf8_valid(text, len)) {
-        return PIC_TOKENIZER_EUTF8;
-    }
     memset(&e, 0, sizeof(e));
     e.t = t;
     e.flags = flags;
-    e.md = pcre2_match_data_create(1, NULL);
-    if (e.md == NULL) {
-        return PIC_TOKENIZER_ENOMEM;
-    }
-    rc = enc_added(&e, &t->raw_set, text, len, enc_normalized);
-    pcre2_match_data_free(e.md);
-    free(e.sym);
-    free(e.heap);
-    free(e.tmp);
-    if (rc != 0) {
+    rc = enc_run(&e, text, len);
+    if (rc != 0 || e.n_ids == 0) {
         free(e.ids);
         return rc;
     }
     *ids = e.ids;
     *n_ids = e.n_ids;
-    if (e.n_ids == 0) {
-        free(e.ids);
-        *ids = NULL;
-    }
     return PIC_TOKENIZER_OK;
+}
+
+int
+pic_tokenizer_split(const pic_tokenizer *t, const char *text, size_t len,
+                    unsigned flags, pic_tokenizer_piece_fn fn, void *ctx)
+{
+    pic_enc e;
+
+    if (t == NULL || fn == NULL || (text == NULL && len > 0)) {
+        return PIC_TOKENIZER_EINVAL;
+    }
+    memset(&e, 0, sizeof(e));
+    e.t = t;
+    e.flags = flags;
+    e.piece_fn = fn;
+    e.piece_ctx = ctx;
+    return enc_run(&e, text, len);
 }
 
 int

@@ -61,6 +61,19 @@ int pic_tokenizer_encode(const pic_tokenizer *t, const char *text, size_t len,
 int pic_tokenizer_encode_flags(const pic_tokenizer *t, const char *text, size_t len,
                                unsigned flags, int32_t **ids, size_t *n_ids);
 
+/* Callback of pic_tokenizer_split: one pre-tokenized word (its bytes in the
+ * normalised text, before the byte-level mapping; added_id = -1) or one
+ * matched added token (its span in the text, lstrip/rstrip spaces included;
+ * added_id = its id).  A non-zero return stops the split. */
+typedef int (*pic_tokenizer_piece_fn)(void *ctx, const char *piece, size_t len,
+                                      int32_t added_id);
+
+/* Run encode's pipeline up to BPE and hand every piece, in order, to fn
+ * (for tests and debugging).  Returns PIC_TOKENIZER_OK, an encode error,
+ * or fn's non-zero value. */
+int pic_tokenizer_split(const pic_tokenizer *t, const char *text, size_t len,
+                        unsigned flags, pic_tokenizer_piece_fn fn, void *ctx);
+
 /* Id of a token given by its vocab string (byte-level form, e.g. "Ġthe") or an
  * added token's content ("<|im_end|>"); -1 if there is none. */
 int pic_tokenizer_token_id(const pic_tokenizer *t, const char *piece);
