@@ -42,6 +42,7 @@ HEADERS     := $(wildcard ngx_pic_module/*.h engine/*.h kernels/*.h kernels/cpu/
 UNIT_SRCS   := $(wildcard tests/unit/test_*.c)
 UNIT_BINS   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 FUZZ_SRCS   := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS   := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 CUDA_SRCS   := $(wildcard kernels/cuda/*.cu)
 CUDA_OBJS   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRCS))
 CUDA_ARCH   := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
@@ -63,11 +64,11 @@ endif
 
 ENGINE_BIN  := $(BUILD)/pic-engine
 
-.PHONY: all deps test test-asan run help clean engine module unit cuda \
+.PHONY: all deps test test-asan run help clean engine module unit cuda fuzz \
         bench-forward fixtures models distclean
 .DEFAULT_GOAL := all
 
-all: engine module unit cuda ## build pic-engine, the nginx module, unit tests, CUDA check
+all: engine module unit cuda fuzz ## build pic-engine, the nginx module, unit tests, CUDA check
 
 help: ## list the targets
 	@echo "ngx_pic make targets:"
@@ -122,6 +123,13 @@ $(MODULE_SO): $(NGX_BUILD)/.sources $(NGX_BUILD)/.configured $(MODULE_SRCS)
 	@touch $@
 
 FORCE:
+
+# libFuzzer targets over the shared core (clang; a smoke run is part of `make test`)
+fuzz: $(FUZZ_BINS) ## build the libFuzzer targets tests/fuzz/fuzz_*.c
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(CORE_SRCS) $(HEADERS)
+	@mkdir -p $(dir $@)
+	clang -O1 -g -fsanitize=fuzzer,address,undefined -Ingx_pic_module -o $@ $< $(CORE_SRCS) \
+	  -lcjson -lxxhash -lm
 
 # CUDA: compile every kernel for sm_80 and sm_90 so a compile error fails the
 # build; the test binary skips (and says so) when no GPU is present.

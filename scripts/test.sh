@@ -47,6 +47,19 @@ else
   echo "cuda: nvcc not found: CUDA compile check skipped"; skipped=$((skipped + 1))
 fi
 
+echo "== fuzz smoke (libFuzzer, ${FUZZ_SECONDS:-10} s per target)"
+for t in "$BUILD"/fuzz/fuzz_*; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t"); corpus="$LOG/$name-corpus"; mkdir -p "$corpus"
+  seeds=tests/fuzz/corpus/${name#fuzz_}
+  if "$t" -max_total_time="${FUZZ_SECONDS:-10}" -rss_limit_mb=2048 "$corpus" \
+       $( [ -d "$seeds" ] && echo "$seeds" ) > "$LOG/$name.log" 2>&1; then
+    passed=$((passed + 1)); printf '%-28s passed (%s)\n' "$name" "$(grep -o 'Done [0-9]* runs' "$LOG/$name.log" | tail -1)"
+  else
+    failed=$((failed + 1)); failures+=("$name"); tail -20 "$LOG/$name.log"
+  fi
+done
+
 # --- integration tests (pytest: real nginx, pic-engine, redis-server) ---
 echo "== integration tests (pytest)"
 .venv/bin/python -m pytest tests/integration -q -p no:cacheprovider \
