@@ -669,6 +669,15 @@ pic_oai_job_from_request(pic_server *srv, pic_oai_ctx *c, const pic_request *r,
         }
         j->n_stop++;
     }
+    /* vLLM's extension: generate up to max_tokens whatever the stop tokens */
+    const cJSON *ie = cJSON_GetObjectItemCaseSensitive(r->root, "ignore_eos");
+    if (ie != NULL && !cJSON_IsNull(ie)) {
+        if (!cJSON_IsBool(ie)) {
+            return pic_error_invalid(err, "ignore_eos", "invalid_type",
+                                     "'ignore_eos' must be a boolean.");
+        }
+        j->ignore_eos = cJSON_IsTrue(ie);
+    }
     hdr = pic_oai_header_int(c->req, "X-PIC-Timeout-Ms");
     if (hdr > 0 && (timeout_ms <= 0 || hdr < timeout_ms)) {
         timeout_ms = hdr;
