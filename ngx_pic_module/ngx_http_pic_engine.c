@@ -117,7 +117,7 @@ ngx_http_pic_upstream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     ngx_memzero(&u, sizeof(ngx_url_t));
 
-    u.host = value[1];
+    u.url = value[1];
     u.no_resolve = 1;
 
     uscf = ngx_http_upstream_add(cf, &u, 0);
@@ -242,7 +242,7 @@ ngx_http_pic_engine_init_pools(ngx_conf_t *cf)
 
     pmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_pic_module);
 
-    if (pmcf->enabled) {
+    if (pmcf->poolless) {
         /* locations without a pool: one engine, whatever proxy_pass names */
 
         pool = ngx_http_pic_pool_add(cf, pmcf);

@@ -406,6 +406,11 @@ ngx_http_pic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     pmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_pic_module);
     pmcf->enabled = 1;
 
+    if (conf->mode == NGX_HTTP_PIC_ON && conf->pool == NULL) {
+        /* its engine is whatever proxy_pass names */
+        pmcf->poolless = 1;
+    }
+
     /*
      * pic_body_max is this location's body limit: the module answers an
      * OpenAI-shaped 413 itself, so nginx's own check steps aside.

@@ -91,6 +91,7 @@ typedef struct {
 
     ngx_http_pic_pool_t         *default_pool; /* the proxy_pass target */
     ngx_uint_t                   enabled;      /* some location has pic */
+    ngx_uint_t                   poolless;     /* ... without engines */
 } ngx_http_pic_main_conf_t;
 
 

@@ -234,3 +234,104 @@ def nginx_test_config(conf_text, logdir, name="nginx-t"):
     r = subprocess.run([NGINX_BIN, "-t", "-p", prefix, "-c", path],
                        capture_output=True, text=True)
     return r.returncode, r.stdout + r.stderr
+
+
+class FakeBackend:
+    """An OpenAI-shaped HTTP peer in a thread, for what a real engine cannot
+    show: the exact bytes the gateway sent (mode "capture"), an answer that
+    trickles in fragments ("slow"), one that dies mid-stream ("die") or never
+    answers ("hang").  Every request body is kept in .bodies, every request's
+    headers in .headers."""
+
+    checks_levels = False
+
+    def __init__(self, mode="capture", delay=0.2, chunks=5):
+        import http.server
+        import threading
+
+        self.mode, self.delay, self.chunks = mode, delay, chunks
+        self.bodies, self.headers = [], []
+        self.allowed = []
+        self.name = "fake-" + mode
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                if self.path.startswith("/healthz"):
+                    self._json(200, {"status": "ok", "id": outer.name})
+                else:
+                    self._json(200, {"object": "list", "data": [{"id": "fake"}]})
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n)
+                outer.bodies.append(body)
+                outer.headers.append(dict(self.headers))
+                if outer.mode == "hang":
+                    time.sleep(3600)
+                    return
+                try:
+                    stream = json.loads(body).get("stream")
+                except ValueError:
+                    stream = False
+                if outer.mode in ("slow", "die") or stream:
+                    self._sse()
+                else:
+                    self._json(200, outer.completion("ok"))
+
+            def _json(self, code, doc):
+                data = json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _sse(self):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for i in range(outer.chunks):
+                    doc = {"id": "c", "object": "chat.completion.chunk", "created": 0,
+                           "model": "fake", "choices": [{"index": 0, "delta": {
+                               "content": "tok%d " % i}, "finish_reason": None}]}
+                    self._chunk(b"data: " + json.dumps(doc).encode() + b"\n\n")
+                    if outer.mode == "die" and i == 1:
+                        self.wfile.flush()
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
+                    if outer.mode == "slow":
+                        time.sleep(outer.delay)
+                self._chunk(b"data: [DONE]\n\n")
+                self._chunk(b"")
+
+            def _chunk(self, data):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def completion(text):
+        return {"id": "cmpl", "object": "chat.completion", "created": 0, "model": "fake",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                             "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+    def stop(self, *a, **kw):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def bad_lines(self):
+        return []

@@ -1,0 +1,305 @@
+"""The gateway's request path with real nginx, real pic-engine processes and the
+official OpenAI SDK: chat (streaming and not), tools, plans, hits, variables,
+pass-through.  A capture peer stands in for an engine only where the test must
+see the exact bytes nginx sent (engines do not echo requests)."""
+import json
+import os
+import re
+import struct
+import subprocess
+
+import pytest
+
+import harness
+
+MODEL = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
+MARK = "<|pic_sep|>"
+
+
+def gw_conf(servers, loc="", http="", balancer=True, cdc="64 256 1024"):
+    """nginx http{} body: zone, an upstream of `servers`, a pic location."""
+    ups = "\n".join(f"        server {s};" for s in servers)
+    return f"""
+    pic_zone pic 4m;
+    log_format pic '$status combine=$pic_combine_node segments=$pic_segments '
+                   'hit=$pic_hit_bytes prefix=$pic_prefix_bytes '
+                   'prompt=$pic_prompt_bytes plan=$pic_plan_id up=$upstream_addr';
+    {http}
+    upstream engines {{
+        {"pic_balancer;" if balancer else ""}
+{ups}
+        keepalive 8;
+    }}
+    server {{
+        listen 127.0.0.1:$PORT;
+        access_log logs/pic.log pic;
+        location = /__pic_ready {{ return 204; }}
+        location /pic/status {{ pic_status; }}
+        location /v1/ {{
+            pic on;
+            pic_upstream engines;
+            pic_cdc {cdc};
+            pic_min_segment 64;
+            {loc}
+            proxy_pass http://engines;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }}
+        location /plain/ {{
+            proxy_pass http://engines/;
+        }}
+    }}
+"""
+
+
+def engines(procs, n=2):
+    return [procs.engine(name=f"e{i + 1}", model=MODEL, extra=["--threads", "1"])
+            for i in range(n)]
+
+
+def status(ngx):
+    code, _, body = harness.http("GET", ngx.url + "/pic/status")
+    assert code == 200
+    return json.loads(body)
+
+
+def access_lines(ngx):
+    """The planned requests of the pic.log access log, as dicts."""
+    rows = []
+    with open(os.path.join(ngx.prefix, "logs", "pic.log")) as f:
+        for line in f:
+            row = dict(kv.split("=", 1) for kv in line.split()[1:])
+            row["status"] = line.split()[0]
+            if row.get("plan", "-") != "-":
+                rows.append(row)
+    return rows
+
+
+def planned_lines(ngx, n):
+    """The first n planned log lines, once nginx has written them."""
+    harness.wait_for(lambda: len(access_lines(ngx)) >= n, timeout=5, what=f"{n} log lines")
+    return access_lines(ngx)[:n]
+
+
+def doc(seed, n=600):
+    """Deterministic English-ish text of about n bytes."""
+    words = ["agent", "tool", "result", "cache", "segment", "prefix", "engine", "token",
+             "state", "nginx", "plan", "worker", "index", "memory", "document", "query"]
+    out, x = [], seed * 2654435761 % 2**32
+    while sum(len(w) + 1 for w in out) < n:
+        x = (x * 1103515245 + 12345) % 2**31
+        out.append(words[x % len(words)])
+    return " ".join(out)
+
+
+def client(ngx):
+    from openai import OpenAI
+    return OpenAI(base_url=ngx.url + "/v1", api_key="none", max_retries=0, timeout=60)
+
+
+# --- the OpenAI SDK through nginx ------------------------------------------------
+
+
+def test_sdk_chat_nonstream_through_gateway(procs):
+    e1, e2 = engines(procs)
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{e1.port}", f"127.0.0.1:{e2.port}"]))
+    r = client(ngx).chat.completions.create(
+        model="tiny", max_tokens=2,
+        messages=[{"role": "system", "content": doc(1)}, {"role": "user", "content": "hi"}])
+    assert r.choices[0].message.role == "assistant"
+    assert r.usage.completion_tokens >= 1
+    st = status(ngx)
+    assert st["requests"]["planned"] == 1 and st["requests"]["errors"] == 0
+    assert st["segments"]["total"] >= 3
+    line, = planned_lines(ngx, 1)
+    assert line["status"] == "200"
+    assert line["combine"] in (f"127.0.0.1:{e1.port}", f"127.0.0.1:{e2.port}")
+    assert line["up"] == line["combine"], "pic_balancer sends to the combine node"
+    assert re.fullmatch(r"[0-9a-f]{16}", line["plan"])
+
+
+def test_sdk_chat_stream_through_gateway(procs):
+    e1, = engines(procs, 1)
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{e1.port}"]))
+    chunks = list(client(ngx).chat.completions.create(
+        model="tiny", max_tokens=3, stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "system", "content": doc(2)}, {"role": "user", "content": "hi"}]))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] in ("length", "stop")
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens >= 1
+    st = status(ngx)
+    assert st["requests"]["planned"] == 1
+    assert st["ttft_ms"]["count"] == 1
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": "search", "description": doc(3, 300),
+     "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "fetch", "description": doc(4, 300),
+     "parameters": {"type": "object", "properties": {"url": {"type": "string"}}}}},
+]
+
+
+def tool_conversation(tools):
+    return dict(model="tiny", max_tokens=2, tools=tools, messages=[
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "find the cache paper"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "search", "arguments": "{\"q\": \"cache\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": doc(5, 900)},
+        {"role": "user", "content": "summarise it"}])
+
+
+def test_sdk_tools_and_tool_results_hit_when_reordered(procs):
+    e1, = engines(procs, 1)
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{e1.port}"]))
+    c = client(ngx)
+    r = c.chat.completions.create(**tool_conversation(TOOLS))
+    assert r.choices[0].finish_reason in ("length", "stop", "tool_calls")
+    before = status(ngx)
+    # the same tools in another order, the same tool result: schemas and the
+    # result are recognised although their positions moved
+    c.chat.completions.create(**tool_conversation(TOOLS[::-1]))
+    after = status(ngx)
+    hit = after["bytes"]["hit"] - before["bytes"]["hit"]
+    above = after["bytes"]["above_prefix"] - before["bytes"]["above_prefix"]
+    assert hit >= 900 + 2 * 300, (before, after)
+    assert above > 0
+
+
+def test_repeated_document_hits_on_the_same_engine(procs):
+    e1, e2 = engines(procs)
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{e1.port}", f"127.0.0.1:{e2.port}"]))
+    c = client(ngx)
+    big = doc(7, 1500)
+    for q in ("first question", "a second, different question"):
+        c.chat.completions.create(model="tiny", max_tokens=1, messages=[
+            {"role": "user", "content": f"header {q}\n\n{MARK}{big}{MARK}{q}"}])
+    a, b = planned_lines(ngx, 2)
+    assert int(a["hit"]) == 0
+    assert int(b["hit"]) >= 1400, b
+    assert b["combine"] == a["combine"], "the document's holder combines"
+
+
+# --- the plan on the wire ---------------------------------------------------------
+
+
+def xxh128_key(fp, scope, data, tmpdir):
+    """Oracle for DESIGN 4.1 keys: xxh128sum over the framed bytes."""
+    path = os.path.join(tmpdir, "framed.bin")
+    with open(path, "wb") as f:
+        f.write(struct.pack("<I", len(fp)) + fp + struct.pack("<I", len(scope)) + scope + data)
+    out = subprocess.run(["xxh128sum", path], capture_output=True, text=True, check=True)
+    return out.stdout.split()[0]
+
+
+def test_plan_rewrites_body_and_keys_match_xxh128(procs, logdir):
+    fake = procs._add(harness.FakeBackend("capture"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
+    a, b = doc(11, 700), doc(12, 500)
+    body = {"model": "m1", "prompt": f"{a}{MARK}{b}{MARK}tail question", "max_tokens": 1,
+            "user": "u-42"}
+    code, _, resp = harness.http("POST", ngx.url + "/v1/completions", body=body)
+    assert code == 200, resp
+    sent = fake.bodies[-1]
+    assert int(fake.headers[-1]["Content-Length"]) == len(sent)
+    got = json.loads(sent)
+    plan = got.pop("pic")
+    assert got == body, "the client's fields pass unchanged"
+    assert plan["version"] == 1 and plan["combine"] == f"127.0.0.1:{fake.port}"
+    segs = plan["segments"]
+    assert [s["offset"] for s in segs] == [sum(x["bytes"] for x in segs[:i])
+                                          for i in range(len(segs))]
+    assert sum(s["bytes"] for s in segs) == len(a) + len(b) + len("tail question")
+    text = (a + b + "tail question").encode()
+    for s in segs:
+        piece = text[s["offset"]:s["offset"] + s["bytes"]]
+        assert s["key"] == xxh128_key(b"m1", b"", piece, logdir)
+    assert segs[0]["kind"] == "prefix" and segs[-1]["kind"] == "dynamic"
+
+
+def test_client_cannot_send_its_own_plan(procs):
+    fake = procs._add(harness.FakeBackend("capture"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
+    code, hdrs, resp = harness.http("POST", ngx.url + "/v1/chat/completions", body={
+        "model": "m", "messages": [{"role": "user", "content": "x"}],
+        "pic": {"combine": "evil"}})
+    assert code == 400 and hdrs["Content-Type"] == "application/json"
+    assert json.loads(resp)["error"]["param"] == "pic"
+    assert fake.bodies == []
+
+
+def test_scope_separates_tenants(procs):
+    fake = procs._add(harness.FakeBackend("capture"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"], loc="pic_scope $http_authorization;"))
+    body = {"model": "m", "messages": [{"role": "system", "content": doc(21)},
+                                       {"role": "user", "content": "q"}]}
+    keys = {}
+    for tenant in ("Bearer alice", "Bearer bob", "Bearer alice"):
+        harness.http("POST", ngx.url + "/v1/chat/completions", body=body,
+                     headers={"Authorization": tenant, "Content-Type": "application/json"})
+        plan = json.loads(fake.bodies[-1])["pic"]
+        keys.setdefault(tenant, []).append((plan["scope"], [s["key"] for s in plan["segments"]]))
+    (sa, ka), (sa2, ka2) = keys["Bearer alice"]
+    (sb, kb), = keys["Bearer bob"]
+    assert sa == sa2 and ka == ka2 and sa != sb
+    assert not set(ka) & set(kb), "no key is shared across scopes"
+    assert "alice" not in sa and re.fullmatch(r"[0-9a-f]{32}", sa)
+    lines = planned_lines(ngx, 3)
+    assert int(lines[1]["hit"]) == 0 and int(lines[2]["hit"]) > 0
+
+
+# --- pass-through, variables ------------------------------------------------------
+
+
+def test_locations_without_pic_are_untouched(procs):
+    fake = procs._add(harness.FakeBackend("capture"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"], balancer=False))
+    raw = b'{"model": "m",  "messages": [{"role":"user","content":"x"}], "pic": 1}'
+    code, _, _ = harness.http("POST", ngx.url + "/plain/chat/completions", body=raw)
+    assert code == 200 and fake.bodies[-1] == raw
+    # a pic location passes what is not a completions request
+    code, _, body = harness.http("GET", ngx.url + "/v1/models")
+    assert code == 200 and json.loads(body)["data"]
+    st = status(ngx)
+    assert st["requests"]["passed"] == 1 and st["requests"]["planned"] == 0
+
+
+def test_proxy_pass_to_combine_node_variable(procs):
+    e1, e2 = engines(procs)
+    conf = f"""
+    pic_zone pic 4m;
+    log_format pic '$status $pic_combine_node $upstream_addr';
+    server {{
+        listen 127.0.0.1:$PORT;
+        access_log logs/pic.log pic;
+        location = /__pic_ready {{ return 204; }}
+        location /pic/status {{ pic_status; }}
+        location /v1/ {{
+            pic on;
+            pic_engine 127.0.0.1:{e1.port};
+            pic_engine 127.0.0.1:{e2.port};
+            pic_min_segment 64;
+            pic_cdc 64 256 1024;
+            proxy_pass http://$pic_combine_node;
+        }}
+    }}
+"""
+    ngx = procs.nginx(conf)
+    c = client(ngx)
+    for i in range(4):
+        c.chat.completions.create(model="tiny", max_tokens=1, messages=[
+            {"role": "system", "content": doc(30 + i, 400)}, {"role": "user", "content": "q"}])
+    harness.wait_for(lambda: sum(1 for _ in open(os.path.join(ngx.prefix, "logs",
+                                                              "pic.log"))) >= 5,
+                     timeout=5, what="log lines")
+    with open(os.path.join(ngx.prefix, "logs", "pic.log")) as f:
+        rows = [line.split() for line in f if not line.startswith("204")]
+    assert len(rows) == 4
+    assert all(r[0] == "200" and r[1] == r[2] for r in rows), rows
+    st = status(ngx)
+    assert {e["name"] for e in st["engines"]} == {f"127.0.0.1:{e1.port}", f"127.0.0.1:{e2.port}"}
+    assert all(e["id"] in ("e1", "e2") for e in st["engines"]), "ids learned from probes"
