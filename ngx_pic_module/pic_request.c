@@ -534,7 +534,7 @@ pic_parse_token_array(pic_request *req, const cJSON *arr, const char *param,
     }
     size_t j = 0;
     for (const cJSON *t = arr->child; t; t = t->next, j++) {
-        int64_t id;
+        int64_t id = 0;
         char    p[PIC_PARAM_MAX];
         if (pic_get_int(t, pic_param(p, "%s[%zu]", param, j), 0, INT32_MAX, &id, err) != 0) {
             return -1;
