@@ -10,5 +10,6 @@ int pic_cmd_generate(int argc, char **argv);  /* stream a completion (cmd_genera
 int pic_cmd_logits(int argc, char **argv);    /* raw float32 logits (cmd_logits.c) */
 int pic_cmd_tokenize(int argc, char **argv);  /* ids for a text (cmd_tokenize.c) */
 int pic_cmd_sysinfo(int argc, char **argv);   /* sgemm / memcpy rooflines (cmd_sysinfo.c) */
+int pic_cmd_pic(int argc, char **argv);       /* PIC entries / assembly / DP / segmenter (cmd_pic.c) */
 
 #endif

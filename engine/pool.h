@@ -1,0 +1,112 @@
+/*
+ * pool.h — the engine's two state pools (DESIGN.md §2.3).
+ *
+ * Public pool: segment entries (entry.h) shared by all requests, keyed by
+ * the segment key of DESIGN §4.1 (32 hex chars) plus the segment's byte
+ * length; every entry must carry the pool's model fingerprint.  get()
+ * hands out a new reference, so an entry evicted while a request composes
+ * it stays alive until that request drops it.
+ *
+ * Private pool: per-request run states kept after the request for session
+ * reuse, keyed by a caller id (conversation / session) with the token
+ * sequence the state has consumed; take() removes the state and gives it
+ * to the caller only if its tokens are a prefix of the new request's.
+ *
+ * Both: a byte budget with LRU eviction, counters (hits, misses,
+ * insertions, evictions, rejects, bytes), and an eviction callback (for the
+ * Redis index) called after the pool's lock is released, once per evicted
+ * key, from the thread whose insert caused it.
+ *
+ * Thread safety: every call locks the pool's own mutex; any number of
+ * worker threads may use one pool.  Callbacks must not block for long.
+ */
+#ifndef PIC_POOL_H
+#define PIC_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "entry.h"
+#include "state.h"
+
+#define PIC_POOL_KEY_MAX 64         /* longest key accepted (DESIGN keys are 32 hex) */
+
+typedef struct {
+    uint64_t hits, misses;
+    uint64_t insertions, evictions;
+    uint64_t rejected;              /* puts refused: wrong model, too big, bad key */
+    size_t   bytes, budget;
+    size_t   items;
+} pic_pool_stats;
+
+/* Eviction announcement: key (NUL-terminated), its length tag, bytes freed. */
+typedef void (*pic_pool_evict_fn)(void *user, const char *key, uint64_t len,
+                                  size_t bytes);
+
+/* --- public pool: segment entries --- */
+
+typedef struct pic_pool pic_pool;
+
+/* New pool of budget bytes for entries of the model with fingerprint;
+ * NULL + err on OOM. */
+pic_pool *pic_pool_init(size_t budget, uint64_t fingerprint, char *err,
+                        size_t errlen);
+
+/* Free the pool and drop its references (NULL is fine); no callbacks. */
+void pic_pool_free(pic_pool *p);
+
+/* Install the eviction callback (NULL: none). */
+void pic_pool_set_evict_cb(pic_pool *p, pic_pool_evict_fn fn, void *user);
+
+/* Store e under (key, len), taking one more reference; replaces an older
+ * entry under the same key.  Evicts least recently used entries until the
+ * budget holds.  -1 (counted as rejected) if e is for another model, is
+ * larger than the budget, or the key is empty or too long. */
+int pic_pool_put(pic_pool *p, const char *key, uint64_t len, pic_entry *e);
+
+/* The entry under (key, len) as a new reference (pic_entry_unref it), or
+ * NULL; a hit makes it most recently used.  An entry stored under the same
+ * key with another length, or for another model, is a miss. */
+pic_entry *pic_pool_get(pic_pool *p, const char *key, uint64_t len);
+
+/* 1 if (key, len) is held (no counters, no LRU change). */
+int pic_pool_contains(pic_pool *p, const char *key, uint64_t len);
+
+/* Drop (key, len) if held (callback fired); returns 1 if it was. */
+int pic_pool_remove(pic_pool *p, const char *key, uint64_t len);
+
+/* Change the budget (evicting down to it). */
+void pic_pool_set_budget(pic_pool *p, size_t budget);
+
+/* Snapshot of the counters. */
+void pic_pool_stats_get(pic_pool *p, pic_pool_stats *st);
+
+/* --- private pool: per-request states for session reuse --- */
+
+typedef struct pic_private_pool pic_private_pool;
+
+/* New pool of budget bytes for states of the model with fingerprint. */
+pic_private_pool *pic_private_pool_init(size_t budget, uint64_t fingerprint,
+                                        char *err, size_t errlen);
+
+/* Free the pool and every state in it (NULL is fine); no callbacks. */
+void pic_private_pool_free(pic_private_pool *p);
+
+void pic_private_pool_set_evict_cb(pic_private_pool *p, pic_pool_evict_fn fn,
+                                   void *user);
+
+/* Keep state s (ownership passes to the pool) that consumed tokens (n,
+ * n == s->pos) under id, replacing an older one.  -1 (s freed, counted as
+ * rejected) if it does not fit the budget or n != s->pos. */
+int pic_private_pool_put(pic_private_pool *p, const char *id, const int *tokens,
+                         int n, pic_state *s);
+
+/* Remove and return the state under id if the tokens it consumed are a
+ * prefix of tokens (n); *n_match = how many (the caller continues from
+ * there).  NULL on a miss (a state whose tokens diverge stays pooled). */
+pic_state *pic_private_pool_take(pic_private_pool *p, const char *id,
+                                 const int *tokens, int n, int *n_match);
+
+void pic_private_pool_stats_get(pic_private_pool *p, pic_pool_stats *st);
+
+#endif /* PIC_POOL_H */
