@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +65,12 @@ struct pic_registry {
     pic_keyset           segs;
     char               (*pending)[PIC_SEG_KEY_LEN + 1];    /* evictions to replay */
     size_t               n_pending;
+
+    /* changes posted by other threads, applied on the loop */
+    pthread_mutex_t      post_mu;
+    struct event        *post_ev;
+    char                *posts;             /* (n_posts) records: op byte + key */
+    size_t               n_posts, cap_posts;
 
     /* counters */
     uint64_t             connects, connect_failures, disconnects, stalls;
@@ -230,20 +237,51 @@ pic_keyset_del(pic_keyset *s, const char *k)
 
 static void pic_reg_drop(pic_registry *r, const char *why);
 
+/* privdata of a command: NULL, &pic_reg_tag_hb (heartbeat EXPIRE), or an
+ * eviction record (SREM) that goes back to the pending list if the
+ * connection dies before the reply */
+static char pic_reg_tag_hb;
+
+typedef struct {
+    char key[PIC_SEG_KEY_LEN + 1];
+} pic_reg_evict_rec;
+
+static void
+pic_reg_requeue_evict(pic_registry *r, const char *key)
+{
+    if (r->n_pending < PIC_REG_PENDING_MAX) {
+        memcpy(r->pending[r->n_pending++], key, PIC_SEG_KEY_LEN + 1);
+    } else {
+        r->evictions_dropped++;     /* the gateway's fetch will miss and recover */
+    }
+}
+
 static void
 pic_reg_on_reply(redisAsyncContext *ac, void *reply, void *priv)
 {
     pic_registry *r = ac->data;
     redisReply   *rep = reply;
+    int           is_evict = priv != NULL && priv != &pic_reg_tag_hb;
 
-    if (r == NULL) {
+    if (r == NULL) {                /* shutting down */
+        if (is_evict) {
+            free(priv);
+        }
         return;
     }
     if (r->inflight > 0) {
         r->inflight--;
     }
     if (rep == NULL) {
-        return;                 /* the connection is going away */
+        /* the connection is going away: an eviction must be said again */
+        if (is_evict) {
+            pic_reg_requeue_evict(r, ((pic_reg_evict_rec *) priv)->key);
+            free(priv);
+        }
+        return;
+    }
+    if (is_evict) {
+        free(priv);
     }
     r->last_progress_ms = pic_reg_now_ms();
     if (rep->type == REDIS_REPLY_ERROR) {
@@ -252,7 +290,7 @@ pic_reg_on_reply(redisAsyncContext *ac, void *reply, void *priv)
             r->err_logged = 1;
             pic_reg_log(r, "command failed: %s", rep->str ? rep->str : "?");
         }
-    } else if (priv == (void *) 1) {    /* heartbeat EXPIRE */
+    } else if (priv == &pic_reg_tag_hb) {
         r->heartbeats_ok++;
         r->last_ok_ms = r->last_progress_ms;
     }
@@ -299,7 +337,7 @@ pic_reg_heartbeat(pic_registry *r)
                 (unsigned long long) ld.free_bytes, (long long) r->started,
                 r->version, (unsigned long long) r->o.model_fp,
                 (long long) pic_reg_wall_ms());
-    pic_reg_cmd(r, (void *) 1, "EXPIRE pic:eng:%s %d", r->id, r->o.ttl_s);
+    pic_reg_cmd(r, &pic_reg_tag_hb, "EXPIRE pic:eng:%s %d", r->id, r->o.ttl_s);
 }
 
 static void
@@ -317,6 +355,23 @@ pic_reg_publish(pic_registry *r, const char *what, const char *arg)
                       arg ? arg : "");
 
     pic_reg_cmd(r, NULL, "PUBLISH pic:events %b", msg, (size_t) n);
+}
+
+/* SREM with a record that survives a dropped connection. */
+static void
+pic_reg_send_evict(pic_registry *r, const char *key)
+{
+    pic_reg_evict_rec *rec = malloc(sizeof(*rec));
+
+    if (rec == NULL) {
+        pic_reg_requeue_evict(r, key);
+        return;
+    }
+    memcpy(rec->key, key, PIC_SEG_KEY_LEN + 1);
+    if (pic_reg_cmd(r, rec, "SREM pic:seg:%s %s", key, r->id) != 0) {
+        free(rec);
+        pic_reg_requeue_evict(r, key);
+    }
 }
 
 /* Re-send one slice of the live segment set; reschedules itself. */
@@ -353,10 +408,14 @@ pic_reg_register(pic_registry *r)
     pic_reg_heartbeat(r);
     pic_reg_cmd(r, NULL, "SADD pic:engines %s", r->id);
     pic_reg_publish(r, "up", r->addr);
-    for (size_t i = 0; i < r->n_pending; i++) {
-        pic_reg_cmd(r, NULL, "SREM pic:seg:%s %s", r->pending[i], r->id);
-    }
+    /* replay: take the list first, a failure re-queues into it */
+    size_t n = r->n_pending;
     r->n_pending = 0;
+    for (size_t i = 0; i < n; i++) {
+        char key[PIC_SEG_KEY_LEN + 1];
+        memcpy(key, r->pending[i], sizeof(key));
+        pic_reg_send_evict(r, key);
+    }
     r->resync_pos = 0;
     r->resyncing = 1;
     r->resyncs++;
@@ -604,6 +663,8 @@ pic_reg_parse_addr(pic_registry *r, const char *s, char *err, size_t errlen)
 
 /* --- public --- */
 
+static void pic_reg_on_posts(evutil_socket_t fd, short what, void *arg);
+
 pic_registry *
 pic_registry_init(struct event_base *base, const pic_registry_opts *o, char *err,
                   size_t errlen)
@@ -642,7 +703,10 @@ pic_registry_init(struct event_base *base, const pic_registry_opts *o, char *err
     r->hb = event_new(base, -1, EV_PERSIST, pic_reg_on_tick, r);
     r->retry = evtimer_new(base, pic_reg_on_retry, r);
     r->resync_ev = evtimer_new(base, pic_reg_resync_slice, r);
-    if (r->pending == NULL || r->hb == NULL || r->retry == NULL || r->resync_ev == NULL) {
+    r->post_ev = event_new(base, -1, 0, pic_reg_on_posts, r);
+    pthread_mutex_init(&r->post_mu, NULL);
+    if (r->pending == NULL || r->hb == NULL || r->retry == NULL || r->resync_ev == NULL
+        || r->post_ev == NULL) {
         snprintf(err, errlen, "%s: out of memory", __func__);
         pic_registry_free(r);
         return NULL;
@@ -702,9 +766,7 @@ pic_registry_free(pic_registry *r)
         return;
     }
     r->closing = 1;
-    if (r->segs.keys != NULL || r->state == PIC_REG_UP) {
-        pic_reg_goodbye(r);
-    }
+    pic_reg_goodbye(r);
     if (r->ac != NULL) {
         redisAsyncContext *ac = r->ac;
         r->ac = NULL;
@@ -720,6 +782,11 @@ pic_registry_free(pic_registry *r)
     if (r->resync_ev) {
         event_free(r->resync_ev);
     }
+    if (r->post_ev) {
+        event_free(r->post_ev);
+        pthread_mutex_destroy(&r->post_mu);
+    }
+    free(r->posts);
     free(r->segs.keys);
     free(r->pending);
     free(r);
@@ -750,14 +817,85 @@ pic_registry_seg_evict(pic_registry *r, const char *key)
     }
     r->seg_evicts++;
     if (r->state == PIC_REG_UP) {
-        pic_reg_cmd(r, NULL, "SREM pic:seg:%s %s", key, r->id);
+        pic_reg_send_evict(r, key);
         pic_reg_publish(r, "evict", key);
-    } else if (r->n_pending < PIC_REG_PENDING_MAX) {
-        memcpy(r->pending[r->n_pending++], key, PIC_SEG_KEY_LEN + 1);
     } else {
-        r->evictions_dropped++;     /* the gateway's fetch will miss and recover */
+        pic_reg_requeue_evict(r, key);
     }
     return 0;
+}
+
+#define PIC_REG_POST_REC (1 + PIC_SEG_KEY_LEN)
+
+static int
+pic_registry_post(pic_registry *r, char op, const char *key)
+{
+    int rc = 0;
+
+    if (!pic_key_valid(key)) {
+        return -1;
+    }
+    pthread_mutex_lock(&r->post_mu);
+    if (r->n_posts == r->cap_posts) {
+        size_t cap = r->cap_posts ? 2 * r->cap_posts : 64;
+        char  *p = realloc(r->posts, cap * PIC_REG_POST_REC);
+        if (p == NULL) {
+            rc = -1;
+        } else {
+            r->posts = p;
+            r->cap_posts = cap;
+        }
+    }
+    if (rc == 0) {
+        char *rec = r->posts + r->n_posts++ * PIC_REG_POST_REC;
+        rec[0] = op;
+        memcpy(rec + 1, key, PIC_SEG_KEY_LEN);
+    }
+    pthread_mutex_unlock(&r->post_mu);
+    if (rc == 0) {
+        event_active(r->post_ev, EV_READ, 0);
+    }
+    return rc;
+}
+
+int
+pic_registry_post_add(pic_registry *r, const char *key)
+{
+    return pic_registry_post(r, 'a', key);
+}
+
+int
+pic_registry_post_evict(pic_registry *r, const char *key)
+{
+    return pic_registry_post(r, 'e', key);
+}
+
+/* Loop side: apply the posted changes in order. */
+static void
+pic_reg_on_posts(evutil_socket_t fd, short what, void *arg)
+{
+    pic_registry *r = arg;
+    char         *recs;
+    size_t        n;
+    char          key[PIC_SEG_KEY_LEN + 1];
+
+    pthread_mutex_lock(&r->post_mu);
+    recs = r->posts;
+    n = r->n_posts;
+    r->posts = NULL;
+    r->n_posts = r->cap_posts = 0;
+    pthread_mutex_unlock(&r->post_mu);
+    for (size_t i = 0; i < n; i++) {
+        const char *rec = recs + i * PIC_REG_POST_REC;
+        memcpy(key, rec + 1, PIC_SEG_KEY_LEN);
+        key[PIC_SEG_KEY_LEN] = '\0';
+        if (rec[0] == 'a') {
+            pic_registry_seg_add(r, key);
+        } else {
+            pic_registry_seg_evict(r, key);
+        }
+    }
+    free(recs);
 }
 
 size_t

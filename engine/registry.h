@@ -27,6 +27,9 @@
  *                  "add {id} {key}", "evict {id} {key}" — lets gateways
  *                  keep their shared-memory index warm.
  *
+ * Threads: everything runs on the loop thread except the pic_registry_post_*
+ * calls, which any thread may make.
+ *
  * Failure handling.  Redis unreachable → retry with exponential backoff
  * (100 ms doubling to 5 s, ±25 % jitter); a connection whose replies stall
  * past timeout_ms is dropped and re-made (hiredis 0.14 has no command
@@ -86,6 +89,12 @@ int pic_registry_seg_add(pic_registry *r, const char *key);
 
 /* The engine evicted key; 0, or -1 if it was not registered. */
 int pic_registry_seg_evict(pic_registry *r, const char *key);
+
+/* Thread-safe forms for worker threads (the pool's insert and eviction
+ * callbacks): queue the change and wake the loop, which applies it with
+ * pic_registry_seg_add / _evict.  0, or -1 on a malformed key or ENOMEM. */
+int pic_registry_post_add(pic_registry *r, const char *key);
+int pic_registry_post_evict(pic_registry *r, const char *key);
 
 /* Segments currently registered locally. */
 size_t pic_registry_seg_count(const pic_registry *r);
