@@ -33,7 +33,7 @@ ngx_int_t
 ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     ngx_http_pic_loc_conf_t *plcf, pic_request *req)
 {
-    size_t                     i, at;
+    size_t                     i, k, at;
     uint64_t                   t0;
     pic_seg                   *ps;
     pic_error                  err;
@@ -103,8 +103,11 @@ ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
         ps = &sg->segs[i];
         s = &ctx->segs[i];
 
-        ngx_memcpy(s->key, &ps->key.hi, 8);
-        ngx_memcpy(s->key + 8, &ps->key.lo, 8);
+        /* XXH128's canonical (big-endian) bytes: hex-dumped, the key's hex */
+        for (k = 0; k < 8; k++) {
+            s->key[k] = (u_char) (ps->key.hi >> (56 - 8 * k));
+            s->key[8 + k] = (u_char) (ps->key.lo >> (56 - 8 * k));
+        }
         s->off = (uint32_t) ps->start;
         s->len = (uint32_t) ps->len;
         s->worker = -1;

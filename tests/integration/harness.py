@@ -245,14 +245,14 @@ class FakeBackend:
 
     checks_levels = False
 
-    def __init__(self, mode="capture", delay=0.2, chunks=5):
+    def __init__(self, mode="capture", delay=0.2, chunks=5, name=None, port=0):
         import http.server
         import threading
 
         self.mode, self.delay, self.chunks = mode, delay, chunks
         self.bodies, self.headers = [], []
         self.allowed = []
-        self.name = "fake-" + mode
+        self.name = name or "fake-" + mode
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -315,7 +315,8 @@ class FakeBackend:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        http.server.ThreadingHTTPServer.allow_reuse_address = True
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"

@@ -69,7 +69,7 @@ def access_lines(ngx):
     rows = []
     with open(os.path.join(ngx.prefix, "logs", "pic.log")) as f:
         for line in f:
-            row = dict(kv.split("=", 1) for kv in line.split()[1:])
+            row = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
             row["status"] = line.split()[0]
             if row.get("plan", "-") != "-":
                 rows.append(row)

@@ -1,0 +1,279 @@
+"""The gateway when peers misbehave: redis as the cluster index (hits learned
+from it, killed and restarted mid-run, hanging), engines killed mid-run and
+coming back, reload keeping the shm zone, SSE passed through unbuffered, an
+engine that dies mid-stream or never answers."""
+import json
+import os
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+import harness
+from test_gateway import MARK, client, doc, engines, gw_conf, planned_lines, xxh128_key
+
+
+def status(ngx):
+    return json.loads(harness.http("GET", ngx.url + "/pic/status")[2])
+
+
+def redis_cmd(port, *args):
+    """One RESP command; returns the raw reply line(s)."""
+    msg = b"*%d\r\n" % len(args) + b"".join(
+        b"$%d\r\n%s\r\n" % (len(a), a) for a in (x if isinstance(x, bytes) else x.encode()
+                                                  for x in args))
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+        s.sendall(msg)
+        return s.recv(4096)
+
+
+def post(ngx, body, path="/v1/completions"):
+    return harness.http("POST", ngx.url + path, body=body)
+
+
+def prompt(*docs):
+    return MARK.join(docs)
+
+
+# --- redis ------------------------------------------------------------------------
+
+
+def test_redis_registration_makes_hits_and_routes_to_the_holder(procs, logdir):
+    red = procs.redis()
+    fa = procs._add(harness.FakeBackend("capture", name="fa"))
+    fb = procs._add(harness.FakeBackend("capture", name="fb"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fa.port}", f"127.0.0.1:{fb.port}"],
+                              http=f"pic_redis 127.0.0.1:{red.port};", cdc="512 1024 4096"))
+    harness.wait_for(lambda: status(ngx)["redis"]["up"], timeout=5, what="redis up")
+    harness.wait_for(lambda: all(e["id"] for e in status(ngx)["engines"]), timeout=5,
+                     what="engine ids from probes")
+    # engine fb registers a document it holds (as engines do on insert)
+    e = doc(51, 400)
+    key = xxh128_key(b"m", b"", e.encode(), logdir)
+    assert redis_cmd(red.port, "SADD", "pic:seg:" + key, "fb").startswith(b":1")
+    code, _, _ = post(ngx, {"model": "m", "prompt": prompt("a short header", e, "the query")})
+    assert code == 200
+    line, = planned_lines(ngx, 1)
+    assert line["combine"] == f"127.0.0.1:{fb.port}", "the holder combines"
+    plan = json.loads(fb.bodies[-1])["pic"]
+    seg = [s for s in plan["segments"] if s["key"] == key]
+    assert seg and seg[0]["holders"] == [f"127.0.0.1:{fb.port}"]
+    st = status(ngx)
+    assert st["redis"]["lookups"] == 1 and st["redis"]["hits"] == 1
+    assert st["requests"]["fallback"] == 0
+    assert int(line["hit"]) == len(e)
+
+
+@pytest.mark.allow_log(r"redis .* failed")
+def test_redis_killed_and_restarted_mid_run_no_client_errors(procs):
+    red = procs.redis()
+    e1, e2 = engines(procs)
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{e1.port}", f"127.0.0.1:{e2.port}"],
+                              http=f"pic_redis 127.0.0.1:{red.port};"))
+    harness.wait_for(lambda: status(ngx)["redis"]["up_workers"] == 2, timeout=5,
+                     what="both workers connected")
+    c = client(ngx)
+
+    def ask(i):
+        r = c.chat.completions.create(model="tiny", max_tokens=1, messages=[
+            {"role": "system", "content": doc(60 + (i % 3 if i < 10 else i), 300)},
+            {"role": "user", "content": f"q{i}"}])
+        assert r.choices
+
+    for i in range(3):
+        ask(i)
+    assert status(ngx)["redis"]["lookups"] >= 1
+    red.kill()
+    for i in range(3, 7):
+        ask(i)
+    st = status(ngx)
+    assert not st["redis"]["up"] and st["requests"]["fallback"] >= 4
+    assert st["requests"]["errors"] == 0
+    red2 = procs.redis(name="redis2", port=red.port)
+    harness.wait_for(lambda: status(ngx)["redis"]["up_workers"] == 2, timeout=10,
+                     what="reconnected")
+    before = status(ngx)["redis"]["lookups"]
+    for i in range(7, 10):
+        ask(i + 10)
+    st = status(ngx)
+    assert st["requests"]["errors"] == 0 and st["requests"]["planned"] == 10
+    assert st["redis"]["lookups"] > before, "lookups resume after the restart"
+    assert red2.ping()
+
+
+class HangingRedis:
+    """Accepts connections and reads commands, never answers."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+
+    def close(self):
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+def test_redis_that_never_answers_costs_one_timeout(procs):
+    hang = HangingRedis()
+    try:
+        fake = procs._add(harness.FakeBackend("capture"))
+        ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"],
+                                  http=f"pic_redis 127.0.0.1:{hang.port};",
+                                  loc="pic_redis_timeout 150ms;"))
+        harness.wait_for(lambda: status(ngx)["redis"]["up"], timeout=5, what="connected")
+        t = time.time()
+        code, _, _ = post(ngx, {"model": "m", "prompt": prompt(doc(70, 300), doc(71, 300), "q")})
+        took = time.time() - t
+        assert code == 200
+        assert 0.14 <= took < 2.0, took
+        st = status(ngx)
+        assert st["redis"]["timeouts"] == 1 and st["requests"]["fallback"] == 1
+        assert json.loads(fake.bodies[-1])["pic"]["segments"]
+    finally:
+        hang.close()
+
+
+# --- engines ----------------------------------------------------------------------
+
+
+@pytest.mark.allow_log(r"connect\(\) failed|upstream prematurely closed|recv\(\) failed"
+                       r"|unhealthy|upstream server temporarily disabled")
+def test_engine_killed_mid_run_traffic_moves(procs):
+    e1, e2 = engines(procs)
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{e1.port}", f"127.0.0.1:{e2.port}"],
+                              http="pic_health_check interval=200ms timeout=500ms;"))
+    c = client(ngx)
+    docs = [doc(80 + i, 300) for i in range(6)]
+    for d in docs:
+        c.chat.completions.create(model="tiny", max_tokens=1, messages=[
+            {"role": "system", "content": d}, {"role": "user", "content": "q"}])
+    e1.kill()
+    for d in docs:
+        r = c.chat.completions.create(model="tiny", max_tokens=1, messages=[
+            {"role": "system", "content": d}, {"role": "user", "content": "again"}])
+        assert r.choices, "no client error: nginx retries the next engine"
+    harness.wait_for(lambda: [e["healthy"] for e in status(ngx)["engines"]
+                              if e["name"].endswith(f":{e1.port}")] == [False],
+                     timeout=5, what="e1 marked unhealthy")
+    lines = planned_lines(ngx, 12)
+    assert all(line["status"] == "200" for line in lines)
+    assert all(line["combine"] == f"127.0.0.1:{e2.port}" for line in lines[8:]), \
+        "once marked down, no plan picks the dead engine"
+
+
+@pytest.mark.allow_log(r"connect\(\) failed|unhealthy|upstream server temporarily disabled")
+def test_engine_back_after_probe_rejoins(procs):
+    port = harness.free_port()
+    fa = procs._add(harness.FakeBackend("capture", name="fa", port=port))
+    fb = procs._add(harness.FakeBackend("capture", name="fb"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{port}", f"127.0.0.1:{fb.port}"],
+                              http="pic_health_check interval=100ms timeout=300ms;"))
+
+    def healthy():
+        return {e["name"]: e["healthy"] for e in status(ngx)["engines"]}
+
+    harness.wait_for(lambda: all(healthy().values()), timeout=5, what="both healthy")
+    fa.stop()
+    harness.wait_for(lambda: not healthy()[f"127.0.0.1:{port}"], timeout=5, what="fa down")
+    for i in range(4):
+        assert post(ngx, {"model": "m", "prompt": prompt(doc(90 + i, 300), "q")})[0] == 200
+    assert fb.bodies and len(fb.bodies) == 4
+    procs._add(harness.FakeBackend("capture", name="fa", port=port))
+    harness.wait_for(lambda: all(healthy().values()), timeout=5, what="fa back")
+
+
+# --- reload, streaming ------------------------------------------------------------
+
+
+def test_reload_keeps_the_index(procs):
+    fake = procs._add(harness.FakeBackend("capture"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
+    body = {"model": "m", "prompt": prompt("header one", doc(100, 600), "q1")}
+    assert post(ngx, body)[0] == 200
+    entries = status(ngx)["zone"]["index_entries"]
+    assert entries > 0
+    ngx.reload()
+    harness.wait_for(lambda: status(ngx)["zone"]["generation"] == 1, timeout=10, what="reload")
+    body["prompt"] = prompt("header two", doc(100, 600), "q2")
+    assert post(ngx, body)[0] == 200
+    st = status(ngx)
+    assert st["zone"]["index_entries"] >= entries
+    assert st["requests"]["planned"] == 2
+    line = planned_lines(ngx, 2)[1]
+    assert int(line["hit"]) >= 500, "the document learned before the reload hits"
+
+
+def raw_stream(ngx, body):
+    """Send a request on a raw socket; yield (seconds since sent, bytes) as
+    they arrive, until the server closes."""
+    req = json.dumps(body).encode()
+    s = socket.create_connection(("127.0.0.1", ngx.port), timeout=10)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+              % (len(req), req))
+    t0 = time.time()
+    with s:
+        while True:
+            try:
+                data = s.recv(65536)
+            except ConnectionResetError:
+                return
+            if not data:
+                return
+            yield time.time() - t0, data
+
+
+def test_sse_passes_through_unbuffered(procs):
+    fake = procs._add(harness.FakeBackend("slow", delay=0.3, chunks=5))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
+    got, t_first = b"", None
+    for t, data in raw_stream(ngx, {"model": "m", "stream": True,
+                                    "messages": [{"role": "user", "content": "x"}]}):
+        got += data
+        if t_first is None and b"data: " in got:
+            t_first = t
+    t_all = t
+    assert b" 200 " in got.split(b"\r\n")[0]
+    assert t_first < 0.6 and t_all >= 1.2, (t_first, t_all)
+    assert b"data: [DONE]" in got
+    assert status(ngx)["ttft_ms"]["count"] == 1
+
+
+@pytest.mark.allow_log(r"upstream prematurely closed|recv\(\) failed|unhealthy")
+def test_engine_dying_mid_stream_does_not_hurt_the_gateway(procs):
+    fake = procs._add(harness.FakeBackend("die"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
+    got = b"".join(d for _, d in raw_stream(ngx, {
+        "model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]}))
+    assert b" 200 " in got.split(b"\r\n")[0]
+    assert b"tok0" in got and b"[DONE]" not in got
+    assert not got.endswith(b"0\r\n\r\n"), "the client sees the stream cut, not a clean end"
+    # the gateway still serves
+    fake.mode = "capture"
+    assert post(ngx, {"model": "m", "prompt": "hello there"})[0] == 200
+
+
+@pytest.mark.allow_log(r"upstream timed out|unhealthy")
+def test_engine_that_never_answers_is_504_json(procs):
+    fake = procs._add(harness.FakeBackend("hang"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"], loc="proxy_read_timeout 500ms;"))
+    code, hdrs, body = post(ngx, {"model": "m", "prompt": "hello"})
+    assert code == 504 and hdrs["Content-Type"] == "application/json"
+    assert json.loads(body)["error"]["code"] == "timeout"
+    st = status(ngx)
+    assert st["requests"]["upstream_errors"] == 1
