@@ -26,7 +26,7 @@ CUDA_HOME  ?= $(if $(NVCC),$(abspath $(dir $(NVCC))/..),)
 CC         := gcc
 CFLAGS     := $(OPT) $(SANFLAGS) -std=gnu11 -Wall -Wextra -Wno-unused-parameter \
               -Werror=implicit-function-declaration -fopenmp -pthread \
-              -Ingx_pic_module -Iengine -Ikernels \
+              -iquote ngx_pic_module -iquote engine -iquote kernels \
               -I/usr/include/x86_64-linux-gnu/openblas-pthread
 LDFLAGS    := $(SANFLAGS) -fopenmp -pthread \
               -L/usr/lib/x86_64-linux-gnu/openblas-pthread
