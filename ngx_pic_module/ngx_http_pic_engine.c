@@ -19,7 +19,7 @@
 #include "ngx_http_pic_engine.h"
 
 
-#define NGX_HTTP_PIC_PROBE_BUFSIZE  4096
+#define NGX_HTTP_PIC_PROBE_BUFSIZE  16384
 
 
 typedef struct {
@@ -56,6 +56,10 @@ static void ngx_http_pic_probe_start(ngx_http_pic_zone_ctx_t *zc,
     ngx_log_t *log);
 static void ngx_http_pic_probe_write(ngx_event_t *wev);
 static void ngx_http_pic_probe_read(ngx_event_t *rev);
+static ngx_uint_t ngx_http_pic_probe_learn_locked(ngx_http_pic_engine_sh_t *e,
+    cJSON *doc);
+static ngx_uint_t ngx_http_pic_probe_string(cJSON *item, u_char *dst,
+    size_t *len);
 static void ngx_http_pic_probe_finish(ngx_http_pic_probe_t *pr,
     const char *failure);
 static void ngx_http_pic_engine_mark(ngx_http_pic_zone_ctx_t *zc,
@@ -814,12 +818,11 @@ static void
 ngx_http_pic_probe_read(ngx_event_t *rev)
 {
     u_char                *body, *p;
+    cJSON                 *doc;
     ssize_t                n;
-    cJSON                 *doc, *item;
     ngx_uint_t             status, forget;
     ngx_connection_t      *c;
     ngx_http_pic_probe_t  *pr;
-    ngx_http_pic_engine_sh_t *e;
 
     c = rev->data;
     pr = c->data;
@@ -882,37 +885,9 @@ ngx_http_pic_probe_read(ngx_event_t *rev)
         doc = cJSON_ParseWithLength((char *) body, pr->response->last - body);
 
         if (doc) {
-            e = &pr->zc->sh->engines[pr->slot];
-
             ngx_shmtx_lock(&pr->zc->shpool->mutex);
-
-            item = cJSON_GetObjectItemCaseSensitive(doc, "id");
-
-            if (cJSON_IsString(item)
-                && ngx_strlen(item->valuestring) <= NGX_HTTP_PIC_ENGINE_ID_LEN)
-            {
-                n = ngx_strlen(item->valuestring);
-
-                if (e->id_len
-                    && ((size_t) n != e->id_len
-                        || ngx_strncmp(e->id, item->valuestring, n) != 0))
-                {
-                    /* another engine answers at this address now */
-                    forget = 1;
-                }
-
-                ngx_memcpy(e->id, item->valuestring, n);
-                e->id_len = n;
-            }
-
-            item = cJSON_GetObjectItemCaseSensitive(doc, "load");
-
-            if (cJSON_IsNumber(item) && item->valuedouble >= 0) {
-                e->load = (ngx_uint_t) item->valuedouble;
-            }
-
-            e->probed_at = ngx_time();
-
+            forget = ngx_http_pic_probe_learn_locked(
+                                          &pr->zc->sh->engines[pr->slot], doc);
             ngx_shmtx_unlock(&pr->zc->shpool->mutex);
 
             cJSON_Delete(doc);
@@ -920,10 +895,145 @@ ngx_http_pic_probe_read(ngx_event_t *rev)
     }
 
     if (forget) {
+        /* another engine, or the same restarted: its cache is not ours */
         ngx_http_pic_index_forget_engine(pr->zc, pr->slot);
     }
 
     ngx_http_pic_probe_finish(pr, NULL);
+}
+
+
+/*
+ * What a probe teaches, from the engine's GET /status (pic-engine) or any
+ * JSON with the same fields: "id", "uptime_s", "model": {"fingerprint",
+ * "template"}, and the load as "load" or "scheduler": {"running", "queued"}.
+ * Returns 1 when the engine at this address changed or restarted.
+ */
+
+static ngx_uint_t
+ngx_http_pic_probe_learn_locked(ngx_http_pic_engine_sh_t *e, cJSON *doc)
+{
+    u_char                buf[NGX_HTTP_PIC_ENGINE_ID_LEN + 1];
+    size_t                len;
+    time_t                started;
+    cJSON                *item, *obj;
+    ngx_uint_t            changed;
+    pic_template_dialect  d;
+
+    changed = 0;
+
+    item = cJSON_GetObjectItemCaseSensitive(doc, "id");
+
+    if (ngx_http_pic_probe_string(item, buf, &len)) {
+        if (e->id_len && (len != e->id_len || ngx_memcmp(e->id, buf, len))) {
+            changed = 1;
+        }
+
+        ngx_memcpy(e->id, buf, len);
+        e->id_len = len;
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(doc, "uptime_s");
+
+    if (cJSON_IsNumber(item) && item->valuedouble >= 0) {
+        started = ngx_time() - (time_t) item->valuedouble;
+
+        if (e->started && started > e->started + 2) {
+            changed = 1;
+        }
+
+        e->started = started;
+    }
+
+    obj = cJSON_GetObjectItemCaseSensitive(doc, "model");
+
+    if (cJSON_IsObject(obj)) {
+        item = cJSON_GetObjectItemCaseSensitive(obj, "fingerprint");
+
+        if (ngx_http_pic_probe_string(item, buf, &len)) {
+            if (e->fp_len
+                && (len != e->fp_len || ngx_memcmp(e->fingerprint, buf, len)))
+            {
+                changed = 1;
+            }
+
+            ngx_memcpy(e->fingerprint, buf, len);
+            e->fp_len = len;
+        }
+
+        item = cJSON_GetObjectItemCaseSensitive(obj, "template");
+
+        if (cJSON_IsString(item)
+            && pic_template_dialect_parse(item->valuestring, &d) == 0)
+        {
+            e->dialect = d;
+        }
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(doc, "load");
+
+    if (cJSON_IsNumber(item) && item->valuedouble >= 0) {
+        e->load = (ngx_uint_t) item->valuedouble;
+
+    } else {
+        obj = cJSON_GetObjectItemCaseSensitive(doc, "scheduler");
+
+        if (cJSON_IsObject(obj)) {
+            e->load = 0;
+
+            item = cJSON_GetObjectItemCaseSensitive(obj, "running");
+            if (cJSON_IsNumber(item) && item->valuedouble >= 0) {
+                e->load += (ngx_uint_t) item->valuedouble;
+            }
+
+            item = cJSON_GetObjectItemCaseSensitive(obj, "queued");
+            if (cJSON_IsNumber(item) && item->valuedouble >= 0) {
+                e->load += (ngx_uint_t) item->valuedouble;
+            }
+        }
+    }
+
+    e->probed_at = ngx_time();
+
+    return changed;
+}
+
+
+/* a short identifier: 1-63 chars of [A-Za-z0-9._:@/-] (safe to print in
+ * JSON and Prometheus labels unescaped) */
+
+static ngx_uint_t
+ngx_http_pic_probe_string(cJSON *item, u_char *dst, size_t *len)
+{
+    u_char  *s, c;
+    size_t   n, i;
+
+    if (!cJSON_IsString(item)) {
+        return 0;
+    }
+
+    s = (u_char *) item->valuestring;
+    n = ngx_strlen(s);
+
+    if (n == 0 || n > NGX_HTTP_PIC_ENGINE_ID_LEN) {
+        return 0;
+    }
+
+    for (i = 0; i < n; i++) {
+        c = s[i];
+
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+              || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == ':'
+              || c == '@' || c == '/' || c == '-'))
+        {
+            return 0;
+        }
+    }
+
+    ngx_memcpy(dst, s, n);
+    *len = n;
+
+    return 1;
 }
 
 

@@ -33,6 +33,9 @@ static ngx_int_t ngx_http_pic_body_text(ngx_http_request_t *r,
 static ngx_int_t ngx_http_pic_check_model(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx, ngx_http_pic_loc_conf_t *plcf,
     pic_request *req, pic_template_dialect *dialect);
+static void ngx_http_pic_learned_model(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx, ngx_http_pic_loc_conf_t *plcf,
+    ngx_int_t *dialect);
 static ngx_int_t ngx_http_pic_scope(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx, ngx_http_pic_loc_conf_t *plcf);
 static void ngx_http_pic_lookup_handler(ngx_event_t *ev);
@@ -557,6 +560,7 @@ ngx_http_pic_check_model(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     ngx_http_pic_loc_conf_t *plcf, pic_request *req,
     pic_template_dialect *dialect)
 {
+    ngx_int_t              d;
     ngx_uint_t             i;
     pic_error              err;
     ngx_http_pic_model_t  *m;
@@ -564,36 +568,105 @@ ngx_http_pic_check_model(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     ctx->model.data = (u_char *) req->model.ptr;
     ctx->model.len = req->model.len;
 
-    *dialect = (pic_template_dialect) plcf->dialect;
+    ngx_str_null(&ctx->fingerprint);
+    d = (plcf->dialect == NGX_CONF_UNSET_UINT) ? -1 : (ngx_int_t) plcf->dialect;
 
-    if (plcf->models == NULL) {
-        /* any model; its name keys the segments */
-        ctx->fingerprint = ctx->model;
-        return NGX_OK;
-    }
+    if (plcf->models) {
+        m = plcf->models->elts;
 
-    m = plcf->models->elts;
-
-    for (i = 0; i < plcf->models->nelts; i++) {
-        if (m[i].name.len == ctx->model.len
-            && ngx_strncmp(m[i].name.data, ctx->model.data,
-                           ctx->model.len) == 0)
-        {
-            ctx->fingerprint = m[i].fingerprint;
-
-            if (m[i].dialect >= 0) {
-                *dialect = (pic_template_dialect) m[i].dialect;
+        for (i = 0; i < plcf->models->nelts; i++) {
+            if (m[i].name.len == ctx->model.len
+                && ngx_strncmp(m[i].name.data, ctx->model.data,
+                               ctx->model.len) == 0)
+            {
+                break;
             }
+        }
 
-            return NGX_OK;
+        if (i == plcf->models->nelts) {
+            pic_error_set(&err, NGX_HTTP_NOT_FOUND, "invalid_request_error",
+                          "model", "model_not_found",
+                          "The model '%.*s' does not exist",
+                          (int) ngx_min(ctx->model.len, 128), ctx->model.data);
+
+            return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
+        }
+
+        ctx->fingerprint = m[i].fingerprint;
+
+        if (m[i].dialect >= 0) {
+            d = m[i].dialect;
         }
     }
 
-    pic_error_set(&err, NGX_HTTP_NOT_FOUND, "invalid_request_error", "model",
-                  "model_not_found", "The model '%.*s' does not exist",
-                  (int) ngx_min(ctx->model.len, 128), ctx->model.data);
+    if (ctx->fingerprint.len == 0 || d < 0) {
+        /* what the engines' probes reported */
+        ngx_http_pic_learned_model(r, ctx, plcf, &d);
+    }
 
-    return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
+    if (ctx->fingerprint.len == 0) {
+        /* no engine told yet: the model's name keys the segments */
+        ctx->fingerprint = ctx->model;
+    }
+
+    *dialect = (d < 0) ? PIC_TEMPLATE_QWEN3_5 : (pic_template_dialect) d;
+
+    return NGX_OK;
+}
+
+
+/* The model fingerprint and chat template of the first engine of this
+ * location's pool that reported them. */
+
+static void
+ngx_http_pic_learned_model(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
+    ngx_http_pic_loc_conf_t *plcf, ngx_int_t *dialect)
+{
+    u_char                      *p;
+    ngx_uint_t                   i;
+    ngx_http_pic_zone_ctx_t     *zc;
+    ngx_http_pic_engine_sh_t    *e;
+    ngx_http_pic_engine_conf_t  *ec;
+
+    zc = ngx_http_pic_zone(r);
+
+    if (zc == NULL || plcf->pool == NULL) {
+        return;
+    }
+
+    ec = plcf->pool->engines.elts;
+
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    for (i = 0; i < plcf->pool->engines.nelts; i++) {
+        if (ec[i].slot >= NGX_HTTP_PIC_MAX_ENGINES) {
+            continue;
+        }
+
+        e = &zc->sh->engines[ec[i].slot];
+
+        if (e->fp_len == 0 || !e->healthy) {
+            continue;
+        }
+
+        if (ctx->fingerprint.len == 0) {
+            p = ngx_pnalloc(r->pool, e->fp_len);
+
+            if (p) {
+                ngx_memcpy(p, e->fingerprint, e->fp_len);
+                ctx->fingerprint.data = p;
+                ctx->fingerprint.len = e->fp_len;
+            }
+        }
+
+        if (*dialect < 0) {
+            *dialect = e->dialect;
+        }
+
+        break;
+    }
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
 }
 
 

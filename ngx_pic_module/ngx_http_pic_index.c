@@ -177,6 +177,7 @@ ngx_http_pic_engine_slot_locked(ngx_http_pic_shctx_t *sh, ngx_str_t *name,
 
     /* healthy until a request or a probe says otherwise */
     e->healthy = 1;
+    e->dialect = -1;
 
     return sh->nengines++;
 }

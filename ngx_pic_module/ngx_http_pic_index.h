@@ -41,6 +41,10 @@ typedef struct {
     time_t                       failed_at;
     time_t                       probed_at;
     ngx_uint_t                   load;         /* reported by the engine */
+    u_char                       fingerprint[NGX_HTTP_PIC_ENGINE_ID_LEN + 1];
+    size_t                       fp_len;       /* its model's, from probes */
+    ngx_int_t                    dialect;      /* its chat template, or -1 */
+    time_t                       started;      /* now - its uptime */
 
     ngx_atomic_t                 inflight;     /* routed here, not finished */
     ngx_atomic_t                 requests;

@@ -285,7 +285,7 @@ ngx_http_pic_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_value(pmcf->fail_timeout, 10);
 
     if (pmcf->probe_uri.len == 0) {
-        ngx_str_set(&pmcf->probe_uri, "/healthz");
+        ngx_str_set(&pmcf->probe_uri, "/status");
     }
 
     return NGX_CONF_OK;
@@ -357,7 +357,7 @@ ngx_http_pic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_msec_value(conf->redis_timeout, prev->redis_timeout, 50);
     ngx_conf_merge_uint_value(conf->imbalance, prev->imbalance, 4);
     ngx_conf_merge_uint_value(conf->dialect, prev->dialect,
-                              PIC_TEMPLATE_QWEN3_5);
+                              NGX_CONF_UNSET_UINT);
     ngx_conf_merge_ptr_value(conf->models, prev->models, NULL);
 
     if (conf->cdc_min == prev->cdc_min && conf->cdc_avg == prev->cdc_avg
@@ -811,7 +811,7 @@ ngx_http_pic_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     m->name = value[1];
-    m->fingerprint = value[1];
+    ngx_str_null(&m->fingerprint);
     m->dialect = -1;
 
     for (i = 2; i < cf->args->nelts; i++) {

@@ -70,7 +70,7 @@ struct ngx_http_pic_pool_s {
 
 typedef struct {
     ngx_str_t                    name;         /* client-visible model id */
-    ngx_str_t                    fingerprint;  /* keys; the name if unset */
+    ngx_str_t                    fingerprint;  /* keys; empty: learned */
     ngx_int_t                    dialect;      /* -1: the location's */
 } ngx_http_pic_model_t;
 
@@ -112,7 +112,7 @@ typedef struct {
     size_t                       body_max;     /* pic_body_max */
     ngx_msec_t                   redis_timeout;/* pic_redis_timeout */
     ngx_uint_t                   imbalance;    /* pic_imbalance */
-    ngx_uint_t                   dialect;      /* pic_template */
+    ngx_uint_t                   dialect;      /* pic_template, or unset */
     ngx_array_t                 *models;       /* ngx_http_pic_model_t */
 } ngx_http_pic_loc_conf_t;
 

@@ -245,7 +245,7 @@ class FakeBackend:
 
     checks_levels = False
 
-    def __init__(self, mode="capture", delay=0.2, chunks=5, name=None, port=0):
+    def __init__(self, mode="capture", delay=0.2, chunks=5, name=None, port=0, model=None):
         import http.server
         import threading
 
@@ -262,8 +262,11 @@ class FakeBackend:
                 pass
 
             def do_GET(self):
-                if self.path.startswith("/healthz"):
-                    self._json(200, {"status": "ok", "id": outer.name})
+                if self.path.startswith(("/healthz", "/status")):
+                    doc = {"status": "ok", "id": outer.name}
+                    if model:
+                        doc["model"] = model
+                    self._json(200, doc)
                 else:
                     self._json(200, {"object": "list", "data": [{"id": "fake"}]})
 

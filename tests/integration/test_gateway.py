@@ -221,6 +221,20 @@ def test_plan_rewrites_body_and_keys_match_xxh128(procs, logdir):
     assert segs[0]["kind"] == "prefix" and segs[-1]["kind"] == "dynamic"
 
 
+def test_keys_use_the_fingerprint_and_template_engines_report(procs, logdir):
+    fake = procs._add(harness.FakeBackend("capture", model={
+        "fingerprint": "0123456789abcdef", "template": "qwen3"}))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
+    harness.wait_for(lambda: json.loads(harness.http("GET", ngx.url + "/pic/status")[2])
+                     ["engines"][0]["id"] == "fake-capture", timeout=5, what="probe")
+    a = doc(13, 300)
+    body = {"model": "any-name", "prompt": f"{a}{MARK}tail", "max_tokens": 1}
+    assert harness.http("POST", ngx.url + "/v1/completions", body=body)[0] == 200
+    segs = json.loads(fake.bodies[-1])["pic"]["segments"]
+    piece = a.encode()[:segs[0]["bytes"]]
+    assert segs[0]["key"] == xxh128_key(b"0123456789abcdef", b"", piece, logdir)
+
+
 def test_client_cannot_send_its_own_plan(procs):
     fake = procs._add(harness.FakeBackend("capture"))
     ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
