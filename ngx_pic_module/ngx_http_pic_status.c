@@ -156,11 +156,27 @@ ngx_http_pic_status_format(ngx_http_request_t *r)
     accept = NULL;
 #endif
 
-    if (accept
-        && ngx_strlcasestrn(accept->value.data,
-                            accept->value.data + accept->value.len,
-                            (u_char *) "text/html", 9 - 1)
-           != NULL)
+    if (accept == NULL) {
+        return NGX_HTTP_PIC_STATUS_JSON;
+    }
+
+    /* a Prometheus scraper asks for OpenMetrics or text/plain first */
+
+    if (ngx_strlcasestrn(accept->value.data,
+                         accept->value.data + accept->value.len,
+                         (u_char *) "openmetrics", 11 - 1)
+        != NULL
+        || (accept->value.len >= 10
+            && ngx_strncasecmp(accept->value.data, (u_char *) "text/plain", 10)
+               == 0))
+    {
+        return NGX_HTTP_PIC_STATUS_PROMETHEUS;
+    }
+
+    if (ngx_strlcasestrn(accept->value.data,
+                         accept->value.data + accept->value.len,
+                         (u_char *) "text/html", 9 - 1)
+        != NULL)
     {
         return NGX_HTTP_PIC_STATUS_HTML;
     }
