@@ -1,0 +1,145 @@
+"""The status dashboard: a self-contained HTML page generated into the module,
+rendered by headless Chromium against a live nginx: no console messages, and it
+shows the numbers the JSON holds."""
+import html.parser
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import harness
+from test_gateway import MARK, doc, gw_conf
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+HTML = os.path.join(harness.ROOT, "ngx_pic_module", "dashboard", "pic_dashboard.html")
+
+
+def test_header_is_generated_from_the_html():
+    r = subprocess.run([sys.executable, os.path.join(harness.ROOT, "scripts", "gen_dashboard.py"),
+                        "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_page_is_self_contained():
+    with open(HTML) as f:
+        page = f.read()
+    refs = re.findall(r"""(?:src|href)\s*=\s*["']?([^"'\s>]*)""", page)
+    assert refs and all(r.startswith("data:") for r in refs), refs
+    assert "<script src" not in page and "@import" not in page and "url(" not in page
+
+
+class Ids(html.parser.HTMLParser):
+    """Text of every element with an id, and the engine table rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.text, self.stack, self.rows, self.row = {}, [], [], None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.stack.append(a.get("id"))
+        if tag == "tr" and a.get("class") == "engine":
+            self.row = []
+        elif tag == "td" and self.row is not None:
+            self.row.append("")
+
+    def handle_endtag(self, tag):
+        if self.stack:
+            self.stack.pop()
+        if tag == "tr" and self.row is not None:
+            self.rows.append(self.row)
+            self.row = None
+
+    def handle_data(self, data):
+        for i in self.stack:
+            if i:
+                self.text[i] = self.text.get(i, "") + data
+        if self.row is not None and self.row:
+            self.row[-1] += data
+
+
+def chromium(url, logdir, *extra):
+    r = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                        "--enable-logging=stderr", "--v=0", "--virtual-time-budget=4000",
+                        f"--user-data-dir={os.path.join(logdir, 'chrome')}",
+                        *extra, url], capture_output=True, text=True, timeout=90)
+    with open(os.path.join(logdir, "chromium.log"), "w") as f:
+        f.write(r.stderr)
+    return r
+
+
+def console_lines(stderr):
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line]
+
+
+def test_console_check_catches_page_errors(logdir):
+    """The check below can fail: a page that throws is reported."""
+    if not CHROMIUM:
+        pytest.skip("chromium is not installed")
+    r = chromium("data:text/html,<script>undefined_function()</script>", logdir, "--dump-dom")
+    assert any("undefined_function" in line for line in console_lines(r.stderr))
+
+
+def num(s):
+    return int(s.replace(",", "").strip())
+
+
+@pytest.mark.allow_log(r"pic: ")
+def test_dashboard_shows_the_json_numbers(procs, logdir):
+    if not CHROMIUM:
+        pytest.skip("chromium is not installed")
+    fake = procs._add(harness.FakeBackend("capture"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
+    shared = doc(300, 900)
+    for i in range(3):
+        assert harness.http("POST", ngx.url + "/v1/completions", body={
+            "model": "m", "prompt": f"head {i}{MARK}{shared}{MARK}question {i}"})[0] == 200
+    assert harness.http("POST", ngx.url + "/v1/completions", body=b"{bad")[0] == 400
+    harness.wait_for(lambda: json.loads(harness.http("GET", ngx.url + "/pic/status")[2])
+                     ["requests"]["total"] == 4, timeout=5, what="log phase")
+    doc_json = json.loads(harness.http("GET", ngx.url + "/pic/status")[2])
+
+    r = chromium(ngx.url + "/pic/status?format=html", logdir, "--dump-dom")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert console_lines(r.stderr) == []
+    p = Ids()
+    p.feed(r.stdout)
+    t = p.text
+    assert "cannot load" not in t.get("error", "")
+    assert t["zone-name"] == "pic"
+    assert num(t["requests-total"]) == doc_json["requests"]["total"] == 4
+    assert num(t["requests-planned"]) == doc_json["requests"]["planned"] == 3
+    assert num(t["requests-rejected"]) == doc_json["requests"]["rejected"] == 1
+    assert num(t["segments-total"]) == doc_json["segments"]["total"]
+    assert num(t["segments-hits"]) == doc_json["segments"]["hits"] > 0
+    assert num(t["bytes-hit"]) == doc_json["bytes"]["hit"] >= 2 * 900
+    assert num(t["bytes-above-prefix"]) == doc_json["bytes"]["above_prefix"] > 0
+    assert num(t["bytes-prompt"]) == doc_json["bytes"]["prompt"]
+    assert num(t["ttft-count"]) == doc_json["ttft_ms"]["count"] == 3
+    assert num(t["cdc-chunks"]) == doc_json["cdc"]["chunks"]
+    assert t["redis-address"] == "not configured"
+    assert [row[0] for row in p.rows] == [e["name"] for e in doc_json["engines"]]
+    assert p.rows[0][2] == "healthy"
+
+    shot = os.path.join(logdir, "dashboard.png")
+    r = chromium(ngx.url + "/pic/status?format=html", logdir, f"--screenshot={shot}",
+                 "--window-size=1280,1000")
+    assert console_lines(r.stderr) == []
+    with open(shot, "rb") as f:
+        png = f.read()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20000
+
+
+def test_browser_accept_header_gets_the_dashboard(procs):
+    ngx = procs.nginx(gw_conf(["127.0.0.1:9"]))
+    code, hdrs, body = harness.http("GET", ngx.url + "/pic/status",
+                                    headers={"Accept": "text/html,application/xhtml+xml"})
+    assert code == 200 and hdrs["Content-Type"].startswith("text/html")
+    assert body.startswith(b"<!DOCTYPE html>")
+    code, hdrs, body = harness.http("GET", ngx.url + "/pic/status",
+                                    headers={"Accept": "application/openmetrics-text"})
+    assert hdrs["Content-Type"].startswith("text/plain") and b"pic_requests_total" in body
