@@ -76,8 +76,9 @@ void pic_segmentation_init(pic_segmentation *s);
 /* Frees everything s holds; s becomes empty. */
 void pic_segmentation_free(pic_segmentation *s);
 
-/* Runs the pipeline above for req under cfg into out (freed first).
- * Returns 0, or -1 with err set (400 template error, 500 OOM). */
+/* Runs the pipeline above for req under cfg into out, which must be
+ * initialised (pic_segmentation_init) or hold an earlier result (freed
+ * first).  Returns 0, or -1 with err set (400 template error, 500 OOM). */
 int pic_segment_request(const pic_segment_cfg *cfg, const pic_request *req,
                         pic_segmentation *out, pic_error *err);
 
