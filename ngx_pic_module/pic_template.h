@@ -22,10 +22,10 @@
  *    the empty think block when thinking is off.
  * Template errors (raise_exception) come back as 400s with its message.
  * `developer` messages render as `system`.  The Qwen3-Next checkpoints ship
- * variants of the Qwen3 template (Instruct without think handling,
- * Thinking opening `<think>\n` in the generation prompt); the QWEN3 dialect
- * renders the original Qwen3 template for both, which differs from those
- * variants only in think blocks.
+ * variants of the Qwen3 template (to our knowledge: Instruct without think
+ * handling, Thinking opening `<think>\n` in the generation prompt; not
+ * verified here, the checkpoints' templates being unavailable offline); the
+ * QWEN3 dialect renders the original Qwen3 template for both.
  *
  * Regions.  The output is partitioned into regions: GLUE is template text
  * (role headers, footers, tool instructions, wrappers such as
