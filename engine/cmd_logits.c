@@ -3,11 +3,12 @@
  * [tokens × vocab] for a list of token ids, for the oracle tests.
  *
  *   pic-engine logits --model DIR --tokens ID,ID,... --out FILE
- *                     [--decode-from N] [--threads N]
+ *                     [--decode-from N | --split-at N] [--threads N]
  *
  * With --decode-from N the first N tokens are one prefill and the rest are
- * fed one at a time as decode steps: the rows must equal the single
- * prefill's, which proves that the state carries across calls.
+ * fed one at a time as decode steps; with --split-at N they are two
+ * prefills, [0, N) then [N, end).  Either way the rows must equal the
+ * single prefill's, which proves that the state carries across calls.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@ static void
 pic_logits_usage(FILE *f)
 {
     fprintf(f, "usage: pic-engine logits --model DIR --tokens ID,ID,... --out FILE\n"
-               "                         [--decode-from N] [--threads N]\n");
+               "                         [--decode-from N | --split-at N] [--threads N]\n");
 }
 
 /* Parse "1,2,3" into a malloc'ed array; -1 on a malformed list. */
@@ -69,7 +70,7 @@ int
 pic_cmd_logits(int argc, char **argv)
 {
     const char *dir = NULL, *tokens = NULL, *out = NULL;
-    int         decode_from = -1, threads = 0, n = 0, rc = 1;
+    int         decode_from = -1, split_at = -1, threads = 0, n = 0, rc = 1;
     int        *ids = NULL;
     float      *logits = NULL;
     pic_model  *m = NULL;
@@ -95,6 +96,8 @@ pic_cmd_logits(int argc, char **argv)
             out = v;
         } else if (!strcmp(a, "--decode-from")) {
             decode_from = atoi(v);
+        } else if (!strcmp(a, "--split-at")) {
+            split_at = atoi(v);
         } else if (!strcmp(a, "--threads")) {
             threads = atoi(v);
         } else {
@@ -112,8 +115,18 @@ pic_cmd_logits(int argc, char **argv)
         fprintf(stderr, "pic-engine logits: --tokens wants ids like 1,2,3\n");
         return 2;
     }
+    if (decode_from != -1 && split_at != -1) {
+        fprintf(stderr, "pic-engine logits: --decode-from and --split-at exclude each other\n");
+        free(ids);
+        return 2;
+    }
+    if (split_at != -1 && (split_at < 1 || split_at >= n)) {
+        fprintf(stderr, "pic-engine logits: --split-at must be in [1, %d]\n", n - 1);
+        free(ids);
+        return 2;
+    }
     if (decode_from == -1) {
-        decode_from = n;
+        decode_from = split_at != -1 ? split_at : n;
     }
     if (decode_from < 1 || decode_from > n) {
         fprintf(stderr, "pic-engine logits: --decode-from must be in [1, %d]\n", n);
@@ -139,7 +152,14 @@ pic_cmd_logits(int argc, char **argv)
         fprintf(stderr, "pic-engine logits: %s\n", err);
         goto done;
     }
-    for (int t = decode_from; t < n; t++) {
+    if (split_at != -1
+        && pic_forward(m, NULL, s, ids + split_at, n - split_at, split_at,
+                       PIC_LOGITS_ALL, logits + (size_t) split_at * V, NULL,
+                       err, sizeof(err)) != 0) {
+        fprintf(stderr, "pic-engine logits: %s\n", err);
+        goto done;
+    }
+    for (int t = split_at != -1 ? n : decode_from; t < n; t++) {
         if (pic_forward(m, NULL, s, ids + t, 1, t, PIC_LOGITS_LAST,
                         logits + (size_t) t * V, NULL, err, sizeof(err)) != 0) {
             fprintf(stderr, "pic-engine logits: %s\n", err);

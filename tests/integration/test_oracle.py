@@ -17,8 +17,9 @@ fp32 rounding ~1000x (a Gated DeltaNet head whose output is nearly zero is
 normalised by the gated RMSNorm): there, transformers' own fp32 logits are
 ~1e-4 away from its fp64 logits, and two mathematically identical engine
 runs (one prefill vs prefill + decode steps, which only reorder roundings)
-disagree by as much.  So each row is held to TOL + 2 * delta_row, where
-delta_row is that measured disagreement of the engine with itself; on every
+disagree by as much (as do two prefills cut elsewhere, which moves the
+64-token chunk edges).  So each row is held to TOL + 2 * delta_row, where
+delta_row is the largest measured disagreement of the engine with itself; on every
 well-conditioned row delta_row is ~1e-6 and the bound is 1e-4.  A real bug
 moves rows far beyond both.
 """
@@ -59,12 +60,14 @@ def _expected(meta, prompt):
     return rows[prompt["row_offset"]:prompt["row_offset"] + prompt["n_rows"]]
 
 
-def _engine_logits(meta, ids, tmp_path, decode_from=None):
+def _engine_logits(meta, ids, tmp_path, decode_from=None, split_at=None):
     out = tmp_path / "logits.f32"
     cmd = [ENGINE, "logits", "--model", os.path.join(ROOT, meta["model_dir"]),
            "--tokens", ",".join(map(str, ids)), "--out", str(out)]
     if decode_from is not None:
         cmd += ["--decode-from", str(decode_from)]
+    if split_at is not None:
+        cmd += ["--split-at", str(split_at)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     got = np.fromfile(out, dtype="<f4")
@@ -82,14 +85,22 @@ def _need_engine():
         pytest.fail("pic-engine not built at %s (set PIC_BUILD)" % ENGINE)
 
 
-def _both_paths(meta, prompt, tmp_path):
-    """Logits from one prefill and from prefill(prompt) + decode steps, the
-    reference rows, and per-row tolerances (see the module docstring)."""
+def _split_point(prompt):
+    """A cut inside the prompt that moves the 64-token GDN chunk edges."""
+    return max(1, prompt["n_prompt"] // 2 + 1)
+
+
+def _paths(meta, prompt, tmp_path):
+    """Logits from one prefill, from prefill(prompt) + decode steps and from
+    two prefills cut at _split_point, the reference rows, and per-row bounds
+    (see the module docstring)."""
     want = _expected(meta, prompt)
     full = _engine_logits(meta, _tokens(prompt), tmp_path)
     dec = _engine_logits(meta, _tokens(prompt), tmp_path, decode_from=prompt["n_prompt"])
-    delta = np.abs(full - dec).max(axis=1)
-    return want, full, dec, TOL + 2.0 * delta
+    split = _engine_logits(meta, _tokens(prompt), tmp_path, split_at=_split_point(prompt))
+    delta = np.maximum(np.maximum(np.abs(full - dec), np.abs(full - split)),
+                       np.abs(dec - split)).max(axis=1)
+    return want, full, dec, split, TOL + 2.0 * delta
 
 
 def _check(got, want, tol, what):
@@ -105,24 +116,32 @@ def _check(got, want, tol, what):
 @pytest.mark.skipif(not CASES, reason="no oracle fixtures under tests/fixtures/oracle")
 @pytest.mark.parametrize("meta,prompt", CASES)
 def test_prefill_logits_match_transformers(meta, prompt, tmp_path):
-    want, full, _, tol = _both_paths(meta, prompt, tmp_path)
+    want, full, _, _, tol = _paths(meta, prompt, tmp_path)
     _check(full, want, tol, "prefill")
 
 
 @pytest.mark.skipif(not CASES, reason="no oracle fixtures under tests/fixtures/oracle")
 @pytest.mark.parametrize("meta,prompt", CASES)
 def test_prefill_then_decode_steps_match_transformers(meta, prompt, tmp_path):
-    want, _, dec, tol = _both_paths(meta, prompt, tmp_path)
+    want, _, dec, _, tol = _paths(meta, prompt, tmp_path)
     _check(dec, want, tol, "prefill+decode")
 
 
 @pytest.mark.skipif(not CASES, reason="no oracle fixtures under tests/fixtures/oracle")
 @pytest.mark.parametrize("meta,prompt", CASES)
+def test_split_prefill_matches_transformers(meta, prompt, tmp_path):
+    want, _, _, split, tol = _paths(meta, prompt, tmp_path)
+    _check(split, want, tol, "prefill+prefill")
+
+
+@pytest.mark.skipif(not CASES, reason="no oracle fixtures under tests/fixtures/oracle")
+@pytest.mark.parametrize("meta,prompt", CASES)
 def test_engine_paths_agree_closely(meta, prompt, tmp_path):
-    """One prefill vs prefill + decode steps: identical math, so at most
-    rounding apart (state carry-over is exact)."""
-    _, full, dec, _ = _both_paths(meta, prompt, tmp_path)
+    """One prefill vs prefill + decode steps vs two prefills: identical
+    math, so at most rounding apart (state carry-over is exact)."""
+    _, full, dec, split, _ = _paths(meta, prompt, tmp_path)
     assert np.abs(full - dec).max() <= TOL
+    assert np.abs(full - split).max() <= TOL
 
 
 @pytest.mark.skipif(not CASES, reason="no oracle fixtures under tests/fixtures/oracle")
@@ -200,6 +219,8 @@ def test_bad_arguments_are_errors_not_crashes(tmp_path):
         ["logits", "--model", model, "--tokens", "1,999999", "--out", str(tmp_path / "o")],
         ["logits", "--model", model, "--tokens", "1,2", "--out", str(tmp_path / "o"),
          "--decode-from", "5"],
+        ["logits", "--model", model, "--tokens", "1,2", "--out", str(tmp_path / "o"),
+         "--split-at", "2"],
         ["generate", "--model", model, "--chat", "{not json"],
         ["generate", "--model", model, "--chat", '[{"role":"bogus","content":"x"}]'],
         ["generate", "--model", str(tmp_path / "nowhere"), "--tokens", "1,2"],
