@@ -3,13 +3,17 @@
  * interiors into the running state, place their re-rotated K/V, recompute
  * the seam runs through all layers.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <cblas.h>
+
 #include "assemble.h"
 #include "forward.h"
+#include "forward_runs.h"
 
 static double
 pic_now(void)
@@ -50,63 +54,102 @@ pic_mode_parse(const char *name, pic_mode *mode)
 /* --- the two state operations --- */
 
 int
+pic_assemble_compose_layer(const pic_entry *e, pic_state *s, int l, int use_T,
+                           double *flops)
+{
+    const pic_entry_layer *el = &e->layer[l];
+    int                    Hv = e->Hv, dk = e->dk, dv = e->dv, bad = 0;
+    size_t                 es = pic_dtype_size(e->dtype);
+
+    if (e->layer_type[l] != PIC_LAYER_LINEAR || s->S[l] == NULL) {
+        return 0;
+    }
+    use_T = use_T && e->has_T;
+    /* one head per thread: S_h ← T_h S_h + S|0_h (OpenBLAS itself runs
+     * single-threaded inside the engine) */
+    #pragma omp parallel for schedule(static) reduction(|:bad) if (Hv > 1)
+    for (int h = 0; h < Hv; h++) {
+        float *S = s->S[l] + (size_t) h * dk * dv;              /* (dk, dv) */
+        float *Y = malloc((size_t) dk * dv * sizeof(float));    /* (dk, dv) S|0, then T S + S|0 */
+        float *Tf = NULL;                                       /* (dk, dk) */
+        const void *s0 = (const unsigned char *) el->S + (size_t) h * dk * dv * es;
+
+        if (Y == NULL) {
+            bad |= 1;
+            continue;
+        }
+        pic_entry_load_f32(Y, s0, (size_t) dk * dv, e->dtype);
+        if (!use_T) {
+            for (size_t i = 0; i < (size_t) dk * dv; i++) {
+                S[i] += Y[i];
+            }
+            free(Y);
+            continue;
+        }
+        const void *t = (const unsigned char *) el->T + (size_t) h * dk * dk * es;
+        if (e->dtype == PIC_DTYPE_F32) {
+            Tf = (float *) t;
+        } else if ((Tf = malloc((size_t) dk * dk * sizeof(float))) != NULL) {
+            pic_entry_load_f32(Tf, t, (size_t) dk * dk, e->dtype);
+        } else {
+            bad |= 1;
+            free(Y);
+            continue;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, dk, dv, dk, 1.0f,
+                    Tf, dk, S, dv, 1.0f, Y, dv);
+        memcpy(S, Y, (size_t) dk * dv * sizeof(float));
+        if (e->dtype != PIC_DTYPE_F32) {
+            free(Tf);
+        }
+        free(Y);
+    }
+    if (bad) {
+        return -1;
+    }
+    if (use_T && flops != NULL) {
+        *flops += 2.0 * Hv * dk * (double) dk * dv;
+    }
+    memcpy(s->conv[l], el->conv, (size_t) e->conv_ch * e->conv_k1 * sizeof(float));
+    return 0;
+}
+
+int
 pic_assemble_compose(const pic_model *m, const pic_backend *be, pic_state *s,
                      const pic_entry *e, int use_T, double *flops)
 {
-    int    Hv = e->Hv, dk = e->dk, dv = e->dv;
-    size_t es = pic_dtype_size(e->dtype);
-    float *X = malloc((size_t) dv * dk * sizeof(float));    /* (dv, dk) Sᵀ */
-    float *Y = malloc((size_t) dv * dk * sizeof(float));    /* (dv, dk) S|0ᵀ, then (T S)ᵀ + S|0ᵀ */
-    float *Tf = malloc((size_t) dk * dk * sizeof(float));   /* (dk, dk) one head's T */
-    float *S0 = malloc((size_t) dk * dv * sizeof(float));   /* (dk, dv) one head's S|0 */
-
-    if (be == NULL) {
-        be = pic_backend_cpu();
-    }
-    if (X == NULL || Y == NULL || Tf == NULL || S0 == NULL) {
-        free(X); free(Y); free(Tf); free(S0);
-        return -1;
-    }
-    use_T = use_T && e->has_T;
     for (int l = 0; l < e->n_layers; l++) {
-        const pic_entry_layer *el = &e->layer[l];
-        if (e->layer_type[l] != PIC_LAYER_LINEAR) {
-            continue;
+        if (pic_assemble_compose_layer(e, s, l, use_T, flops) != 0) {
+            return -1;
         }
-        for (int h = 0; h < Hv; h++) {
-            float      *S = s->S[l] + (size_t) h * dk * dv;     /* (dk, dv) */
-            const void *s0 = (const unsigned char *) el->S + (size_t) h * dk * dv * es;
-
-            pic_entry_load_f32(S0, s0, (size_t) dk * dv, e->dtype);
-            if (!use_T) {
-                for (size_t i = 0; i < (size_t) dk * dv; i++) {
-                    S[i] += S0[i];
-                }
-                continue;
-            }
-            const void *t = (const unsigned char *) el->T + (size_t) h * dk * dk * es;
-            pic_entry_load_f32(Tf, t, (size_t) dk * dk, e->dtype);
-            for (int i = 0; i < dk; i++) {
-                for (int j = 0; j < dv; j++) {
-                    X[(size_t) j * dk + i] = S[(size_t) i * dv + j];
-                    Y[(size_t) j * dk + i] = S0[(size_t) i * dv + j];
-                }
-            }
-            /* Y(dv,dk) += X(dv,dk) · T(dk,dk)ᵀ  ⇔  Yᵀ = T S + S|0 */
-            be->matmul(Y, X, Tf, dv, dk, dk, 1);
-            for (int i = 0; i < dk; i++) {
-                for (int j = 0; j < dv; j++) {
-                    S[(size_t) i * dv + j] = Y[(size_t) j * dk + i];
-                }
-            }
-        }
-        if (use_T && flops != NULL) {
-            *flops += 2.0 * Hv * dk * (double) dk * dv;
-        }
-        memcpy(s->conv[l], el->conv, (size_t) e->conv_ch * e->conv_k1 * sizeof(float));
     }
-    free(X); free(Y); free(Tf); free(S0);
     return 0;
+}
+
+/* x (n, hd) rows ← R(delta) x: partial NeoX RoPE on the first rd dims,
+ * the same arithmetic as the backend's rope op at position delta for every
+ * row (one angle table instead of one per row). */
+static void
+pic_rerotate(float *x, int n, int hd, int rd, float theta, int delta)
+{
+    int   half = rd / 2;
+    float c[half > 0 ? half : 1], sn[half > 0 ? half : 1];
+
+    for (int i = 0; i < half; i++) {
+        float  inv = 1.0f / powf(theta, (float) (2 * i) / (float) rd);
+        double ang = (double) delta * (double) inv;
+        c[i] = (float) cos(ang);
+        sn[i] = (float) sin(ang);
+    }
+    #pragma omp parallel for schedule(static) if (n > 256)
+    for (int t = 0; t < n; t++) {
+        float *v = x + (size_t) t * hd;
+        for (int i = 0; i < half; i++) {
+            float a = v[i], b = v[i + half];
+            v[i]        = a * c[i] - b * sn[i];
+            v[i + half] = b * c[i] + a * sn[i];
+        }
+    }
 }
 
 int
@@ -116,22 +159,9 @@ pic_assemble_place_kv(const pic_model *m, const pic_backend *be, pic_state *s,
     const pic_config *c = &m->cfg;
     int               ni = e->i1 - e->i0, hd = e->hd;
     size_t            es = pic_dtype_size(e->dtype), rows = (size_t) ni * hd;
-    int              *pos = NULL;
 
-    if (be == NULL) {
-        be = pic_backend_cpu();
-    }
     if (ni <= 0) {
         return 0;
-    }
-    if (off != 0) {
-        pos = malloc((size_t) ni * sizeof(int));
-        if (pos == NULL) {
-            return -1;
-        }
-        for (int t = 0; t < ni; t++) {
-            pos[t] = off;       /* p_global − p_local, the same for every row */
-        }
     }
     for (int l = 0; l < e->n_layers; l++) {
         if (e->layer_type[l] != PIC_LAYER_FULL) {
@@ -145,12 +175,11 @@ pic_assemble_place_kv(const pic_model *m, const pic_backend *be, pic_state *s,
             pic_entry_load_f32(s->kc[l] + slot, k, rows, e->dtype);
             pic_entry_load_f32(s->vc[l] + slot, v, rows, e->dtype);
             if (off != 0) {
-                be->rope(s->kc[l] + slot, hd, pos, ni, 1, hd, c->rotary_dim,
-                         c->rope_theta);
+                /* p_global − p_local = off for every row */
+                pic_rerotate(s->kc[l] + slot, ni, hd, c->rotary_dim, c->rope_theta, off);
             }
         }
     }
-    free(pos);
     return 0;
 }
 
@@ -192,14 +221,51 @@ pic_entry_use(const pic_model *m, const pic_segment *sg, pic_mode mode, int off,
     }
 }
 
+/* An interior composed into the state before run `run` (n_runs: after
+ * the last run). */
+typedef struct {
+    const pic_entry *e;
+    int              off;
+    int              use_T;
+    int              run;
+} pic_gap;
+
+typedef struct {
+    pic_state     *s;
+    const pic_gap *gaps;
+    int            n_gaps;
+    double         t_compose;
+    double         flops;
+    int            failed;
+} pic_prep_ctx;
+
+/* pic_run_prep_fn: compose, in this layer, the interiors before run. */
+static void
+pic_assemble_prep(void *user, int layer, int run)
+{
+    pic_prep_ctx *P = user;
+    double        t = pic_now();
+
+    for (int g = 0; g < P->n_gaps; g++) {
+        if (P->gaps[g].run == run
+            && pic_assemble_compose_layer(P->gaps[g].e, P->s, layer, P->gaps[g].use_T,
+                                          &P->flops) != 0) {
+            P->failed = 1;
+        }
+    }
+    P->t_compose += pic_now() - t;
+}
+
 int
 pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
              const pic_segment *segs, int n_seg, pic_mode mode,
              float *logits, pic_assemble_stats *st, char *err, size_t errlen)
 {
     pic_assemble_stats local;
-    int               *run = NULL, rn = 0, run_p0 = 0, total = 0, rc = -1;
-    int               *use = NULL;
+    int               *tok = NULL, *use = NULL, total = 0, rc = -1;
+    int                n_runs = 0, n_gaps = 0, nt = 0;
+    pic_run           *runs = NULL;
+    pic_gap           *gaps = NULL;
     double             t0 = pic_now(), t;
 
     if (st == NULL) {
@@ -225,90 +291,111 @@ pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
     if (pic_state_reserve(s, total, err, errlen) != 0) {
         return -1;
     }
-    run = malloc((size_t) total * sizeof(int));
+    tok = malloc((size_t) total * sizeof(int));
     use = malloc((size_t) n_seg * sizeof(int));
-    if (run == NULL || use == NULL) {
+    runs = malloc((size_t) (n_seg + 1) * sizeof(*runs));
+    gaps = malloc((size_t) n_seg * sizeof(*gaps));
+    if (tok == NULL || use == NULL || runs == NULL || gaps == NULL) {
         snprintf(err, errlen, "%s: out of memory", __func__);
         goto done;
     }
 
-    /* decide each entry's use; the last prompt token must be recomputed
+    /* 1. how each entry is used; the last prompt token must be recomputed
      * when logits are wanted */
     for (int i = 0, off = 0; i < n_seg; off += segs[i].n, i++) {
         use[i] = pic_entry_use(m, &segs[i], mode, off, i == 0, &st->n_rejected);
-        if (use[i] != 0) {
-            const pic_entry *e = segs[i].entry;
-            int              pre = use[i] == 2 && off == 0 && i == 0 && !e->has_T;
-            st->n_reused += e->i1 - e->i0;
-            st->n_prefix += pre ? e->i1 - e->i0 : 0;
-        }
     }
     if (logits != NULL && use[n_seg - 1] != 0
         && segs[n_seg - 1].entry->i1 == segs[n_seg - 1].n) {
-        const pic_entry *e = segs[n_seg - 1].entry;
-        st->n_reused -= e->i1 - e->i0;
-        st->n_prefix -= (n_seg == 1 && !e->has_T) ? e->i1 - e->i0 : 0;
         use[n_seg - 1] = 0;
     }
 
+    /* 2. the plan: runs [H1] [T1 H2] … [Tn Q] and the interiors between */
+    int open = 0;                       /* a run is collecting tokens */
     for (int i = 0, off = 0; i < n_seg; off += segs[i].n, i++) {
         const pic_segment *sg = &segs[i];
         const pic_entry   *e = sg->entry;
+        int                a = use[i] ? e->i0 : sg->n;     /* recomputed head */
 
-        if (use[i] == 0) {
-            memcpy(run + rn, sg->tokens, (size_t) sg->n * sizeof(int));
-            rn += sg->n;
+        if (a > 0) {
+            if (!open) {
+                runs[n_runs].p0 = off;
+                runs[n_runs].n = 0;
+                n_runs++;
+                open = 1;
+            }
+            memcpy(tok + nt, sg->tokens, (size_t) a * sizeof(int));
+            nt += a;
+            runs[n_runs - 1].n += a;
+        }
+        if (!use[i]) {
             continue;
         }
-        /* [.. H_i]: the run up to and including this segment's head seam */
-        memcpy(run + rn, sg->tokens, (size_t) e->i0 * sizeof(int));
-        rn += e->i0;
-        if (rn > 0) {
-            t = pic_now();
-            if (pic_forward(m, be, s, run, rn, run_p0, PIC_LOGITS_NONE, NULL,
-                            NULL, err, errlen) != 0) {
-                goto done;
-            }
-            st->t_forward += pic_now() - t;
-            st->n_recomputed += rn;
-            st->n_runs++;
-        }
-        t = pic_now();
-        if (pic_assemble_place_kv(m, be, s, e, off) != 0) {
-            snprintf(err, errlen, "%s: out of memory", __func__);
-            goto done;
-        }
-        st->t_kv += pic_now() - t;
-        t = pic_now();
-        if (pic_assemble_compose(m, be, s, e, use[i] == 1, &st->compose_flops) != 0) {
-            snprintf(err, errlen, "%s: out of memory", __func__);
-            goto done;
-        }
-        st->t_compose += pic_now() - t;
+        gaps[n_gaps].e = e;
+        gaps[n_gaps].off = off;
+        gaps[n_gaps].use_T = use[i] == 1;
+        gaps[n_gaps].run = n_runs;      /* before the next run to open */
+        n_gaps++;
+        open = 0;
+        st->n_reused += e->i1 - e->i0;
+        st->n_prefix += (i == 0 && !e->has_T) ? e->i1 - e->i0 : 0;
         st->n_composed++;
-        s->pos = off + e->i1;
-        /* the tail seam opens the next run */
-        rn = sg->n - e->i1;
-        memcpy(run, sg->tokens + e->i1, (size_t) rn * sizeof(int));
-        run_p0 = off + e->i1;
+        if (e->i1 < sg->n) {            /* the tail seam opens the next run */
+            runs[n_runs].p0 = off + e->i1;
+            runs[n_runs].n = sg->n - e->i1;
+            memcpy(tok + nt, sg->tokens + e->i1, (size_t) (sg->n - e->i1) * sizeof(int));
+            nt += sg->n - e->i1;
+            n_runs++;
+            open = 1;
+        }
     }
-    if (rn > 0) {
-        t = pic_now();
-        if (pic_forward(m, be, s, run, rn, run_p0,
-                        logits != NULL ? PIC_LOGITS_LAST : PIC_LOGITS_NONE,
-                        logits, NULL, err, errlen) != 0) {
+    st->n_recomputed = nt;
+    st->n_runs = n_runs;
+
+    /* 3. pre-fill the attention KV with every cached interior, re-rotated */
+    t = pic_now();
+    for (int g = 0; g < n_gaps; g++) {
+        if (pic_assemble_place_kv(m, be, s, gaps[g].e, gaps[g].off) != 0) {
+            snprintf(err, errlen, "%s: out of memory", __func__);
             goto done;
         }
-        st->t_forward += pic_now() - t;
-        st->n_recomputed += rn;
-        st->n_runs++;
     }
+    st->t_kv = pic_now() - t;
+
+    /* 4. the runs, all layers, composing each interior before the run
+     * that follows it; then any interiors after the last run */
+    pic_prep_ctx P = { .s = s, .gaps = gaps, .n_gaps = n_gaps };
+    if (n_runs > 0) {
+        t = pic_now();
+        if (pic_forward_runs(m, be, s, tok, runs, n_runs, pic_assemble_prep, &P,
+                             logits, err, errlen) != 0) {
+            goto done;
+        }
+        st->t_forward = pic_now() - t - P.t_compose;
+    }
+    if (P.failed) {
+        snprintf(err, errlen, "%s: out of memory composing", __func__);
+        goto done;
+    }
+    t = pic_now();
+    for (int g = 0; g < n_gaps; g++) {
+        if (gaps[g].run == n_runs
+            && pic_assemble_compose(m, be, s, gaps[g].e, gaps[g].use_T,
+                                    &P.flops) != 0) {
+            snprintf(err, errlen, "%s: out of memory composing", __func__);
+            goto done;
+        }
+    }
+    st->t_compose = P.t_compose + (pic_now() - t);
+    st->compose_flops = P.flops;
     s->pos = total;
     rc = 0;
 
 done:
-    free(run);
+    free(tok);
     free(use);
+    free(runs);
+    free(gaps);
     st->t_total = pic_now() - t0;
     return rc;
 }

@@ -84,6 +84,10 @@ int pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
 int pic_assemble_compose(const pic_model *m, const pic_backend *be, pic_state *s,
                          const pic_entry *e, int use_T, double *flops);
 
+/* pic_assemble_compose for linear layer l only (other layers: no-op). */
+int pic_assemble_compose_layer(const pic_entry *e, pic_state *s, int l, int use_T,
+                               double *flops);
+
 /* Write e's interior K/V into s at global offset off (slots off+i0 ..
  * off+i1−1), K rotated by R(off).  s must have those slots reserved.
  * -1 on OOM. */

@@ -207,6 +207,55 @@ test_context_entries_reproduce_full(void **unused)
     }
 }
 
+/* A recomputed stretch longer than one micro-batch (a segment without an
+ * entry) splits a run across layer-major passes: still full recompute. */
+static void
+test_long_run_crosses_passes(void **unused)
+{
+    pic_model *m = load("tiny-qwen35-moe");
+    if (m == NULL) {
+        skip();
+    }
+    int        lens[4] = { 41, PIC_UBATCH + 88, 57, 9 };
+    int        n = 41 + PIC_UBATCH + 88 + 57 + 9, V = m->cfg.vocab;
+    int       *ids = tokens(n, V, 31);
+    float     *ref = malloc((size_t) V * sizeof(float));
+    float     *lg = malloc((size_t) V * sizeof(float));
+    pic_state *sf = full(m, ids, n, ref);
+    pic_entry *e[4];
+    pic_segment sg[4];
+    pic_entry_opts o = { .w = 8, .dtype = PIC_DTYPE_F32 };
+    pic_assemble_stats st;
+    char       err[256];
+
+    assert_int_equal(pic_entry_build_context(m, NULL, ids, n, lens, 4, &o, e, err,
+                                             sizeof(err)), 0);
+    pic_entry_unref(e[1]);
+    e[1] = NULL;                            /* a miss: recomputed whole */
+    for (int i = 0, off = 0; i < 4; off += lens[i], i++) {
+        sg[i].tokens = ids + off;
+        sg[i].n = lens[i];
+        sg[i].entry = e[i];
+    }
+    pic_state *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    assert_int_equal(pic_assemble(m, NULL, s, sg, 4, PIC_MODE_PIC, lg, &st, err,
+                                  sizeof(err)), 0);
+    print_message("long run: max |Δlogit| %.3g, state %.3g, %d runs, %d recomputed\n",
+                  max_abs(lg, ref, V), state_err(s, sf, &m->cfg, n), st.n_runs,
+                  st.n_recomputed);
+    assert_int_equal(st.n_runs, 3);
+    assert_int_equal(st.n_recomputed, 8 + 8 + lens[1] + 8 + 8 + 9);
+    assert_true(max_abs(lg, ref, V) <= 1e-4f);
+    assert_true(state_err(s, sf, &m->cfg, n) <= 1e-4);
+    for (int i = 0; i < 4; i++) {
+        pic_entry_unref(e[i]);
+    }
+    pic_state_free(s);
+    pic_state_free(sf);
+    free(ids); free(ref); free(lg);
+    pic_model_free(m);
+}
+
 /* Entries built alone for every segment at w; whole entries too. */
 static void
 isolated(pic_model *m, const int *ids, int w, pic_dtype dt, pic_entry **seam,
@@ -497,6 +546,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_context_entries_reproduce_full),
+        cmocka_unit_test(test_long_run_crosses_passes),
         cmocka_unit_test(test_isolated_entries_layer0_exact_naive_worse),
         cmocka_unit_test(test_exact_prefix_equals_full_and_decode_continues),
         cmocka_unit_test(test_unfit_entries_are_recomputed),
