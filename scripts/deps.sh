@@ -12,7 +12,7 @@ PKGS=(
   libevent-dev                                         # engine HTTP server
   libopenblas-dev                                      # engine GEMM
   libutf8proc-dev                                      # tokenizer NFC
-  libcmocka-dev                                        # C unit tests
+  libcmocka-dev xxhash                                 # C unit tests (xxh128sum: key oracle)
   redis-server                                         # index + tests
   python3-venv                                         # test venv
   wrk                                                  # gateway benchmark
