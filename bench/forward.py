@@ -6,7 +6,10 @@ measured in the same process.
 
 Figures (all ratios of numbers taken side by side in one run):
   * prefill tokens/s at 512, 2k, 8k tokens (QUICK=1: 512, 2k) and the model
-    FLOP/s at 2k over OpenBLAS sgemm FLOP/s (2048^3, OpenBLAS's own threads);
+    FLOP/s at 2k over sgemm FLOP/s: the best 2048^3 OpenBLAS sgemm of the run,
+    run both with OpenBLAS's own threads and as the engine runs it (one
+    OpenBLAS thread per OpenMP thread, output columns split), each measured
+    before and after the model runs;
     model FLOPs = 2 x parameters touched per token (projections, routed
     experts only) + causal attention scores and sums + the GDN recurrence at
     6 dk dv per value head and token (the minimal recurrent count; the chunked
@@ -135,8 +138,11 @@ def main():
 
     print("forward bench: %s, %d threads, mid model (%.2f GB fp32)"
           % (cpu_model(), raw["threads"], wb / 1e9))
-    print("  anchors: sgemm %.1f GFLOP/s, memcpy %.1f GB/s, read %.1f GB/s"
-          % (sgemm, raw["memcpy_gbps"], raw["read_gbps"]))
+    print("  anchors: sgemm %.1f GFLOP/s (OpenBLAS threads %s, column split %s), "
+          "memcpy %.1f GB/s, read %.1f GB/s"
+          % (sgemm, "/".join("%.0f" % x for x in raw["openblas_threaded_gflops"]),
+             "/".join("%.0f" % x for x in raw["engine_split_gemm_gflops"]),
+             raw["memcpy_gbps"], raw["read_gbps"]))
     print("  %-14s %10s %10s %10s" % ("phase", "tok/s", "GFLOP/s", "/sgemm"))
     for n, p in sorted(by_n.items()):
         print("  %-14s %10.1f %10.1f %10.3f" % ("prefill %d" % n, p["tok_s"], p["gflops"],

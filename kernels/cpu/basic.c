@@ -83,6 +83,7 @@ void
 pic_cpu_silu(float *x, size_t n)
 {
     PIC_OP_CHECK(x != NULL || n == 0);
+    #pragma omp parallel for if (n > 65536) schedule(static)
     for (size_t i = 0; i < n; i++) {
         x[i] = x[i] / (1.0f + expf(-x[i]));
     }
@@ -92,6 +93,7 @@ void
 pic_cpu_sigmoid(float *x, size_t n)
 {
     PIC_OP_CHECK(x != NULL || n == 0);
+    #pragma omp parallel for if (n > 65536) schedule(static)
     for (size_t i = 0; i < n; i++) {
         x[i] = 1.0f / (1.0f + expf(-x[i]));
     }
@@ -101,6 +103,7 @@ void
 pic_cpu_softplus(float *x, size_t n)
 {
     PIC_OP_CHECK(x != NULL || n == 0);
+    #pragma omp parallel for if (n > 65536) schedule(static)
     for (size_t i = 0; i < n; i++) {
         x[i] = x[i] > 20.0f ? x[i] : log1pf(expf(x[i]));
     }
