@@ -1,0 +1,333 @@
+/*
+ * test_prefix_cache.c — exact prefix reuse with sparse checkpoints
+ * (engine/prefix_cache.h) on a tiny fixture checkpoint: a request resumes
+ * from the deepest checkpoint at or below the depth it shares and its
+ * logits and states equal full recompute; checkpoints follow the DP once
+ * history exists; the budget evicts least recently used leaves; threads
+ * prefill overlapping prompts at once.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "forward.h"
+#include "model.h"
+#include "prefix_cache.h"
+#include "state.h"
+
+static pic_model *
+load(const char *name)
+{
+    const char *base = getenv("PIC_FIXTURES");
+    char        dir[1024], err[512];
+
+    snprintf(dir, sizeof(dir), "%s/%s", base ? base : "tests/fixtures/models", name);
+    pic_model *m = pic_model_load(dir, err, sizeof(err));
+    if (m == NULL) {
+        print_message("cannot load %s: %s\n", dir, err);
+    }
+    return m;
+}
+
+/* n ids: the first `shared` from seed 1, the rest from seed */
+static int *
+prompt(int n, int shared, unsigned seed, int vocab)
+{
+    int *t = malloc((size_t) n * sizeof(int));
+    for (int i = 0; i < n; i++) {
+        unsigned sd = i < shared ? 1u : seed;
+        t[i] = (int) (((unsigned) i * 2654435761u + sd * 97u + 3u) % (unsigned) vocab);
+    }
+    return t;
+}
+
+static double
+rel_l2(const float *a, const float *b, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
+        den += (double) b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* logits and linear states of s against one plain prefill of ids */
+static void
+check_vs_full(pic_model *m, pic_state *s, const float *lg, const int *ids, int n)
+{
+    const pic_config *c = &m->cfg;
+    char              err[256];
+    float            *ref = malloc((size_t) c->vocab * sizeof(float));
+    pic_state        *f = pic_state_init(c, 0, err, sizeof(err));
+    float             mx = 0.0f;
+    double            se = 0.0;
+
+    assert_int_equal(pic_forward(m, NULL, f, ids, n, 0, PIC_LOGITS_LAST, ref, NULL,
+                                 err, sizeof(err)), 0);
+    for (int i = 0; i < c->vocab; i++) {
+        mx = fmaxf(mx, fabsf(lg[i] - ref[i]));
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+            se = fmax(se, rel_l2(s->S[l], f->S[l], (size_t) s->Hv * s->dk * s->dv));
+        } else {
+            for (int j = 0; j < s->Hkv; j++) {
+                se = fmax(se, rel_l2(s->kc[l] + (size_t) j * s->cap * s->hd,
+                                     f->kc[l] + (size_t) j * f->cap * f->hd,
+                                     (size_t) n * s->hd));
+            }
+        }
+    }
+    print_message("  vs full: max |Δlogit| %.3g, state rel-L2 %.3g\n", mx, se);
+    assert_true(mx <= 1e-4f);
+    assert_true(se <= 1e-5);
+    assert_int_equal(s->pos, n);
+    free(ref);
+    pic_state_free(f);
+}
+
+static void
+test_resume_from_checkpoint_equals_full(void **unused)
+{
+    pic_model *m = load("tiny-qwen3next");
+    if (m == NULL) {
+        skip();
+    }
+    char              err[256];
+    pic_prefix_opts   o = { .budget = 64u << 20,
+                            .ckpt = { .block = 64, .m = 4, .min_history = 1000 } };
+    pic_prefix_cache *pc = pic_prefix_cache_init(m, &o, err, sizeof(err));
+    pic_state        *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    float            *lg = malloc((size_t) m->cfg.vocab * sizeof(float));
+    pic_prefix_result r;
+    pic_prefix_stats  st;
+
+    /* a cold request: nothing reused; balanced checkpoints at 64..256 */
+    int *a = prompt(300, 300, 1, m->cfg.vocab);
+    assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, a, 300, lg, &r, err,
+                                              sizeof(err)), 0);
+    assert_int_equal(r.resume, 0);
+    assert_int_equal(r.new_blocks, 4);
+    assert_int_equal(r.new_checkpoints, 4);
+    check_vs_full(m, s, lg, a, 300);
+
+    /* shares 200 tokens: depth 200, resumes at 192, recomputes 208 */
+    int *b = prompt(400, 200, 7, m->cfg.vocab);
+    int  depth, resume;
+    pic_prefix_cache_lookup(pc, b, 400, &depth, &resume);
+    assert_int_equal(depth, 200);
+    assert_int_equal(resume, 192);
+    assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, b, 400, lg, &r, err,
+                                              sizeof(err)), 0);
+    assert_int_equal(r.depth, 200);
+    assert_int_equal(r.resume, 192);
+    assert_int_equal(r.recomputed, 208);
+    assert_int_equal(r.new_blocks, 3);          /* b's blocks 3..5 */
+    assert_int_equal(r.new_checkpoints, 2);     /* balanced over 6 blocks: 320, 384 */
+    check_vs_full(m, s, lg, b, 400);
+
+    /* the same prompt again: everything but the last partial block */
+    assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, b, 400, lg, &r, err,
+                                              sizeof(err)), 0);
+    assert_int_equal(r.depth, 384);             /* full blocks; no partial child */
+    assert_int_equal(r.resume, 384);            /* the checkpoint b added */
+    check_vs_full(m, s, lg, b, 400);
+
+    /* block-aligned prompt fully cached: the last token is still recomputed */
+    assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, a, 256, lg, &r, err,
+                                              sizeof(err)), 0);
+    assert_int_equal(r.resume, 192);
+    check_vs_full(m, s, lg, a, 256);
+
+    pic_prefix_cache_stats_get(pc, &st);
+    assert_int_equal(st.lookups, 4);
+    assert_int_equal(st.hits, 3);
+    assert_true(st.bytes <= st.budget && st.blocks == 7);
+    assert_int_equal(st.tokens_skippable, 8 + 0 + 64);   /* shared but recomputed */
+    free(a);
+    free(b);
+    free(lg);
+    pic_state_free(s);
+    pic_prefix_cache_free(pc);
+    pic_model_free(m);
+}
+
+/* After enough history the new entries' checkpoints sit where requests
+ * stop sharing (here: 5 blocks + 20 tokens → a checkpoint at 320). */
+static void
+test_checkpoints_follow_observed_depths(void **unused)
+{
+    pic_model *m = load("tiny-qwen35");
+    if (m == NULL) {
+        skip();
+    }
+    char              err[256];
+    pic_prefix_opts   o = { .budget = 256u << 20,
+                            .ckpt = { .block = 64, .m = 1, .min_history = 4,
+                                      .resolve_every = 2 } };
+    pic_prefix_cache *pc = pic_prefix_cache_init(m, &o, err, sizeof(err));
+    pic_state        *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    pic_prefix_result r;
+
+    /* same 340-token document, different questions */
+    for (int q = 0; q < 6; q++) {
+        int *p = prompt(420, 340, 100 + q, m->cfg.vocab);
+        assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, p, 420, NULL, &r, err,
+                                                  sizeof(err)), 0);
+        print_message("question %d: depth %d resume %d\n", q, r.depth, r.resume);
+        if (q >= 5) {
+            assert_int_equal(r.depth, 340);
+            assert_int_equal(r.resume, 320);    /* the DP's checkpoint */
+        }
+        free(p);
+    }
+    pic_state_free(s);
+    pic_prefix_cache_free(pc);
+    pic_model_free(m);
+}
+
+static void
+test_budget_evicts_lru_leaves(void **unused)
+{
+    pic_model *m = load("tiny-qwen35");
+    if (m == NULL) {
+        skip();
+    }
+    char              err[256];
+    pic_prefix_opts   o = { .budget = 1, .ckpt = { .m = 2, .min_history = 1000 } };
+    pic_prefix_cache *probe = pic_prefix_cache_init(m, &o, err, sizeof(err));
+    pic_state        *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    pic_prefix_result r;
+    pic_prefix_stats  st;
+    int              *a = prompt(256, 256, 1, m->cfg.vocab);
+    int              *b = prompt(256, 0, 5, m->cfg.vocab);
+    int              *c = prompt(256, 0, 9, m->cfg.vocab);
+
+    /* one 4-block prompt's size */
+    pic_prefix_cache_prefill(probe, NULL, s, a, 256, NULL, &r, err, sizeof(err));
+    pic_prefix_cache_stats_get(probe, &st);
+    assert_int_equal(st.blocks, 0);             /* nothing fits a 1-byte budget */
+    assert_int_equal(st.evictions, 4);
+    pic_prefix_cache_free(probe);
+
+    o.budget = 1u << 30;
+    probe = pic_prefix_cache_init(m, &o, err, sizeof(err));
+    pic_prefix_cache_prefill(probe, NULL, s, a, 256, NULL, &r, err, sizeof(err));
+    pic_prefix_cache_stats_get(probe, &st);
+    size_t one = st.bytes;
+    pic_prefix_cache_free(probe);
+
+    o.budget = 2 * one + one / 2;
+    pic_prefix_cache *pc = pic_prefix_cache_init(m, &o, err, sizeof(err));
+    pic_prefix_cache_prefill(pc, NULL, s, a, 256, NULL, &r, err, sizeof(err));
+    pic_prefix_cache_prefill(pc, NULL, s, b, 256, NULL, &r, err, sizeof(err));
+    pic_prefix_cache_prefill(pc, NULL, s, a, 256, NULL, &r, err, sizeof(err));   /* a recent */
+    assert_int_equal(r.resume, 128);
+    pic_prefix_cache_prefill(pc, NULL, s, c, 256, NULL, &r, err, sizeof(err));
+    pic_prefix_cache_stats_get(pc, &st);
+    print_message("blocks %zu evictions %llu bytes %zu budget %zu\n", st.blocks,
+                  (unsigned long long) st.evictions, st.bytes, st.budget);
+    assert_true(st.bytes <= st.budget);
+    assert_true(st.evictions >= 1);
+    int depth, resume;
+    pic_prefix_cache_lookup(pc, b, 256, &depth, &resume);
+    assert_true(depth < 256);                   /* b was least recently used */
+    pic_prefix_cache_lookup(pc, a, 256, &depth, &resume);
+    assert_int_equal(depth, 256);
+    free(a); free(b); free(c);
+    pic_state_free(s);
+    pic_prefix_cache_free(pc);
+    pic_model_free(m);
+}
+
+typedef struct {
+    pic_model        *m;
+    pic_prefix_cache *pc;
+    int               seed;
+    int               bad;
+} thr_arg;
+
+static void *
+thr(void *v)
+{
+    thr_arg   *a = v;
+    char       err[256];
+    pic_state *s = pic_state_init(&a->m->cfg, 0, err, sizeof(err));
+    pic_state *f = pic_state_init(&a->m->cfg, 0, err, sizeof(err));
+    float     *lg = malloc((size_t) a->m->cfg.vocab * sizeof(float));
+    float     *ref = malloc((size_t) a->m->cfg.vocab * sizeof(float));
+
+    for (int i = 0; i < 6; i++) {
+        int *p = prompt(200 + 30 * i, 130, (unsigned) (a->seed * 10 + i), a->m->cfg.vocab);
+        int  n = 200 + 30 * i;
+        if (pic_prefix_cache_prefill(a->pc, NULL, s, p, n, lg, NULL, err, sizeof(err)) != 0
+            || pic_forward(a->m, NULL, f, p, n, 0, PIC_LOGITS_LAST, ref, NULL, err,
+                           sizeof(err)) != 0) {
+            a->bad++;
+        }
+        pic_state_reset(f);
+        for (int k = 0; k < a->m->cfg.vocab; k++) {
+            a->bad += fabsf(lg[k] - ref[k]) > 1e-4f;
+        }
+        free(p);
+    }
+    free(lg);
+    free(ref);
+    pic_state_free(s);
+    pic_state_free(f);
+    return NULL;
+}
+
+static void
+test_threads_share_the_tree(void **unused)
+{
+    pic_model *m = load("tiny-qwen35-moe");
+    if (m == NULL) {
+        skip();
+    }
+    char              err[256];
+    pic_prefix_opts   o = { .budget = 8u << 20, .ckpt = { .m = 3, .min_history = 5 } };
+    pic_prefix_cache *pc = pic_prefix_cache_init(m, &o, err, sizeof(err));
+    pthread_t         t[3];
+    thr_arg           a[3];
+    pic_prefix_stats  st;
+
+    for (int i = 0; i < 3; i++) {
+        a[i] = (thr_arg) { .m = m, .pc = pc, .seed = i + 1 };
+        pthread_create(&t[i], NULL, thr, &a[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(a[i].bad, 0);
+    }
+    pic_prefix_cache_stats_get(pc, &st);
+    print_message("lookups %llu hits %llu reused %llu recomputed %llu\n",
+                  (unsigned long long) st.lookups, (unsigned long long) st.hits,
+                  (unsigned long long) st.tokens_reused,
+                  (unsigned long long) st.tokens_recomputed);
+    assert_int_equal(st.lookups, 18);
+    assert_true(st.hits > 0);
+    pic_prefix_cache_free(pc);
+    pic_model_free(m);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_resume_from_checkpoint_equals_full),
+        cmocka_unit_test(test_checkpoints_follow_observed_depths),
+        cmocka_unit_test(test_budget_evicts_lru_leaves),
+        cmocka_unit_test(test_threads_share_the_tree),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
