@@ -519,6 +519,31 @@ ngx_http_pic_index_prefix(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_seg_t *segs,
 
 
 void
+ngx_http_pic_index_seen(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_seg_t *segs,
+    ngx_uint_t n)
+{
+    ngx_uint_t                  i;
+    ngx_http_pic_index_node_t  *node;
+
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    for (i = 0; i < n; i++) {
+        node = ngx_http_pic_index_find_locked(zc->sh, segs[i].key,
+                                              NGX_HTTP_PIC_NODE_SEEN);
+        if (node && node->len == segs[i].len) {
+            segs[i].flags |= NGX_HTTP_PIC_SEG_HIT;
+        }
+
+        (void) ngx_http_pic_index_add_locked(zc, segs[i].key,
+                                             NGX_HTTP_PIC_NODE_SEEN,
+                                             segs[i].len);
+    }
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
+}
+
+
+void
 ngx_http_pic_index_ttft(ngx_http_pic_zone_ctx_t *zc, ngx_msec_t ms)
 {
     ngx_uint_t             i;

@@ -154,6 +154,11 @@ void ngx_http_pic_index_forget_engine(ngx_http_pic_zone_ctx_t *zc,
 size_t ngx_http_pic_index_prefix(ngx_http_pic_zone_ctx_t *zc,
     ngx_http_pic_seg_t *segs, ngx_uint_t n, ngx_uint_t record_seen);
 
+/* Observe mode: flag NGX_HTTP_PIC_SEG_HIT on segs[i] seen before (SEEN
+ * nodes), then record them all as seen. */
+void ngx_http_pic_index_seen(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_seg_t *segs, ngx_uint_t n);
+
 /* Add one TTFT sample (ms) to the histogram. */
 void ngx_http_pic_index_ttft(ngx_http_pic_zone_ctx_t *zc, ngx_msec_t ms);
 

@@ -152,6 +152,11 @@ typedef struct {
     size_t                       prefix_bytes; /* an exact-prefix cache's */
     ngx_uint_t                   hits;
 
+    ngx_http_pic_seg_t          *wins;         /* S1 windows of misses */
+    ngx_uint_t                   nwins;
+    ngx_uint_t                   s1_hits;
+    size_t                       s1_bytes;
+
     size_t                       cdc_avg;
     ngx_int_t                    combine;      /* shm slot, -1: none */
     ngx_str_t                    combine_name;

@@ -22,6 +22,7 @@
 #include "ngx_http_pic_engine.h"
 #include "ngx_http_pic_handler.h"
 #include "ngx_http_pic_route.h"
+#include "ngx_http_pic_segment.h"
 
 
 typedef struct {
@@ -138,6 +139,35 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         }
     }
 
+    /* S1: windows of the misses found elsewhere still say where similar
+     * content lives */
+
+    if (ngx_http_pic_segment_windows(r, ctx, plcf) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ctx->nwins) {
+        ngx_http_pic_index_lookup(zc, ctx->wins, ctx->nwins);
+
+        for (i = 0; i < ctx->nwins; i++) {
+            s = &ctx->wins[i];
+            s->holders &= eligible;
+
+            if (s->holders == 0) {
+                continue;
+            }
+
+            ctx->s1_hits++;
+            ctx->s1_bytes += s->len;
+
+            for (j = 0; j < n; j++) {
+                if (s->holders & ((uint64_t) 1 << cand[j].slot)) {
+                    cand[j].local += s->len;
+                }
+            }
+        }
+    }
+
     best = ngx_http_pic_route_pick(ctx, cand, n, plcf->imbalance);
 
     ctx->combine = cand[best].slot;
@@ -165,6 +195,7 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     /* the engines will hold what they compute: learn it now */
 
     ngx_http_pic_index_learn(zc, ctx->segs, ctx->nsegs, ctx->combine);
+    ngx_http_pic_index_learn(zc, ctx->wins, ctx->nwins, ctx->combine);
 
     for (i = 0; i < ctx->nsegs; i++) {
         s = &ctx->segs[i];
@@ -581,6 +612,9 @@ ngx_http_pic_route_account(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_ctx_t *ctx)
         (void) ngx_atomic_fetch_add(&st->bytes_above_prefix,
                                     ctx->hit_bytes - ctx->prefix_bytes);
     }
+
+    (void) ngx_atomic_fetch_add(&st->s1_hits, ctx->s1_hits);
+    (void) ngx_atomic_fetch_add(&st->s1_bytes, ctx->s1_bytes);
 }
 
 
@@ -589,6 +623,7 @@ ngx_http_pic_route_observe(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 {
     ngx_uint_t                i;
     ngx_http_pic_zone_ctx_t  *zc;
+    ngx_http_pic_loc_conf_t  *plcf;
 
     zc = ngx_http_pic_zone(r);
 
@@ -599,6 +634,19 @@ ngx_http_pic_route_observe(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         if (ctx->segs[i].flags & NGX_HTTP_PIC_SEG_HIT) {
             ctx->hits++;
             ctx->hit_bytes += ctx->segs[i].len;
+        }
+    }
+
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pic_module);
+
+    if (ngx_http_pic_segment_windows(r, ctx, plcf) == NGX_OK && ctx->nwins) {
+        ngx_http_pic_index_seen(zc, ctx->wins, ctx->nwins);
+
+        for (i = 0; i < ctx->nwins; i++) {
+            if (ctx->wins[i].flags & NGX_HTTP_PIC_SEG_HIT) {
+                ctx->s1_hits++;
+                ctx->s1_bytes += ctx->wins[i].len;
+            }
         }
     }
 

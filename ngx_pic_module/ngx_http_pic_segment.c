@@ -162,6 +162,85 @@ ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 }
 
 
+ngx_int_t
+ngx_http_pic_segment_windows(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
+    ngx_http_pic_loc_conf_t *plcf)
+{
+    size_t               i, j, k, n, cap, win;
+    u_char              *text;
+    pic_cdc_window      *out;
+    ngx_http_pic_seg_t  *s, *w;
+
+    ctx->nwins = 0;
+
+    if (!plcf->s1 || ctx->segmentation == NULL) {
+        return NGX_OK;
+    }
+
+    win = plcf->cdc_min;
+    text = (u_char *) ctx->segmentation->render.text.data;
+
+    /* non-overlapping windows: at most len / win per segment */
+
+    cap = 0;
+
+    for (i = 0; i < ctx->nsegs; i++) {
+        s = &ctx->segs[i];
+
+        if (!(s->flags & (NGX_HTTP_PIC_SEG_HIT|NGX_HTTP_PIC_SEG_DYNAMIC
+                          |NGX_HTTP_PIC_SEG_FIRST))
+            && s->len >= 64 + win)
+        {
+            cap += s->len / win + 1;
+        }
+    }
+
+    if (cap == 0) {
+        return NGX_OK;
+    }
+
+    out = ngx_palloc(r->pool, cap * sizeof(pic_cdc_window));
+    ctx->wins = ngx_pcalloc(r->pool, cap * sizeof(ngx_http_pic_seg_t));
+
+    if (out == NULL || ctx->wins == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < ctx->nsegs; i++) {
+        s = &ctx->segs[i];
+
+        if ((s->flags & (NGX_HTTP_PIC_SEG_HIT|NGX_HTTP_PIC_SEG_DYNAMIC
+                         |NGX_HTTP_PIC_SEG_FIRST))
+            || s->len < 64 + win)
+        {
+            continue;
+        }
+
+        n = pic_cdc_windows(plcf->cdc, ctx->key_ctx, (char *) text + s->off,
+                            s->len, (uint32_t) win, out,
+                            cap - ctx->nwins);
+
+        n = ngx_min(n, cap - ctx->nwins);
+
+        for (j = 0; j < n; j++) {
+            w = &ctx->wins[ctx->nwins++];
+
+            for (k = 0; k < 8; k++) {
+                w->key[k] = (u_char) (out[j].key.hi >> (56 - 8 * k));
+                w->key[8 + k] = (u_char) (out[j].key.lo >> (56 - 8 * k));
+            }
+
+            w->off = s->off + out[j].off;
+            w->len = out[j].len;
+            w->flags = NGX_HTTP_PIC_SEG_S1;
+            w->worker = -1;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 static void
 ngx_http_pic_segmentation_cleanup(void *data)
 {

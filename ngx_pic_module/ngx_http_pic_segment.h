@@ -25,4 +25,11 @@ ngx_int_t ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     ngx_http_pic_loc_conf_t *plcf, pic_request *req);
 
 
+/* S1 fallback: the keys of fixed windows (pic_cdc_min bytes) at content-
+ * defined anchors inside every PIC segment not flagged NGX_HTTP_PIC_SEG_HIT,
+ * into ctx->wins / nwins. */
+ngx_int_t ngx_http_pic_segment_windows(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx, ngx_http_pic_loc_conf_t *plcf);
+
+
 #endif /* _NGX_HTTP_PIC_SEGMENT_H_INCLUDED_ */

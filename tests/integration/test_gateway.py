@@ -16,7 +16,7 @@ MODEL = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
 MARK = "<|pic_sep|>"
 
 
-def gw_conf(servers, loc="", http="", balancer=True, cdc="64 256 1024"):
+def gw_conf(servers, loc="", http="", balancer=True, cdc="64 256 1024", min_segment=64):
     """nginx http{} body: zone, an upstream of `servers`, a pic location."""
     ups = "\n".join(f"        server {s};" for s in servers)
     return f"""
@@ -39,7 +39,7 @@ def gw_conf(servers, loc="", http="", balancer=True, cdc="64 256 1024"):
             pic on;
             pic_upstream engines;
             pic_cdc {cdc};
-            pic_min_segment 64;
+            pic_min_segment {min_segment};
             {loc}
             proxy_pass http://engines;
             proxy_http_version 1.1;
@@ -89,7 +89,7 @@ def doc(seed, n=600):
     out, x = [], seed * 2654435761 % 2**32
     while sum(len(w) + 1 for w in out) < n:
         x = (x * 1103515245 + 12345) % 2**31
-        out.append(words[x % len(words)])
+        out.append(words[(x >> 16) % len(words)])
     return " ".join(out)
 
 
