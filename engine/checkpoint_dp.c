@@ -89,8 +89,9 @@ pic_ckpt_solve(const double *mass, const double *mass_d, int B, int block,
 #undef Q
     double best = 0.0;
     int    first = -1;
-    for (int i = 1; i <= B; i++) {
-        if (F[(size_t) (R - 1) * (B + 1) + i] > best) {
+    for (int i = 1; i <= B; i++) {      /* ties: the later start, fewer checkpoints */
+        if (F[(size_t) (R - 1) * (B + 1) + i] > 0.0
+            && F[(size_t) (R - 1) * (B + 1) + i] >= best) {
             best = F[(size_t) (R - 1) * (B + 1) + i];
             first = i;
         }
