@@ -84,7 +84,7 @@ def main():
     ensure_model()
     lens = [512, 2048] if QUICK else [512, 2048, 8192]
     steps = 9 if QUICK else 17
-    reps = 1 if QUICK else 2
+    reps = 2
     t0 = time.time()
     env = dict(os.environ)
     env.setdefault("OMP_WAIT_POLICY", "passive")   # idle threads sleep: robust on a shared machine
