@@ -34,7 +34,11 @@ serve_usage(FILE *f)
         "  --advertise HOST:PORT   address announced in Redis (default host:bound port)\n"
         "  --heartbeat-ms N        Redis heartbeat period (default 1000)\n"
         "  --registry-ttl N        seconds before a silent engine expires (default 5)\n"
-        "  --pool-bytes N          cache budget announced as free_bytes (default 268435456)\n");
+        "  --pool-bytes N          public pool budget in bytes (default 268435456)\n"
+        "  --cache-mode M          pic (default), prefix, naive or full (no pools)\n"
+        "  --seam N                seam width of PIC entries (default 8)\n"
+        "  --entry-dtype T         storage of PIC entries: bf16 (default) or f32\n"
+        "  --min-segment BYTES     shorter segments are recomputed (default 128)\n");
 }
 
 /* Parse a non-negative integer no larger than max; -1 on error. */
@@ -56,7 +60,7 @@ pic_cmd_serve(int argc, char **argv)
     enum {
         OPT_NAME = 256, OPT_TEMPLATE, OPT_MARKER, OPT_WORKERS, OPT_BATCH, OPT_QUEUE,
         OPT_CTX, OPT_MAXTOK, OPT_TIMEOUT, OPT_MAXBODY, OPT_REDIS, OPT_ADVERTISE,
-        OPT_HEARTBEAT, OPT_TTL, OPT_POOL,
+        OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_MINSEG,
     };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -80,6 +84,10 @@ pic_cmd_serve(int argc, char **argv)
         { "heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT },
         { "registry-ttl", required_argument, NULL, OPT_TTL },
         { "pool-bytes", required_argument, NULL, OPT_POOL },
+        { "cache-mode", required_argument, NULL, OPT_MODE },
+        { "seam", required_argument, NULL, OPT_SEAM },
+        { "entry-dtype", required_argument, NULL, OPT_DTYPE },
+        { "min-segment", required_argument, NULL, OPT_MINSEG },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -87,6 +95,7 @@ pic_cmd_serve(int argc, char **argv)
         .host = "127.0.0.1", .port = 8000, .max_queue = -1,
         .request_timeout_ms = 600000, .max_body = 16u << 20,
         .heartbeat_ms = 1000, .registry_ttl_s = 5, .pool_bytes = 256u << 20,
+        .seam = 8, .min_segment = 128,
     };
     char            idbuf[64];
     long long       v;
@@ -106,10 +115,12 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_MARKER: opts.marker = optarg; continue;
         case OPT_REDIS: opts.redis = optarg; continue;
         case OPT_ADVERTISE: opts.advertise = optarg; continue;
+        case OPT_MODE: opts.cache_mode = optarg; continue;
+        case OPT_DTYPE: opts.entry_dtype = optarg; continue;
         case 'h': serve_usage(stdout); return 0;
         case 'p': case 't': case OPT_WORKERS: case OPT_BATCH: case OPT_QUEUE: case OPT_CTX:
         case OPT_MAXTOK: case OPT_TIMEOUT: case OPT_MAXBODY: case OPT_HEARTBEAT:
-        case OPT_TTL: case OPT_POOL:
+        case OPT_TTL: case OPT_POOL: case OPT_SEAM: case OPT_MINSEG:
             break;
         default: serve_usage(stderr); return 2;
         }
@@ -131,6 +142,8 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_HEARTBEAT: opts.heartbeat_ms = (int) v; break;
         case OPT_TTL: opts.registry_ttl_s = (int) v; break;
         case OPT_POOL: opts.pool_bytes = (uint64_t) v; break;
+        case OPT_SEAM: opts.seam = (int) v; break;
+        case OPT_MINSEG: opts.min_segment = (size_t) v; break;
         }
     }
     if (optind < argc) {

@@ -33,7 +33,9 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "pic_plan.h"
 #include "pic_request.h"
+#include "pic_segment.h"
 #include "pic_template.h"
 #include "server_impl.h"
 #include "toolcall.h"
@@ -687,6 +689,155 @@ pic_oai_job_from_request(pic_server *srv, pic_oai_ctx *c, const pic_request *r,
     return 0;
 }
 
+/* A plan job from segments (offset, len, kind, key) when any of them can
+ * come from a pool; NULL when all are dynamic (the plain path then
+ * tokenizes the whole text: identical to one segment's ids). */
+static pic_plan_job *
+pic_oai_plan_job(size_t n, const size_t *off, const size_t *len, const pic_seg_kind *kind,
+                 const char *const *key, pic_error *err)
+{
+    pic_plan_job *pj;
+    size_t        useful = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        useful += kind[i] != PIC_SEG_DYNAMIC;
+    }
+    if (useful == 0 || n > 0x7fffffff) {
+        return NULL;
+    }
+    pj = pic_plan_job_new((int) n);
+    if (pj == NULL) {
+        pic_error_oom(err, __func__);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pj->segs[i].offset = off[i];
+        pj->segs[i].len = len[i];
+        pj->segs[i].kind = kind[i];
+        snprintf(pj->segs[i].key, sizeof(pj->segs[i].key), "%s", key[i]);
+    }
+    return pj;
+}
+
+/* Segments for the pools: the gateway's plan when it fits the prompt we
+ * render, else our own segmentation (the shared pipeline).  Fills *text
+ * (the rendered prompt, detached) and *pj (NULL: plain prefill).  0, or -1
+ * with err. */
+static int
+pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text_len,
+                pic_plan_job **pj, pic_error *err)
+{
+    const cJSON      *node = cJSON_GetObjectItemCaseSensitive(r->root, "pic");
+    pic_segment_cfg   cfg;
+    pic_segmentation  seg;
+    pic_plan          plan;
+    int               rc = -1;
+
+    *pj = NULL;
+    *text = NULL;
+    pic_segmentation_init(&seg);
+    pic_plan_init(&plan);
+    if (node != NULL) {
+        pic_template_opts topts = { .dialect = srv->dialect, .split = &srv->marker,
+                                    .split_parts = 1 };
+        char             *js = cJSON_PrintUnformatted(node);
+        uint64_t          covered = 0;
+
+        srv->hs.plans_received++;
+        if (js == NULL) {
+            return pic_error_oom(err, __func__);
+        }
+        if (pic_plan_decode(&plan, js, strlen(js), err) != 0) {
+            free(js);
+            snprintf(err->param, sizeof(err->param), "pic");
+            goto done;
+        }
+        free(js);
+        if (pic_template_render(&topts, r, &seg.render, err) != 0) {
+            goto done;
+        }
+        for (size_t i = 0; i < plan.n_segs; i++) {
+            covered += plan.segs[i].key.len;
+        }
+        if (covered == seg.render.text.len && plan.n_segs > 0) {
+            size_t       *off = malloc(plan.n_segs * sizeof(size_t));
+            size_t       *len = malloc(plan.n_segs * sizeof(size_t));
+            pic_seg_kind *kind = malloc(plan.n_segs * sizeof(pic_seg_kind));
+            const char  **key = malloc(plan.n_segs * sizeof(char *));
+
+            if (off && len && kind && key) {
+                for (size_t i = 0; i < plan.n_segs; i++) {
+                    off[i] = plan.segs[i].offset;
+                    len[i] = plan.segs[i].key.len;
+                    kind[i] = plan.segs[i].kind;
+                    key[i] = plan.segs[i].key.hex;
+                }
+                *pj = pic_oai_plan_job(plan.n_segs, off, len, kind, key, err);
+            } else {
+                pic_error_oom(err, __func__);
+            }
+            free(off);
+            free(len);
+            free(kind);
+            free(key);
+            if (*pj == NULL && err->status != 0) {
+                goto done;
+            }
+            *text = pic_buf_detach(&seg.render.text, text_len);
+            rc = *text != NULL ? 0 : pic_error_oom(err, __func__);
+            goto done;
+        }
+        /* rendered differently (another template or marker setting): ours */
+        srv->hs.plans_ignored++;
+        pic_render_free(&seg.render);
+        pic_render_init(&seg.render);
+    }
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.dialect = srv->dialect;
+    cfg.marker = &srv->marker;
+    cfg.split_parts = 1;
+    cfg.keys = &srv->keys;
+    cfg.min_pic_bytes = srv->opts->min_segment;
+    if (pic_segment_request(&cfg, r, &seg, err) != 0) {
+        goto done;
+    }
+    if (seg.n_segs > 0) {
+        size_t       *off = malloc(seg.n_segs * sizeof(size_t));
+        size_t       *len = malloc(seg.n_segs * sizeof(size_t));
+        pic_seg_kind *kind = malloc(seg.n_segs * sizeof(pic_seg_kind));
+        const char  **key = malloc(seg.n_segs * sizeof(char *));
+
+        if (off && len && kind && key) {
+            for (size_t i = 0; i < seg.n_segs; i++) {
+                off[i] = seg.segs[i].start;
+                len[i] = seg.segs[i].len;
+                kind[i] = seg.segs[i].kind;
+                key[i] = seg.segs[i].key.hex;
+            }
+            *pj = pic_oai_plan_job(seg.n_segs, off, len, kind, key, err);
+        } else {
+            pic_error_oom(err, __func__);
+        }
+        free(off);
+        free(len);
+        free(kind);
+        free(key);
+        if (*pj == NULL && err->status != 0) {
+            goto done;
+        }
+    }
+    *text = pic_buf_detach(&seg.render.text, text_len);
+    rc = *text != NULL ? 0 : pic_error_oom(err, __func__);
+done:
+    if (rc != 0) {
+        pic_plan_job_free(*pj);
+        *pj = NULL;
+    }
+    pic_segmentation_free(&seg);
+    pic_plan_free(&plan);
+    return rc;
+}
+
 void
 pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
 {
@@ -697,6 +848,7 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     pic_template_opts  topts = { .dialect = srv->dialect, .split = &srv->marker };
     pic_error          err;
     pic_oai_ctx       *c = NULL;
+    pic_plan_job      *pj = NULL;
     const char        *body;
     const cJSON       *tc;
     int                rc;
@@ -721,8 +873,24 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
         return;
     }
     body = (const char *) evbuffer_pullup(in, -1);
-    if (pic_request_parse(&r, kind, body ? body : "", len, NULL, &err) != 0
-        || pic_template_render(&topts, &r, &rd, &err) != 0) {
+    if (pic_request_parse(&r, kind, body ? body : "", len, NULL, &err) != 0) {
+        pic_reply_pic_error(srv, req, &err);
+        goto done;
+    }
+    if (srv->pool != NULL && r.prompt_tokens == NULL) {
+        /* segments for the pools; the prompt text comes with them */
+        char  *text = NULL;
+        size_t tlen = 0;
+
+        if (pic_oai_segment(srv, &r, &text, &tlen, &pj, &err) != 0) {
+            pic_reply_pic_error(srv, req, &err);
+            goto done;
+        }
+        pic_buf_free(&rd.text);
+        rd.text.data = text;
+        rd.text.len = tlen;
+        rd.text.cap = tlen + 1;
+    } else if (pic_template_render(&topts, &r, &rd, &err) != 0) {
         pic_reply_pic_error(srv, req, &err);
         goto done;
     }
@@ -748,6 +916,8 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
         c->parse_tools = c->tools != NULL;
     }
     pic_toolstream_init(&c->ts, c->tools);
+    c->job->plan = pj;          /* the job owns it from here */
+    pj = NULL;
     if (pic_oai_job_from_request(srv, c, &r, &rd, &err) != 0) {
         pic_reply_pic_error(srv, req, &err);
         pic_oai_ctx_free(c);
@@ -795,6 +965,7 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     }
 
 done:
+    pic_plan_job_free(pj);
     pic_render_free(&rd);
     pic_request_free(&r);
 }

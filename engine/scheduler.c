@@ -11,6 +11,7 @@
 
 #include "forward.h"
 #include "pic_kernels.h"
+#include "plan_exec.h"
 #include "scheduler.h"
 #include "state.h"
 #include "stopstr.h"
@@ -24,6 +25,7 @@ struct pic_seq {
     int          have_dt;
     int          slot;
     int          tokenized;
+    int          planning;      /* assembling a plan's segments */
     int          n_fed;         /* prompt tokens through the model */
     int          last;          /* last sampled id, fed by the next step */
     int          max_gen;       /* tokens this job may generate */
@@ -89,6 +91,7 @@ pic_job_free(pic_job *j)
         return;
     }
     pthread_mutex_destroy(&j->mu);
+    pic_plan_job_free(j->plan);
     free(j->text);
     free(j->prompt);
     for (int i = 0; i < j->n_stop; i++) {
@@ -284,6 +287,17 @@ pic_seq_begin(pic_sched *s, pic_job *j)
     pic_seq *q = j->seq;
     int      V = s->o.model->cfg.vocab;
 
+    if (j->plan != NULL) {
+        /* plan_exec tokenizes the segments; the checks follow there */
+        if (s->o.tok == NULL || s->o.plan_ctx == NULL) {
+            pic_job_finish(s, j, PIC_FINISH_ERROR, 503, "server_error", "%s",
+                           "the engine cannot execute plans");
+            return -1;
+        }
+        q->planning = 1;
+        q->max_gen = s->o.max_ctx;      /* set once the prompt length is known */
+        goto sampler;
+    }
     if (j->prompt == NULL) {
         int32_t *ids = NULL;
         size_t   n = 0;
@@ -332,6 +346,7 @@ pic_seq_begin(pic_sched *s, pic_job *j)
     if (j->max_tokens > 0 && j->max_tokens < q->max_gen) {
         q->max_gen = j->max_tokens;
     }
+sampler:
     if (pic_sampler_init(&q->smp, &j->sample, V) != 0) {
         pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "%s", "out of memory");
         return -1;
@@ -342,6 +357,9 @@ pic_seq_begin(pic_sched *s, pic_job *j)
         q->have_dt = 1;
     }
     q->tokenized = 1;
+    if (q->planning) {
+        return 0;
+    }
     pthread_mutex_lock(&j->mu);
     j->n_prompt_tokens = j->n_prompt;
     j->dirty = 1;
@@ -409,8 +427,81 @@ pic_seq_emit(pic_sched *s, pic_job *j, int id)
     return 0;
 }
 
-/* One step of job j in slot k: a prefill chunk or one decode token. */
-static void
+/* A plan job's step: -1 the job was finished (an error), 0 not done yet
+ * (*progress: whether work was done), 1 the prompt is assembled and
+ * w->logits hold its last token's logits. */
+static int
+pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
+{
+    pic_seq      *q = j->seq;
+    pic_plan_job *pj = j->plan;
+    int           was_tokenized = pj->tokenized, status, rc;
+    char          err[256];
+
+    rc = pic_plan_step(s->o.plan_ctx, pj, s->o.model, s->o.tok, j->text, j->text_len, q->st,
+                       w->logits, &status, err, sizeof(err));
+    if (rc == PIC_PLAN_ERROR) {
+        pic_job_finish(s, j, PIC_FINISH_ERROR, status,
+                       status >= 500 ? "server_error" : "invalid_request_error", "%s", err);
+        return -1;
+    }
+    if (rc == PIC_PLAN_WAIT) {
+        *progress = 0;
+        pic_sched_count(s, &s->st.plan_waits, 1);
+        return 0;
+    }
+    *progress = 1;
+    if (!was_tokenized) {
+        if (pj->n_prompt <= 0) {
+            pic_job_finish(s, j, PIC_FINISH_ERROR, 400, "invalid_request_error", "%s",
+                           "the prompt is empty");
+            return -1;
+        }
+        if (pj->n_prompt >= s->o.max_ctx) {
+            pic_job_finish(s, j, PIC_FINISH_ERROR, 422, "invalid_request_error",
+                           "the prompt has %d tokens; this model's context is %d tokens "
+                           "(room is needed for at least one generated token)",
+                           pj->n_prompt, s->o.max_ctx);
+            return -1;
+        }
+        pthread_mutex_lock(&j->mu);
+        j->n_prompt_tokens = pj->n_prompt;
+        j->dirty = 1;
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (rc == PIC_PLAN_MORE) {
+        pic_sched_count(s, &s->st.prefill_steps, 1);
+        return 0;
+    }
+    /* assembled: from here on an ordinary sequence */
+    j->n_prompt = pj->n_prompt;
+    q->n_fed = pj->n_prompt;
+    q->planning = 0;
+    q->max_gen = s->o.max_ctx - j->n_prompt;
+    if (j->max_tokens > 0 && j->max_tokens < q->max_gen) {
+        q->max_gen = j->max_tokens;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->n_cached = pj->n_cached;
+    j->dirty = 1;
+    pthread_mutex_unlock(&j->mu);
+    pthread_mutex_lock(&s->stmu);
+    s->st.prefill_steps++;
+    s->st.plan_jobs++;
+    s->st.prompt_tokens += (uint64_t) pj->n_prompt;
+    s->st.cached_tokens += (uint64_t) pj->n_cached;
+    s->st.seg_hits += (uint64_t) pj->n_hits;
+    s->st.seg_peer += (uint64_t) pj->n_peer;
+    s->st.seg_built += (uint64_t) pj->n_built;
+    s->st.seg_rejected += (uint64_t) pj->n_rejected;
+    s->st.seg_remote_failed += (uint64_t) pj->n_remote_failed;
+    pthread_mutex_unlock(&s->stmu);
+    return 1;
+}
+
+/* One step of job j in slot k: a prefill chunk, a plan step or one decode
+ * token.  Returns 1 if it did work, 0 if the job only waited. */
+static int
 pic_seq_step(pic_sched *s, pic_worker *w, int k)
 {
     pic_job *j = w->run[k];
@@ -432,7 +523,17 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
     if (!q->tokenized && pic_seq_begin(s, j) != 0) {
         goto released;
     }
-    if (q->n_fed < j->n_prompt) {
+    if (q->planning) {
+        int progress = 1;
+
+        rc = pic_seq_plan_step(s, w, j, &progress);
+        if (rc < 0) {
+            goto released;
+        }
+        if (rc == 0) {
+            return progress;
+        }
+    } else if (q->n_fed < j->n_prompt) {
         int n = j->n_prompt - q->n_fed, last;
 
         if (n > PIC_UBATCH) {
@@ -449,7 +550,7 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
         }
         q->n_fed += n;
         if (!last) {
-            return;
+            return 1;
         }
     } else {
         rc = pic_forward(s->o.model, NULL, q->st, &q->last, 1, q->st->pos,
@@ -464,13 +565,14 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
     if (pic_seq_emit(s, j, id)) {
         goto released;
     }
-    return;
+    return 1;
 
 released:
     w->run[k] = NULL;
     pthread_mutex_lock(&s->qmu);
     s->running--;
     pthread_mutex_unlock(&s->qmu);
+    return 1;
 }
 
 /* --- the wait queue --- */
@@ -619,6 +721,7 @@ pic_worker_main(void *arg)
 
         /* one round: every running sequence advances one step */
         int64_t t0 = pic_now_ns();
+        int     progress = 0;
         for (int k = 0; k < B; k++) {
             if (w->run[k] == NULL) {
                 continue;
@@ -626,12 +729,28 @@ pic_worker_main(void *arg)
             if (s->stopping) {
                 pic_job_cancel(w->run[k]);
             }
-            pic_seq_step(s, w, k);
+            progress |= pic_seq_step(s, w, k);
         }
         pthread_mutex_lock(&s->stmu);
         s->st.rounds++;
         s->st.busy_s += (double) (pic_now_ns() - t0) * 1e-9;
         pthread_mutex_unlock(&s->stmu);
+        if (!progress) {
+            /* every running job waits for a remote entry: sleep until one
+             * arrives (pic_sched_wake), a job comes, or 10 ms pass */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 10 * 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_mutex_lock(&s->qmu);
+            if (!s->stopping && s->qhead == NULL) {
+                pthread_cond_timedwait(&s->qcv, &s->qmu, &ts);
+            }
+            pthread_mutex_unlock(&s->qmu);
+        }
     }
     return NULL;
 }
@@ -717,6 +836,14 @@ pic_sched_free(pic_sched *s)
     pthread_cond_destroy(&s->qcv);
     pthread_mutex_destroy(&s->stmu);
     free(s);
+}
+
+void
+pic_sched_wake(pic_sched *s)
+{
+    pthread_mutex_lock(&s->qmu);
+    pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->qmu);
 }
 
 void

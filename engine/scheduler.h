@@ -44,7 +44,8 @@ typedef enum {
     PIC_FINISH_ERROR,               /* err_status / err_msg say why */
 } pic_finish;
 
-typedef struct pic_seq pic_seq;     /* worker-side run state (sched.c) */
+typedef struct pic_seq pic_seq;     /* worker-side run state (scheduler.c) */
+struct pic_plan_job;                /* plan_exec.h */
 
 typedef struct pic_job {
     /* --- input: set before pic_sched_submit, read-only afterwards --- */
@@ -58,6 +59,8 @@ typedef struct pic_job {
     int                n_stop;
     int64_t            deadline_ns; /* CLOCK_MONOTONIC; 0: none */
     int                ignore_eos;  /* keep going past stop tokens */
+    struct pic_plan_job *plan;      /* segments for the pools (owned), or NULL:
+                                     * plain prefill of text / prompt */
     void              *user;        /* the submitter's context */
 
     /* --- shared with the worker: guarded by mu --- */
@@ -106,6 +109,7 @@ typedef struct {
     int                  max_ctx;   /* positions per sequence */
     void               (*notify)(void *arg);    /* a job has news (any thread) */
     void                *notify_arg;
+    const void          *plan_ctx;  /* const pic_plan_ctx * for jobs with a plan */
 } pic_sched_opts;
 
 typedef struct {
@@ -113,6 +117,9 @@ typedef struct {
     uint64_t prompt_tokens, gen_tokens, cached_tokens;
     uint64_t prefill_steps, decode_steps, rounds;
     double   cancel_latency_max_ms; /* longest cancel → compute released */
+    uint64_t plan_jobs;             /* prompts assembled from segments */
+    uint64_t seg_hits, seg_peer, seg_built, seg_rejected, seg_remote_failed;
+    uint64_t plan_waits;            /* steps a job waited for a remote entry */
     int      running, queued, workers, max_batch, max_queue, threads;
     double   busy_s;                /* seconds workers spent computing */
 } pic_sched_stats;
@@ -125,6 +132,9 @@ pic_sched *pic_sched_init(const pic_sched_opts *opts, char *err, size_t errlen);
 /* Cancel everything, join the workers, free (NULL is fine).  Jobs still
  * held by the submitter end up done (cancelled) and are not freed here. */
 void pic_sched_free(pic_sched *s);
+
+/* Wake idle workers (a remote entry arrived); any thread. */
+void pic_sched_wake(pic_sched *s);
 
 /* Queue a job: 0, or -1 when the wait queue is full (answer 429), or -2
  * when the scheduler is shutting down. */

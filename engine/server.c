@@ -32,6 +32,7 @@
 #include <event2/thread.h>
 
 #include <cjson/cJSON.h>
+#include <xxhash.h>
 
 #include "pic_kernels.h"
 #include "server_impl.h"
@@ -139,7 +140,11 @@ pic_server_load(void *arg, pic_registry_load *out)
     pic_sched_stats st;
 
     memset(out, 0, sizeof(*out));
-    out->free_bytes = srv->opts->pool_bytes;        /* no pool holds entries yet */
+    if (srv->pool != NULL) {
+        pic_pool_stats ps;
+        pic_pool_stats_get(srv->pool, &ps);
+        out->free_bytes = ps.budget > ps.bytes ? ps.budget - ps.bytes : 0;
+    }
     if (srv->sched == NULL) {
         return;
     }
@@ -185,8 +190,10 @@ pic_route_status(pic_server *srv, struct evhttp_request *req)
         o = cJSON_AddObjectToObject(doc, "model");
         cJSON_AddStringToObject(o, "name", srv->model_name);
         cJSON_AddStringToObject(o, "type", srv->model->cfg.model_type);
+        /* what segment keys are made with (the gateway learns it here) */
+        cJSON_AddStringToObject(o, "fingerprint", srv->key_fp);
         snprintf(fp, sizeof(fp), "%016llx", (unsigned long long) srv->model->fingerprint);
-        cJSON_AddStringToObject(o, "fingerprint", fp);
+        cJSON_AddStringToObject(o, "weights_fingerprint", fp);
         cJSON_AddNumberToObject(o, "layers", srv->model->cfg.n_layers);
         cJSON_AddNumberToObject(o, "context", srv->max_ctx);
         cJSON_AddStringToObject(o, "template", pic_template_dialect_name(srv->dialect));
@@ -239,6 +246,36 @@ pic_route_status(pic_server *srv, struct evhttp_request *req)
         cJSON_AddNumberToObject(o, "cancel_latency_max_ms", st.cancel_latency_max_ms);
     } else {
         cJSON_AddNullToObject(doc, "scheduler");
+    }
+
+    if (srv->pool) {
+        pic_pool_stats ps;
+
+        pic_pool_stats_get(srv->pool, &ps);
+        o = cJSON_AddObjectToObject(doc, "cache");
+        cJSON_AddStringToObject(o, "mode", pic_mode_name(srv->plan.mode));
+        cJSON_AddNumberToObject(o, "seam", srv->plan.seam.w);
+        cJSON_AddStringToObject(o, "entry_dtype",
+                                srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32");
+        cJSON_AddNumberToObject(o, "entries", (double) ps.items);
+        cJSON_AddNumberToObject(o, "bytes", (double) ps.bytes);
+        cJSON_AddNumberToObject(o, "budget", (double) ps.budget);
+        cJSON_AddNumberToObject(o, "hits", (double) ps.hits);
+        cJSON_AddNumberToObject(o, "misses", (double) ps.misses);
+        cJSON_AddNumberToObject(o, "insertions", (double) ps.insertions);
+        cJSON_AddNumberToObject(o, "evictions", (double) ps.evictions);
+        cJSON_AddNumberToObject(o, "rejected", (double) ps.rejected);
+        cJSON_AddNumberToObject(o, "plans_received", (double) srv->hs.plans_received);
+        cJSON_AddNumberToObject(o, "plans_ignored", (double) srv->hs.plans_ignored);
+        if (srv->sched) {
+            cJSON_AddNumberToObject(o, "plan_jobs", (double) st.plan_jobs);
+            cJSON_AddNumberToObject(o, "segment_hits", (double) st.seg_hits);
+            cJSON_AddNumberToObject(o, "segment_peer", (double) st.seg_peer);
+            cJSON_AddNumberToObject(o, "segment_built", (double) st.seg_built);
+            cJSON_AddNumberToObject(o, "segment_rejected", (double) st.seg_rejected);
+            cJSON_AddNumberToObject(o, "segment_remote_failed", (double) st.seg_remote_failed);
+            cJSON_AddNumberToObject(o, "cached_tokens", (double) st.cached_tokens);
+        }
     }
 
     if (srv->reg) {
@@ -394,6 +431,76 @@ pic_bound_port(struct evhttp_bound_socket *bs)
 
 /* --- model --- */
 
+/* Pool evictions reach the index (called on a worker thread). */
+static void
+pic_server_on_evict(void *user, const char *key, uint64_t len, size_t bytes)
+{
+    pic_server *srv = user;
+
+    if (srv->reg != NULL) {
+        pic_registry_post_evict(srv->reg, key);
+    }
+}
+
+/* Cache mode, seam entries, the public pool and the keying context; 0 or -1. */
+static int
+pic_server_init_cache(pic_server *srv)
+{
+    const pic_server_opts *o = srv->opts;
+    pic_error              perr;
+    char                   err[256];
+    XXH64_state_t         *h;
+    uint32_t               w;
+
+    memset(&srv->plan, 0, sizeof(srv->plan));
+    if (pic_mode_parse(o->cache_mode ? o->cache_mode : "pic", &srv->plan.mode) != 0) {
+        fprintf(stderr, "pic-engine[%s]: unknown --cache-mode '%s'\n", o->id, o->cache_mode);
+        return -1;
+    }
+    srv->plan.seam.w = o->seam >= 0 ? o->seam : 8;
+    if (srv->plan.seam.w > PIC_ENTRY_MAX_W) {
+        fprintf(stderr, "pic-engine[%s]: --seam %d is above %d\n", o->id, srv->plan.seam.w,
+                PIC_ENTRY_MAX_W);
+        return -1;
+    }
+    if (o->entry_dtype == NULL || strcmp(o->entry_dtype, "bf16") == 0) {
+        srv->plan.seam.dtype = PIC_DTYPE_BF16;
+    } else if (strcmp(o->entry_dtype, "f32") == 0) {
+        srv->plan.seam.dtype = PIC_DTYPE_F32;
+    } else {
+        fprintf(stderr, "pic-engine[%s]: --entry-dtype must be bf16 or f32\n", o->id);
+        return -1;
+    }
+    /* keys change with the weights, the tokenizer, the seam width and the
+     * entry storage (DESIGN §4.1) */
+    h = XXH64_createState();
+    XXH64_reset(h, 0);
+    XXH64_update(h, &srv->model->fingerprint, sizeof(srv->model->fingerprint));
+    w = (uint32_t) srv->plan.seam.w;
+    XXH64_update(h, &w, sizeof(w));
+    w = (uint32_t) srv->plan.seam.dtype;
+    XXH64_update(h, &w, sizeof(w));
+    snprintf(srv->key_fp, sizeof(srv->key_fp), "%016llx",
+             (unsigned long long) XXH64_digest(h));
+    XXH64_freeState(h);
+    if (pic_key_ctx_init(&srv->keys, srv->key_fp, strlen(srv->key_fp), "", 0, &perr) != 0) {
+        fprintf(stderr, "pic-engine[%s]: %s\n", o->id, perr.message);
+        return -1;
+    }
+    srv->have_keys = 1;
+    if (srv->plan.mode == PIC_MODE_FULL) {
+        return 0;
+    }
+    srv->pool = pic_pool_init(o->pool_bytes, srv->model->fingerprint, err, sizeof(err));
+    if (srv->pool == NULL) {
+        fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
+        return -1;
+    }
+    pic_pool_set_evict_cb(srv->pool, pic_server_on_evict, srv);
+    srv->plan.pool = srv->pool;
+    return 0;
+}
+
 /* Load the checkpoint and tokenizer, start the scheduler; 0 or -1. */
 static int
 pic_server_load_model(pic_server *srv)
@@ -450,6 +557,9 @@ pic_server_load_model(pic_server *srv)
         int mp = srv->model->cfg.max_position;
         srv->max_ctx = mp > 0 && mp < 32768 ? mp : 32768;
     }
+    if (pic_server_init_cache(srv) != 0) {
+        return -1;
+    }
 
     memset(&so, 0, sizeof(so));
     so.model = srv->model;
@@ -461,15 +571,18 @@ pic_server_load_model(pic_server *srv)
     so.max_ctx = srv->max_ctx;
     so.notify = pic_notify;
     so.notify_arg = srv;
+    so.plan_ctx = srv->pool ? &srv->plan : NULL;
     srv->sched = pic_sched_init(&so, err, sizeof(err));
     if (srv->sched == NULL) {
         fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
         return -1;
     }
     fprintf(stderr, "pic-engine[%s]: model %s (%s, template %s), context %d, "
-            "%d worker(s) x %d thread(s), batch %d, queue %d\n", o->id, srv->model_name,
-            srv->model->cfg.model_type, pic_template_dialect_name(srv->dialect),
-            srv->max_ctx, so.workers, so.threads, so.max_batch, so.max_queue);
+            "%d worker(s) x %d thread(s), batch %d, queue %d, cache %s (w=%d, %s)\n", o->id,
+            srv->model_name, srv->model->cfg.model_type,
+            pic_template_dialect_name(srv->dialect), srv->max_ctx, so.workers, so.threads,
+            so.max_batch, so.max_queue, pic_mode_name(srv->plan.mode), srv->plan.seam.w,
+            srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32");
     return 0;
 }
 
@@ -531,7 +644,7 @@ pic_server_run(const pic_server_opts *opts)
         ro.id = opts->id;
         ro.addr = srv.addr;
         ro.version = PIC_ENGINE_VERSION;
-        ro.model_fp = srv.model ? srv.model->fingerprint : 0;
+        ro.model_fp = srv.model ? strtoull(srv.key_fp, NULL, 16) : 0;
         ro.heartbeat_ms = opts->heartbeat_ms;
         ro.ttl_s = opts->registry_ttl_s;
         ro.load = pic_server_load;
@@ -541,6 +654,7 @@ pic_server_run(const pic_server_opts *opts)
             fprintf(stderr, "pic-engine[%s]: %s\n", opts->id, err);
             goto done;
         }
+        srv.plan.reg = srv.reg;     /* before any request: workers read it */
     }
 
     if (opts->port_file) {
@@ -567,6 +681,10 @@ done:
     srv.sched = NULL;
     pic_oai_shutdown(&srv);
     pic_registry_free(srv.reg);
+    pic_pool_free(srv.pool);
+    if (srv.have_keys) {
+        pic_key_ctx_free(&srv.keys);
+    }
     if (sigint) {
         event_free(sigint);
     }

@@ -28,7 +28,11 @@ typedef struct {
     const char *advertise;      /* host:port announced in Redis; NULL: host:bound port */
     int         heartbeat_ms;   /* Redis heartbeat period */
     int         registry_ttl_s; /* pic:eng:{id} expiry */
-    uint64_t    pool_bytes;     /* cache budget announced as free_bytes */
+    uint64_t    pool_bytes;     /* public pool budget (bytes) */
+    const char *cache_mode;     /* "pic" (default), "prefix", "naive" or "full" */
+    int         seam;           /* seam width w of PIC entries (default 8) */
+    const char *entry_dtype;    /* "bf16" (default) or "f32" for PIC entries */
+    size_t      min_segment;    /* shorter non-prefix segments are recomputed */
 } pic_server_opts;
 
 /* Run the server until SIGINT/SIGTERM; returns a process exit status. */

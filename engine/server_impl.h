@@ -16,6 +16,9 @@
 
 #include "model.h"
 #include "pic_error.h"
+#include "pic_key.h"
+#include "plan_exec.h"
+#include "pool.h"
 #include "pic_marker.h"
 #include "pic_template.h"
 #include "registry.h"
@@ -37,6 +40,8 @@ typedef struct {
     uint64_t rejected_429, expired_504, too_large_413, too_long_422;
     uint64_t disconnects;       /* clients gone before their answer ended */
     uint64_t tool_calls;        /* tool calls parsed out of model output */
+    uint64_t plans_received;    /* requests that carried a gateway plan */
+    uint64_t plans_ignored;     /* plans that did not fit the prompt: standalone used */
     double   ttft_sum_s;        /* submit → first token, over answered requests */
     uint64_t ttft_n;
     double   latency_sum_s;     /* submit → done */
@@ -58,6 +63,11 @@ typedef struct pic_server {
     pic_template_dialect   dialect;
     pic_marker             marker;          /* document delimiter in prompts */
     int                    max_ctx;
+    char                   key_fp[24];      /* fingerprint string of segment keys */
+    pic_key_ctx            keys;            /* keying for standalone segmentation */
+    int                    have_keys;
+    pic_pool              *pool;            /* public pool of segment entries */
+    pic_plan_ctx           plan;            /* how plan jobs use it */
 
     pic_sched             *sched;
     struct event          *wake;            /* job news from the workers */
