@@ -470,13 +470,14 @@ ngx_http_pic_engine_eligible(ngx_http_pic_zone_ctx_t *zc,
     ngx_http_pic_main_conf_t *pmcf, ngx_http_pic_pool_t *pool)
 {
     time_t                       now;
-    uint64_t                     mask;
+    uint64_t                     mask, unconfirmed;
     ngx_uint_t                   i;
     ngx_http_pic_engine_sh_t    *e;
     ngx_http_pic_engine_conf_t  *ec;
 
     now = ngx_time();
     mask = 0;
+    unconfirmed = 0;
     ec = pool->engines.elts;
 
     for (i = 0; i < pool->engines.nelts; i++) {
@@ -493,10 +494,18 @@ ngx_http_pic_engine_eligible(ngx_http_pic_zone_ctx_t *zc,
                 && now - e->failed_at >= pmcf->fail_timeout))
         {
             mask |= (uint64_t) 1 << ec[i].slot;
+
+        } else if (!e->probe_down) {
+            unconfirmed |= (uint64_t) 1 << ec[i].slot;
         }
     }
 
-    return mask;
+    /*
+     * Every engine is out: those only failed requests took out (no probe
+     * confirmed it) are still worth a try rather than a refusal.
+     */
+
+    return mask ? mask : unconfirmed;
 }
 
 
@@ -1047,6 +1056,8 @@ ngx_http_pic_probe_finish(ngx_http_pic_probe_t *pr, const char *failure)
     if (failure) {
         (void) ngx_atomic_fetch_add(&e->probe_failures, 1);
     }
+
+    e->probe_down = (failure != NULL);
 
     /* a probe failure takes the engine out at once */
     ngx_http_pic_engine_mark(pr->zc, pr->slot, failure == NULL, 1,

@@ -37,6 +37,7 @@ typedef struct {
     ngx_uint_t                   configured;   /* generation last seen */
 
     ngx_uint_t                   healthy;
+    ngx_uint_t                   probe_down;   /* the last probe failed */
     ngx_uint_t                   fails;        /* consecutive failures */
     time_t                       failed_at;
     time_t                       probed_at;

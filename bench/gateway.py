@@ -1,0 +1,432 @@
+#!/usr/bin/env python3
+"""bench/gateway: what the nginx module costs and what it finds (issue 6).
+
+  1. Added latency: wrk POSTs 64 KB chat requests through nginx to the same
+     backend, once via a plain proxy_pass location and once via a `pic on`
+     location (parse, render, mark, CDC, key, shm lookup, plan, body rewrite);
+     rounds alternate; added = pic - plain for p50 and p99.  The backend is an
+     nginx `return 200` location, so the difference is the module's work.
+  2. CDC + keying throughput on one core (bench/gateway_helper.c on the
+     shared core: FastCDC Gear chunking + xxh3-128 per chunk), and the full
+     per-request pipeline on a 64 KB body.
+  3. Agentic patterns (bench/gateway_workloads.py: agent_meta, sysvar,
+     compact, rerank, tool_variants) replayed through nginx, marked and
+     unmarked: the share of shifted bytes (seen before, outside the exact
+     prefix) the gateway serves from cache, against an oracle that renders
+     each request with the chat template and compares regions and byte-level
+     common prefixes (no CDC, keys or index involved); S1's share on
+     unmarked traffic.
+
+Writes bench/results/gateway.json; summary keys added_p99_ms,
+cdc_gbps_per_core, shifted_tokens_served_ratio (DESIGN §5).  QUICK=1 for a
+short run.  Bytes stand in for tokens (the gateway keys bytes).
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+import gateway_workloads as wl  # noqa: E402
+
+ROOT = common.ROOT
+BUILD = common.BUILD
+QUICK = common.QUICK
+MODULE_SO = os.path.join(BUILD, "nginx", "objs", "ngx_http_pic_module.so")
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+WRK = shutil.which("wrk")
+HELPER = os.path.join(BUILD, "bench", "gateway_helper")
+LDLIBS = ["-fopenmp", "-pthread", "-L/usr/lib/x86_64-linux-gnu/openblas-pthread", "-levent",
+          "-levent_pthreads", "-lhiredis", "-lcjson", "-lxxhash", "-lopenblas", "-lpcre2-8",
+          "-lutf8proc", "-lm"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build_helper():
+    src = os.path.join(ROOT, "bench", "gateway_helper.c")
+    lib = os.path.join(BUILD, "libpic.a")
+    if (not os.path.exists(HELPER) or os.path.getmtime(HELPER) < os.path.getmtime(src)
+            or os.path.getmtime(HELPER) < os.path.getmtime(lib)):
+        os.makedirs(os.path.dirname(HELPER), exist_ok=True)
+        subprocess.run(["gcc", "-O3", "-march=native", "-std=gnu11", "-Wall",
+                        "-I" + os.path.join(ROOT, "ngx_pic_module"), src, lib, "-o", HELPER]
+                       + LDLIBS, check=True)
+
+
+class Nginx:
+    """nginx with the module under a temporary prefix."""
+
+    def __init__(self, tmp, body, workers=1):
+        self.prefix = tempfile.mkdtemp(dir=tmp)
+        for d in ("logs", "tmp"):
+            os.makedirs(os.path.join(self.prefix, d))
+        self.port = free_port()
+        self.conf = os.path.join(self.prefix, "nginx.conf")
+        t = os.path.join(self.prefix, "tmp")
+        with open(self.conf, "w") as f:
+            f.write(f"""
+load_module {MODULE_SO};
+daemon off;
+worker_processes {workers};
+pid {self.prefix}/logs/nginx.pid;
+error_log {self.prefix}/logs/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path {t}/body;
+    proxy_temp_path {t}/proxy;
+    fastcgi_temp_path {t}/f;
+    uwsgi_temp_path {t}/u;
+    scgi_temp_path {t}/s;
+    client_body_buffer_size 1m;
+    client_max_body_size 16m;
+{body.replace("$PORT", str(self.port))}
+}}
+""")
+        self.proc = subprocess.Popen([NGINX, "-p", self.prefix, "-c", self.conf],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.url = f"http://127.0.0.1:{self.port}"
+        for _ in range(200):
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    break
+            except OSError:
+                time.sleep(0.05)
+
+    def get(self, path):
+        with urllib.request.urlopen(self.url + path, timeout=10) as r:
+            return r.read()
+
+    def post(self, path, body):
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGQUIT)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+BACKEND = """
+    upstream backend {
+        pic_balancer;
+        server 127.0.0.1:$BACKEND;
+        keepalive 32;
+    }
+    server {
+        listen 127.0.0.1:$BACKEND;
+        location / {
+            default_type application/json;
+            return 200 '{"id":"x","object":"chat.completion","choices":[]}';
+        }
+    }
+"""
+
+
+def gateway_conf(loc_extra="", http_extra="", log=""):
+    backend = free_port()
+    return (BACKEND.replace("$BACKEND", str(backend)) + f"""
+    pic_zone pic 64m;
+    pic_health_check off;
+    {http_extra}
+    log_format pic '$pic_hit_bytes $pic_prefix_bytes $pic_prompt_bytes';
+    server {{
+        listen 127.0.0.1:$PORT;
+        {log}
+        location /pic/status {{ pic_status; }}
+        location /plain/ {{
+            proxy_pass http://backend/;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+        location /v1/ {{
+            pic on;
+            pic_upstream backend;
+            {loc_extra}
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+    }}
+""")
+
+
+# --- 1. added latency --------------------------------------------------------------
+
+
+def prompt_64k():
+    """A 64 KB agent request: system prompt, tool schemas, tool results, a query."""
+    tools = [wl._tool(k, 1500) for k in range(6)]
+    msgs = [{"role": "system", "content": wl.text(1, 8000)}]
+    for t in range(5):
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"c{t}", "type": "function",
+            "function": {"name": f"tool_{t}", "arguments": "{\"arg\": \"x\"}"}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{t}", "content": wl.text(10 + t, 8500)})
+    msgs.append({"role": "user", "content": "QUERY"})
+    body = {"model": "m", "max_tokens": 1, "tools": tools, "messages": msgs}
+    raw = json.dumps(body)
+    assert 60000 <= len(raw) <= 70000, len(raw)
+    return raw
+
+
+WRK_LUA = r"""
+local body = io.open("%s"):read("*a")
+local n = 0
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  n = n + 1
+  -- a fresh query each time: the tail differs, the rest repeats
+  local b = string.gsub(body, "QUERY", "question " .. n, 1)
+  return wrk.format(nil, nil, nil, b)
+end
+"""
+
+
+def parse_wrk(out):
+    def ms(s):
+        v, unit = re.match(r"([\d.]+)(us|ms|s)", s).groups()
+        return float(v) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+    dist = dict(re.findall(r"^\s+(50|75|90|99)%\s+(\S+)", out, re.M))
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"p50_ms": ms(dist["50"]), "p90_ms": ms(dist["90"]), "p99_ms": ms(dist["99"]),
+            "rps": rps, "non_2xx": int(errors.group(1)) if errors else 0}
+
+
+def bench_latency(tmp):
+    if not WRK:
+        print("wrk not found: latency skipped")
+        return None, []
+    body_path = os.path.join(tmp, "body64k.json")
+    with open(body_path, "w") as f:
+        f.write(prompt_64k())
+    lua = os.path.join(tmp, "post.lua")
+    with open(lua, "w") as f:
+        f.write(WRK_LUA % body_path)
+    codes = os.path.join(tmp, "codes.log")
+    ngx = Nginx(tmp, gateway_conf(http_extra="log_format codes '$uri $status';",
+                                  log=f"access_log {codes} codes;"))
+    # one connection, closed loop: the latency each request gains, not the
+    # queueing of a saturated 2-core machine running wrk and nginx together
+    dur, rounds, conns = ("3s", 2, 1) if QUICK else ("8s", 3, 1)
+    rows = []
+    try:
+        for path in ("/plain/chat/completions", "/v1/chat/completions"):  # warm-up
+            subprocess.run([WRK, "-t1", f"-c{conns}", "-d1s", "-s", lua, ngx.url + path],
+                           capture_output=True, text=True)
+        for r in range(rounds):
+            for name, path in (("plain", "/plain/chat/completions"),
+                               ("pic", "/v1/chat/completions")):
+                out = subprocess.run([WRK, "-t1", f"-c{conns}", f"-d{dur}", "--latency",
+                                      "-s", lua, ngx.url + path],
+                                     capture_output=True, text=True, check=True).stdout
+                row = {"round": r, "path": name} | parse_wrk(out)
+                rows.append(row)
+        st = json.loads(ngx.get("/pic/status"))
+    finally:
+        ngx.stop()
+    with open(codes) as f:
+        bad = {}
+        for line in f:
+            if not line.endswith(" 200\n"):
+                bad[line.strip()] = bad.get(line.strip(), 0) + 1
+    if bad:
+        print("non-200 answers:", bad)
+    common.table(rows, ["round", "path", "p50_ms", "p90_ms", "p99_ms", "rps", "non_2xx"],
+                 "added latency, 64 KB chat requests (wrk -t1 -c%d)" % conns)
+
+    def med(path, key):
+        v = sorted(x[key] for x in rows if x["path"] == path)
+        return v[len(v) // 2]
+    res = {"plain_p50_ms": med("plain", "p50_ms"), "plain_p99_ms": med("plain", "p99_ms"),
+           "pic_p50_ms": med("pic", "p50_ms"), "pic_p99_ms": med("pic", "p99_ms"),
+           "plain_rps": med("plain", "rps"), "pic_rps": med("pic", "rps"),
+           "segments_per_request": st["segments"]["total"] / max(1, st["requests"]["planned"]),
+           "pic_errors": st["requests"]["errors"]}
+    res["added_p50_ms"] = res["pic_p50_ms"] - res["plain_p50_ms"]
+    res["added_p99_ms"] = res["pic_p99_ms"] - res["plain_p99_ms"]
+    return res, rows
+
+
+# --- 2. CDC + keying ---------------------------------------------------------------
+
+
+def bench_cdc(tmp):
+    mb, rep = (32, 3) if QUICK else (128, 5)
+    cdc = json.loads(subprocess.run([HELPER, "cdc", str(mb), str(rep)], capture_output=True,
+                                    text=True, check=True).stdout)
+    body_path = os.path.join(tmp, "body64k.json")
+    if not os.path.exists(body_path):
+        with open(body_path, "w") as f:
+            f.write(prompt_64k())
+    pipe = json.loads(subprocess.run([HELPER, "pipeline", body_path, "100" if QUICK else "500"],
+                                     capture_output=True, text=True, check=True).stdout)
+    rows = [{"what": "Gear CDC (FastCDC, 256/1024/4096)", "GB/s": cdc["cdc_gbps"]},
+            {"what": "xxh3-128 keys per chunk", "GB/s": cdc["key_gbps"]},
+            {"what": "CDC + keys", "GB/s": cdc["cdc_key_gbps"]},
+            {"what": "parse+render+mark+CDC+key, 64 KB request",
+             "GB/s": pipe["mb_per_s"] / 1e3, "usec": pipe["usec_min"]}]
+    common.table(rows, ["what", "GB/s", "usec"], "one core, %d MB of text" % mb)
+    return cdc, pipe
+
+
+# --- 3. agentic patterns -----------------------------------------------------------
+
+
+def render(body):
+    out = subprocess.run([HELPER, "render"], input=json.dumps(body), capture_output=True,
+                         text=True, check=True).stdout
+    doc = json.loads(out)
+    return doc["text"].encode(), [(k, s, e) for k, s, e in doc["regions"]]
+
+
+
+
+def oracle_rendered(reqs, min_len=128):
+    """Per request: shifted reusable bytes of the rendered prompt.
+
+    Reusable: a template region (runs of glue merged) whose bytes formed a
+    region of an earlier request, or a client piece of the generator (a
+    document, tool schema, tool result) that an earlier request had, located
+    in the rendered text; pieces under min_len bytes are not worth caching.
+    Shifted: the reusable bytes beyond the longest byte-level common prefix
+    with any earlier rendered prompt.  No CDC, key or index is involved."""
+    seen_regions, seen_pieces, texts, out = set(), set(), [], []
+    for body, pieces in reqs:
+        text, regions = render(body)
+        lcp = 0
+        for t in texts:
+            n = min(len(t), len(text))
+            k = 0
+            while k < n and t[k] == text[k]:
+                k += 1
+            lcp = max(lcp, k)
+        merged = []
+        for kind, s, e in regions:
+            if kind == "glue" and merged and merged[-1][0] == "glue" and merged[-1][2] == s:
+                merged[-1] = ("glue", merged[-1][1], e)
+            else:
+                merged.append((kind, s, e))
+        spans = [(s, e) for _, s, e in merged
+                 if e - s >= min_len and text[s:e] in seen_regions]
+        for p in pieces:
+            pb = p.encode()
+            if len(pb) >= min_len and p in seen_pieces:
+                i = text.find(pb)
+                if i >= 0:
+                    spans.append((i, i + len(pb)))
+        covered = bytearray(len(text))
+        for s, e in spans:
+            covered[s:e] = b"\x01" * (e - s)
+        reusable = sum(covered)
+        shifted = sum(covered[lcp:])
+        out.append({"bytes": len(text), "lcp": lcp, "reusable": reusable, "shifted": shifted})
+        seen_regions.update(text[s:e] for _, s, e in merged)
+        seen_pieces.update(pieces)
+        texts.append(text)
+    return out
+
+
+def bench_patterns(tmp):
+    n = 4 if QUICK else 6
+    rows = []
+    for marked in (True, False):
+        for name in wl.PATTERNS:
+            reqs = wl.pattern(name, marked=marked, n=n)
+            log = os.path.join(tmp, f"{name}-{int(marked)}.log")
+            ngx = Nginx(tmp, gateway_conf(log=f"access_log {log} pic;"))
+            try:
+                for body, _ in reqs:
+                    assert ngx.post("/v1/chat/completions", body) == 200
+                time.sleep(0.2)
+                st = json.loads(ngx.get("/pic/status"))
+            finally:
+                ngx.stop()
+            with open(log) as f:
+                got = [tuple(int(x) for x in line.split()) for line in f
+                       if not line.startswith("-")]
+            truth = oracle_rendered(reqs)
+            served = sum(max(0, h - p) for h, p, _ in got)
+            shifted = sum(t["shifted"] for t in truth)
+            prompt = sum(t["bytes"] for t in truth)
+            rows.append({"pattern": name, "marked": marked, "requests": n,
+                         "prompt_bytes": prompt, "shifted_bytes": shifted,
+                         "served_above_prefix": served,
+                         "ratio": served / shifted if shifted else 0.0,
+                         "exact_prefix_bytes": st["bytes"]["exact_prefix"],
+                         "s1_bytes": st["bytes"]["s1"],
+                         "s1_share": st["bytes"]["s1"] / shifted if shifted else 0.0})
+    common.table(rows, ["pattern", "marked", "prompt_bytes", "shifted_bytes",
+                        "served_above_prefix", "ratio", "exact_prefix_bytes", "s1_bytes",
+                        "s1_share"], "agentic patterns: shifted bytes served from cache")
+    return rows
+
+
+def main():
+    for p in (MODULE_SO, os.path.join(BUILD, "libpic.a")):
+        if not os.path.exists(p):
+            sys.exit(f"{p} is missing: run make first")
+    build_helper()
+    tmp = tempfile.mkdtemp(prefix="bench-gateway-")
+    try:
+        lat, lat_rows = bench_latency(tmp)
+        cdc, pipe = bench_cdc(tmp)
+        pat = bench_patterns(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def ratio(marked):
+        sel = [r for r in pat if r["marked"] == marked]
+        sh = sum(r["shifted_bytes"] for r in sel)
+        return sum(min(r["served_above_prefix"], r["shifted_bytes"]) for r in sel) / sh, \
+            sum(r["s1_bytes"] for r in sel) / sh
+
+    marked_ratio, _ = ratio(True)
+    unmarked_ratio, s1_share = ratio(False)
+    summary = {
+        "added_p99_ms": round(lat["added_p99_ms"], 3) if lat else None,
+        "added_p50_ms": round(lat["added_p50_ms"], 3) if lat else None,
+        "cdc_gbps_per_core": round(cdc["cdc_key_gbps"], 3),
+        "cdc_only_gbps_per_core": round(cdc["cdc_gbps"], 3),
+        "pipeline_usec_64k": round(pipe["usec_min"], 1),
+        "shifted_tokens_served_ratio": round(marked_ratio, 4),
+        "shifted_tokens_served_ratio_unmarked": round(unmarked_ratio, 4),
+        "s1_share_unmarked": round(s1_share, 4),
+        "goals": {"added_p99_ms": "<= 1", "cdc_gbps_per_core": ">= 2",
+                  "shifted_tokens_served_ratio": ">= 0.9"},
+    }
+    config = {"nginx": subprocess.run([NGINX, "-v"], capture_output=True,
+                                      text=True).stderr.strip(),
+              "workers": 1, "wrk": "-t1 -c1", "body_bytes": len(prompt_64k()),
+              "cdc": "256/1024/4096", "min_segment": 128, "requests_per_pattern": pat[0]["requests"],
+              "ratio_definition": "sum over requests of (hit - exact-prefix bytes) / shifted "
+                                  "reusable bytes of the rendered prompt (regions >= 128 bytes "
+                                  "seen in an earlier request, beyond the longest common "
+                                  "prefix); per pattern capped at 1",
+              "backend": "nginx return 200 (module cost only)"}
+    common.write_results("gateway", summary, config, common.machine(1),
+                         latency=lat, latency_rows=lat_rows, cdc=cdc, pipeline=pipe,
+                         patterns=pat)
+
+
+if __name__ == "__main__":
+    main()
