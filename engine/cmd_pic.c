@@ -408,7 +408,7 @@ pic_run_mode(pic_run_ctx *R, const char *mode_name, pic_mode mode, int w,
 {
     const pic_model   *m = R->m;
     pic_assemble_stats st, best = { 0 };
-    int                reps = mode == PIC_MODE_FULL ? 1 : R->repeat;
+    int                reps = mode == PIC_MODE_FULL || mode == PIC_MODE_PREFIX ? 1 : R->repeat;
     cJSON             *o = cJSON_CreateObject();
 
     cJSON_AddItemToArray(arr, o);
@@ -427,6 +427,12 @@ pic_run_mode(pic_run_ctx *R, const char *mode_name, pic_mode mode, int w,
     }
     pic_stats_json(o, &best);
     cJSON_AddNumberToObject(o, "argmax", pic_argmax(logits, m->cfg.vocab));
+    char wtag[24] = "";
+    if (w >= 0) {
+        snprintf(wtag, sizeof(wtag), " w=%d", w);
+    }
+    fprintf(stderr, "pic run: %d tokens, %s%s: %.3f s, %d recomputed\n", n, mode_name,
+            wtag, best.t_total, best.n_recomputed);
     if (want_logits) {
         cJSON *la = cJSON_AddArrayToObject(o, "logits");
         for (int i = 0; i < m->cfg.vocab; i++) {
@@ -780,6 +786,8 @@ pic_pic_run(int argc, char **argv)
                 fprintf(stderr, "pic-engine pic run: doc %d: %s\n", d, err);
                 goto done;
             }
+            fprintf(stderr, "pic run: doc %d (%d tokens) w=%d built in %.2f s\n", d,
+                    R.doc_n[d], R.ws[wi], pic_now() - tb);
             cJSON *eo_j = cJSON_CreateObject();
             cJSON_AddNumberToObject(eo_j, "doc", d);
             cJSON_AddNumberToObject(eo_j, "w", R.ws[wi]);
