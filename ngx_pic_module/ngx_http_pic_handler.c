@@ -395,6 +395,8 @@ ngx_http_pic_prepare(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
     }
 
+    dialect = PIC_TEMPLATE_QWEN3_5;
+
     rc = ngx_http_pic_check_model(r, ctx, plcf, req, &dialect);
     if (rc != NGX_OK) {
         return rc;

@@ -71,7 +71,8 @@ typedef struct {
 
     ngx_atomic_t                 segments;
     ngx_atomic_t                 seg_hits;
-    ngx_atomic_t                 seg_misses;
+    ngx_atomic_t                 seg_misses;   /* cacheable, nobody holds */
+    ngx_atomic_t                 seg_dynamic;  /* recomputed every time */
     ngx_atomic_t                 bytes_total;
     ngx_atomic_t                 bytes_hit;
     ngx_atomic_t                 bytes_prefix; /* an exact-prefix cache */

@@ -595,13 +595,23 @@ failed:
 static void
 ngx_http_pic_route_account(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_ctx_t *ctx)
 {
+    ngx_uint_t             i, dynamic;
     ngx_http_pic_stats_t  *st;
+
+    dynamic = 0;
 
     st = &zc->sh->stats;
 
     (void) ngx_atomic_fetch_add(&st->segments, ctx->nsegs);
     (void) ngx_atomic_fetch_add(&st->seg_hits, ctx->hits);
-    (void) ngx_atomic_fetch_add(&st->seg_misses, ctx->nsegs - ctx->hits);
+    for (i = 0; i < ctx->nsegs; i++) {
+        if (ctx->segs[i].flags & NGX_HTTP_PIC_SEG_DYNAMIC) {
+            dynamic++;
+        }
+    }
+
+    (void) ngx_atomic_fetch_add(&st->seg_misses, ctx->nsegs - ctx->hits - dynamic);
+    (void) ngx_atomic_fetch_add(&st->seg_dynamic, dynamic);
     (void) ngx_atomic_fetch_add(&st->bytes_total, ctx->total_bytes);
     (void) ngx_atomic_fetch_add(&st->bytes_hit, ctx->hit_bytes);
     (void) ngx_atomic_fetch_add(&st->bytes_prefix, ctx->prefix_bytes);

@@ -280,8 +280,9 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
                     st->no_engine, st->upstream_errors, st->fallback);
 
     p = ngx_sprintf(p, "\"segments\":{\"total\":%uA,\"hits\":%uA,"
-                    "\"misses\":%uA,\"s1_hits\":%uA},",
-                    st->segments, st->seg_hits, st->seg_misses, st->s1_hits);
+                    "\"misses\":%uA,\"dynamic\":%uA,\"s1_hits\":%uA},",
+                    st->segments, st->seg_hits, st->seg_misses, st->seg_dynamic,
+                    st->s1_hits);
 
     p = ngx_sprintf(p, "\"bytes\":{\"prompt\":%uA,\"hit\":%uA,"
                     "\"exact_prefix\":%uA,\"above_prefix\":%uA,"
@@ -442,7 +443,11 @@ ngx_http_pic_status_prometheus(ngx_http_request_t *r,
     p = ngx_http_pic_prom(p, "pic_segment_hits_total", "counter",
                           "Segments some engine holds.", st->seg_hits);
     p = ngx_http_pic_prom(p, "pic_segment_misses_total", "counter",
-                          "Segments no engine holds.", st->seg_misses);
+                          "Cacheable segments no engine holds.",
+                          st->seg_misses);
+    p = ngx_http_pic_prom(p, "pic_segment_dynamic_total", "counter",
+                          "Segments recomputed every time (tail, short).",
+                          st->seg_dynamic);
     p = ngx_http_pic_prom(p, "pic_prompt_bytes_total", "counter",
                           "Rendered prompt bytes in segments.",
                           st->bytes_total);

@@ -116,6 +116,7 @@ def test_dashboard_shows_the_json_numbers(procs, logdir):
     assert num(t["requests-rejected"]) == doc_json["requests"]["rejected"] == 1
     assert num(t["segments-total"]) == doc_json["segments"]["total"]
     assert num(t["segments-hits"]) == doc_json["segments"]["hits"] > 0
+    assert num(t["segments-dynamic"]) == doc_json["segments"]["dynamic"] > 0
     assert num(t["bytes-hit"]) == doc_json["bytes"]["hit"] >= 2 * 900
     assert num(t["bytes-above-prefix"]) == doc_json["bytes"]["above_prefix"] > 0
     assert num(t["bytes-prompt"]) == doc_json["bytes"]["prompt"]
