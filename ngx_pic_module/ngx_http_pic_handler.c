@@ -533,7 +533,7 @@ ngx_http_pic_body_text(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     for ( /* void */ ; cl; cl = cl->next) {
         b = cl->buf;
 
-        if (b->in_file) {
+        if (!ngx_buf_in_memory(b)) {
             n = ngx_read_file(b->file, p, (size_t) (b->file_last - b->file_pos),
                               b->file_pos);
 

@@ -412,12 +412,13 @@ ngx_http_pic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     /*
-     * pic_body_max is this location's body limit: the module answers an
-     * OpenAI-shaped 413 itself, so nginx's own check steps aside.
+     * pic_body_max is this location's body limit, announced or chunked:
+     * nginx enforces it as it reads, and the error filter answers its 413
+     * as OpenAI JSON.
      */
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
-    clcf->client_max_body_size = 0;
+    clcf->client_max_body_size = conf->body_max;
 
     return NGX_CONF_OK;
 }
