@@ -250,6 +250,7 @@ class FakeBackend:
         import threading
 
         self.mode, self.delay, self.chunks = mode, delay, chunks
+        self.load = None           # reported to health probes when set
         self.bodies, self.headers = [], []
         self.allowed = []
         self.name = name or "fake-" + mode
@@ -266,6 +267,8 @@ class FakeBackend:
                     doc = {"status": "ok", "id": outer.name}
                     if model:
                         doc["model"] = model
+                    if outer.load is not None:
+                        doc["load"] = outer.load
                     self._json(200, doc)
                 else:
                     self._json(200, {"object": "list", "data": [{"id": "fake"}]})

@@ -148,7 +148,66 @@ def test_redis_that_never_answers_costs_one_timeout(procs):
         hang.close()
 
 
+def test_redis_over_a_unix_socket(procs, logdir):
+    sock = os.path.join(logdir, "redis.sock")
+    red = procs._add(harness.Proc("redis-unix", [
+        harness.REDIS_BIN, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "777",
+        "--save", "",
+        "--appendonly", "no", "--dir", logdir], logdir))
+    harness.wait_for(lambda: os.path.exists(sock), what="redis socket", proc=red)
+    fake = procs._add(harness.FakeBackend("capture"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"], http=f"pic_redis unix:{sock};"))
+    harness.wait_for(lambda: status(ngx)["redis"]["up_workers"] == 2, timeout=5,
+                     what="connected over the socket")
+    assert post(ngx, {"model": "m", "prompt": prompt(doc(55, 400), "q")})[0] == 200
+    assert status(ngx)["redis"]["lookups"] == 1
+
+
+def test_redis_name_is_refused_at_configuration(logdir):
+    conf = f"""
+load_module {harness.MODULE_SO};
+error_log stderr;
+events {{}}
+http {{ pic_zone pic 1m; pic_redis redis.example.com:6379; server {{ listen 127.0.0.1:1; }} }}
+"""
+    rc, out = harness.nginx_test_config(conf, logdir)
+    assert rc != 0 and "names are not resolved" in out
+
+
 # --- engines ----------------------------------------------------------------------
+
+
+def test_cache_affinity_yields_to_load(procs):
+    """The holder of a document combines, until its load exceeds the least
+    loaded engine's by more than pic_imbalance."""
+    fa = procs._add(harness.FakeBackend("capture", name="fa"))
+    fb = procs._add(harness.FakeBackend("capture", name="fb"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fa.port}", f"127.0.0.1:{fb.port}"],
+                              http="pic_health_check interval=100ms;",
+                              loc="pic_imbalance 4;"))
+    big = doc(120, 1500)
+
+    def combine(i):
+        assert post(ngx, {"model": "m", "prompt": prompt(f"header {i}", big, f"q{i}")})[0] == 200
+        return planned_lines(ngx, i + 1)[i]["combine"]
+
+    first = combine(0)
+    holder, other = (fa, fb) if first.endswith(f":{fa.port}") else (fb, fa)
+    assert combine(1) == first, "the holder combines"
+    holder.load = 4
+    harness.wait_for(lambda: [e["load"] for e in status(ngx)["engines"]
+                              if e["id"] == holder.name] == [4], timeout=5, what="load seen")
+    assert combine(2) == first, "load 4 is within pic_imbalance 4"
+    holder.load = 5
+    harness.wait_for(lambda: [e["load"] for e in status(ngx)["engines"]
+                              if e["id"] == holder.name] == [5], timeout=5, what="load seen")
+    assert combine(3) == f"127.0.0.1:{other.port}", "an overloaded holder is skipped"
+    plan = json.loads(other.bodies[-1])["pic"]
+    assert any(s["holders"] == [first] for s in plan["segments"]), \
+        "the plan still names the holder, for the combine node to pull from"
+
+
+# --- engines (failures) -----------------------------------------------------------
 
 
 @pytest.mark.allow_log(r"connect\(\) failed|upstream prematurely closed|recv\(\) failed"
