@@ -170,6 +170,24 @@ def test_sdk_tools_and_tool_results_hit_when_reordered(procs):
     assert above > 0
 
 
+def test_engines_accept_the_gateways_plans(procs):
+    """The contract with pic-engine: it decodes the plan, renders the same
+    prompt and uses the plan's segments (cache.plans_ignored stays 0)."""
+    e1, e2 = engines(procs)
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{e1.port}", f"127.0.0.1:{e2.port}"]))
+    c = client(ngx)
+    shared = doc(8, 1200)
+    for q in ("one", "two", "three"):
+        c.chat.completions.create(model="tiny", max_tokens=1, messages=[
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": f"{shared}{MARK}question {q}"}])
+    docs = [json.loads(harness.http("GET", e.url + "/status")[2]) for e in (e1, e2)]
+    if not all("cache" in d for d in docs):
+        pytest.skip("this pic-engine has no PIC cache yet")
+    assert sum(d["cache"]["plans_received"] for d in docs) == 3
+    assert sum(d["cache"]["plans_ignored"] for d in docs) == 0
+
+
 def test_repeated_document_hits_on_the_same_engine(procs):
     e1, e2 = engines(procs)
     ngx = procs.nginx(gw_conf([f"127.0.0.1:{e1.port}", f"127.0.0.1:{e2.port}"]))
