@@ -21,12 +21,24 @@ Then, for 3 fixed prompts (token ids from the checkpoint's tokenizer.json via
 continuation from generate(use_cache=True), confirmed token by token by a no-cache
 forward over prompt + continuation, and that forward's logits for the continuation.
 
-Output per preset: <preset>.json (ids, continuation, row layout, checks, versions)
-and <preset>.logits.f32 (raw little-endian float32 [rows, vocab]; layout in the json).
+Then the same checkpoint runs in float64 over exactly the same token sequences (the
+prompt alone, and prompt + continuation[:15], no cache) as the exact-model reference.
+`dtype=torch.float64` alone is not enough: transformers hard-codes float32 in places
+(RMSNorm, the gated RMSNorm, the whole Gated DeltaNet kernel, the decay g, the softmax,
+RoPE frequencies, the MoE router).  While the float64 model is loaded and run, the
+model's modeling module sees `torch.float32` / `torch.float` as float64 and
+`Tensor.float()` as `Tensor.double()`, experts use the "eager" implementation, and a
+torch dispatch mode checks that every floating-point tensor going into or out of every
+aten op is float64 (the script stops otherwise).
+
+Output per preset: <preset>.json (ids, continuation, row layout, checks, versions),
+<preset>.logits.f32 (raw little-endian float32 [rows, vocab]; layout in the json) and
+<preset>.logits64.f32 (the float64 logits rounded to float32, same layout).
 
 Usage: oracle.py [--models DIR] [--out DIR] [--preset NAME ...] [--verify]
 """
 import argparse
+import contextlib
 import datetime
 import hashlib
 import importlib.util
@@ -38,6 +50,7 @@ import platform
 import re
 import sys
 import tempfile
+import types
 
 import numpy as np
 import safetensors
@@ -45,6 +58,8 @@ import tokenizers
 import torch
 import transformers
 from safetensors import safe_open
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText,
                           GenerationConfig)
 
@@ -80,6 +95,50 @@ class _Collect(logging.Handler):
 
     def emit(self, record):
         self.records.append(record.getMessage())
+
+
+class _Float64Only(TorchDispatchMode):
+    """Counts aten ops and the ones that see a floating-point tensor (argument or result)
+    that is not float64."""
+
+    def __init__(self):
+        super().__init__()
+        self.n_ops = 0
+        self.bad = {}
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.n_ops += 1
+        for t in tree_flatten((args, kwargs, out))[0]:
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64:
+                key = "%s(%s)" % (func, t.dtype)
+                self.bad[key] = self.bad.get(key, 0) + 1
+        return out
+
+
+class _Torch64(types.ModuleType):
+    """`torch` as a modeling module sees it in float64 mode: float32 means float64."""
+
+    def __init__(self):
+        super().__init__("torch")
+
+    def __getattr__(self, name):
+        if name in ("float32", "float"):
+            return torch.float64
+        return getattr(torch, name)
+
+
+@contextlib.contextmanager
+def float64_casts(module):
+    """Within: `module`'s explicit float32 casts and every Tensor.float() give float64."""
+    real_torch, real_float = module.__dict__["torch"], torch.Tensor.float
+    module.__dict__["torch"] = _Torch64()
+    torch.Tensor.float = torch.Tensor.double
+    try:
+        yield
+    finally:
+        module.__dict__["torch"] = real_torch
+        torch.Tensor.float = real_float
 
 
 def compact_lists(text):
@@ -262,6 +321,54 @@ def run_prompt(model, ids, eot):
     return rows, cont, stats
 
 
+def load64(model_dir, model32):
+    """The float64 model (see module doc) and its modeling module; every parameter equals
+    the float32 model's, upcast, and every parameter and buffer is float64."""
+    mod = sys.modules[type(model32.model).__module__]
+    with float64_casts(mod):
+        model, info = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=torch.float64, attn_implementation="eager",
+            experts_implementation="eager", output_loading_info=True)
+    model.eval()
+    problems = {k: v for k, v in info.items() if v}
+    if problems:
+        raise SystemExit("%s: float64 loading info not clean: %s" % (model_dir, problems))
+    p32 = dict(model32.named_parameters())
+    for name, p in model.named_parameters():
+        if p.dtype != torch.float64 or not torch.equal(p.detach(), p32[name].detach().double()):
+            raise SystemExit("%s: float64 parameter %s != float32 one" % (model_dir, name))
+    for name, b in model.named_buffers():
+        if b.is_floating_point() and b.dtype != torch.float64:
+            raise SystemExit("%s: float64 model buffer %s is %s" % (model_dir, name, b.dtype))
+    return model, mod
+
+
+@torch.no_grad()
+def run_prompt64(model, mod, ids, cont, rows32):
+    """Float64 logits over the same sequences as run_prompt, [P+15, V] (float64), and stats
+    against rows32 (the float32 rows)."""
+    P = len(ids)
+    check = _Float64Only()
+    with float64_casts(mod), check:
+        prompt_logits = model(torch.tensor([ids]), use_cache=False).logits[0]
+        full = model(torch.tensor([ids + cont[:-1]]), use_cache=False).logits[0]
+    if check.bad or prompt_logits.dtype != torch.float64:
+        raise SystemExit("float64 run saw other floating types: %s" % check.bad)
+    rows = torch.cat([prompt_logits, full[P:]], 0)
+    argmax = full[P - 1:].argmax(-1).tolist()
+    top2 = full[P - 1:].topk(2, -1).values
+    diff = (rows32.double() - rows).abs().max(-1).values                   # [P+15]
+    stats = {
+        "max_abs_diff_fp32_vs_fp64": float(diff.max()),
+        "fp32_vs_fp64_rows_over_1e-5": int((diff > 1e-5).sum()),
+        "fp64_max_abs_diff_prompt_vs_extended_forward": float(
+            (full[:P] - prompt_logits).abs().max()),
+        "fp64_argmax_is_continuation": argmax == cont,
+        "fp64_greedy_margin_min": float((top2[:, 0] - top2[:, 1]).min()),
+    }
+    return rows, stats, check.n_ops
+
+
 def run_preset(models_dir, out_dir, preset, verify_only):
     mdir = os.path.join(models_dir, preset)
     model, ver = verify(mdir)
@@ -292,11 +399,33 @@ def run_preset(models_dir, out_dir, preset, verify_only):
             name, len(ids), cont, stats["greedy_margin_min"],
             stats["max_abs_diff_cached_generate_vs_no_cache"]))
 
+    # the float64 reference, after every float32 result is in
+    model64, mod = load64(mdir, model)
+    all_rows64, ops64 = [], []
+    for p, rows32 in zip(prompts, all_rows):
+        rows64, stats64, n_ops = run_prompt64(model64, mod, p["ids"], p["continuation"],
+                                              torch.from_numpy(rows32))
+        if not stats64["fp64_argmax_is_continuation"]:
+            raise SystemExit("%s/%s: float64 greedy differs from the float32 continuation"
+                             % (preset, p["name"]))
+        p.update(stats64)
+        all_rows64.append(rows64.numpy().astype("<f4"))
+        ops64.append(n_ops)
+        print("  %-5s float64: max |fp32 - fp64| %.3g (%d rows > 1e-5), margin %.3g" % (
+            p["name"], stats64["max_abs_diff_fp32_vs_fp64"],
+            stats64["fp32_vs_fp64_rows_over_1e-5"], stats64["fp64_greedy_margin_min"]))
+    del model64
+
     logits = np.concatenate(all_rows, 0)
+    logits64 = np.concatenate(all_rows64, 0)
+    assert logits64.shape == logits.shape
     os.makedirs(out_dir, exist_ok=True)
     lpath = os.path.join(out_dir, preset + ".logits.f32")
     with open(lpath, "wb") as f:
         f.write(logits.tobytes())
+    lpath64 = os.path.join(out_dir, preset + ".logits64.f32")
+    with open(lpath64, "wb") as f:
+        f.write(logits64.tobytes())
     doc = {
         "preset": preset,
         "model_dir": os.path.relpath(mdir, ROOT),
@@ -324,13 +453,37 @@ def run_preset(models_dir, out_dir, preset, verify_only):
                      "fast_kernels": "none installed (%s absent); torch reference path"
                                      % ", ".join(OPTIONAL_KERNELS)},
         "layout_check": ver,
+        "fp64_reference": {
+            "logits_file": os.path.basename(lpath64),
+            "logits_dtype": "float32 little-endian (float64 results rounded to nearest)",
+            "logits_shape": [int(logits64.shape[0]), int(logits64.shape[1])],
+            "layout": "as logits_file (same rows, same token sequences)",
+            "what": ("the exact model: the same checkpoint run in float64 (weights upcast "
+                     "exactly), no cache, over the prompt alone and over prompt + "
+                     "continuation[:15]"),
+            "settings": {"dtype": "float64", "device": "cpu", "attn_implementation": "eager",
+                         "experts_implementation": "eager",
+                         "float32_casts": ("torch.float32 / torch.float inside %s and "
+                                           "Tensor.float() mean float64 while loading and "
+                                           "running" % mod.__name__)},
+            "check": ("every floating-point tensor into or out of every aten op is float64 "
+                      "(torch dispatch mode): %s ops per prompt, none other"
+                      % "/".join(map(str, ops64))),
+            "per_prompt": ("max_abs_diff_fp32_vs_fp64 = max |logits_file - fp64| over the "
+                           "prompt's rows (transformers' own float32 error), "
+                           "fp32_vs_fp64_rows_over_1e-5, fp64_argmax_is_continuation, "
+                           "fp64_greedy_margin_min, "
+                           "fp64_max_abs_diff_prompt_vs_extended_forward"),
+            "max_abs_diff_fp32_vs_fp64": max(p["max_abs_diff_fp32_vs_fp64"] for p in prompts),
+        },
         "versions": versions(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "generator": "tests/tools/oracle.py",
     }
     with open(os.path.join(out_dir, preset + ".json"), "w", encoding="utf-8") as f:
         f.write(compact_lists(json.dumps(doc, indent=1, ensure_ascii=False)) + "\n")
-    print("  wrote %s (%d rows x %d, %.2f MB)" % (lpath, logits.shape[0], V, logits.nbytes / 1e6))
+    print("  wrote %s and %s (%d rows x %d, %.2f MB each)" % (
+        lpath, os.path.basename(lpath64), logits.shape[0], V, logits.nbytes / 1e6))
 
 
 def main(argv=None):
