@@ -152,6 +152,34 @@ pic_ckpt_place(pic_ckpt_placement how, int block, int m, int n, int *pos)
     return pic_ckpt_dedup(pos, cnt);
 }
 
+/* The DP returns fewer than m positions when more have no expected gain
+ * under the histogram; extra checkpoints can only lower the waste, so
+ * filling up to m with balanced positions keeps the optimum and hedges
+ * against depths not seen yet.  pos (cnt, ascending) grows in place. */
+static int
+pic_ckpt_fill(int *pos, int cnt, int block, int m, int n)
+{
+    int bal[m > 0 ? m : 1], nb = pic_ckpt_place(PIC_CKPT_BALANCED, block, m, n, bal);
+
+    for (int i = nb - 1; i >= 0 && cnt < m; i--) {
+        int have = 0;
+        for (int k = 0; k < cnt; k++) {
+            have |= pos[k] == bal[i];
+        }
+        if (!have) {
+            pos[cnt++] = bal[i];
+        }
+    }
+    for (int i = 1; i < cnt; i++) {             /* insertion sort: cnt <= m */
+        for (int k = i; k > 0 && pos[k - 1] > pos[k]; k--) {
+            int t = pos[k];
+            pos[k] = pos[k - 1];
+            pos[k - 1] = t;
+        }
+    }
+    return cnt;
+}
+
 /* --- the live policy --- */
 
 pic_ckpt_dp *
@@ -163,7 +191,7 @@ pic_ckpt_dp_init(const pic_ckpt_opts *in, char *err, size_t errlen)
     o.block = o.block > 0 ? o.block : 64;
     o.m = o.m > 0 ? o.m : 4;
     o.resolve_every = o.resolve_every > 0 ? o.resolve_every : 10;
-    o.min_history = o.min_history > 0 ? o.min_history : 20;
+    o.min_history = o.min_history > 0 ? o.min_history : 10;
     o.max_tokens = o.max_tokens > 0 ? o.max_tokens : 1 << 17;
     o.decay = o.decay > 0.0 ? o.decay : 0.99;
     if (o.decay > 1.0 || o.m > 4096 || o.max_tokens > (1 << 26)) {
@@ -230,7 +258,9 @@ pic_ckpt_dp_observe(pic_ckpt_dp *dp, int depth)
         dp->scale = 1.0;
     }
     dp->observed++;
-    if (dp->observed >= dp->o.min_history && dp->observed % dp->o.resolve_every == 0) {
+    if (dp->observed == dp->o.min_history
+        || (dp->observed > dp->o.min_history
+            && (dp->observed - dp->o.min_history) % dp->o.resolve_every == 0)) {
         pic_ckpt_snapshot_locked(dp);
     }
     pthread_mutex_unlock(&dp->mu);
@@ -267,7 +297,7 @@ pic_ckpt_solve_hist(const pic_ckpt_dp *dp, const double *h, double scale, int n,
         pos[i] = blk[i] * block;
     }
     free(mass); free(mass_d); free(blk);
-    return cnt;
+    return pic_ckpt_fill(pos, cnt, block, dp->o.m, n);
 }
 
 int

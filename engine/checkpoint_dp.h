@@ -15,8 +15,11 @@
  * weighted histogram (each observation multiplies the old weights by
  * `decay` and adds 1), snapshotted every `resolve_every` observations; the
  * optimum for an entry of n tokens is an exact O(M·B²) dynamic program over
- * its B = ⌊n/block⌋ block positions.  Before `min_history` observations the
- * placement is balanced (evenly spaced).
+ * its B = ⌊n/block⌋ block positions (when fewer than M positions have any
+ * expected gain, the rest are filled with balanced ones: an extra
+ * checkpoint never raises the waste).  Before `min_history` observations
+ * the placement is balanced (evenly spaced); the histogram is snapshotted
+ * at min_history observations and every resolve_every after that.
  *
  * Thread safety: a pic_ckpt_dp has its own mutex; observe and plan may be
  * called from any thread.  The pure functions share nothing.
@@ -30,7 +33,7 @@ typedef struct {
     int    block;           /* checkpoint granularity in tokens (64) */
     int    m;               /* checkpoints per entry (M) */
     int    resolve_every;   /* re-solve after this many observations (10) */
-    int    min_history;     /* observations before the DP replaces balanced (20) */
+    int    min_history;     /* observations before the DP replaces balanced (10) */
     int    max_tokens;      /* deepest depth tracked; deeper ones are clamped */
     double decay;           /* weight kept per observation, in (0, 1] (0.99) */
 } pic_ckpt_opts;

@@ -857,7 +857,7 @@ pic_pic_dp(int argc, char **argv)
         .block = pic_json_int(j, "block", 64),
         .m = pic_json_int(j, "M", 4),
         .resolve_every = pic_json_int(j, "every", 10),
-        .min_history = pic_json_int(j, "min_history", 20),
+        .min_history = pic_json_int(j, "min_history", 0),
         .max_tokens = pic_json_int(j, "max_tokens", 1 << 17),
     };
     const cJSON *jd = cJSON_GetObjectItemCaseSensitive(j, "decay");

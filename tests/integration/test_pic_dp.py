@@ -53,7 +53,7 @@ def test_policy_and_fixed_placements():
            ["balanced", 1000], ["block", 3000], ["log", 4100]]
     plans = dp({"block": 64, "M": 2, "every": 10, "min_history": 20, "ops": ops})
     assert plans[0] == [512, 960]              # balanced: round(k·15/2) blocks
-    assert plans[1] == [640]                   # all mass at 700: one checkpoint suffices
+    assert plans[1] == [640, 960]              # all mass at 700: 640, then a balanced filler
     assert plans[2] == [512, 960]
     assert plans[3] == [1024, 2048]
     assert plans[4] == [2048, 4096]

@@ -196,7 +196,7 @@ test_concurrent_observers(void **unused)
     }
     pic_ckpt_dp_counts(dp, &obs, &res);
     assert_int_equal(obs, 8000);
-    assert_int_equal(res, 799);      /* at 20, 30, …, 8000 */
+    assert_int_equal(res, 800);      /* at 10, 20, …, 8000 */
     pic_ckpt_dp_free(dp);
 }
 
