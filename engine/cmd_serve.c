@@ -38,7 +38,8 @@ serve_usage(FILE *f)
         "  --cache-mode M          pic (default), prefix, naive or full (no pools)\n"
         "  --seam N                seam width of PIC entries (default 8)\n"
         "  --entry-dtype T         storage of PIC entries: bf16 (default) or f32\n"
-        "  --min-segment BYTES     shorter segments are recomputed (default 128)\n");
+        "  --min-segment BYTES     shorter segments are recomputed (default 128)\n"
+        "  --peer-timeout-ms N     deadline of a pull or remote prefill (default 30000)\n");
 }
 
 /* Parse a non-negative integer no larger than max; -1 on error. */
@@ -61,6 +62,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_NAME = 256, OPT_TEMPLATE, OPT_MARKER, OPT_WORKERS, OPT_BATCH, OPT_QUEUE,
         OPT_CTX, OPT_MAXTOK, OPT_TIMEOUT, OPT_MAXBODY, OPT_REDIS, OPT_ADVERTISE,
         OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_MINSEG,
+        OPT_PEERTO,
     };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -88,6 +90,7 @@ pic_cmd_serve(int argc, char **argv)
         { "seam", required_argument, NULL, OPT_SEAM },
         { "entry-dtype", required_argument, NULL, OPT_DTYPE },
         { "min-segment", required_argument, NULL, OPT_MINSEG },
+        { "peer-timeout-ms", required_argument, NULL, OPT_PEERTO },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -95,7 +98,7 @@ pic_cmd_serve(int argc, char **argv)
         .host = "127.0.0.1", .port = 8000, .max_queue = -1,
         .request_timeout_ms = 600000, .max_body = 16u << 20,
         .heartbeat_ms = 1000, .registry_ttl_s = 5, .pool_bytes = 256u << 20,
-        .seam = 8, .min_segment = 128,
+        .seam = 8, .min_segment = 128, .peer_timeout_ms = 30000,
     };
     char            idbuf[64];
     long long       v;
@@ -121,6 +124,7 @@ pic_cmd_serve(int argc, char **argv)
         case 'p': case 't': case OPT_WORKERS: case OPT_BATCH: case OPT_QUEUE: case OPT_CTX:
         case OPT_MAXTOK: case OPT_TIMEOUT: case OPT_MAXBODY: case OPT_HEARTBEAT:
         case OPT_TTL: case OPT_POOL: case OPT_SEAM: case OPT_MINSEG:
+        case OPT_PEERTO:
             break;
         default: serve_usage(stderr); return 2;
         }
@@ -144,6 +148,7 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_POOL: opts.pool_bytes = (uint64_t) v; break;
         case OPT_SEAM: opts.seam = (int) v; break;
         case OPT_MINSEG: opts.min_segment = (size_t) v; break;
+        case OPT_PEERTO: opts.peer_timeout_ms = (int) v; break;
         }
     }
     if (optind < argc) {

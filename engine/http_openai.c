@@ -40,31 +40,7 @@
 #include "server_impl.h"
 #include "toolcall.h"
 
-struct pic_oai_ctx {
-    pic_server               *srv;
-    pic_oai_ctx              *prev, *next;      /* srv->live */
-    struct evhttp_request    *req;
-    struct evhttp_connection *evcon;
-    struct event             *watch;            /* client socket EOF */
-    pic_job                  *job;
-    pic_req_kind              kind;
-    int                       stream;
-    int                       include_usage;
-    int                       headers_sent;
-    int                       gone;             /* the client went away */
-    int                       detached;         /* evhttp dropped the connection */
-    int                       linked;           /* in srv->live */
-    int                       parse_tools;
-    cJSON                    *tools;            /* owned copy of the request's tools */
-    pic_toolstream            ts;
-    pic_buf                   content;          /* non-stream: the answer so far */
-    pic_toolcall_out         *calls;            /* non-stream: parsed calls */
-    int                       n_calls, cap_calls;
-    int                       n_stream_calls;   /* stream: calls sent */
-    char                      id[48];
-    time_t                    created;
-    int64_t                   t0_ns;
-};
+
 
 /* --- small helpers --- */
 
@@ -112,6 +88,7 @@ pic_oai_blank(const char *s, size_t n)
 /* --- context lifetime --- */
 
 static void pic_oai_on_conn_close(struct evhttp_connection *evcon, void *arg);
+static void pic_oai_on_readable(evutil_socket_t fd, short what, void *arg);
 
 static void
 pic_oai_unwatch(pic_oai_ctx *c)
@@ -122,11 +99,12 @@ pic_oai_unwatch(pic_oai_ctx *c)
     }
 }
 
-static void
+void
 pic_oai_ctx_free(pic_oai_ctx *c)
 {
     pic_server *srv = c->srv;
 
+    pic_remote_cancel(c);
     if (c->linked) {
         if (c->prev) {
             c->prev->next = c->next;
@@ -553,6 +531,51 @@ pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
     c->req = NULL;
 }
 
+/* A peer's prefill: records out as they come, then the end. */
+static void
+pic_oai_binary(pic_oai_ctx *c, const pic_job_update *u)
+{
+    pic_server *srv = c->srv;
+
+    if (c->gone) {
+        if (u->done) {
+            pic_oai_drop_http(c);
+        }
+        return;
+    }
+    if (u->len > 0) {
+        struct evbuffer *b = evbuffer_new();
+
+        if (!c->headers_sent) {
+            c->headers_sent = 1;
+            evhttp_add_header(evhttp_request_get_output_headers(c->req), "Content-Type",
+                              "application/x-pic-frames");
+            evhttp_send_reply_start(c->req, 200, "OK");
+        }
+        if (b != NULL) {
+            evbuffer_add(b, u->text, u->len);
+            evhttp_send_reply_chunk(c->req, b);
+            evbuffer_free(b);
+        }
+    }
+    if (!u->done) {
+        return;
+    }
+    pic_oai_release_conn(c);
+    if (c->headers_sent) {
+        evhttp_send_reply_end(c->req);      /* missing records mean failed segments */
+    } else if (u->finish == PIC_FINISH_ERROR || u->finish == PIC_FINISH_CANCELLED) {
+        pic_reply_error(srv, c->req, u->finish == PIC_FINISH_CANCELLED ? 503 : u->err_status,
+                        NULL, u->finish == PIC_FINISH_CANCELLED ? "the server is shutting down"
+                                                                : u->err_msg);
+    } else {
+        evhttp_add_header(evhttp_request_get_output_headers(c->req), "Content-Type",
+                          "application/x-pic-frames");
+        evhttp_send_reply(c->req, 200, "OK", NULL);
+    }
+    c->req = NULL;
+}
+
 /* Move one request's news to its client; 1 when the context is finished. */
 static int
 pic_oai_progress(pic_oai_ctx *c)
@@ -562,6 +585,11 @@ pic_oai_progress(pic_oai_ctx *c)
     if (!pic_job_take(c->job, &u)) {
         free(u.text);
         return 0;
+    }
+    if (c->binary) {
+        pic_oai_binary(c, &u);
+        free(u.text);
+        return u.done;
     }
     if (!c->gone && (u.len > 0 || u.started)) {
         if (c->stream) {
@@ -725,7 +753,7 @@ pic_oai_plan_job(size_t n, const size_t *off, const size_t *len, const pic_seg_k
  * with err. */
 static int
 pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text_len,
-                pic_plan_job **pj, pic_error *err)
+                pic_plan_job **pj, pic_plan *planp, int *have_plan, pic_error *err)
 {
     const cJSON      *node = cJSON_GetObjectItemCaseSensitive(r->root, "pic");
     pic_segment_cfg   cfg;
@@ -735,6 +763,7 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
 
     *pj = NULL;
     *text = NULL;
+    *have_plan = 0;
     pic_segmentation_init(&seg);
     pic_plan_init(&plan);
     if (node != NULL) {
@@ -785,6 +814,12 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
             }
             *text = pic_buf_detach(&seg.render.text, text_len);
             rc = *text != NULL ? 0 : pic_error_oom(err, __func__);
+            if (rc == 0) {
+                /* the caller dispatches the remote parts */
+                *planp = plan;
+                pic_plan_init(&plan);
+                *have_plan = 1;
+            }
             goto done;
         }
         /* rendered differently (another template or marker setting): ours */
@@ -838,6 +873,71 @@ done:
     return rc;
 }
 
+pic_oai_ctx *
+pic_oai_ctx_new(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
+{
+    pic_oai_ctx *c = calloc(1, sizeof(*c));
+
+    if (c == NULL || (c->job = pic_job_new()) == NULL) {
+        free(c);
+        pic_reply_error(srv, req, 500, "server_error", "out of memory");
+        return NULL;
+    }
+    c->srv = srv;
+    c->req = req;
+    c->evcon = evhttp_request_get_connection(req);
+    c->kind = kind;
+    c->created = time(NULL);
+    c->t0_ns = pic_now_ns();
+    c->job->user = c;
+    pic_buf_init(&c->content);
+    pic_toolstream_init(&c->ts, NULL);
+    return c;
+}
+
+int
+pic_oai_start(pic_server *srv, pic_oai_ctx *c)
+{
+    struct evhttp_request *req = c->req;
+    int                    rc = pic_sched_submit(srv->sched, c->job);
+
+    if (rc != 0) {
+        if (rc == -1) {
+            srv->hs.rejected_429++;
+            evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+            pic_reply_error(srv, req, 429, "rate_limit_error",
+                            "the engine is at capacity (batch and queue full); retry later");
+        } else {
+            pic_reply_error(srv, req, 503, "server_error", "the server is shutting down");
+        }
+        pic_oai_ctx_free(c);
+        return -1;
+    }
+
+    /* in flight: link, watch the client */
+    c->next = srv->live;
+    if (srv->live) {
+        srv->live->prev = c;
+    }
+    srv->live = c;
+    srv->n_live++;
+    c->linked = 1;
+    if (c->evcon != NULL) {
+        struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
+        evutil_socket_t     fd = bev ? bufferevent_getfd(bev) : -1;
+
+        evhttp_connection_set_closecb(c->evcon, pic_oai_on_conn_close, c);
+        if (fd >= 0) {
+            c->watch = event_new(srv->base, fd, EV_READ | EV_PERSIST,
+                                 pic_oai_on_readable, c);
+            if (c->watch) {
+                event_add(c->watch, NULL);
+            }
+        }
+    }
+    return 0;
+}
+
 void
 pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
 {
@@ -849,12 +949,14 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     pic_error          err;
     pic_oai_ctx       *c = NULL;
     pic_plan_job      *pj = NULL;
+    pic_plan           plan;
+    int                have_plan = 0;
     const char        *body;
     const cJSON       *tc;
-    int                rc;
 
     memset(&r, 0, sizeof(r));
     pic_render_init(&rd);
+    pic_plan_init(&plan);
     pic_error_clear(&err);
     if (srv->model == NULL || srv->sched == NULL) {
         pic_reply_error(srv, req, 503, "server_error", "no model is loaded on this engine");
@@ -882,7 +984,7 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
         char  *text = NULL;
         size_t tlen = 0;
 
-        if (pic_oai_segment(srv, &r, &text, &tlen, &pj, &err) != 0) {
+        if (pic_oai_segment(srv, &r, &text, &tlen, &pj, &plan, &have_plan, &err) != 0) {
             pic_reply_pic_error(srv, req, &err);
             goto done;
         }
@@ -894,78 +996,40 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
         pic_reply_pic_error(srv, req, &err);
         goto done;
     }
-    c = calloc(1, sizeof(*c));
-    if (c == NULL || (c->job = pic_job_new()) == NULL) {
-        pic_reply_error(srv, req, 500, "server_error", "out of memory");
+    c = pic_oai_ctx_new(srv, req, kind);
+    if (c == NULL) {
         goto done;
     }
-    c->srv = srv;
-    c->req = req;
-    c->evcon = evhttp_request_get_connection(req);
-    c->kind = kind;
     c->stream = r.stream;
     c->include_usage = r.stream && r.include_usage;
-    c->created = time(NULL);
-    c->t0_ns = pic_now_ns();
-    pic_buf_init(&c->content);
     pic_oai_make_id(c->id, sizeof(c->id), kind == PIC_REQ_CHAT ? "chatcmpl-" : "cmpl-");
     tc = cJSON_GetObjectItemCaseSensitive(r.root, "tool_choice");
     if (kind == PIC_REQ_CHAT && r.tools != NULL
         && !(cJSON_IsString(tc) && strcmp(tc->valuestring, "none") == 0)) {
         c->tools = cJSON_Duplicate(r.tools, 1);
         c->parse_tools = c->tools != NULL;
+        pic_toolstream_init(&c->ts, c->tools);
     }
-    pic_toolstream_init(&c->ts, c->tools);
     c->job->plan = pj;          /* the job owns it from here */
     pj = NULL;
     if (pic_oai_job_from_request(srv, c, &r, &rd, &err) != 0) {
         pic_reply_pic_error(srv, req, &err);
         pic_oai_ctx_free(c);
-        c = NULL;
         goto done;
     }
-
-    rc = pic_sched_submit(srv->sched, c->job);
-    if (rc != 0) {
-        if (rc == -1) {
-            srv->hs.rejected_429++;
-            evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
-            pic_reply_error(srv, req, 429, "rate_limit_error",
-                            "the engine is at capacity (batch and queue full); retry later");
-        } else {
-            pic_reply_error(srv, req, 503, "server_error", "the server is shutting down");
-        }
-        pic_oai_ctx_free(c);
-        c = NULL;
+    if (have_plan && c->job->plan != NULL) {
+        /* mark what peers will send before a worker can look */
+        pic_remote_dispatch(srv, c, &plan);
+    }
+    if (pic_oai_start(srv, c) != 0) {
         goto done;
     }
-
-    /* in flight: link, watch the client */
     srv->hs.completions++;
     srv->hs.streams += (uint64_t) c->stream;
-    c->next = srv->live;
-    if (srv->live) {
-        srv->live->prev = c;
-    }
-    srv->live = c;
-    srv->n_live++;
-    c->linked = 1;
-    if (c->evcon != NULL) {
-        struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
-        evutil_socket_t     fd = bev ? bufferevent_getfd(bev) : -1;
-
-        evhttp_connection_set_closecb(c->evcon, pic_oai_on_conn_close, c);
-        if (fd >= 0) {
-            c->watch = event_new(srv->base, fd, EV_READ | EV_PERSIST,
-                                 pic_oai_on_readable, c);
-            if (c->watch) {
-                event_add(c->watch, NULL);
-            }
-        }
-    }
 
 done:
     pic_plan_job_free(pj);
+    pic_plan_free(&plan);
     pic_render_free(&rd);
     pic_request_free(&r);
 }

@@ -133,44 +133,74 @@ pic_plan_reused(const pic_entry *e)
     return e->has_T ? e->i1 - e->i0 : e->n_tokens;
 }
 
+/* Take segment g's remote entry if one arrived and fits: 1 taken, 0 none
+ * (pending is handled by the caller). */
+static int
+pic_plan_take_remote(const pic_plan_ctx *ctx, pic_plan_job *pj, pic_pseg *g,
+                     const pic_model *m, int whole)
+{
+    int        remote = __atomic_load_n(&g->remote, __ATOMIC_ACQUIRE);
+    pic_entry *e;
+    char       ferr[256] = "";
+
+    if (remote == PIC_REMOTE_FAILED) {
+        pj->n_remote_failed++;
+        return 0;
+    }
+    if (remote != PIC_REMOTE_ARRIVED) {
+        return 0;
+    }
+    e = pic_frame_to_entry(m, g->frame, g->frame_len, g->key, g->len, ferr, sizeof(ferr));
+    free(g->frame);
+    g->frame = NULL;
+    g->frame_len = 0;
+    if (e != NULL && pic_entry_check(e, m, g->ids, g->n_ids, ferr, sizeof(ferr)) != 0) {
+        pic_entry_unref(e);
+        e = NULL;
+    }
+    if (e != NULL && ((whole && e->has_T) || (!whole && ctx->mode == PIC_MODE_PIC
+                                              && !e->has_T))) {
+        snprintf(ferr, sizeof(ferr), "entry of the wrong kind");
+        pic_entry_unref(e);
+        e = NULL;
+    }
+    if (e == NULL) {
+        pj->n_remote_failed++;
+        fprintf(stderr, "pic-engine: segment %s from a peer rejected (%s); "
+                "computing it here\n", g->key, ferr);
+        return 0;
+    }
+    g->entry = e;
+    g->source = PIC_SRC_PEER;
+    pj->n_peer++;
+    if (g->remote_cached) {
+        pj->n_cached += pic_plan_reused(e);
+    }
+    pic_plan_keep(ctx, g, e);
+    return 1;
+}
+
 /* Resolve segment i: 1 if it took real work (a build), 0 if cheap,
- * PIC_PLAN_WAIT if its remote entry is pending, -1 on error. */
+ * PIC_PLAN_WAIT if its remote entry is pending, -1 on error.  build_all:
+ * the worker side (no mode restrictions, never waits). */
 static int
 pic_plan_resolve(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const pic_model *m,
-                 char *err, size_t errlen)
+                 int build_all, char *err, size_t errlen)
 {
     pic_pseg      *g = &pj->segs[i];
     pic_entry     *e = NULL;
     pic_entry_opts wopt = { .w = 0, .dtype = PIC_DTYPE_F32 };
-    int            prefix = g->kind == PIC_SEG_PREFIX && i == 0;
-    int            remote;
+    int            whole = g->kind == PIC_SEG_PREFIX && (i == 0 || build_all);
 
     g->source = PIC_SRC_RECOMPUTE;
-    if (g->n_ids == 0 || g->kind == PIC_SEG_DYNAMIC || ctx->mode == PIC_MODE_FULL) {
+    if (g->n_ids == 0 || g->kind == PIC_SEG_DYNAMIC) {
         return 0;
     }
-    if (prefix) {
-        e = pic_plan_lookup(ctx, m, g, 0, 1);
-        if (e != NULL) {
-            g->entry = e;
-            g->source = PIC_SRC_HIT;
-            pj->n_hits++;
-            pj->n_cached += pic_plan_reused(e);
-            return 0;
-        }
-        if (pic_entry_build(m, NULL, g->ids, g->n_ids, &wopt, NULL, &e, err, errlen) != 0) {
-            return -1;
-        }
-        g->entry = e;
-        g->source = PIC_SRC_BUILT;
-        pj->n_built++;
-        pic_plan_keep(ctx, g, e);
-        return 1;
-    }
-    if (ctx->mode == PIC_MODE_PREFIX) {
+    if (!build_all && (ctx->mode == PIC_MODE_FULL
+                       || (ctx->mode == PIC_MODE_PREFIX && !whole))) {
         return 0;
     }
-    e = pic_plan_lookup(ctx, m, g, ctx->mode == PIC_MODE_PIC, 0);
+    e = pic_plan_lookup(ctx, m, g, !whole && ctx->mode == PIC_MODE_PIC, whole);
     if (e != NULL) {
         g->entry = e;
         g->source = PIC_SRC_HIT;
@@ -178,40 +208,26 @@ pic_plan_resolve(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const pic_mod
         pj->n_cached += pic_plan_reused(e);
         return 0;
     }
-    remote = __atomic_load_n(&g->remote, __ATOMIC_ACQUIRE);
-    if (remote == PIC_REMOTE_PENDING) {
-        return PIC_PLAN_WAIT;
-    }
-    if (remote == PIC_REMOTE_ARRIVED) {
-        char ferr[256];
-
-        e = pic_frame_to_entry(m, g->frame, g->frame_len, g->key, g->len, ferr, sizeof(ferr));
-        free(g->frame);
-        g->frame = NULL;
-        if (e != NULL && (pic_entry_check(e, m, g->ids, g->n_ids, ferr, sizeof(ferr)) != 0
-                          || (ctx->mode == PIC_MODE_PIC && !e->has_T))) {
-            pic_entry_unref(e);
-            e = NULL;
+    if (!build_all) {
+        if (__atomic_load_n(&g->remote, __ATOMIC_ACQUIRE) == PIC_REMOTE_PENDING) {
+            return PIC_PLAN_WAIT;
         }
-        if (e != NULL) {
-            g->entry = e;
-            g->source = PIC_SRC_PEER;
-            pj->n_peer++;
-            pj->n_cached += pic_plan_reused(e);
-            pic_plan_keep(ctx, g, e);
+        if (pic_plan_take_remote(ctx, pj, g, m, whole)) {
             return 0;
         }
-        pj->n_remote_failed++;
-        fprintf(stderr, "pic-engine: segment %s from a peer rejected (%s); computing it here\n",
-                g->key, ferr);
-    } else if (remote == PIC_REMOTE_FAILED) {
-        pj->n_remote_failed++;
     }
-    if (!pic_entry_worth(&m->cfg, g->n_ids, &ctx->seam)) {
-        return 0;                   /* too short for a seam entry: recompute */
-    }
-    if (pic_entry_build(m, NULL, g->ids, g->n_ids, &ctx->seam, &e, NULL, err, errlen) != 0) {
-        return -1;
+    if (whole) {
+        if (pic_entry_build(m, NULL, g->ids, g->n_ids, &wopt, NULL, &e, err, errlen) != 0) {
+            return -1;
+        }
+    } else {
+        if (!pic_entry_worth(&m->cfg, g->n_ids, &ctx->seam)) {
+            return 0;               /* too short for a seam entry: recompute */
+        }
+        if (pic_entry_build(m, NULL, g->ids, g->n_ids, &ctx->seam, &e, NULL, err,
+                            errlen) != 0) {
+            return -1;
+        }
     }
     if (e == NULL) {
         return 0;
@@ -221,6 +237,36 @@ pic_plan_resolve(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const pic_mod
     pj->n_built++;
     pic_plan_keep(ctx, g, e);
     return 1;
+}
+
+int
+pic_plan_build_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
+                    const pic_tokenizer *tok, const char *text, size_t text_len,
+                    int *index, pic_entry **e, int *status, char *err, size_t errlen)
+{
+    int rc;
+
+    *status = 500;
+    *e = NULL;
+    if (!pj->tokenized) {
+        if (pic_plan_tokenize(pj, tok, text, text_len, status, err, errlen) != 0) {
+            return PIC_PLAN_ERROR;
+        }
+        pj->tokenized = 1;
+    }
+    if (pj->next >= pj->n_segs) {
+        return PIC_PLAN_DONE;
+    }
+    *index = pj->next;
+    rc = pic_plan_resolve(ctx, pj, pj->next, m, 1, err, errlen);
+    if (rc < 0) {
+        return PIC_PLAN_ERROR;
+    }
+    if (pj->segs[pj->next].entry != NULL) {
+        *e = pic_entry_ref(pj->segs[pj->next].entry);
+    }
+    pj->next++;
+    return PIC_PLAN_MORE;
 }
 
 int
@@ -240,7 +286,7 @@ pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
         return PIC_PLAN_MORE;
     }
     while (pj->next < pj->n_segs) {
-        rc = pic_plan_resolve(ctx, pj, pj->next, m, err, errlen);
+        rc = pic_plan_resolve(ctx, pj, pj->next, m, 0, err, errlen);
         if (rc == PIC_PLAN_WAIT) {
             return PIC_PLAN_WAIT;
         }
@@ -273,7 +319,8 @@ pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
         pj->n_cached = 0;
         for (int i = 0; i < pj->n_segs; i++) {
             const pic_pseg *g = &pj->segs[i];
-            if ((g->source == PIC_SRC_HIT || g->source == PIC_SRC_PEER) && g->entry) {
+            if ((g->source == PIC_SRC_HIT || (g->source == PIC_SRC_PEER && g->remote_cached))
+                && g->entry) {
                 pj->n_cached += pic_plan_reused(g->entry);
             }
         }

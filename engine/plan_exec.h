@@ -68,6 +68,8 @@ typedef struct {
     pic_entry      *entry;              /* reference held, or NULL */
     pic_seg_source  source;
     int             remote;             /* pic_remote_state, atomic */
+    int             remote_cached;      /* from a holder's pool (counts as cached),
+                                         * not a worker's fresh prefill */
     void           *frame;              /* (frame_len) set before ARRIVED */
     size_t          frame_len;
 } pic_pseg;
@@ -111,5 +113,14 @@ void pic_plan_job_free(pic_plan_job *pj);
 int pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
                   const pic_tokenizer *tok, const char *text, size_t text_len,
                   pic_state *s, float *logits, int *status, char *err, size_t errlen);
+
+/* Worker side of a remote prefill (POST /v1/pic/prefill): resolve the
+ * next segment (pool hit or build: whole entry for PREFIX, seam entry for
+ * PIC) and hand it out.  MORE: *index = the segment, *e = a new reference
+ * or NULL (not buildable: the caller reports it failed); DONE: every
+ * segment was handed out; ERROR: err, *status. */
+int pic_plan_build_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
+                        const pic_tokenizer *tok, const char *text, size_t text_len,
+                        int *index, pic_entry **e, int *status, char *err, size_t errlen);
 
 #endif /* PIC_PLAN_EXEC_H */

@@ -10,11 +10,13 @@
 #include <time.h>
 
 #include "forward.h"
+#include "frame.h"
 #include "pic_kernels.h"
 #include "plan_exec.h"
 #include "scheduler.h"
 #include "state.h"
 #include "stopstr.h"
+#include "transport.h"
 
 /* worker-side run state of one job */
 struct pic_seq {
@@ -296,6 +298,10 @@ pic_seq_begin(pic_sched *s, pic_job *j)
         }
         q->planning = 1;
         q->max_gen = s->o.max_ctx;      /* set once the prompt length is known */
+        if (j->build_only) {
+            q->tokenized = 1;
+            return 0;
+        }
         goto sampler;
     }
     if (j->prompt == NULL) {
@@ -499,6 +505,54 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
     return 1;
 }
 
+/* A peer's prefill: one segment's entry, framed into a record.  -1 the job
+ * was finished (done or an error), 0 more to come. */
+static int
+pic_seq_build_step(pic_sched *s, pic_job *j)
+{
+    pic_plan_job *pj = j->plan;
+    pic_entry    *e = NULL;
+    unsigned char hdr[PIC_RECORD_HDR];
+    void         *frame = NULL;
+    size_t        flen = 0;
+    int           idx = 0, status, rc;
+    char          err[256];
+
+    rc = pic_plan_build_step(s->o.plan_ctx, pj, s->o.model, s->o.tok, j->text, j->text_len,
+                             &idx, &e, &status, err, sizeof(err));
+    if (rc == PIC_PLAN_ERROR) {
+        pic_job_finish(s, j, PIC_FINISH_ERROR, status,
+                       status >= 500 ? "server_error" : "invalid_request_error", "%s", err);
+        return -1;
+    }
+    if (rc == PIC_PLAN_DONE) {
+        pic_job_finish(s, j, PIC_FINISH_STOP, 0, NULL, NULL);
+        return -1;
+    }
+    if (e != NULL) {
+        frame = pic_frame_from_entry(e, pj->segs[idx].key, pj->segs[idx].len, &flen);
+        pic_entry_unref(e);
+    }
+    /* u32 "PICR" | u32 index | u64 frame_len (0: could not build) | frame */
+    uint32_t magic = PIC_RECORD_MAGIC, ix = (uint32_t) idx;
+    uint64_t fl = frame ? flen : 0;
+    memcpy(hdr, &magic, 4);
+    memcpy(hdr + 4, &ix, 4);
+    memcpy(hdr + 8, &fl, 8);                /* x86-64 and aarch64: little-endian */
+    pthread_mutex_lock(&j->mu);
+    if (pic_job_append_locked(j, (const char *) hdr, sizeof(hdr)) != 0
+        || (frame && pic_job_append_locked(j, frame, flen) != 0)) {
+        pic_job_cancel(j);
+    }
+    j->dirty = 1;
+    pthread_mutex_unlock(&j->mu);
+    free(frame);
+    pic_sched_count(s, &s->st.frames_sent, fl > 0);
+    pic_sched_count(s, &s->st.prefill_steps, 1);
+    s->o.notify(s->o.notify_arg);
+    return 0;
+}
+
 /* One step of job j in slot k: a prefill chunk, a plan step or one decode
  * token.  Returns 1 if it did work, 0 if the job only waited. */
 static int
@@ -522,6 +576,12 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
     }
     if (!q->tokenized && pic_seq_begin(s, j) != 0) {
         goto released;
+    }
+    if (j->build_only) {
+        if (pic_seq_build_step(s, j) < 0) {
+            goto released;
+        }
+        return 1;
     }
     if (q->planning) {
         int progress = 1;

@@ -61,6 +61,9 @@ typedef struct pic_job {
     int                ignore_eos;  /* keep going past stop tokens */
     struct pic_plan_job *plan;      /* segments for the pools (owned), or NULL:
                                      * plain prefill of text / prompt */
+    int                build_only;  /* a peer's prefill: frame every segment's
+                                     * entry into the output (binary records,
+                                     * transport.h), generate nothing */
     void              *user;        /* the submitter's context */
 
     /* --- shared with the worker: guarded by mu --- */
@@ -120,6 +123,7 @@ typedef struct {
     uint64_t plan_jobs;             /* prompts assembled from segments */
     uint64_t seg_hits, seg_peer, seg_built, seg_rejected, seg_remote_failed;
     uint64_t plan_waits;            /* steps a job waited for a remote entry */
+    uint64_t frames_sent;           /* entries framed for peers */
     int      running, queued, workers, max_batch, max_queue, threads;
     double   busy_s;                /* seconds workers spent computing */
 } pic_sched_stats;

@@ -12,6 +12,7 @@
  *   GET  /healthz   liveness: {"status":"ok"}
  *   GET  /status    JSON: model, scheduler, HTTP counters, registration
  *   GET  /metrics   Prometheus text
+ *   GET  /v1/pic/segments/{key}, POST /v1/pic/prefill   engine to engine (http_pic.c)
  */
 #include <errno.h>
 #include <signal.h>
@@ -267,6 +268,11 @@ pic_route_status(pic_server *srv, struct evhttp_request *req)
         cJSON_AddNumberToObject(o, "rejected", (double) ps.rejected);
         cJSON_AddNumberToObject(o, "plans_received", (double) srv->hs.plans_received);
         cJSON_AddNumberToObject(o, "plans_ignored", (double) srv->hs.plans_ignored);
+        cJSON_AddNumberToObject(o, "peer_fetches", (double) srv->hs.peer_fetches);
+        cJSON_AddNumberToObject(o, "peer_failures", (double) srv->hs.peer_failures);
+        cJSON_AddNumberToObject(o, "peer_frames", (double) srv->hs.peer_frames);
+        cJSON_AddNumberToObject(o, "segments_served", (double) srv->hs.segments_served);
+        cJSON_AddNumberToObject(o, "prefills_served", (double) srv->hs.prefills_served);
         if (srv->sched) {
             cJSON_AddNumberToObject(o, "plan_jobs", (double) st.plan_jobs);
             cJSON_AddNumberToObject(o, "segment_hits", (double) st.seg_hits);
@@ -275,6 +281,8 @@ pic_route_status(pic_server *srv, struct evhttp_request *req)
             cJSON_AddNumberToObject(o, "segment_rejected", (double) st.seg_rejected);
             cJSON_AddNumberToObject(o, "segment_remote_failed", (double) st.seg_remote_failed);
             cJSON_AddNumberToObject(o, "cached_tokens", (double) st.cached_tokens);
+            cJSON_AddNumberToObject(o, "frames_sent", (double) st.frames_sent);
+            cJSON_AddNumberToObject(o, "plan_waits", (double) st.plan_waits);
         }
     }
 
@@ -375,6 +383,10 @@ pic_dispatch(struct evhttp_request *req, void *arg)
         pic_oai_handle(srv, req, PIC_REQ_CHAT);
     } else if (!strcmp(path, "/v1/completions") && cmd == EVHTTP_REQ_POST) {
         pic_oai_handle(srv, req, PIC_REQ_COMPLETION);
+    } else if (!strcmp(path, "/v1/pic/prefill") && cmd == EVHTTP_REQ_POST) {
+        pic_peer_prefill(srv, req);
+    } else if (!strncmp(path, "/v1/pic/segments/", 17) && get) {
+        pic_peer_segment(srv, req, path + 17);
     } else if (!strcmp(path, "/v1/chat/completions") || !strcmp(path, "/v1/completions")
                || !strcmp(path, "/v1/models") || !strcmp(path, "/status")
                || !strcmp(path, "/healthz") || !strcmp(path, "/metrics")) {
@@ -621,6 +633,7 @@ pic_server_run(const pic_server_opts *opts)
     if (opts->model_dir != NULL && pic_server_load_model(&srv) != 0) {
         goto done;
     }
+    srv.transport = pic_transport_tcp_new(srv.base);
 
     bs = evhttp_bind_socket_with_handle(srv.http, opts->host, (ev_uint16_t) opts->port);
     if (bs == NULL) {
@@ -680,6 +693,9 @@ done:
     pic_sched_free(srv.sched);          /* every job ends (cancelled) */
     srv.sched = NULL;
     pic_oai_shutdown(&srv);
+    if (srv.transport) {
+        srv.transport->ops->free(srv.transport);
+    }
     pic_registry_free(srv.reg);
     pic_pool_free(srv.pool);
     if (srv.have_keys) {

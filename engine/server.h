@@ -33,6 +33,7 @@ typedef struct {
     int         seam;           /* seam width w of PIC entries (default 8) */
     const char *entry_dtype;    /* "bf16" (default) or "f32" for PIC entries */
     size_t      min_segment;    /* shorter non-prefix segments are recomputed */
+    int         peer_timeout_ms;/* deadline of a pull / remote prefill */
 } pic_server_opts;
 
 /* Run the server until SIGINT/SIGTERM; returns a process exit status. */

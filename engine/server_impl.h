@@ -20,11 +20,14 @@
 #include "plan_exec.h"
 #include "pool.h"
 #include "pic_marker.h"
+#include "pic_plan.h"
 #include "pic_template.h"
 #include "registry.h"
 #include "scheduler.h"
 #include "server.h"
 #include "tokenizer.h"
+#include "toolcall.h"
+#include "transport.h"
 
 #define PIC_ENGINE_VERSION "0.2.0"
 
@@ -42,6 +45,11 @@ typedef struct {
     uint64_t tool_calls;        /* tool calls parsed out of model output */
     uint64_t plans_received;    /* requests that carried a gateway plan */
     uint64_t plans_ignored;     /* plans that did not fit the prompt: standalone used */
+    uint64_t peer_fetches;      /* pulls and remote prefills started */
+    uint64_t peer_failures;     /* ... that failed (error, timeout, bad record) */
+    uint64_t peer_frames;       /* frames received from peers */
+    uint64_t segments_served;   /* entries sent to peers (pull endpoint) */
+    uint64_t prefills_served;   /* remote prefill requests accepted */
     double   ttft_sum_s;        /* submit → first token, over answered requests */
     uint64_t ttft_n;
     double   latency_sum_s;     /* submit → done */
@@ -75,8 +83,38 @@ typedef struct pic_server {
     int                    n_live;
 
     pic_registry          *reg;             /* NULL: no Redis */
+    pic_transport         *transport;       /* entries between engines */
     pic_http_stats         hs;
 } pic_server;
+
+/* One request in flight (an OpenAI completion, or a peer's prefill). */
+struct pic_oai_ctx {
+    pic_server               *srv;
+    pic_oai_ctx              *prev, *next;      /* srv->live */
+    struct evhttp_request    *req;
+    struct evhttp_connection *evcon;
+    struct event             *watch;            /* client socket EOF */
+    pic_job                  *job;
+    pic_req_kind              kind;
+    int                       stream;
+    int                       include_usage;
+    int                       headers_sent;
+    int                       gone;             /* the client went away */
+    int                       detached;         /* evhttp dropped the connection */
+    int                       linked;           /* in srv->live */
+    int                       parse_tools;
+    cJSON                    *tools;            /* owned copy of the request's tools */
+    pic_toolstream            ts;
+    pic_buf                   content;          /* non-stream: the answer so far */
+    pic_toolcall_out         *calls;            /* non-stream: parsed calls */
+    int                       n_calls, cap_calls;
+    int                       n_stream_calls;   /* stream: calls sent */
+    char                      id[48];
+    time_t                    created;
+    int64_t                   t0_ns;
+    int                       binary;           /* peer prefill: raw records out */
+    void                     *fetches;          /* remote entry fetches (http_pic.c) */
+};
 
 /* --- replies (server.c) --- */
 
@@ -102,6 +140,16 @@ cJSON *pic_error_doc(int status, const char *type, const char *param,
 
 /* --- OpenAI endpoints (http_openai.c) --- */
 
+/* A context for req (job allocated, not submitted); NULL after replying 500. */
+pic_oai_ctx *pic_oai_ctx_new(pic_server *srv, struct evhttp_request *req, pic_req_kind kind);
+
+/* Free a context whose job is done or was never submitted. */
+void pic_oai_ctx_free(pic_oai_ctx *c);
+
+/* Submit c's job and put c in flight (linked, client watched); 0, or -1
+ * after answering 429/503 and freeing c. */
+int pic_oai_start(pic_server *srv, pic_oai_ctx *c);
+
 /* POST /v1/chat/completions (kind CHAT) or /v1/completions. */
 void pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind);
 
@@ -114,5 +162,19 @@ void pic_oai_on_wake(pic_server *srv);
 /* Shutdown: cancel every request in flight and drop its context (after the
  * scheduler has stopped); requests are left to evhttp_free. */
 void pic_oai_shutdown(pic_server *srv);
+
+/* --- engine-to-engine (http_pic.c) --- */
+
+/* GET /v1/pic/segments/{key}?bytes=N&fingerprint=F: a pooled entry's frame. */
+void pic_peer_segment(pic_server *srv, struct evhttp_request *req, const char *key);
+
+/* POST /v1/pic/prefill: prefill segments for a combine node, stream frames. */
+void pic_peer_prefill(pic_server *srv, struct evhttp_request *req);
+
+/* Start fetching c's plan segments from holders and workers (loop). */
+void pic_remote_dispatch(pic_server *srv, pic_oai_ctx *c, const pic_plan *plan);
+
+/* Cancel c's fetches (before its job is freed). */
+void pic_remote_cancel(pic_oai_ctx *c);
 
 #endif /* PIC_SERVER_IMPL_H */

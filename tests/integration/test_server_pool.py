@@ -1,0 +1,249 @@
+"""Engines as a pool (DESIGN §3.5): a combine node executes the gateway's plan,
+pulling held segments from holders and having cold ones prefilled by their
+assigned workers, which stream frames back.  The oracle for every case is
+the same plan executed by a fresh engine alone (no holders, no workers): the
+entries are the same computation, so the greedy answer must be identical —
+also when a worker is dead, stalls past its deadline, dies mid-stream, or a
+holder sends a corrupt frame (the combine node then computes the segment
+itself and counts the event in /status).  Fake peers are used only for what
+a real engine cannot be made to do (a corrupt frame, a connection cut after
+the first record)."""
+import copy
+import http.server
+import json
+import os
+import signal
+import socket
+import threading
+import time
+import urllib.request
+
+import pytest
+
+import harness
+from test_server_pic import DOC_A, DOC_B, MARK, SYSTEM, plan_for
+
+TINY = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
+DOC_C = ("Charlie document: seams are recomputed at every boundary of a splice. " * 8
+         )[:-1] + "\n"
+DOCS = [DOC_A, DOC_B, DOC_C]
+QUESTION = "which document mentions seams?"
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(TINY), reason="fixture models missing")
+
+
+def engine(procs, name, extra=()):
+    return procs.engine(model=TINY, name=name, extra=(
+        "--threads", "1", "--peer-timeout-ms", "1500") + tuple(extra))
+
+
+def status(eng):
+    return json.loads(harness.http("GET", eng.url + "/status")[2])
+
+
+def body_with(plan):
+    return {"model": "m", "max_tokens": 8, "temperature": 0, "ignore_eos": True,
+            "messages": [{"role": "system", "content": SYSTEM},
+                         {"role": "user", "content": MARK.join(DOCS + [QUESTION])}],
+            "pic": plan}
+
+
+def base_plan():
+    return plan_for(None, DOCS, QUESTION)
+
+
+def assign(plan, worker=None, holder=None):
+    plan = copy.deepcopy(plan)
+    for s in plan["segments"]:
+        if s["kind"] == "pic":
+            s["worker"] = worker
+            s["holders"] = [holder] if holder else []
+    return plan
+
+
+def ask(eng, plan):
+    code, _, raw = harness.http("POST", eng.url + "/v1/chat/completions", body_with(plan),
+                                timeout=60)
+    assert code == 200, raw
+    doc = json.loads(raw)
+    return doc["choices"][0]["message"]["content"], doc["usage"]
+
+
+@pytest.fixture
+def oracle(procs):
+    """The answer of the plan computed by one engine alone."""
+    alone = engine(procs, "alone")
+    text, usage = ask(alone, base_plan())
+    assert usage["prompt_tokens_details"]["cached_tokens"] == 0
+    return text
+
+
+def addr(eng):
+    return f"127.0.0.1:{eng.port}"
+
+
+def test_worker_prefills_and_streams_entries(procs, oracle):
+    e1, e2 = engine(procs, "e1"), engine(procs, "e2")
+    text, usage = ask(e1, assign(base_plan(), worker=addr(e2)))
+    assert text == oracle
+    s1, s2 = status(e1)["cache"], status(e2)["cache"]
+    assert s2["prefills_served"] == 1 and s2["frames_sent"] == 3
+    assert s1["segment_peer"] == 3 and s1["peer_failures"] == 0
+    assert s1["segment_built"] == 1, "only the prefix was built on the combine node"
+    # cold work done by a worker is not a cache hit
+    assert usage["prompt_tokens_details"]["cached_tokens"] == 0
+    # the combine node keeps what it received: the next request hits locally
+    text2, usage2 = ask(e1, base_plan())
+    assert text2 == oracle and usage2["prompt_tokens_details"]["cached_tokens"] > 300
+
+
+def test_holder_is_pulled_and_counted_as_cached(procs, oracle):
+    e1, e2 = engine(procs, "e1"), engine(procs, "e2")
+    assert ask(e2, base_plan())[0] == oracle           # e2 now holds the documents
+    text, usage = ask(e1, assign(base_plan(), holder=addr(e2)))
+    assert text == oracle
+    assert status(e2)["cache"]["segments_served"] == 3
+    st = status(e1)["cache"]
+    assert st["segment_peer"] == 3 and st["peer_failures"] == 0
+    assert usage["prompt_tokens_details"]["cached_tokens"] > 300
+
+
+def test_dead_worker_costs_nothing_but_the_attempt(procs, oracle):
+    e1, e2 = engine(procs, "e1"), engine(procs, "e2")
+    dead = addr(e2)
+    e2.kill()
+    text, _ = ask(e1, assign(base_plan(), worker=dead))
+    assert text == oracle
+    st = status(e1)["cache"]
+    assert st["peer_failures"] == 1 and st["segment_remote_failed"] == 3
+    assert st["segment_built"] == 4
+
+
+@pytest.mark.allow_log("peer")
+def test_stalled_worker_hits_the_deadline(procs, oracle):
+    e1, e2 = engine(procs, "e1"), engine(procs, "e2")
+    os.kill(e2.popen.pid, signal.SIGSTOP)
+    try:
+        t0 = time.time()
+        text, _ = ask(e1, assign(base_plan(), worker=addr(e2)))
+        took = time.time() - t0
+    finally:
+        os.kill(e2.popen.pid, signal.SIGCONT)
+    assert text == oracle
+    assert 1.4 < took < 10, took
+    assert status(e1)["cache"]["peer_failures"] == 1
+
+
+class FakePeer:
+    """An engine impostor on a thread: `handler(req)` writes the answer."""
+
+    def __init__(self, handler):
+        outer = self
+        self.requests = []
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                outer.requests.append(self.path)
+                handler(self)
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                self.body = self.rfile.read(n)
+                outer.requests.append(self.path)
+                handler(self)
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.srv.server_address[1]
+        self.thread = threading.Thread(target=self.srv.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def test_corrupt_frame_from_a_holder_is_recomputed(procs, oracle):
+    e1, e2 = engine(procs, "e1"), engine(procs, "e2")
+    ask(e2, base_plan())
+
+    def corrupt(h):
+        # the real holder's frame with one payload bit flipped
+        with urllib.request.urlopen(f"http://127.0.0.1:{e2.port}{h.path}") as r:
+            frame = bytearray(r.read())
+        frame[len(frame) // 2] ^= 0x04
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(frame)))
+        h.end_headers()
+        h.wfile.write(bytes(frame))
+
+    fake = FakePeer(corrupt)
+    try:
+        text, usage = ask(e1, assign(base_plan(), holder=f"127.0.0.1:{fake.port}"))
+    finally:
+        fake.close()
+    assert text == oracle
+    assert len(fake.requests) == 3
+    st = status(e1)["cache"]
+    assert st["segment_remote_failed"] == 3 and st["segment_peer"] == 0
+    assert usage["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_worker_dying_mid_stream(procs, oracle):
+    """The first record arrives, then the connection is cut: the first
+    segment is used, the other two are computed by the combine node."""
+    e1, e2 = engine(procs, "e1"), engine(procs, "e2")
+
+    def die(h):
+        req = urllib.request.Request(f"http://127.0.0.1:{e2.port}/v1/pic/prefill",
+                                     data=h.body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req) as r:
+            data = r.read()
+        n = int.from_bytes(data[8:16], "little")
+        first = data[:16 + n]
+        h.send_response(200)
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        h.wfile.write(b"%x\r\n" % len(first) + first + b"\r\n")
+        h.wfile.flush()
+        h.connection.shutdown(socket.SHUT_RDWR)
+
+    fake = FakePeer(die)
+    try:
+        text, _ = ask(e1, assign(base_plan(), worker=f"127.0.0.1:{fake.port}"))
+    finally:
+        fake.close()
+    assert text == oracle
+    st = status(e1)["cache"]
+    assert st["segment_peer"] == 1 and st["segment_remote_failed"] == 2
+    assert st["peer_failures"] == 1
+
+
+def test_peer_endpoints_refuse_what_they_cannot_serve(procs):
+    e2 = engine(procs, "e2")
+    fp = status(e2)["model"]["fingerprint"]
+    code, _, raw = harness.http("GET", e2.url + "/v1/pic/segments/" + "0" * 32
+                                + f"?bytes=10&fingerprint={fp}")
+    assert code == 404 and json.loads(raw)["error"]["message"]
+    code, _, _ = harness.http("GET", e2.url + "/v1/pic/segments/xyz?bytes=10")
+    assert code == 400
+    code, _, _ = harness.http("POST", e2.url + "/v1/pic/prefill", b"{nope")
+    assert code == 400
+    seg = {"key": "1" * 32, "bytes": 5, "kind": "pic", "text": "hello"}
+    code, _, _ = harness.http("POST", e2.url + "/v1/pic/prefill",
+                              {"fingerprint": "0" * 16, "segments": [seg]})
+    assert code == 409
+    bad = dict(seg, bytes=6)
+    code, _, _ = harness.http("POST", e2.url + "/v1/pic/prefill",
+                              {"fingerprint": fp, "segments": [bad]})
+    assert code == 400
+    # a short segment cannot be built: its record says so (length 0)
+    code, h, raw = harness.http("POST", e2.url + "/v1/pic/prefill",
+                                {"fingerprint": fp, "segments": [seg]})
+    assert code == 200 and h["Content-Type"] == "application/x-pic-frames"
+    assert raw[:4] == b"PICR" and int.from_bytes(raw[8:16], "little") == 0
+    assert len(raw) == 16
