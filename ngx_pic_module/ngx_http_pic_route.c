@@ -436,12 +436,12 @@ ngx_http_pic_route_rewrite(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
         goto failed;
     }
 
-    eng = ngx_palloc(r->pool, n * (sizeof(int32_t) + sizeof(uint64_t)));
-    if (eng == NULL) {
+    eng = ngx_palloc(r->pool, n * sizeof(int32_t));
+    loads = ngx_palloc(r->pool, n * sizeof(uint64_t));
+
+    if (eng == NULL || loads == NULL) {
         return NGX_ERROR;
     }
-
-    loads = (uint64_t *) (eng + n);
 
     for (j = 0; j < n; j++) {
         q = ngx_pnalloc(r->pool, cand[j].conf->name.len + 1);
