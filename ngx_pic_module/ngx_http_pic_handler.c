@@ -297,6 +297,8 @@ ngx_http_pic_lookup_handler(ngx_event_t *ev)
                           "pic: redis lookup timed out, "
                           "unanswered segments treated as unknown");
 
+            ngx_http_pic_redis_stalled(c->log);
+
             ctx->fallback = 1;
         }
 

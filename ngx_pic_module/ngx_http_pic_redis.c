@@ -26,6 +26,8 @@
 
 #define NGX_HTTP_PIC_REDIS_BACKOFF_MIN   100
 #define NGX_HTTP_PIC_REDIS_BACKOFF_MAX   2000
+#define NGX_HTTP_PIC_REDIS_STALLS        3       /* timeouts in a row */
+#define NGX_HTTP_PIC_REDIS_PAUSE_MAX     30000
 
 
 typedef struct {
@@ -40,6 +42,9 @@ typedef struct {
     redisAsyncContext           *ac;
     ngx_event_t                  reconnect;    /* back-off, connect timeout */
     ngx_msec_t                   backoff;
+    ngx_uint_t                   stalls;       /* lookups timed out in a row */
+    ngx_msec_t                   pause;        /* skip lookups this long */
+    ngx_msec_t                   paused_at;
     ngx_log_t                   *log;
     ngx_http_pic_main_conf_t    *pmcf;
     ngx_http_pic_zone_ctx_t     *zc;
@@ -346,7 +351,46 @@ ngx_http_pic_redis_exit_process(ngx_cycle_t *cycle)
 ngx_uint_t
 ngx_http_pic_redis_ready(void)
 {
-    return ngx_http_pic_redis && ngx_http_pic_redis->connected;
+    ngx_http_pic_redis_t  *rd;
+
+    rd = ngx_http_pic_redis;
+
+    if (rd == NULL || !rd->connected) {
+        return 0;
+    }
+
+    /* a connected redis that stopped answering: every lookup would cost a
+     * full timeout, so skip them for a while, then try one again */
+
+    if (rd->stalls >= NGX_HTTP_PIC_REDIS_STALLS
+        && ngx_current_msec - rd->paused_at < rd->pause)
+    {
+        return 0;
+    }
+
+    return 1;
+}
+
+
+void
+ngx_http_pic_redis_stalled(ngx_log_t *log)
+{
+    ngx_http_pic_redis_t  *rd;
+
+    rd = ngx_http_pic_redis;
+
+    if (rd == NULL || ++rd->stalls < NGX_HTTP_PIC_REDIS_STALLS) {
+        return;
+    }
+
+    rd->pause = (rd->stalls == NGX_HTTP_PIC_REDIS_STALLS)
+                ? 1000 : ngx_min(rd->pause * 2, NGX_HTTP_PIC_REDIS_PAUSE_MAX);
+    rd->paused_at = ngx_current_msec;
+
+    ngx_log_error(NGX_LOG_WARN, log, 0,
+                  "pic: redis %V answered no lookup %ui times in a row, "
+                  "lookups paused for %M ms",
+                  &rd->pmcf->redis_name, rd->stalls, rd->pause);
 }
 
 
@@ -631,6 +675,7 @@ ngx_http_pic_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
     }
 
     rd->zc->sh->stats.redis_ok_at = ngx_current_msec;
+    rd->stalls = 0;
 
     if (reply->elements == 0) {
         goto done;

@@ -32,8 +32,12 @@ ngx_int_t ngx_http_pic_redis_init_process(ngx_cycle_t *cycle);
 /* Close this worker's connection; pending lookups see a NULL reply. */
 void ngx_http_pic_redis_exit_process(ngx_cycle_t *cycle);
 
-/* Whether this worker's connection is up. */
+/* Whether this worker's connection is up and answering. */
 ngx_uint_t ngx_http_pic_redis_ready(void);
+
+/* A lookup timed out: after a few in a row, lookups pause (1 s, doubling
+ * to 30 s) until one is answered again. */
+void ngx_http_pic_redis_stalled(ngx_log_t *log);
 
 /* Start one pipelined lookup of segs[idx[i]], i < n; when every reply has
  * come back, ev is posted.  NGX_DECLINED when not connected. */
