@@ -92,6 +92,8 @@ def workload(n_requests):
 class Engine:
     def __init__(self, mode, threads, logdir):
         self.port_file = os.path.join(logdir, f"{mode}.port")
+        if os.path.exists(self.port_file):
+            os.unlink(self.port_file)
         self.log = open(os.path.join(logdir, f"{mode}.log"), "wb")
         self.p = subprocess.Popen(
             [ENGINE, "serve", "--model", MODEL, "--port", "0", "--port-file", self.port_file,

@@ -444,8 +444,14 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
     int           was_tokenized = pj->tokenized, status, rc;
     char          err[256];
 
+    int64_t t0 = pic_now_ns();
     rc = pic_plan_step(s->o.plan_ctx, pj, s->o.model, s->o.tok, j->text, j->text_len, q->st,
                        w->logits, &status, err, sizeof(err));
+    if (rc == PIC_PLAN_MORE && was_tokenized) {
+        pthread_mutex_lock(&s->stmu);
+        s->st.build_s += (double) (pic_now_ns() - t0) * 1e-9;
+        pthread_mutex_unlock(&s->stmu);
+    }
     if (rc == PIC_PLAN_ERROR) {
         pic_job_finish(s, j, PIC_FINISH_ERROR, status,
                        status >= 500 ? "server_error" : "invalid_request_error", "%s", err);
@@ -501,6 +507,7 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
     s->st.seg_built += (uint64_t) pj->n_built;
     s->st.seg_rejected += (uint64_t) pj->n_rejected;
     s->st.seg_remote_failed += (uint64_t) pj->n_remote_failed;
+    s->st.assemble_s += pj->as.t_total;
     pthread_mutex_unlock(&s->stmu);
     return 1;
 }
@@ -518,8 +525,12 @@ pic_seq_build_step(pic_sched *s, pic_job *j)
     int           idx = 0, status, rc;
     char          err[256];
 
+    int64_t t0 = pic_now_ns();
     rc = pic_plan_build_step(s->o.plan_ctx, pj, s->o.model, s->o.tok, j->text, j->text_len,
                              &idx, &e, &status, err, sizeof(err));
+    pthread_mutex_lock(&s->stmu);
+    s->st.build_s += (double) (pic_now_ns() - t0) * 1e-9;
+    pthread_mutex_unlock(&s->stmu);
     if (rc == PIC_PLAN_ERROR) {
         pic_job_finish(s, j, PIC_FINISH_ERROR, status,
                        status >= 500 ? "server_error" : "invalid_request_error", "%s", err);

@@ -124,6 +124,8 @@ typedef struct {
     uint64_t seg_hits, seg_peer, seg_built, seg_rejected, seg_remote_failed;
     uint64_t plan_waits;            /* steps a job waited for a remote entry */
     uint64_t frames_sent;           /* entries framed for peers */
+    double   assemble_s;            /* seconds in pic_assemble (combine forward) */
+    double   build_s;               /* seconds building entries (prefill alone + T) */
     int      running, queued, workers, max_batch, max_queue, threads;
     double   busy_s;                /* seconds workers spent computing */
 } pic_sched_stats;

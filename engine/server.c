@@ -283,6 +283,8 @@ pic_route_status(pic_server *srv, struct evhttp_request *req)
             cJSON_AddNumberToObject(o, "cached_tokens", (double) st.cached_tokens);
             cJSON_AddNumberToObject(o, "frames_sent", (double) st.frames_sent);
             cJSON_AddNumberToObject(o, "plan_waits", (double) st.plan_waits);
+            cJSON_AddNumberToObject(o, "assemble_s", st.assemble_s);
+            cJSON_AddNumberToObject(o, "build_s", st.build_s);
         }
     }
 
