@@ -324,6 +324,9 @@ pic_str_add(char **s, size_t *len, size_t *cap, const char *p, size_t n)
 static void
 pic_ts_consume(pic_toolstream *ts, size_t n)
 {
+    if (ts->buf == NULL || n == 0) {
+        return;
+    }
     memmove(ts->buf, ts->buf + n, ts->len - n);
     ts->len -= n;
     if (ts->buf) {
