@@ -20,6 +20,7 @@
 
 struct pic_transport_op {
     pic_transport            *t;
+    struct pic_transport_op  *prev, *next;  /* every op not yet freed (t->priv) */
     struct evhttp_connection *evcon;
     struct evhttp_request    *req;          /* NULL once evhttp is done with it */
     struct event             *timer;
@@ -39,6 +40,14 @@ pic_op_free_cb(evutil_socket_t fd, short what, void *arg)
 {
     pic_transport_op *op = arg;
 
+    if (op->prev) {
+        op->prev->next = op->next;
+    } else if (op->t->priv == op) {
+        op->t->priv = op->next;
+    }
+    if (op->next) {
+        op->next->prev = op->prev;
+    }
     if (op->evcon) {
         evhttp_connection_free(op->evcon);
     }
@@ -264,6 +273,11 @@ pic_op_start(pic_transport *t, const char *peer, enum evhttp_cmd_type cmd, const
         return NULL;
     }
     op->t = t;
+    op->next = t->priv;
+    if (op->next) {
+        op->next->prev = op;
+    }
+    t->priv = op;
     op->on_frame = on_frame;
     op->on_done = on_done;
     op->arg = arg;
@@ -279,6 +293,9 @@ pic_op_start(pic_transport *t, const char *peer, enum evhttp_cmd_type cmd, const
         return NULL;
     }
     evhttp_connection_set_timeout(op->evcon, timeout_ms / 1000 + 1);
+    /* a frame is bounded: a peer cannot make us buffer without end */
+    evhttp_connection_set_max_body_size(op->evcon,
+                                        (ev_ssize_t) (PIC_FRAME_MAX_BYTES + PIC_RECORD_HDR));
     evhttp_request_set_error_cb(op->req, pic_op_on_error);
     snprintf(hostport, sizeof(hostport), "%s", peer);
     evhttp_add_header(evhttp_request_get_output_headers(op->req), "Host", hostport);
@@ -365,6 +382,18 @@ pic_tcp_cancel(pic_transport_op *op)
 static void
 pic_tcp_free(pic_transport *t)
 {
+    /* ops cancelled or finished whose deferred free has not run (the loop
+     * has stopped): free them now */
+    while (t->priv != NULL) {
+        pic_transport_op *op = t->priv;
+
+        if (op->req != NULL && !op->over) {
+            op->over = 1;
+            evhttp_cancel_request(op->req);
+            op->req = NULL;
+        }
+        pic_op_free_cb(-1, 0, op);
+    }
     free(t);
 }
 
