@@ -151,6 +151,7 @@ typedef struct {
     size_t                       hit_bytes;
     size_t                       prefix_bytes; /* an exact-prefix cache's */
     ngx_uint_t                   hits;
+    ngx_uint_t                   redis_hits;   /* holders only redis knew */
 
     ngx_http_pic_seg_t          *wins;         /* S1 windows of misses */
     ngx_uint_t                   nwins;

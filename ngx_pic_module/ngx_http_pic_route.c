@@ -130,6 +130,11 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 
         s->flags |= NGX_HTTP_PIC_SEG_HIT;
         ctx->hits++;
+
+        if (s->flags & NGX_HTTP_PIC_SEG_REDIS) {
+            ctx->redis_hits++;
+        }
+
         ctx->hit_bytes += s->len;
 
         for (j = 0; j < n; j++) {
@@ -192,7 +197,12 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     h = XXH3_64bits(seed, sizeof(seed));
     ngx_sprintf(ctx->plan_id, "%016xL", (uint64_t) h);
 
-    /* the engines will hold what they compute: learn it now */
+    /* what redis said warms the shm index (no lookup next time); the
+     * engines will hold what they compute: learn it now */
+
+    if (ctx->redis_hits) {
+        ngx_http_pic_index_learn(zc, ctx->segs, ctx->nsegs, -1);
+    }
 
     ngx_http_pic_index_learn(zc, ctx->segs, ctx->nsegs, ctx->combine);
     ngx_http_pic_index_learn(zc, ctx->wins, ctx->nwins, ctx->combine);

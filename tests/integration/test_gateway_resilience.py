@@ -64,6 +64,11 @@ def test_redis_registration_makes_hits_and_routes_to_the_holder(procs, logdir):
     assert st["redis"]["lookups"] == 1 and st["redis"]["hits"] == 1
     assert st["requests"]["fallback"] == 0
     assert int(line["hit"]) == len(e)
+    # what redis said is now in the shm index: no lookup for it again
+    assert redis_cmd(red.port, "DEL", "pic:seg:" + key).startswith(b":1")
+    code, _, _ = post(ngx, {"model": "m", "prompt": prompt("another header", e, "q2")})
+    line2 = planned_lines(ngx, 2)[1]
+    assert line2["combine"] == f"127.0.0.1:{fb.port}" and int(line2["hit"]) == len(e)
 
 
 @pytest.mark.allow_log(r"redis .* failed")
