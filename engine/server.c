@@ -343,6 +343,28 @@ pic_route_metrics(pic_server *srv, struct evhttp_request *req)
                    "%llu", (unsigned long long) st.expired);
         PIC_METRIC("pic_engine_busy_seconds_total", "counter",
                    "Seconds the workers spent computing.", "%.3f", st.busy_s);
+        PIC_METRIC("pic_engine_segment_hits_total", "counter",
+                   "Segments served from the local pool.", "%llu",
+                   (unsigned long long) st.seg_hits);
+        PIC_METRIC("pic_engine_segment_built_total", "counter",
+                   "Segment entries built here.", "%llu", (unsigned long long) st.seg_built);
+        PIC_METRIC("pic_engine_segment_peer_total", "counter",
+                   "Segment entries received from peers.", "%llu",
+                   (unsigned long long) st.seg_peer);
+    }
+    PIC_METRIC("pic_engine_peer_failures_total", "counter",
+               "Pulls and remote prefills that failed (computed here instead).", "%llu",
+               (unsigned long long) srv->hs.peer_failures);
+    if (srv->pool) {
+        pic_pool_stats ps;
+
+        pic_pool_stats_get(srv->pool, &ps);
+        PIC_METRIC("pic_engine_pool_bytes", "gauge", "Bytes held by the public pool.", "%zu",
+                   ps.bytes);
+        PIC_METRIC("pic_engine_pool_entries", "gauge", "Entries in the public pool.", "%zu",
+                   ps.items);
+        PIC_METRIC("pic_engine_pool_evictions_total", "counter", "Entries evicted.", "%llu",
+                   (unsigned long long) ps.evictions);
     }
     if (srv->reg) {
         PIC_METRIC("pic_engine_registry_up", "gauge", "1 while Redis answers.", "%d",
