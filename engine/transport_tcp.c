@@ -29,7 +29,10 @@ struct pic_transport_op {
     void                     *arg;
     int                       pull;         /* 1: the body is one frame for pull_index */
     int                       pull_index;
-    int                       over;         /* done reported or cancelled */
+    int                       over;         /* finished: evhttp callbacks ignored */
+    int                       cancelled;    /* the caller let go: no on_done */
+    int                       ok;           /* the outcome, for on_done */
+    const char               *why;
     struct evbuffer          *acc;          /* record bytes not yet parsed */
 };
 
@@ -60,21 +63,34 @@ pic_op_free_cb(evutil_socket_t fd, short what, void *arg)
     free(op);
 }
 
-/* Free op from the loop's next turn (never inside evhttp's own callbacks). */
+/* Next loop turn: report the end (unless cancelled), then free.  The end
+ * is always reported from here, never from inside pull/prefill/cancel or
+ * evhttp's own callbacks, so the caller's state is never freed under it. */
 static void
-pic_op_release(pic_transport_op *op)
+pic_op_done_cb(evutil_socket_t fd, short what, void *arg)
+{
+    pic_transport_op *op = arg;
+
+    if (!op->cancelled) {
+        op->on_done(op->arg, op->ok, op->why);
+    }
+    pic_op_free_cb(fd, what, op);
+}
+
+static void
+pic_op_schedule_end(pic_transport_op *op)
 {
     struct timeval zero = { 0, 0 };
 
     if (op->timer) {
         event_del(op->timer);
     }
-    if (event_base_once(op->t->base, -1, EV_TIMEOUT, pic_op_free_cb, op, &zero) != 0) {
-        pic_op_free_cb(-1, 0, op);      /* cannot defer: free now (rare) */
+    if (event_base_once(op->t->base, -1, EV_TIMEOUT, pic_op_done_cb, op, &zero) != 0) {
+        op->cancelled = 1;          /* cannot defer (out of memory): drop it */
     }
 }
 
-/* Report the end once, then let go. */
+/* Finish once: the outcome is reported from the loop's next turn. */
 static void
 pic_op_finish(pic_transport_op *op, int ok, const char *why)
 {
@@ -82,8 +98,9 @@ pic_op_finish(pic_transport_op *op, int ok, const char *why)
         return;
     }
     op->over = 1;
-    op->on_done(op->arg, ok, why);
-    pic_op_release(op);
+    op->ok = ok;
+    op->why = why;
+    pic_op_schedule_end(op);
 }
 
 /* --- records --- */
@@ -151,13 +168,9 @@ pic_op_on_chunk(struct evhttp_request *req, void *arg)
     }
     evbuffer_add_buffer(op->acc, evhttp_request_get_input_buffer(req));
     if (pic_op_parse(op, &why) != 0) {
-        /* finish from the loop's next turn: cancelling inside evhttp's
-         * read callback is not allowed */
-        op->req = NULL;
-        evhttp_request_set_chunked_cb(req, NULL);
-        op->over = 1;
-        op->on_done(op->arg, 0, why);
-        pic_op_release(op);
+        /* the rest of the response is ignored; the connection goes with
+         * the op (cancelling inside evhttp's read callback is not allowed) */
+        pic_op_finish(op, 0, why);
     }
 }
 
@@ -309,7 +322,11 @@ pic_op_start(pic_transport *t, const char *peer, enum evhttp_cmd_type cmd, const
     }
     if (evhttp_make_request(op->evcon, op->req, cmd, uri) != 0) {
         op->req = NULL;             /* freed by evhttp on failure */
-        pic_op_free_cb(-1, 0, op);
+        if (op->over) {
+            op->cancelled = 1;      /* an end is pending: it frees, silently */
+        } else {
+            pic_op_free_cb(-1, 0, op);
+        }
         return NULL;
     }
     evtimer_add(op->timer, &tv);
@@ -368,15 +385,22 @@ pic_tcp_prefill(pic_transport *t, const char *peer, const pic_transport_seg *seg
 static void
 pic_tcp_cancel(pic_transport_op *op)
 {
-    if (op == NULL || op->over) {
+    struct evhttp_request *r;
+
+    if (op == NULL || op->cancelled) {
         return;
     }
-    op->over = 1;
-    if (op->req != NULL) {
-        evhttp_cancel_request(op->req);
-        op->req = NULL;
+    op->cancelled = 1;
+    if (op->over) {
+        return;                     /* the pending end frees it, silently */
     }
-    pic_op_release(op);
+    op->over = 1;
+    r = op->req;
+    op->req = NULL;
+    pic_op_schedule_end(op);
+    if (r != NULL) {
+        evhttp_cancel_request(r);
+    }
 }
 
 static void
@@ -392,7 +416,7 @@ pic_tcp_free(pic_transport *t)
             evhttp_cancel_request(op->req);
             op->req = NULL;
         }
-        pic_op_free_cb(-1, 0, op);
+        pic_op_free_cb(-1, 0, op);      /* its pending end, if any, never runs */
     }
     free(t);
 }
