@@ -14,10 +14,13 @@
  *            given segments one at a time, in order, and streams each
  *            entry back as soon as it is built (pipelining), as records
  *                u32 "PICR" | u32 index | u64 frame_len | frame
- *            (frame_len 0: that segment failed there; compute it yourself).
+ *            (index: the segment's position in the request's list;
+ *            frame_len 0: that segment failed there; compute it yourself).
  *
  * Every operation ends with exactly one done callback (ok or not: error,
- * timeout, bad record); for each segment either on_frame with the bytes or
+ * timeout, bad record), always from a later turn of the loop (never from
+ * inside pull, prefill or cancel); for each segment either on_frame with
+ * the bytes (index: its position in the operation, 0 for a pull) or
  * nothing (a segment without a frame when done fires has failed).  Frames
  * are handed over as malloc'ed buffers the callee owns; they are only
  * length-checked here: the worker thread decodes and checks them
@@ -41,7 +44,7 @@ typedef struct pic_transport_op pic_transport_op;
 
 /* A segment to prefill remotely. */
 typedef struct {
-    int         index;          /* the caller's segment index, echoed in records */
+    int         index;          /* the caller's segment index (for its own use) */
     const char *key;            /* 32 hex */
     uint64_t    bytes;          /* the segment's byte length */
     const char *kind;           /* "pic" or "prefix" */
