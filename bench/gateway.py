@@ -235,7 +235,7 @@ def bench_latency(tmp):
                                   log=f"access_log {codes} codes;"))
     # one connection, closed loop: the latency each request gains, not the
     # queueing of a saturated 2-core machine running wrk and nginx together
-    dur, rounds, conns = ("3s", 3, 1) if QUICK else ("5s", 7, 1)
+    dur, rounds, conns = ("3s", 3, 1) if QUICK else ("3s", 9, 1)
     wrk = ([TASKSET, "-c", "0"] if TASKSET and CPUS > 1 else []) + [WRK]
     rows = []
     try:
