@@ -376,7 +376,7 @@ ngx_http_pic_index_lookup(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_seg_t *segs,
         node = ngx_http_pic_index_find_locked(zc->sh, segs[i].key,
                                               NGX_HTTP_PIC_NODE_SEGMENT);
 
-        if (node == NULL || node->len != segs[i].len) {
+        if (node == NULL || (node->len && node->len != segs[i].len)) {
             continue;
         }
 
@@ -420,13 +420,47 @@ ngx_http_pic_index_learn(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_seg_t *segs,
             break;
         }
 
-        if (node->len != segs[i].len) {
+        if (node->len == 0) {
+            /* announced by an engine: the first request tells the length */
+            node->len = segs[i].len;
+
+        } else if (node->len != segs[i].len) {
             /* a key with another length: believe the newest */
             node->len = segs[i].len;
             node->engines = 0;
         }
 
         node->engines |= mask;
+    }
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
+}
+
+
+void
+ngx_http_pic_index_holder(ngx_http_pic_zone_ctx_t *zc, u_char *key,
+    ngx_uint_t slot, ngx_uint_t add)
+{
+    uint64_t                    bit;
+    ngx_http_pic_index_node_t  *node;
+
+    bit = (uint64_t) 1 << slot;
+
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    if (add) {
+        node = ngx_http_pic_index_add_locked(zc, key,
+                                             NGX_HTTP_PIC_NODE_SEGMENT, 0);
+        if (node) {
+            node->engines |= bit;
+        }
+
+    } else {
+        node = ngx_http_pic_index_find_locked(zc->sh, key,
+                                              NGX_HTTP_PIC_NODE_SEGMENT);
+        if (node) {
+            node->engines &= ~bit;
+        }
     }
 
     ngx_shmtx_unlock(&zc->shpool->mutex);

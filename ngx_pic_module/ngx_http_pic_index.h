@@ -145,6 +145,11 @@ void ngx_http_pic_index_lookup(ngx_http_pic_zone_ctx_t *zc,
 void ngx_http_pic_index_learn(ngx_http_pic_zone_ctx_t *zc,
     ngx_http_pic_seg_t *segs, ngx_uint_t n, ngx_int_t slot);
 
+/* An engine announced (pic:events) that it added or evicted a segment:
+ * set or clear its bit; the length is unknown until a request learns it. */
+void ngx_http_pic_index_holder(ngx_http_pic_zone_ctx_t *zc, u_char *key,
+    ngx_uint_t slot, ngx_uint_t add);
+
 /* Drop engine slot from every node (the engine restarted or left). */
 void ngx_http_pic_index_forget_engine(ngx_http_pic_zone_ctx_t *zc,
     ngx_uint_t slot);

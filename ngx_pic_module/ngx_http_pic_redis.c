@@ -48,6 +48,7 @@ typedef struct {
     ngx_log_t                   *log;
     ngx_http_pic_main_conf_t    *pmcf;
     ngx_http_pic_zone_ctx_t     *zc;
+    unsigned                     events:1;     /* the pic:events subscriber */
     unsigned                     connected:1;
     unsigned                     connecting:1;
     unsigned                     down_logged:1;
@@ -70,6 +71,7 @@ struct ngx_http_pic_lookup_s {
 };
 
 
+static void ngx_http_pic_redis_close(ngx_http_pic_redis_t *rd);
 static void ngx_http_pic_redis_connect(ngx_http_pic_redis_t *rd);
 static void ngx_http_pic_redis_schedule(ngx_http_pic_redis_t *rd);
 static void ngx_http_pic_redis_reconnect_handler(ngx_event_t *ev);
@@ -81,6 +83,10 @@ static void ngx_http_pic_redis_down(ngx_http_pic_redis_t *rd,
     const char *what, const char *err);
 static void ngx_http_pic_redis_reply(redisAsyncContext *ac, void *r,
     void *privdata);
+static void ngx_http_pic_redis_event(redisAsyncContext *ac, void *r,
+    void *privdata);
+static ngx_int_t ngx_http_pic_redis_slot(ngx_http_pic_shctx_t *sh,
+    u_char *id, size_t len);
 
 static ngx_int_t ngx_http_pic_redis_attach(redisAsyncContext *ac,
     ngx_log_t *log);
@@ -94,7 +100,8 @@ static void ngx_http_pic_redis_cleanup(void *privdata);
 static void ngx_http_pic_redis_free_events(ngx_http_pic_redis_events_t *e);
 
 
-static ngx_http_pic_redis_t  *ngx_http_pic_redis;
+static ngx_http_pic_redis_t  *ngx_http_pic_redis;        /* lookups */
+static ngx_http_pic_redis_t  *ngx_http_pic_redis_sub;    /* pic:events */
 
 
 /* --- the adapter --- */
@@ -285,6 +292,7 @@ ngx_http_pic_redis_free_events(ngx_http_pic_redis_events_t *e)
 ngx_int_t
 ngx_http_pic_redis_init_process(ngx_cycle_t *cycle)
 {
+    ngx_uint_t                 i;
     ngx_http_pic_redis_t      *rd;
     ngx_http_pic_main_conf_t  *pmcf;
 
@@ -294,24 +302,32 @@ ngx_http_pic_redis_init_process(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
-    rd = ngx_pcalloc(cycle->pool, sizeof(ngx_http_pic_redis_t));
-    if (rd == NULL) {
-        return NGX_ERROR;
+    for (i = 0; i < 2; i++) {
+        rd = ngx_pcalloc(cycle->pool, sizeof(ngx_http_pic_redis_t));
+        if (rd == NULL) {
+            return NGX_ERROR;
+        }
+
+        rd->log = cycle->log;
+        rd->pmcf = pmcf;
+        rd->zc = pmcf->shm_zone->data;
+        rd->backoff = NGX_HTTP_PIC_REDIS_BACKOFF_MIN;
+        rd->events = i;
+
+        rd->reconnect.handler = ngx_http_pic_redis_reconnect_handler;
+        rd->reconnect.data = rd;
+        rd->reconnect.log = cycle->log;
+        rd->reconnect.cancelable = 1;
+
+        if (i == 0) {
+            ngx_http_pic_redis = rd;
+
+        } else {
+            ngx_http_pic_redis_sub = rd;
+        }
+
+        ngx_http_pic_redis_connect(rd);
     }
-
-    rd->log = cycle->log;
-    rd->pmcf = pmcf;
-    rd->zc = pmcf->shm_zone->data;
-    rd->backoff = NGX_HTTP_PIC_REDIS_BACKOFF_MIN;
-
-    rd->reconnect.handler = ngx_http_pic_redis_reconnect_handler;
-    rd->reconnect.data = rd;
-    rd->reconnect.log = cycle->log;
-    rd->reconnect.cancelable = 1;
-
-    ngx_http_pic_redis = rd;
-
-    ngx_http_pic_redis_connect(rd);
 
     return NGX_OK;
 }
@@ -320,13 +336,25 @@ ngx_http_pic_redis_init_process(ngx_cycle_t *cycle)
 void
 ngx_http_pic_redis_exit_process(ngx_cycle_t *cycle)
 {
+    ngx_uint_t             i;
     ngx_http_pic_redis_t  *rd;
 
-    rd = ngx_http_pic_redis;
+    for (i = 0; i < 2; i++) {
+        rd = (i == 0) ? ngx_http_pic_redis : ngx_http_pic_redis_sub;
 
-    if (rd == NULL) {
-        return;
+        if (rd) {
+            ngx_http_pic_redis_close(rd);
+        }
     }
+
+    ngx_http_pic_redis = NULL;
+    ngx_http_pic_redis_sub = NULL;
+}
+
+
+static void
+ngx_http_pic_redis_close(ngx_http_pic_redis_t *rd)
+{
 
     rd->exiting = 1;
 
@@ -335,16 +363,15 @@ ngx_http_pic_redis_exit_process(ngx_cycle_t *cycle)
     }
 
     if (rd->ac) {
-        if (rd->connected) {
+        if (rd->connected && !rd->events) {
             (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_up, -1);
-            rd->connected = 0;
         }
+
+        rd->connected = 0;
 
         redisAsyncFree(rd->ac);
         rd->ac = NULL;
     }
-
-    ngx_http_pic_redis = NULL;
 }
 
 
@@ -518,6 +545,13 @@ ngx_http_pic_redis_on_connect(const redisAsyncContext *ac, int status)
     rd->connected = 1;
     rd->backoff = NGX_HTTP_PIC_REDIS_BACKOFF_MIN;
 
+    if (rd->events) {
+        /* add/evict/up/down announcements keep the shm index warm */
+        (void) redisAsyncCommand(rd->ac, ngx_http_pic_redis_event, rd,
+                                 "SUBSCRIBE pic:events");
+        return;
+    }
+
     (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_up, 1);
     (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_connects, 1);
     rd->zc->sh->stats.redis_ok_at = ngx_current_msec;
@@ -530,16 +564,116 @@ ngx_http_pic_redis_on_connect(const redisAsyncContext *ac, int status)
 }
 
 
+/* --- pic:events --- */
+
+
+static void
+ngx_http_pic_redis_event(redisAsyncContext *ac, void *r, void *privdata)
+{
+    redisReply            *reply = r;
+    ngx_http_pic_redis_t  *rd = privdata;
+
+    u_char                *p, *end, *id, *arg;
+    size_t                 verb, id_len, arg_len;
+    ngx_int_t              slot, hi, lo;
+    ngx_uint_t             i, add;
+    u_char                 key[NGX_HTTP_PIC_KEY_LEN];
+
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
+        || reply->elements != 3
+        || reply->element[0]->type != REDIS_REPLY_STRING
+        || reply->element[2]->type != REDIS_REPLY_STRING
+        || ngx_strcmp(reply->element[0]->str, "message") != 0)
+    {
+        /* the subscription's confirmation, or the connection going away */
+        return;
+    }
+
+    /* "add ID KEY", "evict ID KEY", "up ID ADDR", "down ID" */
+
+    p = (u_char *) reply->element[2]->str;
+    end = p + reply->element[2]->len;
+
+    id = ngx_strlchr(p, end, ' ');
+    if (id == NULL) {
+        return;
+    }
+
+    verb = id - p;
+    add = (verb == 3 && ngx_strncmp(p, "add", 3) == 0);
+
+    id++;
+    arg = ngx_strlchr(id, end, ' ');
+    id_len = (arg ? arg : end) - id;
+    arg = arg ? arg + 1 : end;
+    arg_len = end - arg;
+
+    ngx_shmtx_lock(&rd->zc->shpool->mutex);
+    slot = ngx_http_pic_redis_slot(rd->zc->sh, id, id_len);
+    ngx_shmtx_unlock(&rd->zc->shpool->mutex);
+
+    if (slot < 0) {
+        return;
+    }
+
+    if (verb == 4 && ngx_strncmp(p, "down", 4) == 0) {
+        ngx_http_pic_index_forget_engine(rd->zc, slot);
+        return;
+    }
+
+    if (!(add || (verb == 5 && ngx_strncmp(p, "evict", 5) == 0))
+        || arg_len != 2 * NGX_HTTP_PIC_KEY_LEN)
+    {
+        return;
+    }
+
+    for (i = 0; i < NGX_HTTP_PIC_KEY_LEN; i++) {
+        hi = ngx_hextoi(&arg[2 * i], 1);
+        lo = ngx_hextoi(&arg[2 * i + 1], 1);
+
+        if (hi == NGX_ERROR || lo == NGX_ERROR) {
+            return;
+        }
+
+        key[i] = (u_char) (hi << 4 | lo);
+    }
+
+    ngx_http_pic_index_holder(rd->zc, key, slot, add);
+}
+
+
+/* the engine slot whose probed id (or configured address) is id */
+
+static ngx_int_t
+ngx_http_pic_redis_slot(ngx_http_pic_shctx_t *sh, u_char *id, size_t len)
+{
+    ngx_uint_t                 s;
+    ngx_http_pic_engine_sh_t  *e;
+
+    for (s = 0; s < sh->nengines; s++) {
+        e = &sh->engines[s];
+
+        if ((e->id_len == len && ngx_strncmp(e->id, id, len) == 0)
+            || (e->name_len == len && ngx_strncmp(e->name, id, len) == 0))
+        {
+            return s;
+        }
+    }
+
+    return -1;
+}
+
+
 static void
 ngx_http_pic_redis_on_disconnect(const redisAsyncContext *ac, int status)
 {
     ngx_http_pic_redis_t  *rd = ac->data;
 
-    if (rd->connected) {
+    if (rd->connected && !rd->events) {
         (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_up, -1);
-        rd->connected = 0;
     }
 
+    rd->connected = 0;
     rd->connecting = 0;
     rd->ac = NULL;
 
@@ -559,6 +693,12 @@ static void
 ngx_http_pic_redis_down(ngx_http_pic_redis_t *rd, const char *what,
     const char *err)
 {
+    if (rd->events) {
+        /* the lookup connection reports the outage */
+        rd->down_logged = 1;
+        return;
+    }
+
     (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_errors, 1);
 
     if (rd->down_logged) {
@@ -649,13 +789,12 @@ ngx_http_pic_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
     ngx_http_pic_redis_cmd_t  *cmd = privdata;
 
     uint64_t                   mask;
-    ngx_str_t                  id;
-    ngx_uint_t                 i, s;
+    ngx_int_t                  s;
+    ngx_uint_t                 i;
     ngx_http_pic_seg_t        *seg;
     ngx_http_pic_lookup_t     *lk;
     ngx_http_pic_redis_t      *rd;
     ngx_http_pic_shctx_t      *sh;
-    ngx_http_pic_engine_sh_t  *e;
 
     lk = cmd->lookup;
     rd = ac->data;
@@ -692,19 +831,10 @@ ngx_http_pic_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
             continue;
         }
 
-        id.data = (u_char *) reply->element[i]->str;
-        id.len = reply->element[i]->len;
-
-        for (s = 0; s < sh->nengines; s++) {
-            e = &sh->engines[s];
-
-            if ((e->id_len == id.len
-                 && ngx_strncmp(e->id, id.data, id.len) == 0)
-                || (e->name_len == id.len
-                    && ngx_strncmp(e->name, id.data, id.len) == 0))
-            {
-                mask |= (uint64_t) 1 << s;
-            }
+        s = ngx_http_pic_redis_slot(sh, (u_char *) reply->element[i]->str,
+                                    reply->element[i]->len);
+        if (s >= 0) {
+            mask |= (uint64_t) 1 << s;
         }
     }
 

@@ -71,6 +71,35 @@ def test_redis_registration_makes_hits_and_routes_to_the_holder(procs, logdir):
     assert line2["combine"] == f"127.0.0.1:{fb.port}" and int(line2["hit"]) == len(e)
 
 
+def test_engine_announcements_keep_the_index_warm(procs, logdir):
+    red = procs.redis()
+    fa = procs._add(harness.FakeBackend("capture", name="fa"))
+    fb = procs._add(harness.FakeBackend("capture", name="fb"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fa.port}", f"127.0.0.1:{fb.port}"],
+                              http=f"pic_redis 127.0.0.1:{red.port};", cdc="512 1024 4096"))
+    harness.wait_for(lambda: all(e["id"] for e in status(ngx)["engines"]), timeout=5,
+                     what="engine ids from probes")
+    harness.wait_for(lambda: int(redis_cmd(red.port, "PUBSUB", "NUMSUB", "pic:events")
+                                 .split(b"\r\n")[-2][1:]) == 2, timeout=5,
+                     what="both workers subscribed")
+    e = doc(57, 400)
+    key = xxh128_key(b"m", b"", e.encode(), logdir)
+    # fb announces the entry (no pic:seg set at all): the shm index learns it
+    redis_cmd(red.port, "PUBLISH", "pic:events", f"add fb {key}")
+    harness.wait_for(lambda: status(ngx)["zone"]["index_entries"] >= 1, timeout=5,
+                     what="announcement applied")
+    assert post(ngx, {"model": "m", "prompt": prompt("head one", e, "q1")})[0] == 200
+    line, = planned_lines(ngx, 1)
+    assert line["combine"] == f"127.0.0.1:{fb.port}" and int(line["hit"]) == len(e)
+    assert status(ngx)["redis"]["lookups"] <= 1, "the hit came from shm, not a lookup"
+    # both engines now hold it (fb announced, the combine computed); both evict
+    redis_cmd(red.port, "PUBLISH", "pic:events", f"evict fb {key}")
+    redis_cmd(red.port, "PUBLISH", "pic:events", f"evict fa {key}")
+    time.sleep(0.3)
+    assert post(ngx, {"model": "m", "prompt": prompt("head two", e, "q2")})[0] == 200
+    assert int(planned_lines(ngx, 2)[1]["hit"]) == 0, "evicted everywhere: a miss"
+
+
 @pytest.mark.allow_log(r"redis .* failed")
 def test_redis_killed_and_restarted_mid_run_no_client_errors(procs):
     red = procs.redis()
