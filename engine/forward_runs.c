@@ -129,7 +129,10 @@ pic_runs_gdn(const pic_model *m, const pic_backend *be, pic_state *s, int l,
             .beta = w->beta + (size_t) r0 * Hv, .S = s->S[l],
             .o = w->lo + (size_t) r0 * vd, .ldo = vd,
         };
-        if (n < PIC_GDN_CHUNK) {
+        /* seam pieces are short (2w tokens) but the states are large
+         * (Hv·dk·dv): the chunked form reads and writes S once per piece
+         * instead of once per token, so it starts at 8 tokens here */
+        if (n < 8) {
             be->gdn_recurrent(&a);
         } else {
             be->gdn_chunked(&a);
