@@ -58,6 +58,7 @@ http {
     pic_zone pic 16m;
 
     upstream pic_engines {
+        pic_balancer;
         server 127.0.0.1:${engine_ports[0]};
         server 127.0.0.1:${engine_ports[1]};
         keepalive 16;
@@ -70,6 +71,7 @@ http {
 
         location /v1/ {
             pic on;
+            pic_upstream pic_engines;
             proxy_pass http://pic_engines;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
@@ -92,7 +94,7 @@ ngx_pic is running
   model                         ${model_args[1]:-"(none yet)"}
   logs                          $RUN/logs/
 
-  status:  curl -s http://127.0.0.1:$PORT/pic/status
+  status:  curl -s http://127.0.0.1:$PORT/pic/status      (dashboard: ?format=html)
   metrics: curl -s 'http://127.0.0.1:$PORT/pic/status?format=prometheus'
   chat:    curl -s http://127.0.0.1:$PORT/v1/chat/completions -H 'Content-Type: application/json' \\
              -d '{"model":"demo","messages":[{"role":"user","content":"Hello!"}]}'
