@@ -68,7 +68,7 @@ pic_ws_layout(const pic_config *c, int nb, float *base, pic_ws *w)
     return off;
 }
 
-static int
+int
 pic_ws_get(const pic_config *cfg, pic_state *s, int nb, pic_ws *w)
 {
     size_t need = pic_ws_layout(cfg, nb, NULL, w);
@@ -89,8 +89,9 @@ pic_ws_get(const pic_config *cfg, pic_state *s, int nb, pic_ws *w)
 /* --- Gated DeltaNet layer (MODEL.md §3) --- */
 
 static void
-pic_gdn_layer(const pic_model *m, const pic_backend *be, pic_state *s, int l,
-              pic_ws *w, int nb, int p0, const pic_forward_hooks *hooks)
+pic_gdn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
+              int nb, const pic_fwd_span *sp, int n_sp,
+              const pic_forward_hooks *hooks)
 {
     const pic_config        *c = &m->cfg;
     const pic_layer_weights *lw = &m->w.layers[l];
@@ -104,8 +105,12 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, pic_state *s, int l,
     be->matmul(w->beta, w->xn, lw->in_b, nb, H, Hv, 0);
     be->matmul(w->g, w->xn, lw->in_a, nb, H, Hv, 0);
 
-    /* 2. causal conv with the carried window, SiLU */
-    be->conv1d(w->cv, w->qkv, s->conv[l], lw->conv_w, nb, C, c->conv_kernel);
+    /* 2. causal conv with each sequence's carried window, SiLU */
+    for (int i = 0; i < n_sp; i++) {
+        size_t r = (size_t) sp[i].row * C;
+        be->conv1d(w->cv + r, w->qkv + r, sp[i].s->conv[l], lw->conv_w, sp[i].n,
+                   C, c->conv_kernel);
+    }
     be->silu(w->cv, (size_t) nb * C);
 
     /* 3. gates in fp32: β = σ(b), g = −e^{A_log} softplus(a + dt_bias) */
@@ -129,22 +134,26 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, pic_state *s, int l,
         be->l2norm(w->cv + (size_t) t * C + kd, Hk, dk, dk, 1e-6f, 1.0f);
     }
 
-    /* 6–7. the recurrence, chunked for prefill */
-    pic_gdn_args a = {
-        .n = nb, .Hk = Hk, .Hv = Hv, .dk = dk, .ds = dv,
-        .q = w->cv, .ldq = C, .k = w->cv + kd, .ldk = C,
-        .v = w->cv + 2 * kd, .ldv = C, .g = w->g, .beta = w->beta,
-        .S = s->S[l], .o = NULL, .ldo = vd,
-    };
-    if (hooks != NULL && hooks->on_gdn != NULL) {
-        hooks->on_gdn(hooks->user, l, p0, &a);
-    }
-    a.o = w->lo;
-    /* below one chunk the WY form buys nothing: step token by token */
-    if (nb < PIC_GDN_CHUNK) {
-        be->gdn_recurrent(&a);
-    } else {
-        be->gdn_chunked(&a);
+    /* 6–7. the recurrence per sequence, chunked for prefill */
+    for (int i = 0; i < n_sp; i++) {
+        const float *cv = w->cv + (size_t) sp[i].row * C;
+        pic_gdn_args a = {
+            .n = sp[i].n, .Hk = Hk, .Hv = Hv, .dk = dk, .ds = dv,
+            .q = cv, .ldq = C, .k = cv + kd, .ldk = C,
+            .v = cv + 2 * kd, .ldv = C, .g = w->g + (size_t) sp[i].row * Hv,
+            .beta = w->beta + (size_t) sp[i].row * Hv,
+            .S = sp[i].s->S[l], .o = NULL, .ldo = vd,
+        };
+        if (hooks != NULL && hooks->on_gdn != NULL) {
+            hooks->on_gdn(hooks->user, l, sp[i].p0, &a);
+        }
+        a.o = w->lo + (size_t) sp[i].row * vd;
+        /* below one chunk the WY form buys nothing: step token by token */
+        if (sp[i].n < PIC_GDN_CHUNK) {
+            be->gdn_recurrent(&a);
+        } else {
+            be->gdn_chunked(&a);
+        }
     }
 
     /* 8. gated RMSNorm per head (plain w, norm before gate) */
@@ -161,8 +170,8 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, pic_state *s, int l,
 /* --- gated full attention layer (MODEL.md §4) --- */
 
 static void
-pic_attn_layer(const pic_model *m, const pic_backend *be, pic_state *s, int l,
-               pic_ws *w, int nb, int p0)
+pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
+               int nb, const pic_fwd_span *sp, int n_sp)
 {
     const pic_config        *c = &m->cfg;
     const pic_layer_weights *lw = &m->w.layers[l];
@@ -180,7 +189,11 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, pic_state *s, int l,
             memcpy(w->gate + (size_t) t * qd + (size_t) h * hd, src + hd,
                    hd * sizeof(float));
         }
-        w->pos[t] = p0 + t;
+    }
+    for (int i = 0; i < n_sp; i++) {
+        for (int t = 0; t < sp[i].n; t++) {
+            w->pos[sp[i].row + t] = sp[i].p0 + t;
+        }
     }
 
     /* 2–3. (1+w) RMSNorm over hd, then partial NeoX RoPE */
@@ -189,20 +202,24 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, pic_state *s, int l,
     be->rope(w->q, qd, w->pos, nb, Hq, hd, c->rotary_dim, c->rope_theta);
     be->rope(w->k, kvd, w->pos, nb, Hkv, hd, c->rotary_dim, c->rope_theta);
 
-    /* K/V into the cache at their positions */
-    for (int t = 0; t < nb; t++) {
-        for (int h = 0; h < Hkv; h++) {
-            size_t slot = ((size_t) h * s->cap + p0 + t) * hd;
-            memcpy(s->kc[l] + slot, w->k + (size_t) t * kvd + (size_t) h * hd,
-                   hd * sizeof(float));
-            memcpy(s->vc[l] + slot, w->v + (size_t) t * kvd + (size_t) h * hd,
-                   hd * sizeof(float));
-        }
-    }
+    /* K/V into each sequence's cache at their positions, then 4. causal
+     * GQA over its slots [0, p0+n) */
+    for (int i = 0; i < n_sp; i++) {
+        pic_state *s = sp[i].s;
+        int        r0 = sp[i].row, n = sp[i].n, p0 = sp[i].p0;
 
-    /* 4. causal GQA over slots [0, p0+nb) */
-    be->attention(w->ao, w->q, w->pos, nb, Hq, Hkv, hd, s->kc[l], s->vc[l],
-                  s->cap, p0 + nb);
+        for (int t = 0; t < n; t++) {
+            for (int h = 0; h < Hkv; h++) {
+                size_t slot = ((size_t) h * s->cap + p0 + t) * hd;
+                size_t row = (size_t) (r0 + t) * kvd + (size_t) h * hd;
+                memcpy(s->kc[l] + slot, w->k + row, hd * sizeof(float));
+                memcpy(s->vc[l] + slot, w->v + row, hd * sizeof(float));
+            }
+        }
+        be->attention(w->ao + (size_t) r0 * qd, w->q + (size_t) r0 * qd,
+                      w->pos + r0, n, Hq, Hkv, hd, s->kc[l], s->vc[l], s->cap,
+                      p0 + n);
+    }
 
     /* 5. output gate σ(gate), o_proj + residual */
     be->sigmoid(w->gate, (size_t) nb * qd);
@@ -213,6 +230,28 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, pic_state *s, int l,
 }
 
 /* --- the model --- */
+
+void
+pic_forward_layers(const pic_model *m, const pic_backend *be, pic_ws *w,
+                   int nb, const pic_fwd_span *sp, int n_sp,
+                   const pic_forward_hooks *hooks)
+{
+    const pic_config *c = &m->cfg;
+    int               H = c->hidden;
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const pic_layer_weights *lw = &m->w.layers[l];
+
+        be->rmsnorm(w->xn, w->x, lw->input_norm, nb, H, c->rms_eps, 1);
+        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+            pic_gdn_layer(m, be, l, w, nb, sp, n_sp, hooks);
+        } else {
+            pic_attn_layer(m, be, l, w, nb, sp, n_sp);
+        }
+        be->rmsnorm(w->xn, w->x, lw->post_norm, nb, H, c->rms_eps, 1);
+        pic_ffn_forward(m, be, l, w, nb);
+    }
+}
 
 int
 pic_forward(const pic_model *m, const pic_backend *be, pic_state *s,
@@ -266,18 +305,8 @@ pic_forward(const pic_model *m, const pic_backend *be, pic_state *s,
             memcpy(w.x + (size_t) t * H, m->w.embed + (size_t) tokens[u0 + t] * H,
                    H * sizeof(float));
         }
-        for (int l = 0; l < c->n_layers; l++) {
-            const pic_layer_weights *lw = &m->w.layers[l];
-
-            be->rmsnorm(w.xn, w.x, lw->input_norm, nb, H, c->rms_eps, 1);
-            if (c->layer_type[l] == PIC_LAYER_LINEAR) {
-                pic_gdn_layer(m, be, s, l, &w, nb, pb, hooks);
-            } else {
-                pic_attn_layer(m, be, s, l, &w, nb, pb);
-            }
-            be->rmsnorm(w.xn, w.x, lw->post_norm, nb, H, c->rms_eps, 1);
-            pic_ffn_forward(m, be, l, &w, nb);
-        }
+        pic_fwd_span sp = { .s = s, .row = 0, .n = nb, .p0 = pb };
+        pic_forward_layers(m, be, &w, nb, &sp, 1, hooks);
 
         if (mode == PIC_LOGITS_ALL) {
             be->rmsnorm(w.xn, w.x, m->w.final_norm, nb, H, c->rms_eps, 1);

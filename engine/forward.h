@@ -64,6 +64,18 @@ int pic_forward(const pic_model *m, const pic_backend *be, pic_state *s,
                 float *logits, const pic_forward_hooks *hooks, char *err,
                 size_t errlen);
 
+/* One decode token per sequence: tokens[i] at position states[i]->pos
+ * through the model for each of n_seq distinct states (forward_batch.c),
+ * advancing each by one; logits (n_seq, V).  Projections and FFN are one
+ * GEMM over the n_seq rows (the weights are read once per step), the GDN
+ * step and attention run per row on that row's state, so row i equals
+ * pic_forward(states[i], &tokens[i], 1, pos_i, PIC_LOGITS_LAST) up to GEMM
+ * rounding.  The workspace lives in states[0].  be NULL: CPU.  -1 + err on
+ * bad arguments (no state advanced) or OOM (states unspecified). */
+int pic_forward_batch(const pic_model *m, const pic_backend *be,
+                      pic_state *const *states, const int *tokens, int n_seq,
+                      float *logits, char *err, size_t errlen);
+
 /* Model FLOPs of a forward of n tokens at positions p0.. (projections,
  * attention scores and sums, GDN chunked work, lm_head rows as mode asks):
  * the numerator of the model-FLOP/s figures in bench/forward.py. */

@@ -1,6 +1,7 @@
 /*
- * forward_impl.h — internals shared by forward.c and ffn.c: the micro-batch
- * workspace.  Not a public interface.
+ * forward_impl.h — internals shared by forward.c, forward_batch.c and ffn.c:
+ * the micro-batch workspace and the layer-major pass over its rows.  Not a
+ * public interface.
  */
 #ifndef PIC_FORWARD_IMPL_H
 #define PIC_FORWARD_IMPL_H
@@ -38,6 +39,26 @@ typedef struct {
     int   *rows;    /* (nb * top-k) rows of one expert */
     float *roww;    /* (nb * top-k) */
 } pic_ws;
+
+/* One sequence's share of a layer pass: workspace rows [row, row+n) are its
+ * tokens at positions p0..p0+n−1 and advance its state s. */
+typedef struct {
+    pic_state *s;
+    int        row;         /* first workspace row */
+    int        n;           /* rows (tokens) */
+    int        p0;          /* position of the first */
+} pic_fwd_span;
+
+/* Lay a workspace for nb rows out in s->ws, growing it; -1 on OOM. */
+int pic_ws_get(const pic_config *cfg, pic_state *s, int nb, pic_ws *w);
+
+/* Run the nb rows of w->x (embeddings in, residual stream out) through
+ * every layer: projections and FFN as GEMMs over all nb rows, the conv,
+ * recurrence, KV writes and attention span by span on each span's state.
+ * The spans cover the rows, and each state's KV slots up to p0+n exist. */
+void pic_forward_layers(const pic_model *m, const pic_backend *be, pic_ws *w,
+                        int nb, const pic_fwd_span *sp, int n_sp,
+                        const pic_forward_hooks *hooks);
 
 /* h += FFN(xn) for the nb rows of w (dense MLP or MoE, MODEL.md §5). */
 void pic_ffn_forward(const pic_model *m, const pic_backend *be, int l,
