@@ -116,9 +116,13 @@ pic_segment_request(const pic_segment_cfg *cfg, const pic_request *req,
     }
     const pic_render *r = &out->render;
 
-    /* pieces: leading glue joins the first content region */
+    /* pieces: leading glue joins the first content region (the role header
+     * and the system prompt form the exact prefix), except a tool schema:
+     * then the tools preamble is a piece of its own, so that every schema's
+     * bytes, and key, are the same at any rank in any subset of tools */
     size_t i = 0, lead = 0;
-    if (r->n_regions > 1 && r->regions[0].kind == PIC_REGION_GLUE) {
+    if (r->n_regions > 1 && r->regions[0].kind == PIC_REGION_GLUE
+        && r->regions[1].kind != PIC_REGION_TOOL_SCHEMA) {
         lead = r->regions[0].end;
         i = 1;
     }

@@ -7,7 +7,9 @@
  *      glue between them is a piece of its own (so the same document gets
  *      the same bytes and key in any message, position or order); glue at
  *      the very start joins the first content region ("<|im_start|>system\n"
- *      + the system prompt).
+ *      + the system prompt), unless that region is a tool schema: the tools
+ *      preamble (Qwen3.5, or Qwen3 without a system message) stays a piece
+ *      of its own, so every schema is keyed alike at any rank.
  *   3. CDC (pic_cdc, optional) cuts every content piece longer than
  *      min_size, restarting at each piece: identical content yields
  *      identical chunks wherever it sits.  Glue is never cut.

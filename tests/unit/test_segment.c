@@ -241,40 +241,103 @@ test_rerank_and_cross_role_keys(void **state)
     free(b);
 }
 
-/* A tool schema keeps its key whatever subset of tools is listed. */
+/* Keys of the segments cut from tool schema `index`'s region. */
+static size_t
+schema_keys(const pic_segmentation *s, int32_t index, pic_key *out, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->n_segs; i++) {
+        const pic_seg *g = &s->segs[i];
+        if (g->region == PIC_REGION_TOOL_SCHEMA && g->index == index && n < cap) {
+            out[n++] = g->key;
+        }
+    }
+    return n;
+}
+
+/* A tool schema keeps its keys whatever subset of tools is listed and in
+ * whatever order, first place included (the tools preamble is a segment of
+ * its own), in both dialects, with and without a system message; short
+ * schemas are one segment, long ones are cut by CDC alike. */
 static void
 test_tool_schema_subsets_keep_keys(void **state)
 {
     fixture *f = *state;
-    const char *t[3] = {
-        "{\"type\":\"function\",\"function\":{\"name\":\"alpha\",\"description\":\"first tool "
-        "with a fairly long description to make it worth caching as its own segment\"}}",
-        "{\"type\":\"function\",\"function\":{\"name\":\"beta\",\"description\":\"second tool "
-        "with another long description so that it is not below the minimum size\"}}",
-        "{\"type\":\"function\",\"function\":{\"name\":\"gamma\",\"description\":\"third tool "
-        "also with a long description, long enough to be a pic segment in the plan\"}}",
-    };
-    char body[4096];
+    char    *desc = document(9, 3000);
+    char    *t[3];
+    t[0] = malloc(4096);
+    snprintf(t[0], 4096, "{\"type\":\"function\",\"function\":{\"name\":\"alpha\","
+             "\"description\":\"%s\"}}", desc);
+    t[1] = strdup("{\"type\":\"function\",\"function\":{\"name\":\"beta\",\"description\":"
+                  "\"second tool with another long description so that it is not below "
+                  "the minimum size\"}}");
+    t[2] = strdup("{\"type\":\"function\",\"function\":{\"name\":\"gamma\",\"description\":"
+                  "\"third tool also with a long description, long enough to be a pic "
+                  "segment in the plan\"}}");
+    /* listings as tool indices; -1 ends */
+    const int   lists[4][4] = { { 0, 1, 2, -1 }, { 2, 0, -1 }, { 1, 2, 0, -1 }, { 0, 2, -1 } };
+    const char *sys[2] = { "", "{\"role\":\"system\",\"content\":\"You are an agent.\"}," };
+    char       *body = malloc(16384);
     for (int d = 0; d < 2; d++) {
-        pic_segmentation all, sub;
-        snprintf(body, sizeof(body), "{\"model\":\"m\",\"tools\":[%s,%s,%s],\"messages\":"
-                 "[{\"role\":\"user\",\"content\":\"hi\"}]}", t[0], t[1], t[2]);
-        segment(f, body, (pic_template_dialect) d, NULL, &all);
-        snprintf(body, sizeof(body), "{\"model\":\"m\",\"tools\":[%s,%s],\"messages\":"
-                 "[{\"role\":\"user\",\"content\":\"hi\"}]}", t[0], t[2]);
-        segment(f, body, (pic_template_dialect) d, NULL, &sub);
-        pic_key ka[8], ks[8];
-        size_t  na = content_keys(&all, PIC_REGION_TOOL_SCHEMA, ka, 8);
-        size_t  ns = content_keys(&sub, PIC_REGION_TOOL_SCHEMA, ks, 8);
-        assert_int_equal(na, 3);
-        assert_int_equal(ns, 2);
-        /* tool 0 sits in the prefix segment (leading glue joins it) in both;
-         * gamma is last in both listings but keyed alike */
-        assert_true(pic_key_equal(&ka[0], &ks[0]));
-        assert_true(pic_key_equal(&ka[2], &ks[1]));
-        pic_segmentation_free(&all);
-        pic_segmentation_free(&sub);
+        for (int y = 0; y < 2; y++) {
+            pic_key ref[3][16];
+            size_t  nref[3] = { 0, 0, 0 };
+            for (int l = 0; l < 4; l++) {
+                size_t at = (size_t) snprintf(body, 16384, "{\"model\":\"m\",\"tools\":[");
+                for (int k = 0; lists[l][k] >= 0; k++) {
+                    at += (size_t) snprintf(body + at, 16384 - at, "%s%s", k ? "," : "",
+                                            t[lists[l][k]]);
+                }
+                snprintf(body + at, 16384 - at, "],\"messages\":[%s{\"role\":\"user\","
+                         "\"content\":\"hi\"}]}", sys[y]);
+                pic_segmentation s;
+                segment(f, body, (pic_template_dialect) d, NULL, &s);
+                assert_int_equal(s.segs[0].kind, PIC_SEG_PREFIX);
+                for (int k = 0; lists[l][k] >= 0; k++) {
+                    int     tool = lists[l][k];
+                    pic_key keys[16];
+                    size_t  n = schema_keys(&s, k, keys, 16);
+                    assert_true(n >= (tool == 0 ? 2u : 1u));        /* alpha is cut */
+                    if (nref[tool] == 0) {
+                        memcpy(ref[tool], keys, n * sizeof(pic_key));
+                        nref[tool] = n;
+                    }
+                    assert_int_equal(n, nref[tool]);
+                    for (size_t i = 0; i < n; i++) {
+                        assert_true(pic_key_equal(&keys[i], &ref[tool][i]));
+                    }
+                }
+                /* schemas are never in the prefix: segment 0 holds no tool
+                 * bytes unless a system message leads (Qwen3) */
+                for (size_t i = 0; i < s.n_segs; i++) {
+                    if (s.segs[i].region == PIC_REGION_TOOL_SCHEMA) {
+                        assert_true(i > 0);
+                        if (s.segs[i].len >= 64) {
+                            assert_int_equal(s.segs[i].kind, PIC_SEG_PIC);
+                        }
+                    }
+                }
+                pic_segmentation_free(&s);
+            }
+        }
     }
+    /* the keys are those of the schemas' own bytes (json.dumps style) */
+    pic_key k1;
+    const char *beta = "{\"type\": \"function\", \"function\": {\"name\": \"beta\", "
+                       "\"description\": \"second tool with another long description so "
+                       "that it is not below the minimum size\"}}";
+    pic_key_compute(&f->keys, beta, strlen(beta), &k1);
+    pic_segmentation s;
+    snprintf(body, 16384, "{\"model\":\"m\",\"tools\":[%s,%s],\"messages\":[{\"role\":"
+             "\"user\",\"content\":\"hi\"}]}", t[1], t[2]);
+    segment(f, body, PIC_TEMPLATE_QWEN3_5, NULL, &s);
+    assert_true(has_key(&s, &k1));
+    pic_segmentation_free(&s);
+    for (int k = 0; k < 3; k++) {
+        free(t[k]);
+    }
+    free(body);
+    free(desc);
 }
 
 static void
