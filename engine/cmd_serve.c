@@ -39,7 +39,8 @@ serve_usage(FILE *f)
         "  --seam N                seam width of PIC entries (default 8)\n"
         "  --entry-dtype T         storage of PIC entries: bf16 (default) or f32\n"
         "  --min-segment BYTES     shorter segments are recomputed (default 128)\n"
-        "  --peer-timeout-ms N     deadline of a pull or remote prefill (default 30000)\n");
+        "  --peer-timeout-ms N     deadline of a pull or remote prefill (default 30000)\n"
+        "  --no-batch-decode       one forward per decode token instead of one per round\n");
 }
 
 /* Parse a non-negative integer no larger than max; -1 on error. */
@@ -62,7 +63,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_NAME = 256, OPT_TEMPLATE, OPT_MARKER, OPT_WORKERS, OPT_BATCH, OPT_QUEUE,
         OPT_CTX, OPT_MAXTOK, OPT_TIMEOUT, OPT_MAXBODY, OPT_REDIS, OPT_ADVERTISE,
         OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_MINSEG,
-        OPT_PEERTO,
+        OPT_PEERTO, OPT_NOBATCH,
     };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -91,6 +92,7 @@ pic_cmd_serve(int argc, char **argv)
         { "entry-dtype", required_argument, NULL, OPT_DTYPE },
         { "min-segment", required_argument, NULL, OPT_MINSEG },
         { "peer-timeout-ms", required_argument, NULL, OPT_PEERTO },
+        { "no-batch-decode", no_argument, NULL, OPT_NOBATCH },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -120,6 +122,7 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_ADVERTISE: opts.advertise = optarg; continue;
         case OPT_MODE: opts.cache_mode = optarg; continue;
         case OPT_DTYPE: opts.entry_dtype = optarg; continue;
+        case OPT_NOBATCH: opts.no_batch_decode = 1; continue;
         case 'h': serve_usage(stdout); return 0;
         case 'p': case 't': case OPT_WORKERS: case OPT_BATCH: case OPT_QUEUE: case OPT_CTX:
         case OPT_MAXTOK: case OPT_TIMEOUT: case OPT_MAXBODY: case OPT_HEARTBEAT:

@@ -71,7 +71,7 @@ int pic_forward(const pic_model *m, const pic_backend *be, pic_state *s,
  * step and attention run per row on that row's state, so row i equals
  * pic_forward(states[i], &tokens[i], 1, pos_i, PIC_LOGITS_LAST) up to GEMM
  * rounding.  The workspace lives in states[0].  be NULL: CPU.  -1 + err on
- * bad arguments (no state advanced) or OOM (states unspecified). */
+ * bad arguments or OOM, before any state advanced (KV may have grown). */
 int pic_forward_batch(const pic_model *m, const pic_backend *be,
                       pic_state *const *states, const int *tokens, int n_seq,
                       float *logits, char *err, size_t errlen);

@@ -1,6 +1,7 @@
 /*
  * scheduler.c — worker threads, the bounded wait queue and the round-robin
- * batch of running sequences (scheduler.h).
+ * batch of running sequences, whose decode tokens go through one batched
+ * forward per round (scheduler.h).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -43,7 +44,10 @@ typedef struct {
     int               started;
     pic_job         **run;      /* [max_batch] running jobs or NULL */
     pic_state       **st;       /* [max_batch] states, allocated on first use */
-    float            *logits;   /* (V) */
+    float            *logits;   /* (max_batch, V); row 0 for single steps */
+    int              *dslot;    /* [max_batch] slots decoding this round */
+    pic_state       **dst;      /* [max_batch] their states */
+    int              *dtok;     /* [max_batch] their input tokens */
 } pic_worker;
 
 struct pic_sched {
@@ -564,6 +568,42 @@ pic_seq_build_step(pic_sched *s, pic_job *j)
     return 0;
 }
 
+/* Slot k lets go of its job (finished already). */
+static void
+pic_worker_release(pic_sched *s, pic_worker *w, int k)
+{
+    w->run[k] = NULL;
+    pthread_mutex_lock(&s->qmu);
+    s->running--;
+    pthread_mutex_unlock(&s->qmu);
+}
+
+/* Finish j if it was cancelled or ran past its deadline; 1 if it was. */
+static int
+pic_seq_expired(pic_sched *s, pic_job *j)
+{
+    if (pic_job_cancelled(j)) {
+        pic_job_finish(s, j, PIC_FINISH_CANCELLED, 499, "cancelled", "%s",
+                       "the client went away");
+        return 1;
+    }
+    if (j->deadline_ns != 0 && pic_now_ns() > j->deadline_ns) {
+        pic_job_finish(s, j, PIC_FINISH_ERROR, 504, "timeout", "%s",
+                       "the request ran past its deadline");
+        return 1;
+    }
+    return 0;
+}
+
+/* 1 if j's next step is a decode token (its prompt is through the model). */
+static int
+pic_seq_decoding(const pic_job *j)
+{
+    const pic_seq *q = j->seq;
+
+    return q->tokenized && !j->build_only && !q->planning && q->n_fed >= j->n_prompt;
+}
+
 /* One step of job j in slot k: a prefill chunk, a plan step or one decode
  * token.  Returns 1 if it did work, 0 if the job only waited. */
 static int
@@ -572,17 +612,9 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
     pic_job *j = w->run[k];
     pic_seq *q = j->seq;
     char     err[256];
-    int64_t  now = pic_now_ns();
     int      rc, id;
 
-    if (pic_job_cancelled(j)) {
-        pic_job_finish(s, j, PIC_FINISH_CANCELLED, 499, "cancelled", "%s",
-                       "the client went away");
-        goto released;
-    }
-    if (j->deadline_ns != 0 && now > j->deadline_ns) {
-        pic_job_finish(s, j, PIC_FINISH_ERROR, 504, "timeout", "%s",
-                       "the request ran past its deadline");
+    if (pic_seq_expired(s, j)) {
         goto released;
     }
     if (!q->tokenized && pic_seq_begin(s, j) != 0) {
@@ -626,7 +658,10 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
     } else {
         rc = pic_forward(s->o.model, NULL, q->st, &q->last, 1, q->st->pos,
                          PIC_LOGITS_LAST, w->logits, NULL, err, sizeof(err));
-        pic_sched_count(s, &s->st.decode_steps, 1);
+        pthread_mutex_lock(&s->stmu);
+        s->st.decode_steps++;
+        s->st.decode_batches++;
+        pthread_mutex_unlock(&s->stmu);
         if (rc != 0) {
             pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "forward: %s", err);
             goto released;
@@ -639,11 +674,56 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
     return 1;
 
 released:
-    w->run[k] = NULL;
-    pthread_mutex_lock(&s->qmu);
-    s->running--;
-    pthread_mutex_unlock(&s->qmu);
+    pic_worker_release(s, w, k);
     return 1;
+}
+
+/* The decode tokens of the jobs in slots w->dslot[0..n): one batched
+ * forward, then each job samples from its row.  A job cancelled or expired
+ * meanwhile is dropped first.  Should the batch be refused (out of memory),
+ * every job steps alone, so that only a job that cannot run fails. */
+static void
+pic_worker_decode(pic_sched *s, pic_worker *w, int n)
+{
+    int  V = s->o.model->cfg.vocab, nb = 0, rc;
+    char err[256];
+
+    for (int i = 0; i < n; i++) {
+        int      k = w->dslot[i];
+        pic_job *j = w->run[k];
+
+        if (pic_seq_expired(s, j)) {
+            pic_worker_release(s, w, k);
+            continue;
+        }
+        w->dslot[nb] = k;               /* compacts in place: nb <= i */
+        w->dst[nb] = j->seq->st;
+        w->dtok[nb] = j->seq->last;
+        nb++;
+    }
+    if (nb == 0) {
+        return;
+    }
+    rc = pic_forward_batch(s->o.model, NULL, w->dst, w->dtok, nb, w->logits, err,
+                           sizeof(err));
+    if (rc != 0) {
+        for (int r = 0; r < nb; r++) {
+            pic_seq_step(s, w, w->dslot[r]);
+        }
+        return;
+    }
+    pthread_mutex_lock(&s->stmu);
+    s->st.decode_steps += (uint64_t) nb;
+    s->st.decode_batches++;
+    pthread_mutex_unlock(&s->stmu);
+    for (int r = 0; r < nb; r++) {
+        pic_job *j = w->run[w->dslot[r]];
+        int      id = pic_sampler_sample(&j->seq->smp, w->logits + (size_t) r * V);
+
+        if (pic_seq_emit(s, j, id)) {
+            pic_worker_release(s, w, w->dslot[r]);
+        }
+    }
 }
 
 /* --- the wait queue --- */
@@ -790,9 +870,10 @@ pic_worker_main(void *arg)
         }
         pthread_mutex_unlock(&s->qmu);
 
-        /* one round: every running sequence advances one step */
+        /* one round: every running sequence advances one step; the
+         * decode steps together in one forward at the end */
         int64_t t0 = pic_now_ns();
-        int     progress = 0;
+        int     progress = 0, nd = 0;
         for (int k = 0; k < B; k++) {
             if (w->run[k] == NULL) {
                 continue;
@@ -800,7 +881,15 @@ pic_worker_main(void *arg)
             if (s->stopping) {
                 pic_job_cancel(w->run[k]);
             }
+            if (!s->o.no_batch_decode && pic_seq_decoding(w->run[k])) {
+                w->dslot[nd++] = k;
+                continue;
+            }
             progress |= pic_seq_step(s, w, k);
+        }
+        if (nd > 0) {
+            pic_worker_decode(s, w, nd);
+            progress = 1;
         }
         pthread_mutex_lock(&s->stmu);
         s->st.rounds++;
@@ -861,8 +950,13 @@ pic_sched_init(const pic_sched_opts *opts, char *err, size_t errlen)
         w->idx = i;
         w->run = calloc((size_t) opts->max_batch, sizeof(pic_job *));
         w->st = calloc((size_t) opts->max_batch, sizeof(pic_state *));
-        w->logits = malloc((size_t) opts->model->cfg.vocab * sizeof(float));
-        if (w->run == NULL || w->st == NULL || w->logits == NULL) {
+        w->logits = malloc((size_t) opts->max_batch * opts->model->cfg.vocab
+                           * sizeof(float));
+        w->dslot = calloc((size_t) opts->max_batch, sizeof(int));
+        w->dst = calloc((size_t) opts->max_batch, sizeof(pic_state *));
+        w->dtok = calloc((size_t) opts->max_batch, sizeof(int));
+        if (w->run == NULL || w->st == NULL || w->logits == NULL || w->dslot == NULL
+            || w->dst == NULL || w->dtok == NULL) {
             snprintf(err, errlen, "%s: out of memory", __func__);
             pic_sched_free(s);
             return NULL;
@@ -901,6 +995,9 @@ pic_sched_free(pic_sched *s)
         free(w->st);
         free(w->run);
         free(w->logits);
+        free(w->dslot);
+        free(w->dst);
+        free(w->dtok);
     }
     free(s->w);
     pthread_mutex_destroy(&s->qmu);

@@ -5,10 +5,14 @@
  * parameters, deadline) to the scheduler; worker threads own the compute.
  * Each worker runs a batch of up to max_batch sequences and goes round the
  * batch one step at a time: a step is one prefill chunk (PIC_UBATCH tokens,
- * so chunking changes no bit of the result) or one decode token.  Every
- * running request therefore advances by one token per round, a long prefill
- * never stalls the others for more than one chunk, and a cancelled or
- * expired job is dropped before its next step ("within one step").  Jobs
+ * so chunking changes no bit of the result), a plan step, or one decode
+ * token.  The decode tokens of a round are one pic_forward_batch over every
+ * sequence past its prompt (the weights are streamed once per round, not
+ * once per sequence); prefill chunks and plan steps go one at a time before
+ * it.  Every running request therefore advances by one token per round, a
+ * long prefill never stalls the others for more than one chunk, and a
+ * cancelled or expired job is dropped before its next step ("within one
+ * step").  Jobs
  * wait in one bounded FIFO shared by the workers; pic_sched_submit refuses
  * when it is full (the server answers 429).
  *
@@ -113,12 +117,15 @@ typedef struct {
     void               (*notify)(void *arg);    /* a job has news (any thread) */
     void                *notify_arg;
     const void          *plan_ctx;  /* const pic_plan_ctx * for jobs with a plan */
+    int                  no_batch_decode;   /* decode one sequence per forward
+                                             * (round-robin; for comparison) */
 } pic_sched_opts;
 
 typedef struct {
     uint64_t submitted, rejected, completed, cancelled, expired, failed;
     uint64_t prompt_tokens, gen_tokens, cached_tokens;
     uint64_t prefill_steps, decode_steps, rounds;
+    uint64_t decode_batches;        /* forwards that ran the decode steps */
     double   cancel_latency_max_ms; /* longest cancel → compute released */
     uint64_t plan_jobs;             /* prompts assembled from segments */
     uint64_t seg_hits, seg_peer, seg_built, seg_rejected, seg_remote_failed;

@@ -242,6 +242,7 @@ pic_route_status(pic_server *srv, struct evhttp_request *req)
         cJSON_AddNumberToObject(o, "cached_tokens", (double) st.cached_tokens);
         cJSON_AddNumberToObject(o, "prefill_steps", (double) st.prefill_steps);
         cJSON_AddNumberToObject(o, "decode_steps", (double) st.decode_steps);
+        cJSON_AddNumberToObject(o, "decode_batches", (double) st.decode_batches);
         cJSON_AddNumberToObject(o, "rounds", (double) st.rounds);
         cJSON_AddNumberToObject(o, "busy_s", st.busy_s);
         cJSON_AddNumberToObject(o, "cancel_latency_max_ms", st.cancel_latency_max_ms);
@@ -608,6 +609,7 @@ pic_server_load_model(pic_server *srv)
     so.notify = pic_notify;
     so.notify_arg = srv;
     so.plan_ctx = srv->pool ? &srv->plan : NULL;
+    so.no_batch_decode = o->no_batch_decode;
     srv->sched = pic_sched_init(&so, err, sizeof(err));
     if (srv->sched == NULL) {
         fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);

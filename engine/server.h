@@ -34,6 +34,7 @@ typedef struct {
     const char *entry_dtype;    /* "bf16" (default) or "f32" for PIC entries */
     size_t      min_segment;    /* shorter non-prefix segments are recomputed */
     int         peer_timeout_ms;/* deadline of a pull / remote prefill */
+    int         no_batch_decode;/* one forward per decode token (comparison) */
 } pic_server_opts;
 
 /* Run the server until SIGINT/SIGTERM; returns a process exit status. */

@@ -39,10 +39,11 @@ def status(eng):
     return json.loads(harness.http("GET", eng.url + "/status")[2])
 
 
-def generate(model, prompt, n):
+def generate(model, prompt, n, ignore_eos=False):
     """Greedy text of `pic-engine generate` (it prints a final newline)."""
     r = subprocess.run([harness.ENGINE_BIN, "generate", "--model", model, "--prompt", prompt,
-                        "--max-tokens", str(n), "--threads", "1"],
+                        "--max-tokens", str(n), "--threads", "1"]
+                       + (["--ignore-eos"] if ignore_eos else []),
                        capture_output=True, timeout=60)
     assert r.returncode == 0, r.stderr.decode(errors="replace")
     out = r.stdout.decode()
@@ -190,6 +191,50 @@ def test_concurrent_requests_equal_serial(procs):
     assert par == serial
     st = status(eng)["scheduler"]
     assert st["completed"] == 2 * len(PROMPTS) and st["running"] == 0
+
+
+@pytest.mark.parametrize("model", [TINY, os.path.join(MODELS, "tiny-qwen35-moe")])
+def test_concurrent_streams_decode_batched_equal_solo(procs, model):
+    """4 streaming requests with different prompts and lengths decode together
+    (one batched forward per round, finishing at different rounds); each text
+    equals its solo greedy output from `pic-engine generate`."""
+    eng = engine(procs, model=model, extra=("--batch", "4"))
+    c = client(eng)
+    # texts without a U+0000 (the server's text path ends a string there)
+    prompts = ["Hello world", "The quick brown fox jumps over", "1 2 3 4 5",
+               "Once upon a time"]
+    lens = [300, 120, 220, 260]
+    solo = [generate(model, p, n, ignore_eos=True) for p, n in zip(prompts, lens)]
+    go = threading.Barrier(len(prompts))
+
+    def run(i):
+        go.wait()
+        parts = c.completions.create(model="m", prompt=prompts[i], max_tokens=lens[i],
+                                     temperature=0, stream=True,
+                                     extra_body={"ignore_eos": True})
+        return "".join(p.choices[0].text for p in parts)
+
+    with cf.ThreadPoolExecutor(len(prompts)) as ex:
+        par = list(ex.map(run, range(len(prompts))))
+    assert par == solo
+    st = status(eng)["scheduler"]
+    assert st["completed"] == len(prompts) and st["running"] == 0
+    assert st["decode_steps"] == sum(lens) - len(prompts)   # the first token: prefill
+    assert st["decode_batches"] < st["decode_steps"]        # rounds decoded together
+
+
+def test_no_batch_decode_steps_one_sequence_per_forward(procs):
+    """--no-batch-decode (the round-robin baseline of bench/decode_batch.py)."""
+    eng = engine(procs, extra=("--batch", "4", "--no-batch-decode"))
+    c = client(eng)
+    with cf.ThreadPoolExecutor(len(PROMPTS)) as ex:
+        par = list(ex.map(lambda p: c.completions.create(
+            model="m", prompt=p, max_tokens=40, temperature=0,
+            extra_body={"ignore_eos": True}).choices[0].text, PROMPTS))
+    assert par == [generate(TINY, p, 40, ignore_eos=True) for p in PROMPTS]
+    st = status(eng)["scheduler"]
+    assert st["decode_steps"] == 39 * len(PROMPTS)
+    assert st["decode_batches"] == st["decode_steps"]
 
 
 def test_tool_call_round_trip_request_side(procs):
