@@ -110,10 +110,10 @@ pic_cdc_nudge(const pic_cdc *c, const unsigned char *d, size_t n, size_t at, siz
     return j;
 }
 
-size_t
-pic_cdc_cut(const pic_cdc *c, const char *data, size_t n)
+/* The content-defined cut of data[0..n) (n > min_size) before tail merging. */
+static size_t
+pic_cdc_cut_at(const pic_cdc *c, const unsigned char *d, size_t n)
 {
-    const unsigned char *d = (const unsigned char *) data;
     const uint64_t      *g = c->gear;
     size_t               lim = n < c->p.max_size ? n : c->p.max_size;
     size_t               mid = lim < c->p.avg_size ? lim : c->p.avg_size;
@@ -121,9 +121,6 @@ pic_cdc_cut(const pic_cdc *c, const char *data, size_t n)
     const uint64_t       strong = c->strong, weak = c->weak;
     uint64_t             h = 0;
 
-    if (n <= c->p.min_size) {
-        return n;
-    }
     for (; i < mid; i++) {
         h = (h << 1) + g[d[i]];
         if (__builtin_expect(h < strong, 0)) {
@@ -137,6 +134,18 @@ pic_cdc_cut(const pic_cdc *c, const char *data, size_t n)
         }
     }
     return lim == n ? n : pic_cdc_nudge(c, d, n, lim, lim);
+}
+
+size_t
+pic_cdc_cut(const pic_cdc *c, const char *data, size_t n)
+{
+    if (n <= c->p.min_size) {
+        return n;
+    }
+    size_t at = pic_cdc_cut_at(c, (const unsigned char *) data, n);
+    /* a remainder shorter than min_size joins this chunk (FastCDC): no
+     * region ends in a runt too small to cache */
+    return n - at < c->p.min_size ? n : at;
 }
 
 size_t

@@ -19,7 +19,12 @@
  * pre-tokenisers attach one leading space to the next word, and group
  * newline runs), so a segment boundary rarely splits a token.  Without
  * whitespace in reach the cut only moves to a UTF-8 character boundary.
- * Every chunk but a region's last is therefore >= min_size and <= max_size.
+ *
+ * Tail merging (FastCDC): a cut that would leave fewer than min_size bytes
+ * of the region is dropped, and the rest joins the chunk, so a region ends
+ * in no runt too small to cache.  Every chunk of a region longer than
+ * min_size is therefore >= min_size; every chunk but a region's last is
+ * <= max_size, and the last one is < max_size + min_size.
  *
  * S1 fallback (pic_cdc_windows): for a chunk that missed, fixed-size
  * sub-windows start at content-defined anchors (the Gear hash over the
@@ -64,7 +69,8 @@ void pic_cdc_params_default(pic_cdc_params *p);
 int pic_cdc_init(pic_cdc *c, const pic_cdc_params *p, pic_error *err);
 
 /* Length of the first chunk of the region data[0..n): n when n <= min_size,
- * else a content-defined cut in [min_size, min(n, max_size)]. */
+ * else a content-defined cut in [min_size, min(n, max_size)], or n when
+ * that cut would leave fewer than min_size bytes (tail merging). */
 size_t pic_cdc_cut(const pic_cdc *c, const char *data, size_t n);
 
 /* Upper bound on the number of chunks pic_cdc_chunks can produce for n bytes. */

@@ -76,22 +76,23 @@ ref_gear(uint64_t g[256])
 }
 
 static size_t
-ref_cut(const uint64_t g[256], const unsigned char *d, size_t n)
+ref_cut(const uint64_t g[256], const unsigned char *d, size_t n, int merge)
 {
     const size_t min = 256, avg = 1024, max = 4096;
     if (n <= min) {
         return n;
     }
-    size_t   end = n < max ? n : max;
+    size_t   end = n < max ? n : max, cut = end;
     uint64_t h = 0;
     for (size_t i = min; i < end; i++) {
         h = (h << 1) + g[d[i]];
         int bits = i < avg ? 12 : 8;                    /* log2(1024) +- 2 */
         if ((h >> (64 - bits)) == 0) {
-            return i + 1;
+            cut = i + 1;
+            break;
         }
     }
-    return end;
+    return merge && n - cut < min ? n : cut;            /* a runt tail joins */
 }
 
 static void
@@ -103,17 +104,22 @@ test_cdc_matches_reference_fastcdc(void **state)
     ref_gear(g);
     cdc_default(&c, 0);                                 /* no nudging */
     assert_memory_equal(c.gear, g, sizeof(g));
-    size_t n = 1 << 20;
+    size_t n = 1 << 20, merged = 0;
     char  *t = make_text(n);
     for (size_t at = 0, k = 0; at < n; k++) {
-        size_t want = ref_cut(g, (const unsigned char *) t + at, n - at);
-        size_t got = pic_cdc_cut(&c, t + at, n - at);
+        /* every other region ends early, at a random length: tail merges */
+        size_t len = k % 2 ? 1 + rnd() % 1500 : n - at;
+        len = len < n - at ? len : n - at;
+        size_t want = ref_cut(g, (const unsigned char *) t + at, len, 1);
+        size_t got = pic_cdc_cut(&c, t + at, len);
         if (want != got) {
             print_error("chunk %zu at %zu: want %zu got %zu\n", k, at, want, got);
         }
         assert_int_equal(got, want);
+        merged += got == len && ref_cut(g, (const unsigned char *) t + at, len, 0) < len;
         at += got;
     }
+    assert_true(merged >= 10);                          /* runt tails joined */
     free(t);
 }
 
@@ -145,9 +151,11 @@ test_cdc_deterministic_and_covering(void **state)
     assert_int_equal(one, 5);
 }
 
-/* Every chunk but the last is within [min, max], on ordinary text, on text
- * without any cut candidate (one repeated byte), on whitespace only, and
- * on multi-byte UTF-8 without spaces. */
+/* Every chunk is >= min, every chunk but the last <= max and the last
+ * < max + min (tail merging), on ordinary text, on text without any cut
+ * candidate (one repeated byte), on whitespace only, and on multi-byte
+ * UTF-8 without spaces; region lengths vary so that tails of every size
+ * occur. */
 static void
 test_cdc_min_max_respected(void **state)
 {
@@ -167,21 +175,25 @@ test_cdc_min_max_respected(void **state)
     }
     n -= n % 3;
     for (int k = 0; k < 4; k++) {
-        size_t *e;
-        size_t  m = chunks(&c, inputs[k], n, &e), prev = 0;
-        for (size_t i = 0; i < m; i++) {
-            size_t len = e[i] - prev;
-            assert_true(len <= c.p.max_size);
-            if (i + 1 < m) {
+        for (size_t rn = n - 3 * 4000; rn <= n; rn += 3 * 100) {   /* region lengths */
+            size_t *e;
+            size_t  m = chunks(&c, inputs[k], rn, &e), prev = 0;
+            for (size_t i = 0; i < m; i++) {
+                size_t len = e[i] - prev;
                 assert_true(len >= c.p.min_size);
+                if (i + 1 < m) {
+                    assert_true(len <= c.p.max_size);
+                } else {
+                    assert_true(len < c.p.max_size + c.p.min_size);
+                }
+                if (k == 3) {                       /* never inside a character */
+                    assert_int_equal(e[i] % 3, 0);
+                }
+                prev = e[i];
             }
-            if (k == 3) {                           /* never inside a character */
-                assert_int_equal(e[i] % 3, 0);
-            }
-            prev = e[i];
+            assert_int_equal(prev, rn);
+            free(e);
         }
-        assert_int_equal(prev, n);
-        free(e);
         free(inputs[k]);
     }
 }
