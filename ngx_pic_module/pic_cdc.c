@@ -110,28 +110,61 @@ pic_cdc_nudge(const pic_cdc *c, const unsigned char *d, size_t n, size_t at, siz
     return j;
 }
 
+/* The Gear scan: advances h (*hp) over d[i..end), h = (h << 1) + g[d[k]],
+ * and returns k + 1 for the first byte k after which h < t, or 0 when none
+ * (then *hp holds h after d[end - 1]).  Two bytes a step: h1 = 2h + g[a]
+ * and h2 = 4h + (2g[a] + g[b]) are both one shift-add away from h, so the
+ * dependency chain costs one shift-add per two bytes instead of per byte,
+ * and four steps unrolled leave one loop branch per eight bytes.  Every
+ * hash value is still tested in order: the cuts are the byte loop's. */
+static inline size_t
+pic_cdc_scan(const uint64_t *g, const unsigned char *d, size_t i, size_t end,
+             uint64_t *hp, uint64_t t)
+{
+    uint64_t h = *hp;
+
+#define PIC_CDC_STEP(k)                                                         \
+    do {                                                                        \
+        uint64_t a = g[d[i + (k)]], b = g[d[i + (k) + 1]];                      \
+        uint64_t h1 = (h << 1) + a, h2 = (h << 2) + ((a << 1) + b);             \
+        if (__builtin_expect(h1 < t, 0)) {                                      \
+            return i + (k) + 1;                                                 \
+        }                                                                       \
+        if (__builtin_expect(h2 < t, 0)) {                                      \
+            return i + (k) + 2;                                                 \
+        }                                                                       \
+        h = h2;                                                                 \
+    } while (0)
+
+    for (; i + 8 <= end; i += 8) {
+        PIC_CDC_STEP(0);
+        PIC_CDC_STEP(2);
+        PIC_CDC_STEP(4);
+        PIC_CDC_STEP(6);
+    }
+#undef PIC_CDC_STEP
+    for (; i < end; i++) {
+        h = (h << 1) + g[d[i]];
+        if (h < t) {
+            return i + 1;
+        }
+    }
+    *hp = h;
+    return 0;
+}
+
 /* The content-defined cut of data[0..n) (n > min_size) before tail merging. */
 static size_t
 pic_cdc_cut_at(const pic_cdc *c, const unsigned char *d, size_t n)
 {
-    const uint64_t      *g = c->gear;
-    size_t               lim = n < c->p.max_size ? n : c->p.max_size;
-    size_t               mid = lim < c->p.avg_size ? lim : c->p.avg_size;
-    size_t               i = c->p.min_size;
-    const uint64_t       strong = c->strong, weak = c->weak;
-    uint64_t             h = 0;
+    size_t   lim = n < c->p.max_size ? n : c->p.max_size;
+    size_t   mid = lim < c->p.avg_size ? lim : c->p.avg_size;
+    uint64_t h = 0;
+    size_t   at;
 
-    for (; i < mid; i++) {
-        h = (h << 1) + g[d[i]];
-        if (__builtin_expect(h < strong, 0)) {
-            return pic_cdc_nudge(c, d, n, i + 1, lim);
-        }
-    }
-    for (; i < lim; i++) {
-        h = (h << 1) + g[d[i]];
-        if (__builtin_expect(h < weak, 0)) {
-            return pic_cdc_nudge(c, d, n, i + 1, lim);
-        }
+    if ((at = pic_cdc_scan(c->gear, d, c->p.min_size, mid, &h, c->strong)) != 0
+        || (at = pic_cdc_scan(c->gear, d, mid, lim, &h, c->weak)) != 0) {
+        return pic_cdc_nudge(c, d, n, at, lim);
     }
     return lim == n ? n : pic_cdc_nudge(c, d, n, lim, lim);
 }
