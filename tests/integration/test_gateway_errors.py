@@ -53,6 +53,9 @@ def test_malformed_json_is_400(procs):
     fake, ngx = setup(procs)
     err = openai_error(*post(ngx, b'{"model": "m", "messages": ['), 400)
     assert err["type"] == "invalid_request_error"
+    # errors are counted in the log phase, just after the response went out
+    harness.wait_for(lambda: status(ngx)["requests"]["errors"] == 1, timeout=5,
+                     what="error counted")
     st = nothing_cached(ngx, fake)
     assert st["requests"]["rejected"] == 1 and st["requests"]["errors"] == 1
     lines = module_lines(ngx)
