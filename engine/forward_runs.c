@@ -1,8 +1,9 @@
 /*
  * forward_runs.c — layer-major forward over scattered runs (forward_runs.h).
- * The layer bodies follow forward.c step for step (MODEL.md §3–§5); only
- * the row bookkeeping differs: positions per row, and per-run conv and
- * recurrence in the linear layers with the caller's prep in between.
+ * The layer bodies follow forward.c step for step (MODEL.md §3–§5) on its
+ * workspace (pic_ws_get); only the row bookkeeping differs: positions per
+ * row, per-run conv and recurrence in the linear layers with the caller's
+ * prep in between, and one attention call over every row.
  */
 #include <math.h>
 #include <stdint.h>
@@ -12,61 +13,6 @@
 
 #include "forward_impl.h"
 #include "forward_runs.h"
-
-/* --- workspace (the fields of forward_impl.h, sized for nb rows) --- */
-
-static size_t
-pic_runs_align(size_t n)
-{
-    return (n + 15) & ~(size_t) 15;
-}
-
-static size_t
-pic_runs_ws_layout(const pic_config *c, int nb, float *base, pic_ws *w)
-{
-    size_t off = 0;
-    int    C = 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
-    int    vd = c->lin_v_heads * c->lin_v_dim;
-    int    qd = c->n_q_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
-    int    I = c->intermediate > c->shared_intermediate ? c->intermediate
-                                                        : c->shared_intermediate;
-    int    k = c->n_experts_per_tok > 0 ? c->n_experts_per_tok : 1;
-
-#define PIC_TAKE(field, type, count)                                          \
-    do {                                                                      \
-        w->field = base ? (type *) (base + off) : NULL;                       \
-        off += pic_runs_align((size_t) (count));                              \
-    } while (0)
-
-    PIC_TAKE(x, float, (size_t) nb * c->hidden);
-    PIC_TAKE(xn, float, (size_t) nb * c->hidden);
-    PIC_TAKE(qkv, float, (size_t) nb * C);
-    PIC_TAKE(cv, float, (size_t) nb * C);
-    PIC_TAKE(z, float, (size_t) nb * vd);
-    PIC_TAKE(beta, float, (size_t) nb * c->lin_v_heads);
-    PIC_TAKE(g, float, (size_t) nb * c->lin_v_heads);
-    PIC_TAKE(lo, float, (size_t) nb * vd);
-    PIC_TAKE(qp, float, (size_t) nb * 2 * qd);
-    PIC_TAKE(q, float, (size_t) nb * qd);
-    PIC_TAKE(gate, float, (size_t) nb * qd);
-    PIC_TAKE(k, float, (size_t) nb * kvd);
-    PIC_TAKE(v, float, (size_t) nb * kvd);
-    PIC_TAKE(ao, float, (size_t) nb * qd);
-    PIC_TAKE(pos, int, nb);
-    PIC_TAKE(fg, float, (size_t) nb * I);
-    PIC_TAKE(fu, float, (size_t) nb * I);
-    PIC_TAKE(rl, float, (size_t) nb * c->n_experts);
-    PIC_TAKE(xe, float, c->n_experts ? (size_t) nb * c->hidden : 0);
-    PIC_TAKE(eg, float, (size_t) nb * c->moe_intermediate);
-    PIC_TAKE(eu, float, (size_t) nb * c->moe_intermediate);
-    PIC_TAKE(ed, float, (c->n_experts ? (size_t) nb * c->hidden : 0));
-    PIC_TAKE(sel, int, (size_t) nb * k);
-    PIC_TAKE(selw, float, (size_t) nb * k);
-    PIC_TAKE(rows, int, (size_t) nb * k);
-    PIC_TAKE(roww, float, (size_t) nb * k);
-#undef PIC_TAKE
-    return off;
-}
 
 /* A piece of a run inside one pass: rows [row, row+n) at positions p0.. */
 typedef struct {
@@ -207,7 +153,6 @@ pic_forward_runs(const pic_model *m, const pic_backend *be, pic_state *s,
     const pic_config *c = &m->cfg;
     const float      *lm = m->w.lm_head ? m->w.lm_head : m->w.embed;
     int               H = c->hidden, V = c->vocab, total = 0, end = 0;
-    float            *buf = NULL;
     pic_piece        *pc = NULL;
     pic_ws            w;
     int               rc = -1;
@@ -239,15 +184,13 @@ pic_forward_runs(const pic_model *m, const pic_backend *be, pic_state *s,
     if (pic_state_reserve(s, end, err, errlen) != 0) {
         return -1;
     }
-    int    cap = total < PIC_UBATCH ? total : PIC_UBATCH;
-    size_t need = pic_runs_ws_layout(c, cap, NULL, &w);
+    int cap = total < PIC_UBATCH ? total : PIC_UBATCH;
     pc = malloc((size_t) (n_runs + total / PIC_UBATCH + 2) * sizeof(*pc));
-    if (pc == NULL || posix_memalign((void **) &buf, 64, need * sizeof(float)) != 0) {
+    if (pc == NULL || pic_ws_get(c, s, cap, &w) != 0) {
         snprintf(err, errlen, "%s: out of memory", __func__);
         free(pc);
         return -1;
     }
-    pic_runs_ws_layout(c, cap, buf, &w);
 
     /* cut the runs into passes of at most PIC_UBATCH rows */
     int r = 0, done_in_run = 0, tok0 = 0;
@@ -299,7 +242,6 @@ pic_forward_runs(const pic_model *m, const pic_backend *be, pic_state *s,
     }
     s->pos = end;
     rc = 0;
-    free(buf);
     free(pc);
     return rc;
 }

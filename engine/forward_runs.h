@@ -17,9 +17,13 @@
  * each run in turn (tests/unit/test_assemble.c checks it against full
  * recompute).  Rows beyond PIC_UBATCH go in several layer-major passes.
  *
- * This mirrors forward.c's layers (the workspace of forward_impl.h and
- * pic_ffn_forward are shared); a multi-run entry point in forward.c would
- * replace it.
+ * This mirrors forward.c's layers (the workspace, pic_ws_get and
+ * pic_ffn_forward of forward_impl.h are shared).  forward.c's pass over
+ * spans (pic_forward_layers) does not fit as is: it convolves every span
+ * before any recurrence, while a run's conv window must be seeded from the
+ * interior before it, and it calls attention once per span, which re-reads
+ * the whole cached context for every seam run instead of once per 64-row
+ * tile of all runs.
  */
 #ifndef PIC_FORWARD_RUNS_H
 #define PIC_FORWARD_RUNS_H
