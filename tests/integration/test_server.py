@@ -193,34 +193,42 @@ def test_concurrent_requests_equal_serial(procs):
     assert st["completed"] == 2 * len(PROMPTS) and st["running"] == 0
 
 
-@pytest.mark.parametrize("model", [TINY, os.path.join(MODELS, "tiny-qwen35-moe")])
-def test_concurrent_streams_decode_batched_equal_solo(procs, model):
+@pytest.mark.parametrize("model,blocker", [(TINY, "In the beginning"),
+                                           (os.path.join(MODELS, "tiny-qwen35-moe"),
+                                            "Once upon a time")])
+def test_concurrent_streams_decode_batched_equal_solo(procs, model, blocker):
     """4 streaming requests with different prompts and lengths decode together
-    (one batched forward per round, finishing at different rounds); each text
-    equals its solo greedy output from `pic-engine generate`."""
-    eng = engine(procs, model=model, extra=("--batch", "4"))
+    (one batched forward per round, finishing at different rounds) beside a
+    long fifth one that is already decoding when they arrive; each text equals
+    its solo greedy output from `pic-engine generate`."""
+    eng = engine(procs, model=model, extra=("--batch", "5"))
     c = client(eng)
-    # texts without a U+0000 (the server's text path ends a string there)
     prompts = ["Hello world", "The quick brown fox jumps over", "1 2 3 4 5",
-               "Once upon a time"]
-    lens = [300, 120, 220, 260]
+               "Once upon a time", blocker]
+    lens = [300, 120, 220, 260, 1500]
     solo = [generate(model, p, n, ignore_eos=True) for p, n in zip(prompts, lens)]
-    go = threading.Barrier(len(prompts))
+    # the server's text path ends a string at U+0000: keep to texts without one
+    assert all("\0" not in t for t in solo)
+    go = threading.Barrier(len(prompts) - 1)
 
     def run(i):
-        go.wait()
+        if i < len(prompts) - 1:
+            go.wait()
         parts = c.completions.create(model="m", prompt=prompts[i], max_tokens=lens[i],
                                      temperature=0, stream=True,
                                      extra_body={"ignore_eos": True})
         return "".join(p.choices[0].text for p in parts)
 
     with cf.ThreadPoolExecutor(len(prompts)) as ex:
-        par = list(ex.map(run, range(len(prompts))))
+        last = ex.submit(run, len(prompts) - 1)
+        harness.wait_for(lambda: status(eng)["scheduler"]["generated_tokens"] > 0,
+                         what="the long request decoding")
+        par = list(ex.map(run, range(len(prompts) - 1))) + [last.result()]
     assert par == solo
     st = status(eng)["scheduler"]
     assert st["completed"] == len(prompts) and st["running"] == 0
     assert st["decode_steps"] == sum(lens) - len(prompts)   # the first token: prefill
-    assert st["decode_batches"] < st["decode_steps"]        # rounds decoded together
+    assert st["decode_batches"] < st["decode_steps"] - sum(lens[:-1]) / 2
 
 
 def test_no_batch_decode_steps_one_sequence_per_forward(procs):
