@@ -129,6 +129,8 @@ def test_sdk_chat_stream_through_gateway(procs):
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
     assert finishes[-1] in ("length", "stop")
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens >= 1
+    # the TTFT sample is recorded when the request ends (log phase): wait for it
+    harness.wait_for(lambda: status(ngx)["ttft_ms"]["count"] == 1, timeout=5, what="ttft")
     st = status(ngx)
     assert st["requests"]["planned"] == 1
     assert st["ttft_ms"]["count"] == 1

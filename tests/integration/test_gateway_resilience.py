@@ -360,7 +360,8 @@ def test_sse_passes_through_unbuffered(procs):
     # one arrives at least four sleeps before the end
     assert t_all - t_first >= 1.0, (t_first, t_all)
     assert b"data: [DONE]" in got
-    assert status(ngx)["ttft_ms"]["count"] == 1
+    harness.wait_for(lambda: status(ngx)["ttft_ms"]["count"] == 1, timeout=5,
+                     what="ttft recorded at the end of the request")
 
 
 @pytest.mark.allow_log(r"upstream prematurely closed|recv\(\) failed|unhealthy")
@@ -384,5 +385,7 @@ def test_engine_that_never_answers_is_504_json(procs):
     code, hdrs, body = post(ngx, {"model": "m", "prompt": "hello"})
     assert code == 504 and hdrs["Content-Type"] == "application/json"
     assert json.loads(body)["error"]["code"] == "timeout"
+    harness.wait_for(lambda: status(ngx)["requests"]["upstream_errors"] == 1, timeout=5,
+                     what="upstream error counted")
     st = status(ngx)
     assert st["requests"]["upstream_errors"] == 1
