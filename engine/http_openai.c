@@ -33,6 +33,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "pic_json.h"
 #include "pic_plan.h"
 #include "pic_request.h"
 #include "pic_segment.h"
@@ -192,6 +193,21 @@ pic_oai_release_conn(pic_oai_ctx *c)
 
 /* --- JSON pieces --- */
 
+/* obj[key] = the JSON string s[0..n), written with its length so that
+ * embedded NULs (U+0000 is valid model output) survive: a cJSON raw item
+ * holding the escaped literal (cJSON strings stop at the first NUL). */
+static void
+pic_oai_add_text(cJSON *obj, const char *key, const char *s, size_t n)
+{
+    pic_buf b;
+
+    pic_buf_init(&b);
+    if (pic_json_write_string(&b, s ? s : "", s ? n : 0) == 0 && !b.oom) {
+        cJSON_AddRawToObject(obj, key, b.data);
+    }
+    pic_buf_free(&b);
+}
+
 static cJSON *
 pic_oai_usage(const pic_job_update *u)
 {
@@ -220,7 +236,7 @@ pic_oai_call_json(const pic_toolcall_out *tc, int index, int stream)
     cJSON_AddStringToObject(o, "type", "function");
     fn = cJSON_AddObjectToObject(o, "function");
     cJSON_AddStringToObject(fn, "name", tc->name);
-    cJSON_AddStringToObject(fn, "arguments", tc->arguments);
+    pic_oai_add_text(fn, "arguments", tc->arguments, strlen(tc->arguments));
     return o;
 }
 
@@ -309,28 +325,22 @@ static void
 pic_oai_stream_text(pic_oai_ctx *c, const char *text, size_t len)
 {
     cJSON *doc, *ch, *delta;
-    char  *t;
 
     if (len == 0 || (c->n_stream_calls > 0 && pic_oai_blank(text, len))) {
-        return;
-    }
-    t = strndup(text, len);
-    if (t == NULL) {
         return;
     }
     ch = pic_oai_chunk(c, &doc);
     if (c->kind == PIC_REQ_CHAT) {
         delta = cJSON_AddObjectToObject(ch, "delta");
-        cJSON_AddStringToObject(delta, "content", t);
+        pic_oai_add_text(delta, "content", text, len);
     } else {
-        cJSON_AddStringToObject(ch, "text", t);
+        pic_oai_add_text(ch, "text", text, len);
     }
     cJSON_AddNullToObject(ch, "logprobs");
     cJSON_AddNullToObject(ch, "finish_reason");
     if (c->include_usage) {
         cJSON_AddNullToObject(doc, "usage");
     }
-    free(t);
     pic_oai_sse(c, doc);
 }
 
@@ -511,7 +521,7 @@ pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
             if (c->n_calls > 0 && pic_oai_blank(text, c->content.len)) {
                 cJSON_AddNullToObject(msg, "content");
             } else {
-                cJSON_AddStringToObject(msg, "content", text);
+                pic_oai_add_text(msg, "content", text, c->content.len);
             }
             if (c->n_calls > 0) {
                 cJSON *arr = cJSON_AddArrayToObject(msg, "tool_calls");
@@ -520,7 +530,7 @@ pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
                 }
             }
         } else {
-            cJSON_AddStringToObject(ch, "text", text);
+            pic_oai_add_text(ch, "text", text, c->content.len);
         }
         cJSON_AddNullToObject(ch, "logprobs");
         cJSON_AddStringToObject(ch, "finish_reason", reason);

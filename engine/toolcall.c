@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pic_buf.h"
+#include "pic_json.h"
 #include "stopstr.h"
 #include "toolcall.h"
 
@@ -143,7 +145,7 @@ pic_toolcall_parse_xml(const char *body, size_t len, const cJSON *tools,
     p = gt + 1;
     for (;;) {
         const char *v, *vend, *next, *close;
-        char       *pname, *val;
+        char       *pname;
         size_t      vlen;
         const char *type;
         cJSON      *item = NULL;
@@ -191,9 +193,15 @@ pic_toolcall_parse_xml(const char *body, size_t len, const cJSON *tools,
             }
         }
         if (item == NULL) {
-            val = pic_strndup(v, vlen);
-            item = val ? cJSON_CreateString(val) : NULL;
-            free(val);
+            /* the literal is written with its length: a cJSON string
+             * would stop at an embedded NUL */
+            pic_buf lit;
+
+            pic_buf_init(&lit);
+            if (pic_json_write_string(&lit, v, vlen) == 0 && !lit.oom) {
+                item = cJSON_CreateRaw(lit.data);
+            }
+            pic_buf_free(&lit);
         }
         if (item == NULL) {
             free(pname);

@@ -11,6 +11,9 @@
 
 /* --- matmul --- */
 
+#define PIC_MATMUL_SMALL_N  4            /* n up to this: per-row sgemv */
+#define PIC_MATMUL_L2_BYTES (192 * 1024) /* W block kept hot across rows */
+
 /* One thread's share: rows [o0, o1) of W. */
 static void
 pic_cpu_matmul_slice(float *y, const float *x, const float *w, int n, int in,
@@ -22,6 +25,22 @@ pic_cpu_matmul_slice(float *y, const float *x, const float *w, int n, int in,
     if (n == 1) {
         cblas_sgemv(CblasRowMajor, CblasNoTrans, o1 - o0, in, 1.0f,
                     w + (size_t) o0 * in, in, x, 1, beta, y + o0, 1);
+    } else if (n <= PIC_MATMUL_SMALL_N) {
+        /* a few rows: sgemm's packing costs more than it saves here, so
+         * run the n one-row sgemv's over blocks of W that stay in L2;
+         * W is then streamed from memory once, as for n = 1 */
+        int blk = (int) (PIC_MATMUL_L2_BYTES / ((size_t) in * sizeof(float)));
+
+        blk = blk < 16 ? 16 : blk & ~15;
+        for (int b0 = o0; b0 < o1; b0 += blk) {
+            int          b1 = b0 + blk < o1 ? b0 + blk : o1;
+            const float *wb = w + (size_t) b0 * in;     /* (b1-b0, in) */
+
+            for (int r = 0; r < n; r++) {
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, b1 - b0, in, 1.0f, wb, in,
+                            x + (size_t) r * in, 1, beta, y + (size_t) r * out + b0, 1);
+            }
+        }
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o1 - o0, in,
                     1.0f, x, in, w + (size_t) o0 * in, in, beta, y + o0, out);

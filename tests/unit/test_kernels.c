@@ -382,6 +382,41 @@ test_matmul_matches_naive(void **unused)
     }
 }
 
+/* n = 1..5 rows on a shape that takes the threaded path and, for n <= 4,
+ * several L2-sized weight blocks per thread: within float rounding of a
+ * double-precision reference (scaled by sum |x*w|), accumulate or not. */
+static void
+test_matmul_small_n(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    int    in = 1024, out = 300;
+    float *w = frand_vec((size_t) out * in, 1.0f);      /* (out, in) */
+
+    for (int n = 1; n <= 5; n++) {
+        for (int acc = 0; acc <= 1; acc++) {
+            float *x = frand_vec((size_t) n * in, 1.0f);     /* (n, in) */
+            float *y = frand_vec((size_t) n * out, 1.0f);    /* (n, out) */
+            float *y0 = malloc((size_t) n * out * sizeof(float));
+
+            memcpy(y0, y, (size_t) n * out * sizeof(float));
+            be->matmul(y, x, w, n, in, out, acc);
+            for (int t = 0; t < n; t++) {
+                for (int o = 0; o < out; o++) {
+                    double s = acc ? y0[t * out + o] : 0.0, mag = fabs(s);
+                    for (int i = 0; i < in; i++) {
+                        double p = (double) x[t * in + i] * w[o * in + i];
+                        s += p;
+                        mag += fabs(p);
+                    }
+                    assert_true(fabs(y[t * out + o] - s) <= 1e-6 * mag + 1e-30);
+                }
+            }
+            free(x); free(y); free(y0);
+        }
+    }
+    free(w);
+}
+
 static void
 test_norms_and_activations(void **unused)
 {
@@ -426,6 +461,7 @@ main(void)
         cmocka_unit_test(test_attention_matches_naive),
         cmocka_unit_test(test_conv_split_equals_unsplit),
         cmocka_unit_test(test_matmul_matches_naive),
+        cmocka_unit_test(test_matmul_small_n),
         cmocka_unit_test(test_norms_and_activations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
