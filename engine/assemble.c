@@ -13,7 +13,6 @@
 
 #include "assemble.h"
 #include "forward.h"
-#include "forward_runs.h"
 
 static double
 pic_now(void)
@@ -367,8 +366,9 @@ pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
     pic_prep_ctx P = { .s = s, .gaps = gaps, .n_gaps = n_gaps };
     if (n_runs > 0) {
         t = pic_now();
-        if (pic_forward_runs(m, be, s, tok, runs, n_runs, pic_assemble_prep, &P,
-                             logits, err, errlen) != 0) {
+        pic_forward_hooks hooks = { .user = &P, .on_run = pic_assemble_prep };
+        if (pic_forward_runs(m, be, s, tok, runs, n_runs, logits, &hooks, err,
+                             errlen) != 0) {
             goto done;
         }
         st->t_forward = pic_now() - t - P.t_compose;

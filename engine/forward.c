@@ -2,7 +2,8 @@
  * forward.c — the hybrid decoder's forward pass (forward.h), read top to
  * bottom: embeddings, then per layer a mixer (Gated DeltaNet or gated full
  * attention) and an FFN (ffn.c) on pre-normed inputs, then the final norm
- * and lm_head for the rows that need logits.
+ * and lm_head for the rows that need logits.  pic_forward and
+ * pic_forward_runs (PIC seam runs) share one driver and one layer pass.
  */
 #include <math.h>
 #include <stdint.h>
@@ -105,15 +106,8 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     be->matmul(w->beta, w->xn, lw->in_b, nb, H, Hv, 0);
     be->matmul(w->g, w->xn, lw->in_a, nb, H, Hv, 0);
 
-    /* 2. causal conv with each sequence's carried window, SiLU */
-    for (int i = 0; i < n_sp; i++) {
-        size_t r = (size_t) sp[i].row * C;
-        be->conv1d(w->cv + r, w->qkv + r, sp[i].s->conv[l], lw->conv_w, sp[i].n,
-                   C, c->conv_kernel);
-    }
-    be->silu(w->cv, (size_t) nb * C);
-
-    /* 3. gates in fp32: β = σ(b), g = −e^{A_log} softplus(a + dt_bias) */
+    /* 3. gates in fp32 (row-wise, state-free): β = σ(b),
+     * g = −e^{A_log} softplus(a + dt_bias) */
     be->sigmoid(w->beta, (size_t) nb * Hv);
     for (int t = 0; t < nb; t++) {
         for (int h = 0; h < Hv; h++) {
@@ -127,29 +121,39 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
         }
     }
 
-    /* 5. q̂ = q/‖q‖ / sqrt(dk), k̂ = k/‖k‖ (eps on the sum of squares) */
-    for (int t = 0; t < nb; t++) {
-        be->l2norm(w->cv + (size_t) t * C, Hk, dk, dk, 1e-6f,
-                   1.0f / sqrtf((float) dk));
-        be->l2norm(w->cv + (size_t) t * C + kd, Hk, dk, dk, 1e-6f, 1.0f);
-    }
-
-    /* 6–7. the recurrence per sequence, chunked for prefill */
+    /* per span, in order: the caller's prep (seam runs), 2. causal conv
+     * with the span's carried window and SiLU, 5. q̂ = q/‖q‖ / sqrt(dk),
+     * k̂ = k/‖k‖ (eps on the sum of squares), 6–7. the recurrence */
     for (int i = 0; i < n_sp; i++) {
-        const float *cv = w->cv + (size_t) sp[i].row * C;
+        int    r0 = sp[i].row, n = sp[i].n;
+        float *cv = w->cv + (size_t) r0 * C;   /* (n, C) this span's rows */
+        int    chunk_min = sp[i].chunk_min > 0 ? sp[i].chunk_min : PIC_GDN_CHUNK;
+
+        if (sp[i].prep && hooks != NULL && hooks->on_run != NULL) {
+            hooks->on_run(hooks->user, l, sp[i].run);
+        }
+        be->conv1d(cv, w->qkv + (size_t) r0 * C, sp[i].s->conv[l], lw->conv_w, n,
+                   C, c->conv_kernel);
+        be->silu(cv, (size_t) n * C);
+        for (int t = 0; t < n; t++) {
+            be->l2norm(cv + (size_t) t * C, Hk, dk, dk, 1e-6f,
+                       1.0f / sqrtf((float) dk));
+            be->l2norm(cv + (size_t) t * C + kd, Hk, dk, dk, 1e-6f, 1.0f);
+        }
         pic_gdn_args a = {
-            .n = sp[i].n, .Hk = Hk, .Hv = Hv, .dk = dk, .ds = dv,
+            .n = n, .Hk = Hk, .Hv = Hv, .dk = dk, .ds = dv,
             .q = cv, .ldq = C, .k = cv + kd, .ldk = C,
-            .v = cv + 2 * kd, .ldv = C, .g = w->g + (size_t) sp[i].row * Hv,
-            .beta = w->beta + (size_t) sp[i].row * Hv,
+            .v = cv + 2 * kd, .ldv = C, .g = w->g + (size_t) r0 * Hv,
+            .beta = w->beta + (size_t) r0 * Hv,
             .S = sp[i].s->S[l], .o = NULL, .ldo = vd,
         };
         if (hooks != NULL && hooks->on_gdn != NULL) {
             hooks->on_gdn(hooks->user, l, sp[i].p0, &a);
         }
-        a.o = w->lo + (size_t) sp[i].row * vd;
-        /* below one chunk the WY form buys nothing: step token by token */
-        if (sp[i].n < PIC_GDN_CHUNK) {
+        a.o = w->lo + (size_t) r0 * vd;
+        /* below chunk_min tokens the WY form buys nothing: step token by
+         * token */
+        if (n < chunk_min) {
             be->gdn_recurrent(&a);
         } else {
             be->gdn_chunked(&a);
@@ -203,22 +207,26 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     be->rope(w->k, kvd, w->pos, nb, Hkv, hd, c->rotary_dim, c->rope_theta);
 
     /* K/V into each sequence's cache at their positions, then 4. causal
-     * GQA over its slots [0, p0+n) */
-    for (int i = 0; i < n_sp; i++) {
+     * GQA over its slots [0, p0+n).  Consecutive spans on one state (seam
+     * runs) attend in one call: causality by position keeps later spans
+     * invisible to earlier ones, and the cached context is read once. */
+    for (int i = 0, j; i < n_sp; i = j) {
         pic_state *s = sp[i].s;
-        int        r0 = sp[i].row, n = sp[i].n, p0 = sp[i].p0;
 
-        for (int t = 0; t < n; t++) {
-            for (int h = 0; h < Hkv; h++) {
-                size_t slot = ((size_t) h * s->cap + p0 + t) * hd;
-                size_t row = (size_t) (r0 + t) * kvd + (size_t) h * hd;
-                memcpy(s->kc[l] + slot, w->k + row, hd * sizeof(float));
-                memcpy(s->vc[l] + slot, w->v + row, hd * sizeof(float));
+        for (j = i; j < n_sp && sp[j].s == s; j++) {
+            for (int t = 0; t < sp[j].n; t++) {
+                for (int h = 0; h < Hkv; h++) {
+                    size_t slot = ((size_t) h * s->cap + sp[j].p0 + t) * hd;
+                    size_t row = (size_t) (sp[j].row + t) * kvd + (size_t) h * hd;
+                    memcpy(s->kc[l] + slot, w->k + row, hd * sizeof(float));
+                    memcpy(s->vc[l] + slot, w->v + row, hd * sizeof(float));
+                }
             }
         }
+        int r0 = sp[i].row, n = sp[j - 1].row + sp[j - 1].n - r0;
         be->attention(w->ao + (size_t) r0 * qd, w->q + (size_t) r0 * qd,
                       w->pos + r0, n, Hq, Hkv, hd, s->kc[l], s->vc[l], s->cap,
-                      p0 + n);
+                      sp[j - 1].p0 + sp[j - 1].n);
     }
 
     /* 5. output gate σ(gate), o_proj + residual */
@@ -253,16 +261,91 @@ pic_forward_layers(const pic_model *m, const pic_backend *be, pic_ws *w,
     }
 }
 
+/* Seam runs are short (2w tokens) but the linear states large (Hv·dk·dv):
+ * the chunked form reads and writes S once per run instead of once per
+ * token, so runs go chunked from 8 tokens.  Plain forwards keep
+ * PIC_GDN_CHUNK (below it their results are the recurrent step's). */
+#define PIC_RUN_CHUNK_MIN 8
+
+/* Forward tokens (total, runs laid end to end) at the runs' positions in
+ * layer-major passes of at most PIC_UBATCH rows, one span per piece of a
+ * run; logits as mode asks (ALL: (total, V)).  Runs checked by the caller;
+ * s->pos becomes the last run's end.  -1 + err on a bad token id or OOM. */
+static int
+pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
+                 const int *tokens, const pic_run *runs, int n_runs, int total,
+                 int chunk_min, pic_logits_mode mode, float *logits,
+                 const pic_forward_hooks *hooks, char *err, size_t errlen)
+{
+    const pic_config *c = &m->cfg;
+    const float      *lm = m->w.lm_head ? m->w.lm_head : m->w.embed;
+    int               H = c->hidden, V = c->vocab;
+    int               cap = total < PIC_UBATCH ? total : PIC_UBATCH;
+    int               end = runs[n_runs - 1].p0 + runs[n_runs - 1].n;
+    pic_fwd_span     *sp;               /* (n_runs) spans of one pass */
+    pic_ws            w;
+
+    for (int t = 0; t < total; t++) {
+        if (tokens[t] < 0 || tokens[t] >= V) {
+            snprintf(err, errlen, "%s: token id %d at %d outside [0, %d)",
+                     __func__, tokens[t], t, V);
+            return -1;
+        }
+    }
+    if (pic_state_reserve(s, end, err, errlen) != 0) {
+        return -1;
+    }
+    sp = malloc((size_t) n_runs * sizeof(*sp));
+    if (sp == NULL || pic_ws_get(c, s, cap, &w) != 0) {
+        snprintf(err, errlen, "%s: out of memory for the workspace", __func__);
+        free(sp);
+        return -1;
+    }
+
+    for (int r = 0, done = 0, tok0 = 0; r < n_runs;) {
+        int ns = 0, nb = 0;
+
+        while (r < n_runs && nb < cap) {         /* fill the pass */
+            int take = runs[r].n - done < cap - nb ? runs[r].n - done : cap - nb;
+            sp[ns++] = (pic_fwd_span) {
+                .s = s, .row = nb, .n = take, .p0 = runs[r].p0 + done,
+                .run = r, .prep = done == 0, .chunk_min = chunk_min,
+            };
+            nb += take;
+            done += take;
+            if (done == runs[r].n) {
+                r++;
+                done = 0;
+            }
+        }
+        for (int t = 0; t < nb; t++) {
+            memcpy(w.x + (size_t) t * H, m->w.embed + (size_t) tokens[tok0 + t] * H,
+                   H * sizeof(float));
+        }
+        pic_forward_layers(m, be, &w, nb, sp, ns, hooks);
+
+        if (mode == PIC_LOGITS_ALL) {
+            be->rmsnorm(w.xn, w.x, m->w.final_norm, nb, H, c->rms_eps, 1);
+            be->matmul(logits + (size_t) tok0 * V, w.xn, lm, nb, H, V, 0);
+        } else if (mode == PIC_LOGITS_LAST && r == n_runs) {
+            be->rmsnorm(w.xn, w.x + (size_t) (nb - 1) * H, m->w.final_norm, 1,
+                        H, c->rms_eps, 1);
+            be->matmul(logits, w.xn, lm, 1, H, V, 0);
+        }
+        tok0 += nb;
+    }
+    free(sp);
+    s->pos = end;
+    return 0;
+}
+
 int
 pic_forward(const pic_model *m, const pic_backend *be, pic_state *s,
             const int *tokens, int n, int p0, pic_logits_mode mode,
             float *logits, const pic_forward_hooks *hooks, char *err,
             size_t errlen)
 {
-    const pic_config *c = &m->cfg;
-    const float      *lm = m->w.lm_head ? m->w.lm_head : m->w.embed;
-    int               H = c->hidden, V = c->vocab;
-    pic_ws            w;
+    pic_run run = { .p0 = p0, .n = n };
 
     if (be == NULL) {
         be = pic_backend_cpu();
@@ -275,50 +358,48 @@ pic_forward(const pic_model *m, const pic_backend *be, pic_state *s,
         snprintf(err, errlen, "%s: logits requested without a buffer", __func__);
         return -1;
     }
-    if (s->n_layers != c->n_layers) {
+    if (s->n_layers != m->cfg.n_layers) {
         snprintf(err, errlen, "%s: state made for another model", __func__);
         return -1;
     }
-    for (int t = 0; t < n; t++) {
-        if (tokens[t] < 0 || tokens[t] >= V) {
-            snprintf(err, errlen, "%s: token id %d at %d outside [0, %d)",
-                     __func__, tokens[t], t, V);
+    if (n > INT32_MAX - p0) {
+        snprintf(err, errlen, "%s: position overflow", __func__);
+        return -1;
+    }
+    return pic_forward_pass(m, be, s, tokens, &run, 1, n, PIC_GDN_CHUNK, mode,
+                            logits, hooks, err, errlen);
+}
+
+int
+pic_forward_runs(const pic_model *m, const pic_backend *be, pic_state *s,
+                 const int *tokens, const pic_run *runs, int n_runs,
+                 float *logits, const pic_forward_hooks *hooks, char *err,
+                 size_t errlen)
+{
+    int total = 0, end = 0;
+
+    if (be == NULL) {
+        be = pic_backend_cpu();
+    }
+    if (runs == NULL || n_runs <= 0 || tokens == NULL
+        || s->n_layers != m->cfg.n_layers) {
+        snprintf(err, errlen, "%s: no runs, or a state of another model", __func__);
+        return -1;
+    }
+    for (int r = 0; r < n_runs; r++) {
+        if (runs[r].n <= 0 || runs[r].p0 < end || runs[r].n > INT32_MAX - runs[r].p0
+            || runs[r].n > INT32_MAX - total) {
+            snprintf(err, errlen, "%s: run %d (p0=%d, n=%d) out of order", __func__,
+                     r, runs[r].p0, runs[r].n);
             return -1;
         }
+        end = runs[r].p0 + runs[r].n;
+        total += runs[r].n;
     }
-    if (n > INT32_MAX - p0 || pic_state_reserve(s, p0 + n, err, errlen) != 0) {
-        if (n > INT32_MAX - p0) {
-            snprintf(err, errlen, "%s: position overflow", __func__);
-        }
-        return -1;
-    }
-    if (pic_ws_get(c, s, n < PIC_UBATCH ? n : PIC_UBATCH, &w) != 0) {
-        snprintf(err, errlen, "%s: out of memory for the workspace", __func__);
-        return -1;
-    }
-
-    for (int u0 = 0; u0 < n; u0 += PIC_UBATCH) {
-        int nb = n - u0 < PIC_UBATCH ? n - u0 : PIC_UBATCH;
-        int pb = p0 + u0;
-
-        for (int t = 0; t < nb; t++) {
-            memcpy(w.x + (size_t) t * H, m->w.embed + (size_t) tokens[u0 + t] * H,
-                   H * sizeof(float));
-        }
-        pic_fwd_span sp = { .s = s, .row = 0, .n = nb, .p0 = pb };
-        pic_forward_layers(m, be, &w, nb, &sp, 1, hooks);
-
-        if (mode == PIC_LOGITS_ALL) {
-            be->rmsnorm(w.xn, w.x, m->w.final_norm, nb, H, c->rms_eps, 1);
-            be->matmul(logits + (size_t) u0 * V, w.xn, lm, nb, H, V, 0);
-        } else if (mode == PIC_LOGITS_LAST && u0 + nb == n) {
-            be->rmsnorm(w.xn, w.x + (size_t) (nb - 1) * H, m->w.final_norm, 1,
-                        H, c->rms_eps, 1);
-            be->matmul(logits, w.xn, lm, 1, H, V, 0);
-        }
-    }
-    s->pos = p0 + n;
-    return 0;
+    return pic_forward_pass(m, be, s, tokens, runs, n_runs, total,
+                            PIC_RUN_CHUNK_MIN,
+                            logits != NULL ? PIC_LOGITS_LAST : PIC_LOGITS_NONE,
+                            logits, hooks, err, errlen);
 }
 
 double

@@ -21,7 +21,9 @@
  *    R(p_global − p_local) with the backend's rope op at delta positions);
  *  - composition before a run, S ← T_I S + S_I|0 and the conv window seeded
  *    with the interior's conv tail, is done by the caller directly on
- *    pic_state (state.h) for every linear layer before calling forward;
+ *    pic_state (state.h) for every linear layer: before calling forward, or
+ *    with pic_forward_runs inside each linear layer from hooks->on_run, so
+ *    that all seam runs share one layer-major pass;
  *  - computing T_I and S_I|0 for a segment interior needs the GDN inputs of
  *    those tokens at every linear layer: hooks->on_gdn receives them (q̂,
  *    k̂, v, g, β, exactly what the recurrence consumes) before the state is
@@ -51,9 +53,19 @@ typedef struct {
     void *user;
     /* Linear layer `layer` is about to advance its state over tokens
      * p0..p0+a->n−1 (one micro-batch); a describes them (a->S is the
-     * entering state, a->o NULL).  Called once per layer and micro-batch. */
+     * entering state, a->o NULL).  Called once per layer and micro-batch
+     * (pic_forward_runs: per run and micro-batch). */
     void (*on_gdn)(void *user, int layer, int p0, const pic_gdn_args *a);
+    /* Run `run` (run 0 for pic_forward) is about to enter linear layer
+     * `layer`, before its conv, in its first micro-batch; may modify
+     * s->S[layer] and s->conv[layer].  NULL: none. */
+    void (*on_run)(void *user, int layer, int run);
 } pic_forward_hooks;
+
+typedef struct {
+    int p0;                         /* first position */
+    int n;                          /* tokens */
+} pic_run;
 
 /* Run tokens (n) at positions p0.. through the model, advancing s (s->pos
  * becomes p0+n); logits (V) or (n, V) as mode asks.  be NULL: CPU.  hooks
@@ -63,6 +75,22 @@ int pic_forward(const pic_model *m, const pic_backend *be, pic_state *s,
                 const int *tokens, int n, int p0, pic_logits_mode mode,
                 float *logits, const pic_forward_hooks *hooks, char *err,
                 size_t errlen);
+
+/* Several runs of one sequence in one layer-major pass (the recompute runs
+ * of PIC assembly, DESIGN §3.3): runs[r] holds tokens at p0_r..p0_r+n_r−1
+ * (tokens: Σ n_r, runs laid end to end), in increasing position order, the
+ * gaps filled by the caller beforehand (KV placed; linear states composed
+ * by hooks->on_run(r) inside each linear layer).  Projections and FFN are
+ * GEMMs over all runs' rows, conv and recurrence go run by run, attention
+ * is causal by position over every run and cached slot.  Equals on_run for
+ * every layer then pic_forward per run, up to GEMM rounding and the GDN
+ * kernel choice (chunked from 8 tokens).  s->pos becomes the last run's
+ * end; logits (V) of the last token when not NULL.  be NULL: CPU; hooks
+ * may be NULL.  -1 + err on bad runs, token ids or OOM (state unspecified). */
+int pic_forward_runs(const pic_model *m, const pic_backend *be, pic_state *s,
+                     const int *tokens, const pic_run *runs, int n_runs,
+                     float *logits, const pic_forward_hooks *hooks, char *err,
+                     size_t errlen);
 
 /* One decode token per sequence: tokens[i] at position states[i]->pos
  * through the model for each of n_seq distinct states (forward_batch.c),

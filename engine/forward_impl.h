@@ -47,6 +47,10 @@ typedef struct {
     int        row;         /* first workspace row */
     int        n;           /* rows (tokens) */
     int        p0;          /* position of the first */
+    int        prep;        /* 1: hooks->on_run(user, layer, run) before this
+                             * span's conv in every linear layer */
+    int        run;         /* the caller's run index, for on_run */
+    int        chunk_min;   /* GDN chunked from this many rows (0: PIC_GDN_CHUNK) */
 } pic_fwd_span;
 
 /* Lay a workspace for nb rows out in s->ws, growing it; -1 on OOM. */
@@ -54,8 +58,10 @@ int pic_ws_get(const pic_config *cfg, pic_state *s, int nb, pic_ws *w);
 
 /* Run the nb rows of w->x (embeddings in, residual stream out) through
  * every layer: projections and FFN as GEMMs over all nb rows, the conv,
- * recurrence, KV writes and attention span by span on each span's state.
- * The spans cover the rows, and each state's KV slots up to p0+n exist. */
+ * recurrence and KV writes span by span, in order, on each span's state
+ * (on_run first where the span asks); consecutive spans on one state
+ * attend in one call, causally by position.  The spans cover the rows in
+ * order, and each state's KV slots up to p0+n exist. */
 void pic_forward_layers(const pic_model *m, const pic_backend *be, pic_ws *w,
                         int nb, const pic_fwd_span *sp, int n_sp,
                         const pic_forward_hooks *hooks);
