@@ -65,7 +65,7 @@ endif
 ENGINE_BIN  := $(BUILD)/pic-engine
 
 .PHONY: all deps test test-asan run help clean engine module unit cuda fuzz \
-        bench-forward fixtures models distclean
+        fixtures models distclean
 .DEFAULT_GOAL := all
 
 all: engine module unit cuda fuzz ## build pic-engine, the nginx module, unit tests, CUDA check
