@@ -625,14 +625,24 @@ ld_slurp(ld_ctx *L, const char *dir, const char *name, size_t max,
 }
 
 
+/* Hash a length-prefixed blob; mapped file bytes are hashed in 64 MB steps
+ * and released behind the hash (pic_st_release), so the fingerprint never
+ * makes the whole checkpoint resident. */
 static void
-ld_hash_blob(XXH3_state_t *h, const void *p, size_t len)
+ld_hash_blob(XXH3_state_t *h, const void *p, size_t len, int mapped)
 {
-    uint64_t n = len;
+    const size_t   step = (size_t) 64 << 20;
+    const uint8_t *b = p;
+    uint64_t       n = len;
+    size_t         off, k;
 
     XXH3_64bits_update(h, &n, sizeof(n));
-    if (len > 0) {
-        XXH3_64bits_update(h, p, len);
+    for (off = 0; off < len; off += k) {
+        k = len - off < step ? len - off : step;
+        XXH3_64bits_update(h, b + off, k);
+        if (mapped) {
+            pic_st_release(b + off, k);
+        }
     }
 }
 
@@ -650,9 +660,9 @@ ld_fingerprint(ld_ctx *L, const char *config, size_t config_len,
         return -1;
     }
     XXH3_64bits_reset(h);
-    ld_hash_blob(h, "pic-model-v1", 12);
-    ld_hash_blob(h, config, config_len);
-    ld_hash_blob(h, tok, tok_len);
+    ld_hash_blob(h, "pic-model-v1", 12, 0);
+    ld_hash_blob(h, config, config_len, 0);
+    ld_hash_blob(h, tok, tok_len, 0);
     nf = pic_st_file_count(L->st);
     for (i = 0; i < nf; i++) {
         const uint8_t *p = pic_st_file_bytes(L->st, i, &len);
@@ -661,7 +671,7 @@ ld_fingerprint(ld_ctx *L, const char *config, size_t config_len,
             fprintf(stderr, "pic_model_load: hashing %s (%zu/%zu, %.2f GB)\n",
                     pic_st_file_path(L->st, i), i + 1, nf, len / 1e9);
         }
-        ld_hash_blob(h, p, len);
+        ld_hash_blob(h, p, len, 1);
     }
     L->m->fingerprint = XXH3_64bits_digest(h);
     XXH3_freeState(h);

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -841,9 +842,39 @@ pic_st_file_bytes(const pic_st *st, size_t i, size_t *len)
 
 /* --- conversion --- */
 
+void
+pic_st_release(const void *p, size_t len)
+{
+    uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t) p + page - 1) & ~(page - 1);
+    uintptr_t hi = ((uintptr_t) p + len) & ~(page - 1);
+
+    if (hi > lo) {
+        (void) madvise((void *) lo, hi - lo, MADV_DONTNEED);
+    }
+}
+
+
+static int st_convert_f32(const pic_st_tensor *t, uint64_t first, uint64_t n,
+                          float *dst, char *err, size_t errlen);
+
 int
 pic_st_read_f32(const pic_st_tensor *t, uint64_t first, uint64_t n,
                 float *dst, char *err, size_t errlen)
+{
+    int    rc = st_convert_f32(t, first, n, dst, err, errlen);
+    size_t esz = t->dtype == PIC_ST_DTYPE_F32 ? 4 : 2;
+
+    if (rc == 0) {
+        pic_st_release(t->data + first * esz, n * esz);
+    }
+    return rc;
+}
+
+/* The conversion of pic_st_read_f32, without the release. */
+static int
+st_convert_f32(const pic_st_tensor *t, uint64_t first, uint64_t n,
+               float *dst, char *err, size_t errlen)
 {
     const uint8_t *src;
     int64_t        i;

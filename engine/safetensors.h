@@ -60,9 +60,15 @@ const char *pic_st_file_path(const pic_st *st, size_t i);
 const uint8_t *pic_st_file_bytes(const pic_st *st, size_t i, size_t *len);
 
 /* Convert elements [first, first+n) of t (F32/F16/BF16) to fp32 in dst;
- * -1 + err (naming file and tensor) for another dtype or a range outside t. */
+ * -1 + err (naming file and tensor) for another dtype or a range outside t.
+ * The source pages are released afterwards (pic_st_release). */
 int pic_st_read_f32(const pic_st_tensor *t, uint64_t first, uint64_t n,
                     float *dst, char *err, size_t errlen);
+
+/* Drop the whole pages inside mapped bytes [p, p+len) from this process's
+ * resident set (they are read again from the page cache if touched), so a
+ * load never holds the mapped checkpoint and its fp32 copy at once. */
+void pic_st_release(const void *p, size_t len);
 
 /* IEEE half / bfloat16 bit patterns to fp32 (exact). */
 float pic_f16_to_f32(uint16_t h);
