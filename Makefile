@@ -95,7 +95,7 @@ $(ENGINE_BIN): $(BUILD)/obj/engine/main.o $(BUILD)/libpic.a
 
 unit: $(UNIT_BINS) ## build the cmocka unit-test binaries
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libpic.a $(HEADERS)
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libpic.a $(HEADERS) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libpic.a $(LDFLAGS) $(LDLIBS) -lcmocka
 

@@ -26,48 +26,11 @@
 #include "entry.h"
 #include "forward.h"
 #include "model.h"
+#include "fixture_models.h"
 #include "state.h"
-
-static const char *models[] = { "tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next",
-                                "tiny-realheads" };
 
 #define NSEG 5
 static const int seg_len[NSEG] = { 41, 57, 36, 70, 9 };     /* last: the query */
-
-static pic_model *
-load(const char *name)
-{
-    const char *base = getenv("PIC_FIXTURES");
-    char        dir[1024], err[512];
-
-    snprintf(dir, sizeof(dir), "%s/%s", base ? base : "tests/fixtures/models", name);
-    pic_model *m = pic_model_load(dir, err, sizeof(err));
-    if (m == NULL) {
-        print_message("cannot load %s: %s\n", dir, err);
-    }
-    return m;
-}
-
-static int *
-tokens(int n, int vocab, unsigned seed)
-{
-    int *t = malloc((size_t) n * sizeof(int));
-    for (int i = 0; i < n; i++) {
-        t[i] = (int) (((unsigned) i * 2654435761u + seed * 40503u + 7u) % (unsigned) vocab);
-    }
-    return t;
-}
-
-static double
-rel_l2(const float *a, const float *b, size_t n)
-{
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
-        den += (double) b[i] * b[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
 
 static float
 max_abs(const float *a, const float *b, size_t n)
@@ -119,16 +82,16 @@ state_err(const pic_state *a, const pic_state *b, const pic_config *c, int n)
     for (int l = 0; l < c->n_layers; l++) {
         double e;
         if (c->layer_type[l] == PIC_LAYER_LINEAR) {
-            e = rel_l2(a->S[l], b->S[l], (size_t) a->Hv * a->dk * a->dv);
+            e = fixture_rel_l2(a->S[l], b->S[l], (size_t) a->Hv * a->dk * a->dv);
             worst = fmax(worst, e);
-            e = rel_l2(a->conv[l], b->conv[l], (size_t) a->conv_ch * a->conv_k1);
+            e = fixture_rel_l2(a->conv[l], b->conv[l], (size_t) a->conv_ch * a->conv_k1);
         } else {
             e = 0.0;
             for (int j = 0; j < a->Hkv; j++) {
-                e = fmax(e, rel_l2(a->kc[l] + (size_t) j * a->cap * a->hd,
+                e = fmax(e, fixture_rel_l2(a->kc[l] + (size_t) j * a->cap * a->hd,
                                    b->kc[l] + (size_t) j * b->cap * b->hd,
                                    (size_t) n * a->hd));
-                e = fmax(e, rel_l2(a->vc[l] + (size_t) j * a->cap * a->hd,
+                e = fmax(e, fixture_rel_l2(a->vc[l] + (size_t) j * a->cap * a->hd,
                                    b->vc[l] + (size_t) j * b->cap * b->hd,
                                    (size_t) n * a->hd));
             }
@@ -153,13 +116,13 @@ first_linear(const pic_config *c)
 static void
 test_context_entries_reproduce_full(void **unused)
 {
-    for (size_t mi = 0; mi < sizeof(models) / sizeof(models[0]); mi++) {
-        pic_model *m = load(models[mi]);
+    for (size_t mi = 0; mi < sizeof(fixture_models) / sizeof(fixture_models[0]); mi++) {
+        pic_model *m = fixture_load(fixture_models[mi]);
         if (m == NULL) {
             skip();
         }
         int        n = total_len(), V = m->cfg.vocab;
-        int       *ids = tokens(n, V, 11);
+        int       *ids = fixture_tokens(n, V, 11);
         float     *ref = malloc((size_t) V * sizeof(float));
         float     *lg = malloc((size_t) V * sizeof(float));
         pic_state *sf = full(m, ids, n, ref);
@@ -185,7 +148,7 @@ test_context_entries_reproduce_full(void **unused)
             float  dl = max_abs(lg, ref, V);
             double ds = state_err(s, sf, &m->cfg, n);
             print_message("%-16s w=%d: max |Δlogit| %.3g, state rel-L2 %.3g, "
-                          "recomputed %d of %d in %d runs\n", models[mi], ws[wi],
+                          "recomputed %d of %d in %d runs\n", fixture_models[mi], ws[wi],
                           dl, ds, st.n_recomputed, n, st.n_runs);
             assert_true(dl <= 1e-4f);
             assert_true(ds <= 1e-4);
@@ -212,13 +175,13 @@ test_context_entries_reproduce_full(void **unused)
 static void
 test_long_run_crosses_passes(void **unused)
 {
-    pic_model *m = load("tiny-qwen35-moe");
+    pic_model *m = fixture_load("tiny-qwen35-moe");
     if (m == NULL) {
         skip();
     }
     int        lens[4] = { 41, PIC_UBATCH + 88, 57, 9 };
     int        n = 41 + PIC_UBATCH + 88 + 57 + 9, V = m->cfg.vocab;
-    int       *ids = tokens(n, V, 31);
+    int       *ids = fixture_tokens(n, V, 31);
     float     *ref = malloc((size_t) V * sizeof(float));
     float     *lg = malloc((size_t) V * sizeof(float));
     pic_state *sf = full(m, ids, n, ref);
@@ -284,15 +247,15 @@ unref_all(pic_entry **e)
 static void
 test_isolated_entries_layer0_exact_naive_worse(void **unused)
 {
-    for (size_t mi = 0; mi < sizeof(models) / sizeof(models[0]); mi++) {
-        pic_model *m = load(models[mi]);
+    for (size_t mi = 0; mi < sizeof(fixture_models) / sizeof(fixture_models[0]); mi++) {
+        pic_model *m = fixture_load(fixture_models[mi]);
         if (m == NULL) {
             skip();
         }
         const pic_config *c = &m->cfg;
         int        n = total_len(), V = c->vocab, l0 = first_linear(c);
         int        deep = -1;
-        int       *ids = tokens(n, V, 5);
+        int       *ids = fixture_tokens(n, V, 5);
         float     *ref = malloc((size_t) V * sizeof(float));
         float     *lg = malloc((size_t) V * sizeof(float));
         pic_state *sf = full(m, ids, n, ref);
@@ -312,9 +275,9 @@ test_isolated_entries_layer0_exact_naive_worse(void **unused)
         segments(ids, seam, sg);
         assert_int_equal(pic_assemble(m, NULL, s, sg, NSEG, PIC_MODE_PIC, lg, NULL,
                                       err, sizeof(err)), 0);
-        double pic0 = rel_l2(s->S[l0], sf->S[l0], nS);
-        double picc = rel_l2(s->conv[l0], sf->conv[l0], (size_t) s->conv_ch * s->conv_k1);
-        double picd = rel_l2(s->S[deep], sf->S[deep], nS);
+        double pic0 = fixture_rel_l2(s->S[l0], sf->S[l0], nS);
+        double picc = fixture_rel_l2(s->conv[l0], sf->conv[l0], (size_t) s->conv_ch * s->conv_k1);
+        double picd = fixture_rel_l2(s->S[deep], sf->S[deep], nS);
         float  picl = max_abs(lg, ref, V);
 
         /* the same with the leading segment as exact prefix */
@@ -322,7 +285,7 @@ test_isolated_entries_layer0_exact_naive_worse(void **unused)
         pic_assemble_stats st;
         assert_int_equal(pic_assemble(m, NULL, s, sg, NSEG, PIC_MODE_PIC, lg, &st,
                                       err, sizeof(err)), 0);
-        double pre0 = rel_l2(s->S[l0], sf->S[l0], nS);
+        double pre0 = fixture_rel_l2(s->S[l0], sf->S[l0], nS);
         assert_int_equal(st.n_prefix, seg_len[0]);
         assert_int_equal(st.n_runs, NSEG - 1);
 
@@ -331,14 +294,14 @@ test_isolated_entries_layer0_exact_naive_worse(void **unused)
         sg[NSEG - 1].entry = NULL;
         assert_int_equal(pic_assemble(m, NULL, s, sg, NSEG, PIC_MODE_NAIVE, lg, &st,
                                       err, sizeof(err)), 0);
-        double nai0 = rel_l2(s->S[l0], sf->S[l0], nS);
-        double naid = rel_l2(s->S[deep], sf->S[deep], nS);
+        double nai0 = fixture_rel_l2(s->S[l0], sf->S[l0], nS);
+        double naid = fixture_rel_l2(s->S[deep], sf->S[deep], nS);
         float  nail = max_abs(lg, ref, V);
         assert_int_equal(st.n_recomputed, seg_len[NSEG - 1]);
 
         print_message("%-16s layer %d: PIC %.2g (conv %.2g, prefix %.2g), naive %.2g; "
                       "layer %d: PIC %.2g naive %.2g; logits PIC %.3g naive %.3g\n",
-                      models[mi], l0, pic0, picc, pre0, nai0, deep, picd, naid,
+                      fixture_models[mi], l0, pic0, picc, pre0, nai0, deep, picd, naid,
                       picl, nail);
         assert_true(pic0 <= 1e-5);
         assert_true(picc <= 1e-5);
@@ -364,12 +327,12 @@ test_isolated_entries_layer0_exact_naive_worse(void **unused)
 static void
 test_exact_prefix_equals_full_and_decode_continues(void **unused)
 {
-    pic_model *m = load("tiny-qwen3next");
+    pic_model *m = fixture_load("tiny-qwen3next");
     if (m == NULL) {
         skip();
     }
     int        n = total_len(), V = m->cfg.vocab, extra = 6, L0 = seg_len[0];
-    int       *ids = tokens(n + extra, V, 8);
+    int       *ids = fixture_tokens(n + extra, V, 8);
     float     *ref = malloc((size_t) V * sizeof(float));
     float     *cut = malloc((size_t) V * sizeof(float));
     float     *lg = malloc((size_t) V * sizeof(float));
@@ -431,12 +394,12 @@ test_exact_prefix_equals_full_and_decode_continues(void **unused)
 static void
 test_unfit_entries_are_recomputed(void **unused)
 {
-    pic_model *m = load("tiny-qwen35");
+    pic_model *m = fixture_load("tiny-qwen35");
     if (m == NULL) {
         skip();
     }
     int        n = total_len(), V = m->cfg.vocab;
-    int       *ids = tokens(n, V, 21);
+    int       *ids = fixture_tokens(n, V, 21);
     float     *ref = malloc((size_t) V * sizeof(float));
     float     *lg = malloc((size_t) V * sizeof(float));
     pic_state *sf = full(m, ids, n, ref);
@@ -511,13 +474,13 @@ test_rerotation_composes(void **unused)
 static void
 test_bf16_entries_close(void **unused)
 {
-    pic_model *m = load("tiny-realheads");
+    pic_model *m = fixture_load("tiny-realheads");
     if (m == NULL) {
         skip();
     }
     const pic_config *c = &m->cfg;
     int        n = total_len(), V = c->vocab, l0 = first_linear(c);
-    int       *ids = tokens(n, V, 13);
+    int       *ids = fixture_tokens(n, V, 13);
     float     *ref = malloc((size_t) V * sizeof(float));
     float     *lg = malloc((size_t) V * sizeof(float));
     pic_state *sf = full(m, ids, n, ref);
@@ -530,7 +493,7 @@ test_bf16_entries_close(void **unused)
     pic_state *s = pic_state_init(c, 0, err, sizeof(err));
     assert_int_equal(pic_assemble(m, NULL, s, sg, NSEG, PIC_MODE_PIC, lg, NULL,
                                   err, sizeof(err)), 0);
-    double e0 = rel_l2(s->S[l0], sf->S[l0],
+    double e0 = fixture_rel_l2(s->S[l0], sf->S[l0],
                        (size_t) c->lin_v_heads * c->lin_k_dim * c->lin_v_dim);
     print_message("bf16 entries: layer-0 rel-L2 %.3g\n", e0);
     assert_true(e0 < 2e-2);

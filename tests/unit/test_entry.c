@@ -21,45 +21,8 @@
 #include "entry.h"
 #include "forward.h"
 #include "model.h"
+#include "fixture_models.h"
 #include "state.h"
-
-static const char *models[] = { "tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next",
-                                "tiny-realheads" };
-
-static pic_model *
-load(const char *name)
-{
-    const char *base = getenv("PIC_FIXTURES");
-    char        dir[1024], err[512];
-
-    snprintf(dir, sizeof(dir), "%s/%s", base ? base : "tests/fixtures/models", name);
-    pic_model *m = pic_model_load(dir, err, sizeof(err));
-    if (m == NULL) {
-        print_message("cannot load %s: %s\n", dir, err);
-    }
-    return m;
-}
-
-static int *
-tokens(int n, int vocab, unsigned seed)
-{
-    int *t = malloc((size_t) n * sizeof(int));
-    for (int i = 0; i < n; i++) {
-        t[i] = (int) (((unsigned) i * 2654435761u + seed * 40503u + 7u) % (unsigned) vocab);
-    }
-    return t;
-}
-
-static double
-rel_l2(const float *a, const float *b, size_t n)
-{
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
-        den += (double) b[i] * b[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
 
 /* fp32 copy of n elements of an entry tensor */
 static float *
@@ -108,7 +71,7 @@ static void
 check_seam_entry(pic_model *m, int L, int w)
 {
     const pic_config *c = &m->cfg;
-    int              *ids = tokens(L, c->vocab, 3);
+    int              *ids = fixture_tokens(L, c->vocab, 3);
     pic_entry_opts    o = { .w = w, .dtype = PIC_DTYPE_F32 };
     pic_entry        *se = NULL, *we = NULL;
     char              err[256];
@@ -148,16 +111,16 @@ check_seam_entry(pic_model *m, int L, int w)
                     }
                 }
             }
-            double e1 = rel_l2(want, si->S[l], nS);
-            double e2 = rel_l2(we->layer[l].S, sl->S[l], nS);
+            double e1 = fixture_rel_l2(want, si->S[l], nS);
+            double e2 = fixture_rel_l2(we->layer[l].S, sl->S[l], nS);
             print_message("L=%d w=%d layer %d: |T S_H + S_I|0 − S| %.2g, whole %.2g\n",
                           L, w, l, e1, e2);
             assert_true(e1 < 1e-5);
             assert_true(e2 < 1e-5);
             /* the same prefill cut differently: equal up to rounding */
             size_t nc = (size_t) se->conv_ch * se->conv_k1;
-            assert_true(rel_l2(se->layer[l].conv, si->conv[l], nc) < 1e-5);
-            assert_true(rel_l2(we->layer[l].conv, sl->conv[l], nc) < 1e-5);
+            assert_true(fixture_rel_l2(se->layer[l].conv, si->conv[l], nc) < 1e-5);
+            assert_true(fixture_rel_l2(we->layer[l].conv, sl->conv[l], nc) < 1e-5);
         } else {
             int    ni = L - w - h, hd = c->head_dim;
             for (int j = 0; j < c->n_kv_heads; j++) {
@@ -165,9 +128,9 @@ check_seam_entry(pic_model *m, int L, int w)
                 const float *V = (const float *) se->layer[l].V + (size_t) j * ni * hd;
                 const float *Kw = (const float *) we->layer[l].K + (size_t) j * L * hd;
                 size_t       slot = ((size_t) j * sl->cap + h) * hd;
-                assert_true(rel_l2(K, sl->kc[l] + slot, (size_t) ni * hd) < 1e-5);
-                assert_true(rel_l2(V, sl->vc[l] + slot, (size_t) ni * hd) < 1e-5);
-                assert_true(rel_l2(Kw, sl->kc[l] + (size_t) j * sl->cap * hd,
+                assert_true(fixture_rel_l2(K, sl->kc[l] + slot, (size_t) ni * hd) < 1e-5);
+                assert_true(fixture_rel_l2(V, sl->vc[l] + slot, (size_t) ni * hd) < 1e-5);
+                assert_true(fixture_rel_l2(Kw, sl->kc[l] + (size_t) j * sl->cap * hd,
                                    (size_t) L * hd) < 1e-5);
             }
         }
@@ -187,12 +150,12 @@ check_seam_entry(pic_model *m, int L, int w)
 static void
 test_seam_entry_composes_own_prefill(void **unused)
 {
-    for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
-        pic_model *m = load(models[i]);
+    for (size_t i = 0; i < sizeof(fixture_models) / sizeof(fixture_models[0]); i++) {
+        pic_model *m = fixture_load(fixture_models[i]);
         if (m == NULL) {
             skip();
         }
-        print_message("%s\n", models[i]);
+        print_message("%s\n", fixture_models[i]);
         check_seam_entry(m, 57, 8);
         check_seam_entry(m, 150, 0);            /* chunks of 64 inside the interior */
         check_seam_entry(m, PIC_UBATCH + 90, 5);    /* micro-batches inside */
@@ -203,7 +166,7 @@ test_seam_entry_composes_own_prefill(void **unused)
 static void
 test_short_segment_gets_no_seam_entry(void **unused)
 {
-    pic_model     *m = load("tiny-qwen35");
+    pic_model     *m = fixture_load("tiny-qwen35");
     pic_entry_opts o = { .w = 8, .dtype = PIC_DTYPE_F32 };
     pic_entry     *se = (pic_entry *) 1, *we = NULL;
     char           err[256];
@@ -212,7 +175,7 @@ test_short_segment_gets_no_seam_entry(void **unused)
     if (m == NULL) {
         skip();
     }
-    ids = tokens(20, m->cfg.vocab, 1);
+    ids = fixture_tokens(20, m->cfg.vocab, 1);
     assert_int_equal(pic_entry_worth(&m->cfg, 31, &o), 0);     /* 8 + 8 + 15 */
     assert_int_equal(pic_entry_worth(&m->cfg, 32, &o), 1);
     assert_int_equal(pic_entry_build(m, NULL, ids, 20, &o, &se, &we, err, sizeof(err)), 0);
@@ -236,7 +199,7 @@ test_short_segment_gets_no_seam_entry(void **unused)
 static void
 test_context_single_segment_and_bf16(void **unused)
 {
-    pic_model     *m = load("tiny-qwen3next");
+    pic_model     *m = fixture_load("tiny-qwen3next");
     pic_entry_opts o = { .w = 8, .dtype = PIC_DTYPE_F32 }, ob = o;
     pic_entry     *iso = NULL, *ctx = NULL, *b16 = NULL;
     char           err[256];
@@ -245,7 +208,7 @@ test_context_single_segment_and_bf16(void **unused)
     if (m == NULL) {
         skip();
     }
-    int *ids = tokens(L, m->cfg.vocab, 9);
+    int *ids = fixture_tokens(L, m->cfg.vocab, 9);
     ob.dtype = PIC_DTYPE_BF16;
     assert_int_equal(pic_entry_build(m, NULL, ids, L, &o, &iso, NULL, err, sizeof(err)), 0);
     assert_int_equal(pic_entry_build(m, NULL, ids, L, &ob, &b16, NULL, err, sizeof(err)), 0);
@@ -260,7 +223,7 @@ test_context_single_segment_and_bf16(void **unused)
         size_t n = ta[i].bytes / 4;
         assert_int_equal(tb[i].bytes, ta[i].kind == PIC_TENSOR_CONV ? n * 4 : n * 2);
         float *b = f32(tb[i].data, n, tb[i].dtype);
-        double ec = rel_l2(tc[i].data, ta[i].data, n), eb = rel_l2(b, ta[i].data, n);
+        double ec = fixture_rel_l2(tc[i].data, ta[i].data, n), eb = fixture_rel_l2(b, ta[i].data, n);
         print_message("layer %d kind %d: context %.2g bf16 %.2g\n", ta[i].layer,
                       ta[i].kind, ec, eb);
         assert_true(ec < 1e-5);
@@ -278,7 +241,7 @@ test_context_single_segment_and_bf16(void **unused)
 static void
 test_check_and_refcount(void **unused)
 {
-    pic_model     *m = load("tiny-qwen35");
+    pic_model     *m = fixture_load("tiny-qwen35");
     pic_entry_opts o = { .w = 4, .dtype = PIC_DTYPE_F32 };
     pic_entry     *e = NULL;
     char           err[256];
@@ -286,7 +249,7 @@ test_check_and_refcount(void **unused)
     if (m == NULL) {
         skip();
     }
-    int *ids = tokens(40, m->cfg.vocab, 2);
+    int *ids = fixture_tokens(40, m->cfg.vocab, 2);
     assert_int_equal(pic_entry_build(m, NULL, ids, 40, &o, &e, NULL, err, sizeof(err)), 0);
     assert_int_equal(pic_entry_check(e, m, ids, 40, err, sizeof(err)), 0);
     assert_int_equal(pic_entry_check(e, m, ids, 39, err, sizeof(err)), -1);
@@ -310,7 +273,7 @@ test_check_and_refcount(void **unused)
 static void
 test_serialize_round_trip_and_rejects(void **unused)
 {
-    pic_model     *m = load("tiny-qwen35-moe");
+    pic_model     *m = fixture_load("tiny-qwen35-moe");
     pic_entry_opts o = { .w = 8, .dtype = PIC_DTYPE_BF16 };
     pic_entry     *e = NULL, *we = NULL;
     char           err[256];
@@ -318,7 +281,7 @@ test_serialize_round_trip_and_rejects(void **unused)
     if (m == NULL) {
         skip();
     }
-    int *ids = tokens(70, m->cfg.vocab, 4);
+    int *ids = fixture_tokens(70, m->cfg.vocab, 4);
     assert_int_equal(pic_entry_build(m, NULL, ids, 70, &o, &e, &we, err, sizeof(err)), 0);
     for (int k = 0; k < 2; k++) {
         pic_entry     *src = k ? we : e;

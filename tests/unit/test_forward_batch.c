@@ -23,26 +23,10 @@
 
 #include "forward.h"
 #include "model.h"
+#include "fixture_models.h"
 #include "state.h"
 
-static const char *models[] = { "tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next",
-                                "tiny-realheads" };
-
 #define TOL 1e-5
-
-static pic_model *
-load(const char *name)
-{
-    const char *base = getenv("PIC_FIXTURES");
-    char        dir[1024], err[512];
-
-    snprintf(dir, sizeof(dir), "%s/%s", base ? base : "tests/fixtures/models", name);
-    pic_model *m = pic_model_load(dir, err, sizeof(err));
-    if (m == NULL) {
-        print_message("cannot load %s: %s\n", dir, err);
-    }
-    return m;
-}
 
 /* token t of sequence `seq` (prompt and decode inputs alike) */
 static int
@@ -213,8 +197,8 @@ test_batch_equals_solo_decode(void **unused)
     int join[] = { 0, 0, 0, 0, 3 };
     int fin[] = { 2, 9, 5, 9, 7 };
 
-    for (size_t k = 0; k < sizeof(models) / sizeof(models[0]); k++) {
-        pic_model *m = load(models[k]);
+    for (size_t k = 0; k < sizeof(fixture_models) / sizeof(fixture_models[0]); k++) {
+        pic_model *m = fixture_load(fixture_models[k]);
         assert_non_null(m);
         run_schedule(m, 5, plen, join, fin, 10, TOL);
         pic_model_free(m);
@@ -226,8 +210,8 @@ test_single_sequence_batch(void **unused)
 {
     int plen[] = { 11 }, join[] = { 0 }, fin[] = { 7 };
 
-    for (size_t k = 0; k < sizeof(models) / sizeof(models[0]); k++) {
-        pic_model *m = load(models[k]);
+    for (size_t k = 0; k < sizeof(fixture_models) / sizeof(fixture_models[0]); k++) {
+        pic_model *m = fixture_load(fixture_models[k]);
         assert_non_null(m);
         run_schedule(m, 1, plen, join, fin, 8, 0.0);
         pic_model_free(m);
@@ -246,7 +230,7 @@ test_more_sequences_than_a_ubatch(void **unused)
         plen[i] = 1 + i % 7;
         fin[i] = 1;
     }
-    pic_model *m = load("tiny-qwen35-moe");
+    pic_model *m = fixture_load("tiny-qwen35-moe");
     assert_non_null(m);
     run_schedule(m, n, plen, join, fin, 2, TOL);
     pic_model_free(m);
@@ -257,7 +241,7 @@ test_more_sequences_than_a_ubatch(void **unused)
 static void
 test_refused_batch_moves_nothing(void **unused)
 {
-    pic_model *m = load("tiny-qwen35"), *o = load("tiny-qwen3next");
+    pic_model *m = fixture_load("tiny-qwen35"), *o = fixture_load("tiny-qwen3next");
     char       err[256];
 
     assert_non_null(m);

@@ -20,22 +20,9 @@
 
 #include "forward.h"
 #include "model.h"
+#include "fixture_models.h"
 #include "prefix_cache.h"
 #include "state.h"
-
-static pic_model *
-load(const char *name)
-{
-    const char *base = getenv("PIC_FIXTURES");
-    char        dir[1024], err[512];
-
-    snprintf(dir, sizeof(dir), "%s/%s", base ? base : "tests/fixtures/models", name);
-    pic_model *m = pic_model_load(dir, err, sizeof(err));
-    if (m == NULL) {
-        print_message("cannot load %s: %s\n", dir, err);
-    }
-    return m;
-}
 
 /* n ids: the first `shared` from seed 1, the rest from seed */
 static int *
@@ -47,17 +34,6 @@ prompt(int n, int shared, unsigned seed, int vocab)
         t[i] = (int) (((unsigned) i * 2654435761u + sd * 97u + 3u) % (unsigned) vocab);
     }
     return t;
-}
-
-static double
-rel_l2(const float *a, const float *b, size_t n)
-{
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        num += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
-        den += (double) b[i] * b[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
 /* logits and linear states of s against one plain prefill of ids */
@@ -78,10 +54,10 @@ check_vs_full(pic_model *m, pic_state *s, const float *lg, const int *ids, int n
     }
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_type[l] == PIC_LAYER_LINEAR) {
-            se = fmax(se, rel_l2(s->S[l], f->S[l], (size_t) s->Hv * s->dk * s->dv));
+            se = fmax(se, fixture_rel_l2(s->S[l], f->S[l], (size_t) s->Hv * s->dk * s->dv));
         } else {
             for (int j = 0; j < s->Hkv; j++) {
-                se = fmax(se, rel_l2(s->kc[l] + (size_t) j * s->cap * s->hd,
+                se = fmax(se, fixture_rel_l2(s->kc[l] + (size_t) j * s->cap * s->hd,
                                      f->kc[l] + (size_t) j * f->cap * f->hd,
                                      (size_t) n * s->hd));
             }
@@ -98,7 +74,7 @@ check_vs_full(pic_model *m, pic_state *s, const float *lg, const int *ids, int n
 static void
 test_resume_from_checkpoint_equals_full(void **unused)
 {
-    pic_model *m = load("tiny-qwen3next");
+    pic_model *m = fixture_load("tiny-qwen3next");
     if (m == NULL) {
         skip();
     }
@@ -166,7 +142,7 @@ test_resume_from_checkpoint_equals_full(void **unused)
 static void
 test_checkpoints_follow_observed_depths(void **unused)
 {
-    pic_model *m = load("tiny-qwen35");
+    pic_model *m = fixture_load("tiny-qwen35");
     if (m == NULL) {
         skip();
     }
@@ -198,7 +174,7 @@ test_checkpoints_follow_observed_depths(void **unused)
 static void
 test_budget_evicts_lru_leaves(void **unused)
 {
-    pic_model *m = load("tiny-qwen35");
+    pic_model *m = fixture_load("tiny-qwen35");
     if (m == NULL) {
         skip();
     }
@@ -290,7 +266,7 @@ thr(void *v)
 static void
 test_threads_share_the_tree(void **unused)
 {
-    pic_model *m = load("tiny-qwen35-moe");
+    pic_model *m = fixture_load("tiny-qwen35-moe");
     if (m == NULL) {
         skip();
     }
