@@ -27,14 +27,13 @@ import http.client
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ENGINE, QUICK, ROOT, machine, table, write_results  # noqa: E402
+from common import ENGINE, QUICK, ROOT, ServeEngine, machine, table, write_results  # noqa: E402
 
 MODEL = os.environ.get("PIC_BENCH_MODEL", os.path.join(ROOT, "models", "mid"))
 MARK = "<|pic_sep|>"
@@ -99,40 +98,12 @@ def render_and_plan(docs, combine, workers):
     return {"version": 1, "id": "coldpar", "combine": combine, "scope": "", "segments": segs}
 
 
-class Engine:
+class Engine(ServeEngine):
     def __init__(self, name, core, logdir, extra=()):
-        self.port_file = os.path.join(logdir, f"{name}.port")
-        if os.path.exists(self.port_file):
-            os.unlink(self.port_file)
-        self.log = open(os.path.join(logdir, f"{name}.log"), "ab")
-        argv = [ENGINE, "serve", "--model", MODEL, "--port", "0", "--port-file",
-                self.port_file, "--id", name, "--threads", "1", "--peer-timeout-ms", "600000",
-                "--request-timeout-ms", "0"] + list(extra)
-        if core is not None:
-            argv = ["taskset", "-c", str(core)] + argv
-        self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
-        t0 = time.time()
-        while not (os.path.exists(self.port_file) and open(self.port_file).read().strip()):
-            if self.p.poll() is not None or time.time() - t0 > 300:
-                raise RuntimeError(f"engine {name} did not start")
-            time.sleep(0.1)
-        self.port = int(open(self.port_file).read())
-        self.addr = f"127.0.0.1:{self.port}"
+        super().__init__(name, MODEL, logdir, core=core, extra=[
+            "--id", name, "--threads", "1", "--peer-timeout-ms", "600000",
+            "--request-timeout-ms", "0"] + list(extra))
 
-    def status(self):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        c.request("GET", "/status")
-        doc = json.loads(c.getresponse().read())
-        c.close()
-        return doc
-
-    def stop(self):
-        self.p.send_signal(signal.SIGTERM)
-        try:
-            self.p.wait(30)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-        self.log.close()
 
 
 def ttft(port, docs, plan=None):

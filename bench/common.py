@@ -5,9 +5,12 @@ writes bench/results/NAME.json with top-level "summary", "machine", "config"
 (and usually "rows").  Figures are ratios measured side by side in one run.
 """
 import datetime
+import http.client
 import json
 import os
+import signal
 import subprocess
+import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 BUILD = os.path.join(ROOT, os.environ.get("PIC_BUILD", os.environ.get("BUILD", "build")))
@@ -51,3 +54,47 @@ def write_results(name, summary, config, machine_info, **extra):
         json.dump(doc, f, indent=2)
     print(f"\nsummary: {json.dumps(summary)}\nwrote {path}")
     return path
+
+
+class ServeEngine:
+    """`pic-engine serve` on a free loopback port, log under logdir; stop() ends it.
+
+    extra: further serve options; core: pin to that CPU with taskset (None: no pin)."""
+
+    def __init__(self, name, model, logdir, extra=(), core=None, start_timeout=300):
+        self.name = name
+        self.port_file = os.path.join(logdir, f"{name}.port")
+        if os.path.exists(self.port_file):
+            os.unlink(self.port_file)
+        self.log = open(os.path.join(logdir, f"{name}.log"), "ab")
+        argv = [ENGINE, "serve", "--model", model, "--port", "0",
+                "--port-file", self.port_file] + list(extra)
+        if core is not None:
+            argv = ["taskset", "-c", str(core)] + argv
+        self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        t0 = time.time()
+        while not (os.path.exists(self.port_file) and open(self.port_file).read().strip()):
+            if self.p.poll() is not None or time.time() - t0 > start_timeout:
+                raise RuntimeError(f"engine {name} did not start (log: {self.log.name})")
+            time.sleep(0.05)
+        self.port = int(open(self.port_file).read())
+        self.addr = f"127.0.0.1:{self.port}"
+
+    def get(self, path, timeout=30):
+        """GET path and decode the JSON answer."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        c.request("GET", path)
+        doc = json.loads(c.getresponse().read())
+        c.close()
+        return doc
+
+    def status(self):
+        return self.get("/status")
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            self.p.wait(30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+        self.log.close()

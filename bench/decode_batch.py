@@ -18,7 +18,6 @@ QUICK=1: the demo model only, G = 32, REPEAT = 1; under two minutes.
 import http.client
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ENGINE, QUICK, ROOT, machine, table, write_results  # noqa: E402
+from common import QUICK, ROOT, ServeEngine, machine, table, write_results  # noqa: E402
 
 MODELS = ["demo"] if QUICK else ["demo", "mid"]
 CONCURRENCY = [1, 2, 4, 8]
@@ -47,32 +46,12 @@ def ensure_model(name):
     return d
 
 
-class Engine:
+class Engine(ServeEngine):
     def __init__(self, model, mode, threads, logdir):
-        tag = f"{os.path.basename(model)}-{mode}"
-        self.port_file = os.path.join(logdir, f"{tag}.port")
-        if os.path.exists(self.port_file):
-            os.unlink(self.port_file)
-        self.log = open(os.path.join(logdir, f"{tag}.log"), "wb")
-        argv = [ENGINE, "serve", "--model", model, "--port", "0", "--port-file",
-                self.port_file, "--id", mode, "--cache-mode", "full", "--threads",
-                str(threads), "--batch", "8", "--queue", "64"]
-        if mode == "roundrobin":
-            argv.append("--no-batch-decode")
-        self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
-        t0 = time.time()
-        while not (os.path.exists(self.port_file) and open(self.port_file).read().strip()):
-            if self.p.poll() is not None or time.time() - t0 > 120:
-                raise RuntimeError(f"engine {mode} did not start")
-            time.sleep(0.05)
-        self.port = int(open(self.port_file).read())
-
-    def get(self, path):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        c.request("GET", path)
-        doc = json.loads(c.getresponse().read())
-        c.close()
-        return doc
+        super().__init__(f"{os.path.basename(model)}-{mode}", model, logdir, start_timeout=120,
+                         extra=["--id", mode, "--cache-mode", "full", "--threads", str(threads),
+                                "--batch", "8", "--queue", "64"] +
+                         (["--no-batch-decode"] if mode == "roundrobin" else []))
 
     def complete(self, prompt, n):
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
@@ -86,14 +65,6 @@ class Engine:
         if r.status != 200:
             raise RuntimeError(f"HTTP {r.status}: {doc}")
         return doc["usage"]["completion_tokens"], doc["choices"][0]["text"]
-
-    def stop(self):
-        self.p.send_signal(signal.SIGTERM)
-        try:
-            self.p.wait(10)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-        self.log.close()
 
 
 def burst(eng, n, gen):

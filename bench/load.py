@@ -27,7 +27,6 @@ import http.client
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ENGINE, QUICK, ROOT, machine, table, write_results  # noqa: E402
+from common import QUICK, ROOT, ServeEngine, machine, table, write_results  # noqa: E402
 
 MODEL = os.environ.get("PIC_BENCH_MODEL", os.path.join(ROOT, "models", "demo"))
 MARK = "<|pic_sep|>"
@@ -89,38 +88,12 @@ def workload(n_requests):
     return bodies
 
 
-class Engine:
+class Engine(ServeEngine):
     def __init__(self, mode, threads, logdir):
-        self.port_file = os.path.join(logdir, f"{mode}.port")
-        if os.path.exists(self.port_file):
-            os.unlink(self.port_file)
-        self.log = open(os.path.join(logdir, f"{mode}.log"), "wb")
-        self.p = subprocess.Popen(
-            [ENGINE, "serve", "--model", MODEL, "--port", "0", "--port-file", self.port_file,
-             "--id", mode, "--cache-mode", mode, "--threads", str(threads), "--batch", "8",
-             "--queue", "64", "--pool-bytes", str(1 << 30)],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        t0 = time.time()
-        while not (os.path.exists(self.port_file) and open(self.port_file).read().strip()):
-            if self.p.poll() is not None or time.time() - t0 > 60:
-                raise RuntimeError(f"engine {mode} did not start")
-            time.sleep(0.05)
-        self.port = int(open(self.port_file).read())
+        super().__init__(mode, MODEL, logdir, start_timeout=60, extra=[
+            "--id", mode, "--cache-mode", mode, "--threads", str(threads), "--batch", "8",
+            "--queue", "64", "--pool-bytes", str(1 << 30)])
 
-    def status(self):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        c.request("GET", "/status")
-        doc = json.loads(c.getresponse().read())
-        c.close()
-        return doc
-
-    def stop(self):
-        self.p.send_signal(signal.SIGTERM)
-        try:
-            self.p.wait(10)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-        self.log.close()
 
 
 def one_request(port, body, out):
