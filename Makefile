@@ -1,8 +1,8 @@
 # ngx_pic — top-level build.  `make help` lists the targets.
 #
 # Everything is built out of tree under $(BUILD) (build/, or build-asan/ for
-# the sanitizer variant).  Sources are found by wildcard: a new engine/*.c,
-# kernels/cpu/*.c, ngx_pic_module/pic_*.c or tests/unit/test_*.c needs no
+# the sanitizer variant).  Sources are found by wildcard: a new .c in any
+# folder of the layout (docs/LAYOUT.md) or tests/unit/test_*.c needs no
 # Makefile change.
 
 SHELL      := /bin/bash
@@ -23,22 +23,31 @@ PY         := $(VENV)/bin/python
 NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_HOME  ?= $(if $(NVCC),$(abspath $(dir $(NVCC))/..),)
 
+# The layers (docs/LAYOUT.md); includes name a header by its bare file name
+# and scripts/check_layers.py keeps them pointing downward.
+CORE_DIRS   := core/base core/prompt core/segment core/plan
+ENGINE_DIRS := engine/model engine/compute engine/pic engine/cluster engine/serve
+KERNEL_DIRS := kernels kernels/cpu
+SRC_DIRS    := $(CORE_DIRS) $(KERNEL_DIRS) $(ENGINE_DIRS) engine/cli
+
 CC         := gcc
 CFLAGS     := $(OPT) $(SANFLAGS) -std=gnu11 -Wall -Wextra -Wno-unused-parameter \
               -Werror=implicit-function-declaration -fopenmp -pthread \
-              -iquote ngx_pic_module -iquote engine -iquote kernels \
+              $(addprefix -iquote ,$(SRC_DIRS)) \
               -I/usr/include/x86_64-linux-gnu/openblas-pthread
 LDFLAGS    := $(SANFLAGS) -fopenmp -pthread \
               -L/usr/lib/x86_64-linux-gnu/openblas-pthread
 LDLIBS     := -levent -levent_pthreads -lhiredis -lcjson -lxxhash -lopenblas \
               -lpcre2-8 -lutf8proc -lm
 
-CORE_SRCS   := $(wildcard ngx_pic_module/pic_*.c)
-ENGINE_SRCS := $(filter-out engine/main.c,$(wildcard engine/*.c))
-KERNEL_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c)
+CORE_SRCS   := $(wildcard $(addsuffix /*.c,$(CORE_DIRS)))
+ENGINE_SRCS := $(wildcard $(addsuffix /*.c,$(ENGINE_DIRS)))
+KERNEL_SRCS := $(wildcard $(addsuffix /*.c,$(KERNEL_DIRS)))
+CLI_SRCS    := $(wildcard engine/cli/*.c)
+CLI_OBJS    := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRCS))
 LIB_SRCS    := $(CORE_SRCS) $(ENGINE_SRCS) $(KERNEL_SRCS)
 LIB_OBJS    := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
-HEADERS     := $(wildcard ngx_pic_module/*.h engine/*.h kernels/*.h kernels/cpu/*.h)
+HEADERS     := $(wildcard $(addsuffix /*.h,$(SRC_DIRS)))
 UNIT_SRCS   := $(wildcard tests/unit/test_*.c)
 UNIT_BINS   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 FUZZ_SRCS   := $(wildcard tests/fuzz/fuzz_*.c)
@@ -47,7 +56,8 @@ CUDA_SRCS   := $(wildcard kernels/cuda/*.cu)
 CUDA_OBJS   := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRCS))
 CUDA_ARCH   := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 
-MODULE_SRCS := $(wildcard ngx_pic_module/*.c ngx_pic_module/*.h) config
+MODULE_SRCS := $(wildcard ngx_pic_module/*.c ngx_pic_module/*.h) \
+               $(CORE_SRCS) $(wildcard $(addsuffix /*.h,$(CORE_DIRS))) config
 NGX_SRC     := /usr/share/nginx/src
 NGX_BUILD   := $(BUILD)/nginx
 MODULE_SO   := $(NGX_BUILD)/objs/ngx_http_pic_module.so
@@ -63,12 +73,16 @@ NGX_TARGETS := modules
 endif
 
 ENGINE_BIN  := $(BUILD)/pic-engine
+PIC_LAB_BIN := $(BUILD)/pic-lab
+# benchmark helpers (bench/*.c but pic_lab.c): $(BUILD)/bench/NAME
+BENCH_CSRCS := $(filter-out bench/pic_lab.c,$(wildcard bench/*.c))
+BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_CSRCS))
 
-.PHONY: all deps test test-asan run help clean engine module unit cuda fuzz \
-        fixtures models distclean
+.PHONY: all deps test test-asan run help clean engine lab benchtools module unit cuda fuzz \
+        fixtures models distclean layers
 .DEFAULT_GOAL := all
 
-all: engine module unit cuda fuzz ## build pic-engine, the nginx module, unit tests, CUDA check
+all: engine lab benchtools module unit cuda fuzz ## build pic-engine, pic-lab, the nginx module, unit tests, CUDA check
 
 help: ## list the targets
 	@echo "ngx_pic make targets:"
@@ -90,8 +104,22 @@ $(BUILD)/libpic.a: $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(ENGINE_BIN): $(BUILD)/obj/engine/main.o $(BUILD)/libpic.a
+$(ENGINE_BIN): $(CLI_OBJS) $(BUILD)/libpic.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+lab: $(PIC_LAB_BIN) ## build pic-lab, the PIC experiment harness (bench/pic_lab.c)
+
+$(PIC_LAB_BIN): $(BUILD)/obj/bench/pic_lab.o $(BUILD)/libpic.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+benchtools: $(BENCH_BINS) ## build the C helpers of the benchmarks (bench/*.c)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libpic.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libpic.a $(LDFLAGS) $(LDLIBS)
+
+layers: ## check that every #include points down the layers of docs/LAYOUT.md
+	@python3 scripts/check_layers.py
 
 unit: $(UNIT_BINS) ## build the cmocka unit-test binaries
 
@@ -110,12 +138,12 @@ $(NGX_BUILD)/.configured: config
 	  ./configure "$${NGX_CONF_FLAGS[@]}" $(NGX_EXTRA) \
 	    --add-dynamic-module=$(ROOT) > configure.log 2>&1 || \
 	  { tail -30 configure.log; exit 1; }
-	ls ngx_pic_module/*.c > $@
+	ls ngx_pic_module/*.c $(CORE_SRCS) > $@
 
 # a new module source needs a fresh configure (nginx lists sources there)
 $(NGX_BUILD)/.sources: FORCE
 	@mkdir -p $(NGX_BUILD)
-	@ls ngx_pic_module/*.c > $@.new; cmp -s $@.new $@ || mv $@.new $@; rm -f $@.new
+	@ls ngx_pic_module/*.c $(CORE_SRCS) > $@.new; cmp -s $@.new $@ || mv $@.new $@; rm -f $@.new
 	@cmp -s $@ $(NGX_BUILD)/.configured 2>/dev/null || rm -f $(NGX_BUILD)/.configured
 
 $(MODULE_SO): $(NGX_BUILD)/.sources $(NGX_BUILD)/.configured $(MODULE_SRCS)
@@ -129,7 +157,7 @@ FORCE:
 fuzz: $(FUZZ_BINS) ## build the libFuzzer targets tests/fuzz/fuzz_*.c
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(CORE_SRCS) $(HEADERS)
 	@mkdir -p $(dir $@)
-	clang -O1 -g -fsanitize=fuzzer,address,undefined -Ingx_pic_module -o $@ $< $(CORE_SRCS) \
+	clang -O1 -g -fsanitize=fuzzer,address,undefined $(addprefix -iquote ,$(CORE_DIRS)) -o $@ $< $(CORE_SRCS) \
 	  -lcjson -lxxhash -lm
 
 # CUDA: compile every kernel for sm_80 and sm_90 so a compile error fails the
@@ -148,7 +176,7 @@ cuda:
 	@echo "cuda: nvcc not found, CUDA compile check skipped"
 endif
 
-test: deps all ## deps + build + unit + integration tests + CUDA check; prints 'N passed, M failed'
+test: deps layers all ## deps + layer check + build + unit + integration tests + CUDA check; prints 'N passed, M failed'
 	@BUILD=$(BUILD) scripts/test.sh
 
 test-asan: deps ## the same suites with module, nginx and engine built with ASan+UBSan

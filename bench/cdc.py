@@ -35,19 +35,6 @@ MB = 16 if common.QUICK else 64
 REPS = 5 if common.QUICK else 11
 
 
-def build_helper():
-    lib = os.path.join(BUILD, "libpic.a")
-    if not os.path.exists(lib):
-        sys.exit("cdc.py: %s missing: run `make BUILD=%s engine` first" % (lib, BUILD))
-    os.makedirs(os.path.dirname(HELPER), exist_ok=True)
-    subprocess.run(["gcc", "-O3", "-g", "-march=native", "-std=gnu11", "-fopenmp", "-pthread",
-                    "-iquote", os.path.join(ROOT, "ngx_pic_module"),
-                    "-o", HELPER, os.path.join(ROOT, "bench", "cdc_bench.c"), lib,
-                    "-fopenmp", "-pthread", "-L/usr/lib/x86_64-linux-gnu/openblas-pthread",
-                    "-levent", "-levent_pthreads", "-lhiredis", "-lcjson", "-lxxhash",
-                    "-lopenblas", "-lpcre2-8", "-lutf8proc", "-lm"], check=True)
-
-
 def machine_info():
     try:
         info = common.machine(threads=1)
@@ -59,7 +46,7 @@ def machine_info():
 
 
 def main():
-    build_helper()
+    common.need_binary(HELPER)
     cmd = [HELPER, "--mb", str(MB), "--reps", str(REPS)]
     if hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) > 1:
         cmd = ["taskset", "-c", str(sorted(os.sched_getaffinity(0))[-1])] + cmd

@@ -1,6 +1,6 @@
 /*
  * cdc_bench.c — throughput of the shared core's CDC and keying
- * (ngx_pic_module/pic_cdc.c, pic_key.c) and of the whole gateway-side
+ * (core/segment/pic_cdc.c, pic_key.c) and of the whole gateway-side
  * pipeline (parse + render + CDC + keys) per request.  Driven by
  * bench/cdc.py, which builds it against $BUILD/libpic.a; prints one JSON
  * object.

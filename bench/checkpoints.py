@@ -3,9 +3,9 @@
 A prefix cache keeps attention KV per 64-token block but linear-layer states only at M
 checkpoints per entry; a request sharing d leading tokens resumes from the deepest checkpoint
 c <= d and recomputes everything after it.  This benchmark replays request streams through the
-prefix-tree bookkeeping of engine/prefix_cache.c (block tree, checkpoints attached to block
+prefix-tree bookkeeping of engine/pic/prefix_cache.c (block tree, checkpoints attached to block
 ends, the last token always recomputed) with checkpoint positions chosen by the engine itself
-(`pic-engine pic dp`):
+(`pic-lab dp`):
   dp        the live policy: balanced until 10 observations, then the exact DP over the
             exponentially weighted histogram of observed overlap depths, re-solved every 10;
   balanced  M evenly spaced block positions over the entry;
@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ENGINE, QUICK, machine, table, write_results  # noqa: E402
+from common import PIC_LAB, QUICK, machine, table, write_results  # noqa: E402
 
 BLOCK = 64
 POLICIES = ["dp", "balanced", "block", "log"]
@@ -64,7 +64,7 @@ def sysprompt(rng, n_req):
             for _ in range(n_req)]
 
 
-# --- the prefix tree (mirrors engine/prefix_cache.c) ------------------------------------
+# --- the prefix tree (mirrors engine/pic/prefix_cache.c) ------------------------------------
 
 class Node:
     __slots__ = ("children", "ck", "end")
@@ -127,7 +127,7 @@ def plans(policy, m, reqs, ds):
             ops.append([policy, full])
     spec = {"block": BLOCK, "M": m, "every": 10, "min_history": 10, "decay": 0.99,
             "max_tokens": 1 << 15, "ops": ops}
-    p = subprocess.run([ENGINE, "pic", "dp"], input=json.dumps(spec), capture_output=True,
+    p = subprocess.run([PIC_LAB, "dp"], input=json.dumps(spec), capture_output=True,
                        text=True, check=True)
     return json.loads(p.stdout)["plans"]
 

@@ -10,13 +10,21 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 BUILD = os.path.join(ROOT, os.environ.get("PIC_BUILD", os.environ.get("BUILD", "build")))
 ENGINE = os.path.join(BUILD, "pic-engine")
+PIC_LAB = os.path.join(BUILD, "pic-lab")  # bench/pic_lab.c
 QUICK = os.environ.get("QUICK", "") not in ("", "0")
 RESULTS = os.path.join(ROOT, "bench", "results")
+
+
+def need_binary(path):
+    """Exit with a clear message when a binary of `make all` is missing."""
+    if not os.access(path, os.X_OK):
+        sys.exit("%s missing: run `make BUILD=%s all` first" % (path, os.path.relpath(BUILD, ROOT)))
 
 
 def machine(threads=0):

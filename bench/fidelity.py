@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ENGINE, QUICK, ROOT, machine, table, write_results  # noqa: E402
+from common import PIC_LAB, QUICK, ROOT, machine, table, write_results  # noqa: E402
 
 TINY = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads"]
 MID = os.environ.get("PIC_BENCH_MODEL", os.path.join(ROOT, "models", "mid"))
@@ -60,10 +60,10 @@ def run_model(name, path, doc_len, n_docs, n_req, ws, teacher, greedy, seed):
                      "compare": True, "ws": ws,
                      "modes": ["full", "naive", "pic", "pic_ctx"]})
     spec = {"ws": ws, "dtype": "f32", "whole": True, "docs": docs, "requests": reqs}
-    p = subprocess.run([ENGINE, "pic", "run", "--model", path, "--threads", "0"],
+    p = subprocess.run([PIC_LAB, "run", "--model", path, "--threads", "0"],
                        input=json.dumps(spec), stdout=subprocess.PIPE, text=True)
     if p.returncode != 0:
-        sys.exit(f"pic-engine pic run failed on {name}")
+        sys.exit(f"pic-lab run failed on {name}")
     out = json.loads(p.stdout)
     rows = {}
     for rq in out["requests"]:

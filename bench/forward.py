@@ -36,26 +36,12 @@ import time
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 BUILD = os.environ.get("BUILD") or os.environ.get("PIC_BUILD") or "build"
 BUILD = BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import need_binary  # noqa: E402
 QUICK = os.environ.get("QUICK", "") not in ("", "0")
 THREADS = int(os.environ.get("THREADS", "0") or 0)
 MODEL = os.path.join(ROOT, "models", "mid")
 HELPER = os.path.join(BUILD, "bench", "forward_bench")
-CFLAGS = ["-O3", "-g", "-march=native", "-std=gnu11", "-fopenmp", "-pthread",
-          "-iquote", os.path.join(ROOT, "engine"), "-iquote", os.path.join(ROOT, "kernels"),
-          "-iquote", os.path.join(ROOT, "ngx_pic_module"),
-          "-I/usr/include/x86_64-linux-gnu/openblas-pthread"]
-LIBS = ["-fopenmp", "-pthread", "-L/usr/lib/x86_64-linux-gnu/openblas-pthread",
-        "-levent", "-levent_pthreads", "-lhiredis", "-lcjson", "-lxxhash", "-lopenblas",
-        "-lpcre2-8", "-lutf8proc", "-lm"]
-
-
-def build_helper():
-    lib = os.path.join(BUILD, "libpic.a")
-    if not os.path.exists(lib):
-        sys.exit("forward.py: %s missing: run `make BUILD=%s engine` first" % (lib, BUILD))
-    src = os.path.join(ROOT, "bench", "forward_bench.c")
-    os.makedirs(os.path.dirname(HELPER), exist_ok=True)
-    subprocess.run(["gcc"] + CFLAGS + ["-o", HELPER, src, lib] + LIBS, check=True)
 
 
 def ensure_model():
@@ -80,7 +66,7 @@ def cpu_model():
 
 
 def main():
-    build_helper()
+    need_binary(HELPER)
     ensure_model()
     lens = [512, 2048] if QUICK else [512, 2048, 8192]
     steps = 9 if QUICK else 17

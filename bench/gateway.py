@@ -48,26 +48,12 @@ WRK = shutil.which("wrk")
 TASKSET = shutil.which("taskset") if os.environ.get("PIN") == "1" else None
 CPUS = os.cpu_count() or 1
 HELPER = os.path.join(BUILD, "bench", "gateway_helper")
-LDLIBS = ["-fopenmp", "-pthread", "-L/usr/lib/x86_64-linux-gnu/openblas-pthread", "-levent",
-          "-levent_pthreads", "-lhiredis", "-lcjson", "-lxxhash", "-lopenblas", "-lpcre2-8",
-          "-lutf8proc", "-lm"]
 
 
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def build_helper():
-    src = os.path.join(ROOT, "bench", "gateway_helper.c")
-    lib = os.path.join(BUILD, "libpic.a")
-    if (not os.path.exists(HELPER) or os.path.getmtime(HELPER) < os.path.getmtime(src)
-            or os.path.getmtime(HELPER) < os.path.getmtime(lib)):
-        os.makedirs(os.path.dirname(HELPER), exist_ok=True)
-        subprocess.run(["gcc", "-O3", "-march=native", "-std=gnu11", "-Wall",
-                        "-I" + os.path.join(ROOT, "ngx_pic_module"), src, lib, "-o", HELPER]
-                       + LDLIBS, check=True)
 
 
 class Nginx:
@@ -402,7 +388,7 @@ def main():
     for p in (MODULE_SO, os.path.join(BUILD, "libpic.a")):
         if not os.path.exists(p):
             sys.exit(f"{p} is missing: run make first")
-    build_helper()
+    common.need_binary(HELPER)
     tmp = tempfile.mkdtemp(prefix="bench-gateway-")
     try:
         lat, lat_rows = bench_latency(tmp)

@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ENGINE, QUICK, ROOT, machine, table, write_results  # noqa: E402
+from common import PIC_LAB, QUICK, ROOT, machine, table, write_results  # noqa: E402
 
 MODEL = os.environ.get("PIC_BENCH_MODEL", os.path.join(ROOT, "models", "mid"))
 W = 8
@@ -79,10 +79,10 @@ def main():
             "requests": [{"docs": r, "query": query, "ideal": True,
                           "modes": ["full", "prefix", "naive", "pic"]} for r in reqs]}
     t0 = time.time()
-    p = subprocess.run([ENGINE, "pic", "run", "--model", MODEL, "--threads", "0"],
+    p = subprocess.run([PIC_LAB, "run", "--model", MODEL, "--threads", "0"],
                        input=json.dumps(spec), stdout=subprocess.PIPE, text=True)
     if p.returncode != 0:
-        sys.exit(f"pic-engine pic run failed ({p.returncode})")
+        sys.exit(f"pic-lab run failed ({p.returncode})")
     out = json.loads(p.stdout)
     wall = time.time() - t0
     gflops = info["sgemm_gflops"]

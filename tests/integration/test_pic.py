@@ -1,4 +1,4 @@
-"""test_pic.py — the PIC state engine through `pic-engine pic run` (DESIGN.md 3.3).
+"""test_pic.py — the PIC state engine through `pic-lab run` (DESIGN.md 3.3).
 
 * Oracle entries (computed from the full-context forward) assembled in PIC
   mode reproduce transformers' logits (tests/fixtures/oracle, written by
@@ -21,8 +21,7 @@ import pytest
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("PIC_BUILD", "build")
-ENGINE = os.path.join(ROOT, BUILD, "pic-engine") if not os.path.isabs(BUILD) \
-    else os.path.join(BUILD, "pic-engine")
+PIC_LAB = os.path.join(ROOT, BUILD, "pic-lab")  # bench/pic_lab.c
 ORACLE_DIR = os.path.join(ROOT, "tests", "fixtures", "oracle")
 MODELS = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads"]
 
@@ -32,7 +31,7 @@ def model_dir(name):
 
 
 def pic_run(model, spec, check=True):
-    p = subprocess.run([ENGINE, "pic", "run", "--model", model_dir(model), "--threads", "2"],
+    p = subprocess.run([PIC_LAB, "run", "--model", model_dir(model), "--threads", "2"],
                        input=json.dumps(spec), capture_output=True, text=True, timeout=300)
     if check:
         assert p.returncode == 0, p.stderr

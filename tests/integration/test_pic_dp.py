@@ -1,5 +1,5 @@
-"""test_pic_dp.py — checkpoint placement (engine/checkpoint_dp.h) through
-`pic-engine pic dp`: the engine's DP placement against a Python brute force
+"""test_pic_dp.py — checkpoint placement (engine/pic/checkpoint_dp.h) through
+`pic-lab dp`: the engine's DP placement against a Python brute force
 over every subset, the live policy (balanced before enough history, the DP
 after), and the fixed placements the checkpoints benchmark compares.
 """
@@ -11,12 +11,11 @@ import subprocess
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("PIC_BUILD", "build")
-ENGINE = os.path.join(ROOT, BUILD, "pic-engine") if not os.path.isabs(BUILD) \
-    else os.path.join(BUILD, "pic-engine")
+PIC_LAB = os.path.join(ROOT, BUILD, "pic-lab")  # bench/pic_lab.c
 
 
 def dp(spec):
-    p = subprocess.run([ENGINE, "pic", "dp"], input=json.dumps(spec), capture_output=True,
+    p = subprocess.run([PIC_LAB, "dp"], input=json.dumps(spec), capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)["plans"]

@@ -1,5 +1,5 @@
-"""test_pic_segmenter.py — the standalone PIC_SEPARATOR interface (engine/segmenter.h)
-through `pic-engine pic segment`, against the `tokenizers` library: a marked
+"""test_pic_segmenter.py — the standalone PIC_SEPARATOR interface (engine/pic/segmenter.h)
+through `pic-lab segment`, against the `tokenizers` library: a marked
 prompt is split at the markers (removed), each segment is tokenized on its
 own (the same ids as tokenizers gives for that piece alone), empty pieces
 are dropped, a lone marked document is a cache-warming request, a prompt
@@ -14,8 +14,7 @@ from tokenizers import Tokenizer
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("PIC_BUILD", "build")
-ENGINE = os.path.join(ROOT, BUILD, "pic-engine") if not os.path.isabs(BUILD) \
-    else os.path.join(BUILD, "pic-engine")
+PIC_LAB = os.path.join(ROOT, BUILD, "pic-lab")  # bench/pic_lab.c
 MODELS = ["tiny-qwen35", "tiny-qwen3next"]
 SEP = "<|pic_sep|>"
 
@@ -25,7 +24,7 @@ def model_dir(name):
 
 
 def segment(model, text, marker=None, check=True):
-    cmd = [ENGINE, "pic", "segment", "--model", model_dir(model)]
+    cmd = [PIC_LAB, "segment", "--model", model_dir(model)]
     if marker is not None:
         cmd += ["--marker", marker]
     p = subprocess.run(cmd, input=text.encode(), capture_output=True, timeout=60)
@@ -75,6 +74,6 @@ def test_unmarked_prompt_is_one_segment_and_custom_marker():
 def test_bad_marker_and_bad_utf8_refused():
     p = segment("tiny-qwen35", "x", marker="aa", check=False)     # first byte repeats
     assert p.returncode != 0 and b"marker" in p.stderr
-    p = subprocess.run([ENGINE, "pic", "segment", "--model", model_dir("tiny-qwen35")],
+    p = subprocess.run([PIC_LAB, "segment", "--model", model_dir("tiny-qwen35")],
                        input=b"ok" + SEP.encode() + b"\xff\xfe", capture_output=True, timeout=60)
     assert p.returncode != 0 and b"UTF-8" in p.stderr

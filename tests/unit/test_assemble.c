@@ -1,5 +1,5 @@
 /*
- * test_assemble.c — PIC assembly (engine/assemble.h) against full
+ * test_assemble.c — PIC assembly (engine/pic/assemble.h) against full
  * recompute on every tiny fixture checkpoint (Qwen3.5 dense and MoE,
  * Qwen3-Next, real head shapes), DESIGN.md §3.3:
  *  (1) entries computed from a full-context forward assemble into the full

@@ -1,5 +1,5 @@
 /*
- * test_checkpoint_dp.c — checkpoint placement (engine/checkpoint_dp.h):
+ * test_checkpoint_dp.c — checkpoint placement (engine/pic/checkpoint_dp.h):
  * the DP against brute force over every subset on small random cases
  * (waste recomputed token by token from the raw depths), the live policy
  * (balanced before enough history, re-solved every N, exponential decay),

@@ -1,5 +1,5 @@
 /*
- * test_entry.c — segment entries (engine/entry.h) on the tiny fixture
+ * test_entry.c — segment entries (engine/pic/entry.h) on the tiny fixture
  * checkpoints: T_I and S_I|0 compose the isolated prefill's own states
  * (S after [0, L−w) = T_I · S after [0, h) + S_I|0, each side from its own
  * forward), conv tails and K/V are the prefill's, whole entries equal the

@@ -1,5 +1,5 @@
 /*
- * test_frame.c — the segment-entry frame (engine/frame.h) as hostile input:
+ * test_frame.c — the segment-entry frame (engine/cluster/frame.h) as hostile input:
  * round trip; every single-byte flip, every truncation and random garbage
  * rejected; frames with a valid checksum but a bad field (version,
  * reserved bits, counts, descriptor shape/bytes/offset/overlap/dtype/ndim,

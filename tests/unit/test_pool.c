@@ -1,5 +1,5 @@
 /*
- * test_pool.c — the public and private state pools (engine/pool.h): hits
+ * test_pool.c — the public and private state pools (engine/pic/pool.h): hits
  * and misses by (key, length), model fingerprint check, LRU order under a
  * byte budget, eviction callbacks (after the lock: a callback may call the
  * pool), an evicted entry staying alive while a request holds it, budget

@@ -1,6 +1,6 @@
 /*
  * test_prefix_cache.c — exact prefix reuse with sparse checkpoints
- * (engine/prefix_cache.h) on a tiny fixture checkpoint: a request resumes
+ * (engine/pic/prefix_cache.h) on a tiny fixture checkpoint: a request resumes
  * from the deepest checkpoint at or below the depth it shares and its
  * logits and states equal full recompute; checkpoints follow the DP once
  * history exists; the budget evicts least recently used leaves; threads

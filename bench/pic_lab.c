@@ -1,18 +1,19 @@
 /*
- * cmd_pic.c — `pic-engine pic`: the PIC state engine from the command line,
- * for tests and benchmarks (bench/fidelity.py, bench/ttft.py,
- * bench/checkpoints.py).
+ * pic_lab.c — `pic-lab`: the experiment harness over the PIC state engine,
+ * for tests and benchmarks (tests/integration/test_pic*.py, bench/fidelity.py,
+ * bench/ttft.py, bench/checkpoints.py).  Built from libpic.a into
+ * $(BUILD)/pic-lab; not part of pic-engine.
  *
- *   pic-engine pic run --model DIR [--spec FILE] [--threads N]
+ *   pic-lab run --model DIR [--spec FILE] [--threads N]
  *       JSON spec on stdin (or FILE): documents, seam widths, requests made
  *       of documents + a query, modes to run; prints one JSON object with
  *       entry sizes and build times, and per request and mode the TTFT,
  *       recomputed tokens, runs, composition FLOPs and — against full
  *       recompute — logit error, per-layer state rel-L2 / angle, teacher-
  *       forced KL and argmax match, first divergence of greedy decoding.
- *   pic-engine pic dp
+ *   pic-lab dp
  *       checkpoint placement (checkpoint_dp.h) for a JSON op stream on stdin.
- *   pic-engine pic segment --model DIR [--marker M] (prompt on stdin)
+ *   pic-lab segment --model DIR [--marker M] (prompt on stdin)
  *       split a marked prompt into segments and token ids (segmenter.h).
  *
  * Spec of `run` (every key optional except docs and requests):
@@ -38,7 +39,6 @@
 
 #include "assemble.h"
 #include "checkpoint_dp.h"
-#include "commands.h"
 #include "entry.h"
 #include "forward.h"
 #include "model.h"
@@ -690,7 +690,7 @@ pic_pic_run(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v == NULL) {
-            fprintf(stderr, "pic-engine pic run: %s needs a value\n", a);
+            fprintf(stderr, "pic-lab run: %s needs a value\n", a);
             return 2;
         }
         if (!strcmp(a, "--model")) {
@@ -700,25 +700,25 @@ pic_pic_run(int argc, char **argv)
         } else if (!strcmp(a, "--threads")) {
             threads = atoi(v);
         } else {
-            fprintf(stderr, "pic-engine pic run: unknown option %s\n", a);
+            fprintf(stderr, "pic-lab run: unknown option %s\n", a);
             return 2;
         }
         i++;
     }
     if (dir == NULL) {
-        fprintf(stderr, "usage: pic-engine pic run --model DIR [--spec FILE] [--threads N]\n");
+        fprintf(stderr, "usage: pic-lab run --model DIR [--spec FILE] [--threads N]\n");
         return 2;
     }
     pic_kernels_set_threads(threads);
     j = pic_read_json(spec, err, sizeof(err));
     if (j == NULL) {
-        fprintf(stderr, "pic-engine pic run: %s\n", err);
+        fprintf(stderr, "pic-lab run: %s\n", err);
         return 2;
     }
     double t0 = pic_now();
     m = pic_model_load(dir, err, sizeof(err));
     if (m == NULL) {
-        fprintf(stderr, "pic-engine pic run: %s\n", err);
+        fprintf(stderr, "pic-lab run: %s\n", err);
         goto done;
     }
     R.m = m;
@@ -738,7 +738,7 @@ pic_pic_run(int argc, char **argv)
     const cJSON *jt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
     const cJSON *jr = cJSON_GetObjectItemCaseSensitive(j, "requests");
     if (!cJSON_IsArray(jd) || !cJSON_IsArray(jr)) {
-        fprintf(stderr, "pic-engine pic run: the spec needs docs and requests\n");
+        fprintf(stderr, "pic-lab run: the spec needs docs and requests\n");
         goto done;
     }
     R.dtype = cJSON_IsString(jt) && !strcmp(jt->valuestring, "bf16") ? PIC_DTYPE_BF16
@@ -774,7 +774,7 @@ pic_pic_run(int argc, char **argv)
     int    d = 0;
     for (const cJSON *x = jd->child; x != NULL; x = x->next, d++) {
         if (pic_json_ids(x, m->cfg.vocab, &R.doc[d], &R.doc_n[d]) != 0 || R.doc_n[d] == 0) {
-            fprintf(stderr, "pic-engine pic run: doc %d: bad token ids\n", d);
+            fprintf(stderr, "pic-lab run: doc %d: bad token ids\n", d);
             goto done;
         }
         for (int wi = 0; wi < R.n_ws; wi++) {
@@ -783,7 +783,7 @@ pic_pic_run(int argc, char **argv)
             if (pic_entry_build(m, NULL, R.doc[d], R.doc_n[d], &eo, &R.seam[wi][d],
                                 wi == 0 && R.whole ? &R.whole[d] : NULL, err,
                                 sizeof(err)) != 0) {
-                fprintf(stderr, "pic-engine pic run: doc %d: %s\n", d, err);
+                fprintf(stderr, "pic-lab run: doc %d: %s\n", d, err);
                 goto done;
             }
             fprintf(stderr, "pic run: doc %d (%d tokens) w=%d built in %.2f s\n", d,
@@ -803,7 +803,7 @@ pic_pic_run(int argc, char **argv)
     cJSON *reqs = cJSON_AddArrayToObject(out, "requests");
     for (const cJSON *x = jr->child; x != NULL; x = x->next) {
         if (pic_run_request(&R, x, reqs, err, sizeof(err)) != 0) {
-            fprintf(stderr, "pic-engine pic run: %s\n", err);
+            fprintf(stderr, "pic-lab run: %s\n", err);
             goto done;
         }
     }
@@ -850,7 +850,7 @@ pic_pic_dp(int argc, char **argv)
     int    rc = 1;
 
     if (j == NULL) {
-        fprintf(stderr, "pic-engine pic dp: %s\n", err);
+        fprintf(stderr, "pic-lab dp: %s\n", err);
         return 2;
     }
     pic_ckpt_opts o = {
@@ -868,13 +868,13 @@ pic_pic_dp(int argc, char **argv)
     int         *pos = malloc((size_t) (o.m > 0 ? o.m : 1) * sizeof(int));
 
     if (dp == NULL || pos == NULL || !cJSON_IsArray(ops)) {
-        fprintf(stderr, "pic-engine pic dp: %s\n", dp == NULL ? err : "bad ops");
+        fprintf(stderr, "pic-lab dp: %s\n", dp == NULL ? err : "bad ops");
         goto done;
     }
     for (const cJSON *x = ops->child; x != NULL; x = x->next) {
         const cJSON *op = cJSON_GetArrayItem(x, 0), *arg = cJSON_GetArrayItem(x, 1);
         if (!cJSON_IsString(op) || !cJSON_IsNumber(arg)) {
-            fprintf(stderr, "pic-engine pic dp: bad op\n");
+            fprintf(stderr, "pic-lab dp: bad op\n");
             goto done;
         }
         int v = (int) arg->valuedouble, cnt = -1;
@@ -892,7 +892,7 @@ pic_pic_dp(int argc, char **argv)
         } else if (!strcmp(op->valuestring, "log")) {
             cnt = pic_ckpt_place(PIC_CKPT_LOG, o.block, o.m, v, pos);
         } else {
-            fprintf(stderr, "pic-engine pic dp: unknown op %s\n", op->valuestring);
+            fprintf(stderr, "pic-lab dp: unknown op %s\n", op->valuestring);
             goto done;
         }
         cJSON *pa = cJSON_CreateArray();
@@ -936,12 +936,12 @@ pic_pic_segment(int argc, char **argv)
         } else if (!strcmp(argv[i], "--marker")) {
             marker = argv[i + 1];
         } else {
-            fprintf(stderr, "pic-engine pic segment: unknown option %s\n", argv[i]);
+            fprintf(stderr, "pic-lab segment: unknown option %s\n", argv[i]);
             return 2;
         }
     }
     if (dir == NULL) {
-        fprintf(stderr, "usage: pic-engine pic segment --model DIR [--marker M] < prompt\n");
+        fprintf(stderr, "usage: pic-lab segment --model DIR [--marker M] < prompt\n");
         return 2;
     }
     char path[4200];
@@ -949,11 +949,11 @@ pic_pic_segment(int argc, char **argv)
     tok = pic_tokenizer_load(path, err, sizeof(err));
     text = pic_read_all(stdin, &len);
     if (tok == NULL || text == NULL) {
-        fprintf(stderr, "pic-engine pic segment: %s\n", tok == NULL ? err : "cannot read");
+        fprintf(stderr, "pic-lab segment: %s\n", tok == NULL ? err : "cannot read");
         goto done;
     }
     if (pic_segmenter_split(tok, marker, text, len, &sp, err, sizeof(err)) != 0) {
-        fprintf(stderr, "pic-engine pic segment: %s\n", err);
+        fprintf(stderr, "pic-lab segment: %s\n", err);
         goto done;
     }
     cJSON *out = cJSON_CreateObject(), *segs = cJSON_AddArrayToObject(out, "segments");
@@ -984,13 +984,13 @@ done:
 }
 
 int
-pic_cmd_pic(int argc, char **argv)
+main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         fprintf(argc < 2 ? stderr : stdout,
-                "usage: pic-engine pic run --model DIR [--spec FILE] [--threads N]\n"
-                "       pic-engine pic dp [FILE]\n"
-                "       pic-engine pic segment --model DIR [--marker M] < prompt\n");
+                "usage: pic-lab run --model DIR [--spec FILE] [--threads N]\n"
+                "       pic-lab dp [FILE]\n"
+                "       pic-lab segment --model DIR [--marker M] < prompt\n");
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "run")) {
@@ -1002,6 +1002,6 @@ pic_cmd_pic(int argc, char **argv)
     if (!strcmp(argv[1], "segment")) {
         return pic_pic_segment(argc - 1, argv + 1);
     }
-    fprintf(stderr, "pic-engine pic: unknown subcommand %s\n", argv[1]);
+    fprintf(stderr, "pic-lab: unknown subcommand %s\n", argv[1]);
     return 2;
 }

@@ -20,7 +20,6 @@ static const pic_command commands[] = {
     { "logits",   pic_cmd_logits,   "write float32 logits [tokens x vocab] for --tokens" },
     { "tokenize", pic_cmd_tokenize, "print token ids for a text" },
     { "sysinfo",  pic_cmd_sysinfo,  "measure sgemm GFLOP/s and memcpy GB/s (JSON)" },
-    { "pic",      pic_cmd_pic,      "PIC entries and assembly in any mode, checkpoint DP, segmenter (JSON)" },
 };
 
 static void

@@ -10,7 +10,7 @@
  * empty pieces around it) is a cache-warming request: its one segment is
  * to be prefilled and stored, nothing generated (warm_only).
  *
- * Splitting uses the shared core's marker (ngx_pic_module/pic_marker.h:
+ * Splitting uses the shared core's marker (core/prompt/pic_marker.h:
  * default "<|pic_sep|>", any 2..64-byte marker it accepts).  Thread-safe:
  * the tokenizer is, and nothing else is shared.
  */

@@ -1,5 +1,5 @@
 /*
- * http_pic.c — engine-to-engine: the endpoints a peer calls (segment pull,
+ * http_peer.c — engine-to-engine: the endpoints a peer calls (segment pull,
  * remote prefill) and the combine node's side that calls them for a
  * gateway plan (DESIGN.md §3.5, items 3–5 of the server issue).
  *

@@ -12,7 +12,7 @@
  *   GET  /healthz   liveness: {"status":"ok"}
  *   GET  /status    JSON: model, scheduler, HTTP counters, registration
  *   GET  /metrics   Prometheus text
- *   GET  /v1/pic/segments/{key}, POST /v1/pic/prefill   engine to engine (http_pic.c)
+ *   GET  /v1/pic/segments/{key}, POST /v1/pic/prefill   engine to engine (http_peer.c)
  */
 #include <errno.h>
 #include <signal.h>

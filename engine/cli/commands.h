@@ -1,5 +1,5 @@
 /*
- * commands.h — pic-engine subcommands; each lives in engine/cmd_<name>.c and
+ * commands.h — pic-engine subcommands; each lives in engine/cli/cmd_<name>.c and
  * returns a process exit status.
  */
 #ifndef PIC_COMMANDS_H
@@ -10,6 +10,5 @@ int pic_cmd_generate(int argc, char **argv);  /* stream a completion (cmd_genera
 int pic_cmd_logits(int argc, char **argv);    /* raw float32 logits (cmd_logits.c) */
 int pic_cmd_tokenize(int argc, char **argv);  /* ids for a text (cmd_tokenize.c) */
 int pic_cmd_sysinfo(int argc, char **argv);   /* sgemm / memcpy rooflines (cmd_sysinfo.c) */
-int pic_cmd_pic(int argc, char **argv);       /* PIC entries / assembly / DP / segmenter (cmd_pic.c) */
 
 #endif

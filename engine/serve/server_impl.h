@@ -113,7 +113,7 @@ struct pic_oai_ctx {
     time_t                    created;
     int64_t                   t0_ns;
     int                       binary;           /* peer prefill: raw records out */
-    void                     *fetches;          /* remote entry fetches (http_pic.c) */
+    void                     *fetches;          /* remote entry fetches (http_peer.c) */
 };
 
 /* --- replies (server.c) --- */
@@ -163,7 +163,7 @@ void pic_oai_on_wake(pic_server *srv);
  * scheduler has stopped); requests are left to evhttp_free. */
 void pic_oai_shutdown(pic_server *srv);
 
-/* --- engine-to-engine (http_pic.c) --- */
+/* --- engine-to-engine (http_peer.c) --- */
 
 /* GET /v1/pic/segments/{key}?bytes=N&fingerprint=F: a pooled entry's frame. */
 void pic_peer_segment(pic_server *srv, struct evhttp_request *req, const char *key);
