@@ -402,7 +402,7 @@ pic_ws_index(const pic_run_ctx *R, int w)
  * compare against ref when given.  Appends an object to arr. */
 static int
 pic_run_mode(pic_run_ctx *R, const char *mode_name, pic_mode mode, int w,
-             pic_segment *sg, int n_seg, const int *toks, int n, pic_ref *ref,
+             pic_asm_segment *sg, int n_seg, const int *toks, int n, pic_ref *ref,
              const int *teacher, int nt, int g, int want_logits, pic_state *s,
              float *logits, cJSON *arr, char *err, size_t errlen)
 {
@@ -463,7 +463,7 @@ pic_run_request(pic_run_ctx *R, const cJSON *rq, cJSON *out_arr, char *err,
     int              want_logits = pic_json_int(rq, "logits", 0);
     int              ws[PIC_MAX_WS], n_ws = 0;
     int             *toks = NULL, *seg_len = NULL, *doc_ids = NULL;
-    pic_segment     *sg = NULL;
+    pic_asm_segment *sg = NULL;
     pic_state       *s = NULL;
     float           *logits = NULL;
     pic_ref          ref = { 0 };

@@ -364,8 +364,8 @@ ngx_http_pic_index_expire_locked(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t n)
 
 
 void
-ngx_http_pic_index_lookup(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_seg_t *segs,
-    ngx_uint_t n)
+ngx_http_pic_index_lookup(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_segment_t *segs, ngx_uint_t n)
 {
     ngx_uint_t                  i;
     ngx_http_pic_index_node_t  *node;
@@ -392,8 +392,8 @@ ngx_http_pic_index_lookup(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_seg_t *segs,
 
 
 void
-ngx_http_pic_index_learn(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_seg_t *segs,
-    ngx_uint_t n, ngx_int_t slot)
+ngx_http_pic_index_learn(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_segment_t *segs, ngx_uint_t n, ngx_int_t slot)
 {
     uint64_t                    mask;
     ngx_uint_t                  i;
@@ -491,8 +491,8 @@ ngx_http_pic_index_forget_engine(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t slot)
 
 
 size_t
-ngx_http_pic_index_prefix(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_seg_t *segs,
-    ngx_uint_t n, ngx_uint_t record_seen)
+ngx_http_pic_index_prefix(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_segment_t *segs, ngx_uint_t n, ngx_uint_t record_seen)
 {
     size_t                      prefix, off;
     ngx_uint_t                  i, deepest;
@@ -553,8 +553,8 @@ ngx_http_pic_index_prefix(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_seg_t *segs,
 
 
 void
-ngx_http_pic_index_seen(ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_seg_t *segs,
-    ngx_uint_t n)
+ngx_http_pic_index_seen(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_segment_t *segs, ngx_uint_t n)
 {
     ngx_uint_t                  i;
     ngx_http_pic_index_node_t  *node;

@@ -138,12 +138,12 @@ ngx_http_pic_zone_ctx_t *ngx_http_pic_zone(ngx_http_request_t *r);
 
 /* Fill segs[i].holders from the index (SEGMENT nodes), touching the LRU. */
 void ngx_http_pic_index_lookup(ngx_http_pic_zone_ctx_t *zc,
-    ngx_http_pic_seg_t *segs, ngx_uint_t n);
+    ngx_http_pic_segment_t *segs, ngx_uint_t n);
 
 /* Record that engine slot holds segs[i] (or, slot < 0, just the holders
  * each seg carries, as learned from redis). */
 void ngx_http_pic_index_learn(ngx_http_pic_zone_ctx_t *zc,
-    ngx_http_pic_seg_t *segs, ngx_uint_t n, ngx_int_t slot);
+    ngx_http_pic_segment_t *segs, ngx_uint_t n, ngx_int_t slot);
 
 /* An engine announced (pic:events) that it added or evicted a segment:
  * set or clear its bit; the length is unknown until a request learns it. */
@@ -159,12 +159,12 @@ void ngx_http_pic_index_forget_engine(ngx_http_pic_zone_ctx_t *zc,
  * seen before (sets NGX_HTTP_PIC_SEG_HIT when record_seen), then records all
  * of them.  Returns the prefix bytes. */
 size_t ngx_http_pic_index_prefix(ngx_http_pic_zone_ctx_t *zc,
-    ngx_http_pic_seg_t *segs, ngx_uint_t n, ngx_uint_t record_seen);
+    ngx_http_pic_segment_t *segs, ngx_uint_t n, ngx_uint_t record_seen);
 
 /* Observe mode: flag NGX_HTTP_PIC_SEG_HIT on segs[i] seen before (SEEN
  * nodes), then record them all as seen. */
 void ngx_http_pic_index_seen(ngx_http_pic_zone_ctx_t *zc,
-    ngx_http_pic_seg_t *segs, ngx_uint_t n);
+    ngx_http_pic_segment_t *segs, ngx_uint_t n);
 
 /* Add one TTFT sample (ms) to the histogram. */
 void ngx_http_pic_index_ttft(ngx_http_pic_zone_ctx_t *zc, ngx_msec_t ms);

@@ -125,7 +125,7 @@ typedef struct {
     uint32_t                     flags;        /* NGX_HTTP_PIC_SEG_* */
     int32_t                      worker;       /* slot computing a miss */
     uint64_t                     holders;      /* engine slots holding it */
-} ngx_http_pic_seg_t;
+} ngx_http_pic_segment_t;
 
 
 /* per-request state */
@@ -145,7 +145,7 @@ typedef struct {
     pic_segmentation            *segmentation; /* the core's result */
     pic_key_ctx                 *key_ctx;
 
-    ngx_http_pic_seg_t          *segs;         /* the same, gateway's view */
+    ngx_http_pic_segment_t      *segs;         /* the same, gateway's view */
     ngx_uint_t                   nsegs;
     size_t                       total_bytes;
     size_t                       hit_bytes;
@@ -153,7 +153,7 @@ typedef struct {
     ngx_uint_t                   hits;
     ngx_uint_t                   redis_hits;   /* holders only redis knew */
 
-    ngx_http_pic_seg_t          *wins;         /* S1 windows of misses */
+    ngx_http_pic_segment_t      *wins;         /* S1 windows of misses */
     ngx_uint_t                   nwins;
     ngx_uint_t                   s1_hits;
     size_t                       s1_bytes;

@@ -791,7 +791,7 @@ ngx_http_pic_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
     uint64_t                   mask;
     ngx_int_t                  s;
     ngx_uint_t                 i;
-    ngx_http_pic_seg_t        *seg;
+    ngx_http_pic_segment_t    *seg;
     ngx_http_pic_lookup_t     *lk;
     ngx_http_pic_redis_t      *rd;
     ngx_http_pic_shctx_t      *sh;

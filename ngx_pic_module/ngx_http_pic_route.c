@@ -59,7 +59,7 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     ngx_uint_t                   i, j, n;
     pic_error                    err;
     XXH64_hash_t                 h;
-    ngx_http_pic_seg_t          *s;
+    ngx_http_pic_segment_t      *s;
     ngx_http_pic_pool_t         *pool;
     ngx_http_pic_cand_t         *cand;
     ngx_http_pic_zone_ctx_t     *zc;
@@ -331,7 +331,7 @@ ngx_http_pic_route_misses(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 {
     size_t               work, best_work;
     ngx_uint_t           i, j, k, m, best, home, min_load, *order;
-    ngx_http_pic_seg_t  *s;
+    ngx_http_pic_segment_t *s;
 
     order = ngx_palloc(r->pool, (ctx->nsegs + 1) * sizeof(ngx_uint_t));
     if (order == NULL) {
@@ -422,9 +422,9 @@ ngx_http_pic_route_rewrite(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     pic_error            err;
     ngx_uint_t           i, j, first;
     ngx_chain_t         *cl;
-    pic_plan_seg        *ps;
+    pic_plan_segment    *ps;
     ngx_pool_cleanup_t  *cln;
-    ngx_http_pic_seg_t  *s;
+    ngx_http_pic_segment_t *s;
     char                 scope[sizeof(ctx->scope) + 1];
 
     cln = ngx_pool_cleanup_add(r->pool, sizeof(pic_plan));

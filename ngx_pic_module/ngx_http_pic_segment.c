@@ -35,14 +35,14 @@ ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 {
     size_t                     i, k, at;
     uint64_t                   t0;
-    pic_seg                   *ps;
+    pic_segment               *ps;
     pic_error                  err;
     ngx_uint_t                 markers, escapes;
     pic_key_ctx               *kc;
     pic_segment_cfg            cfg;
     pic_segmentation          *sg;
     ngx_pool_cleanup_t        *cln;
-    ngx_http_pic_seg_t        *s;
+    ngx_http_pic_segment_t    *s;
     ngx_http_pic_zone_ctx_t   *zc;
 
     t0 = ngx_http_pic_usec();
@@ -91,7 +91,7 @@ ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     ctx->key_ctx = kc;
 
     ctx->segs = ngx_pcalloc(r->pool,
-                            (sg->n_segs + 1) * sizeof(ngx_http_pic_seg_t));
+                            (sg->n_segs + 1) * sizeof(ngx_http_pic_segment_t));
     if (ctx->segs == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -169,7 +169,7 @@ ngx_http_pic_segment_windows(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     size_t               i, j, k, n, cap, win;
     u_char              *text;
     pic_cdc_window      *out;
-    ngx_http_pic_seg_t  *s, *w;
+    ngx_http_pic_segment_t *s, *w;
 
     ctx->nwins = 0;
 
@@ -200,7 +200,7 @@ ngx_http_pic_segment_windows(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     }
 
     out = ngx_palloc(r->pool, cap * sizeof(pic_cdc_window));
-    ctx->wins = ngx_pcalloc(r->pool, cap * sizeof(ngx_http_pic_seg_t));
+    ctx->wins = ngx_pcalloc(r->pool, cap * sizeof(ngx_http_pic_segment_t));
 
     if (out == NULL || ctx->wins == NULL) {
         return NGX_ERROR;

@@ -122,7 +122,7 @@ pic_plan_check(const pic_plan *p, pic_error *err)
                                  "a plan has at most %d segments", PIC_PLAN_SEGS_MAX);
     }
     for (size_t i = 0; i < p->n_segs; i++) {
-        const pic_plan_seg *s = &p->segs[i];
+        const pic_plan_segment *s = &p->segs[i];
         if (s->offset != at) {
             snprintf(param, sizeof(param), "segments[%zu].offset", i);
             return pic_error_invalid(err, param, "invalid_value",
@@ -196,7 +196,7 @@ pic_plan_from_segmentation(pic_plan *p, const pic_segmentation *s, const char *i
         return pic_error_oom(err, __func__);
     }
     for (size_t i = 0; i < s->n_segs; i++) {
-        pic_plan_seg *d = &p->segs[i];
+        pic_plan_segment *d = &p->segs[i];
         d->key = s->segs[i].key;
         d->offset = s->segs[i].start;
         d->tokens = s->segs[i].tokens;
@@ -269,7 +269,7 @@ pic_plan_encode(const pic_plan *p, pic_buf *out, pic_error *err)
     pic_json_write_string(out, p->scope, strlen(p->scope));
     pic_buf_appends(out, ",\"segments\":[");
     for (size_t i = 0; i < p->n_segs; i++) {
-        const pic_plan_seg *s = &p->segs[i];
+        const pic_plan_segment *s = &p->segs[i];
         pic_buf_printf(out, "%s{\"key\":\"%s\",\"offset\":%llu,\"bytes\":%llu,"
                        "\"tokens\":%u,\"kind\":\"%s\",\"holders\":[",
                        i ? "," : "", s->key.hex, (unsigned long long) s->offset,
@@ -315,7 +315,7 @@ pic_plan_uint(const cJSON *v, const char *param, uint64_t max, uint64_t *out,
 }
 
 static int
-pic_plan_seg_decode(pic_plan *p, pic_plan_seg *s, const cJSON *o, size_t i, pic_error *err)
+pic_plan_seg_decode(pic_plan *p, pic_plan_segment *s, const cJSON *o, size_t i, pic_error *err)
 {
     char     param[PIC_ERROR_PARAM_MAX];
     uint64_t x;

@@ -58,7 +58,7 @@ typedef struct {
     uint16_t     n_holders;
     uint16_t     holders[PIC_PLAN_HOLDERS_MAX];     /* indices into engines */
     int32_t      worker;                            /* index into engines, -1 = none */
-} pic_plan_seg;
+} pic_plan_segment;
 
 typedef struct {
     uint32_t       version;
@@ -67,7 +67,7 @@ typedef struct {
     char           scope[PIC_KEY_PART_MAX + 1];
     pic_engine_id *engines;
     size_t         n_engines;
-    pic_plan_seg  *segs;
+    pic_plan_segment *segs;
     size_t         n_segs;
     size_t         cap_engines;
 } pic_plan;

@@ -54,24 +54,24 @@ pic_segmentation_free(pic_segmentation *s)
 }
 
 typedef struct {
-    pic_seg     *v;
+    pic_segment *v;
     size_t       n;
     size_t       cap;
-} pic_seg_vec;
+} pic_segment_list;
 
-static pic_seg *
-pic_seg_push(pic_seg_vec *sv)
+static pic_segment *
+pic_seg_push(pic_segment_list *sv)
 {
     if (sv->n == sv->cap) {
         size_t       cap = sv->cap ? sv->cap * 2 : 16;
-        pic_seg     *p = realloc(sv->v, cap * sizeof(*p));
+        pic_segment *p = realloc(sv->v, cap * sizeof(*p));
         if (!p) {
             return NULL;
         }
         sv->v = p;
         sv->cap = cap;
     }
-    pic_seg *s = &sv->v[sv->n++];
+    pic_segment *s = &sv->v[sv->n++];
     memset(s, 0, sizeof(*s));
     return s;
 }
@@ -80,7 +80,7 @@ pic_seg_push(pic_seg_vec *sv)
  * by CDC.  `reg` is the piece's content region (NULL for glue). */
 static int
 pic_seg_piece(const pic_segment_cfg *cfg, const pic_render *r, const pic_region *reg,
-              size_t start, size_t end, pic_seg_vec *sv)
+              size_t start, size_t end, pic_segment_list *sv)
 {
     size_t at = start;
     while (at < end) {
@@ -88,7 +88,7 @@ pic_seg_piece(const pic_segment_cfg *cfg, const pic_render *r, const pic_region 
         if (reg && cfg->cdc) {
             len = pic_cdc_cut(cfg->cdc, r->text.data + at, end - at);
         }
-        pic_seg *s = pic_seg_push(sv);
+        pic_segment *s = pic_seg_push(sv);
         if (!s) {
             return -1;
         }
@@ -108,7 +108,7 @@ pic_segment_request(const pic_segment_cfg *cfg, const pic_request *req,
                     pic_segmentation *out, pic_error *err)
 {
     pic_template_opts opts = { cfg->dialect, cfg->marker, cfg->split_parts };
-    pic_seg_vec       sv = { NULL, 0, 0 };
+    pic_segment_list      sv = { NULL, 0, 0 };
 
     pic_segmentation_free(out);
     if (pic_template_render(&opts, req, &out->render, err) != 0) {
@@ -142,7 +142,7 @@ pic_segment_request(const pic_segment_cfg *cfg, const pic_request *req,
     /* kinds and keys */
     size_t tail = last_content_seg == SIZE_MAX ? 0 : last_content_seg;
     for (size_t k = 0; k < sv.n; k++) {
-        pic_seg *s = &sv.v[k];
+        pic_segment *s = &sv.v[k];
         if (k >= tail) {
             s->kind = PIC_SEG_DYNAMIC;
         } else if (k == 0) {

@@ -55,7 +55,7 @@ typedef struct {
     uint32_t        doc;        /* that region's document number */
     uint32_t        tokens;     /* estimate: ceil(len / 4) */
     pic_key         key;
-} pic_seg;
+} pic_segment;
 
 typedef struct {
     pic_template_dialect dialect;
@@ -68,7 +68,7 @@ typedef struct {
 
 typedef struct {
     pic_render   render;        /* the rendered prompt and its regions */
-    pic_seg     *segs;          /* consecutive, covering render.text exactly */
+    pic_segment *segs;          /* consecutive, covering render.text exactly */
     size_t       n_segs;
 } pic_segmentation;
 

@@ -16,7 +16,7 @@ pic_plan_job_new(int n)
     if (pj == NULL) {
         return NULL;
     }
-    pj->segs = calloc((size_t) (n > 0 ? n : 1), sizeof(pic_pseg));
+    pj->segs = calloc((size_t) (n > 0 ? n : 1), sizeof(pic_job_segment));
     if (pj->segs == NULL) {
         free(pj);
         return NULL;
@@ -49,7 +49,7 @@ pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
 
     pj->n_prompt = 0;
     for (int i = 0; i < pj->n_segs; i++) {
-        pic_pseg *g = &pj->segs[i];
+        pic_job_segment *g = &pj->segs[i];
         int32_t  *ids = NULL;
         size_t    n = 0;
         int       rc;
@@ -95,7 +95,7 @@ pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
 
 /* Keep a new entry: pool it and announce it. */
 static void
-pic_plan_keep(const pic_plan_ctx *ctx, pic_pseg *g, pic_entry *e)
+pic_plan_keep(const pic_plan_ctx *ctx, pic_job_segment *g, pic_entry *e)
 {
     if (ctx->pool != NULL && pic_pool_put(ctx->pool, g->key, g->len, e) == 0
         && ctx->reg != NULL) {
@@ -105,7 +105,7 @@ pic_plan_keep(const pic_plan_ctx *ctx, pic_pseg *g, pic_entry *e)
 
 /* A pooled entry for g that fits (tokens, and T when required), or NULL. */
 static pic_entry *
-pic_plan_lookup(const pic_plan_ctx *ctx, const pic_model *m, pic_pseg *g, int need_T,
+pic_plan_lookup(const pic_plan_ctx *ctx, const pic_model *m, pic_job_segment *g, int need_T,
                 int whole)
 {
     pic_entry *e;
@@ -136,7 +136,7 @@ pic_plan_reused(const pic_entry *e)
 /* Take segment g's remote entry if one arrived and fits: 1 taken, 0 none
  * (pending is handled by the caller). */
 static int
-pic_plan_take_remote(const pic_plan_ctx *ctx, pic_plan_job *pj, pic_pseg *g,
+pic_plan_take_remote(const pic_plan_ctx *ctx, pic_plan_job *pj, pic_job_segment *g,
                      const pic_model *m, int whole)
 {
     int        remote = __atomic_load_n(&g->remote, __ATOMIC_ACQUIRE);
@@ -187,7 +187,7 @@ static int
 pic_plan_resolve(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const pic_model *m,
                  int build_all, char *err, size_t errlen)
 {
-    pic_pseg      *g = &pj->segs[i];
+    pic_job_segment *g = &pj->segs[i];
     pic_entry     *e = NULL;
     pic_entry_opts wopt = { .w = 0, .dtype = PIC_DTYPE_F32 };
     int            whole = g->kind == PIC_SEG_PREFIX && (i == 0 || build_all);
@@ -274,7 +274,7 @@ pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
               const pic_tokenizer *tok, const char *text, size_t text_len,
               pic_state *s, float *logits, int *status, char *err, size_t errlen)
 {
-    pic_segment *segs;
+    pic_asm_segment *segs;
     int          rc;
 
     *status = 500;
@@ -318,7 +318,7 @@ pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
         /* an entry assembly refused was recomputed: it served nothing */
         pj->n_cached = 0;
         for (int i = 0; i < pj->n_segs; i++) {
-            const pic_pseg *g = &pj->segs[i];
+            const pic_job_segment *g = &pj->segs[i];
             if ((g->source == PIC_SRC_HIT || (g->source == PIC_SRC_PEER && g->remote_cached))
                 && g->entry) {
                 pj->n_cached += pic_plan_reused(g->entry);

@@ -72,10 +72,10 @@ typedef struct {
                                          * not a worker's fresh prefill */
     void           *frame;              /* (frame_len) set before ARRIVED */
     size_t          frame_len;
-} pic_pseg;
+} pic_job_segment;
 
 typedef struct pic_plan_job {
-    pic_pseg *segs;                     /* (n_segs) prompt order, contiguous */
+    pic_job_segment *segs;                     /* (n_segs) prompt order, contiguous */
     int       n_segs;
     int       tokenized;
     int       next;                     /* next segment to resolve */

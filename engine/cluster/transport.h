@@ -49,7 +49,7 @@ typedef struct {
     uint64_t    bytes;          /* the segment's byte length */
     const char *kind;           /* "pic" or "prefix" */
     const char *text;           /* the segment's bytes (UTF-8, bytes long) */
-} pic_transport_seg;
+} pic_remote_segment;
 
 /* A frame for segment `index` arrived (buf malloc'ed: the callee frees). */
 typedef void (*pic_transport_frame_fn)(void *arg, int index, void *buf, size_t len);
@@ -69,7 +69,7 @@ typedef struct {
 
     /* Ask worker "host:port" to prefill segs (n) and stream their entries. */
     pic_transport_op *(*prefill)(pic_transport *t, const char *peer,
-                                 const pic_transport_seg *segs, int n,
+                                 const pic_remote_segment *segs, int n,
                                  const char *fingerprint, int timeout_ms,
                                  pic_transport_frame_fn on_frame,
                                  pic_transport_done_fn on_done, void *arg);

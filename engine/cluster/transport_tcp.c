@@ -352,7 +352,7 @@ pic_tcp_pull(pic_transport *t, const char *peer, const char *key, uint64_t bytes
 }
 
 static pic_transport_op *
-pic_tcp_prefill(pic_transport *t, const char *peer, const pic_transport_seg *segs, int n,
+pic_tcp_prefill(pic_transport *t, const char *peer, const pic_remote_segment *segs, int n,
                 const char *fingerprint, int timeout_ms, pic_transport_frame_fn on_frame,
                 pic_transport_done_fn on_done, void *arg)
 {

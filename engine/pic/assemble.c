@@ -187,7 +187,7 @@ pic_assemble_place_kv(const pic_model *m, const pic_backend *be, pic_state *s,
 /* How segment i's entry is used: 0 recompute, 1 compose with T, 2 compose
  * without T (naive, or the exact prefix on an empty state). */
 static int
-pic_entry_use(const pic_model *m, const pic_segment *sg, pic_mode mode, int off,
+pic_entry_use(const pic_model *m, const pic_asm_segment *sg, pic_mode mode, int off,
               int first, int *rejected)
 {
     const pic_entry *e = sg->entry;
@@ -257,7 +257,7 @@ pic_assemble_prep(void *user, int layer, int run)
 
 int
 pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
-             const pic_segment *segs, int n_seg, pic_mode mode,
+             const pic_asm_segment *segs, int n_seg, pic_mode mode,
              float *logits, pic_assemble_stats *st, char *err, size_t errlen)
 {
     pic_assemble_stats local;
@@ -312,7 +312,7 @@ pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
     /* 2. the plan: runs [H1] [T1 H2] … [Tn Q] and the interiors between */
     int open = 0;                       /* a run is collecting tokens */
     for (int i = 0, off = 0; i < n_seg; off += segs[i].n, i++) {
-        const pic_segment *sg = &segs[i];
+        const pic_asm_segment *sg = &segs[i];
         const pic_entry   *e = sg->entry;
         int                a = use[i] ? e->i0 : sg->n;     /* recomputed head */
 

@@ -51,7 +51,7 @@ typedef struct {
     const int       *tokens;        /* (n) */
     int              n;
     const pic_entry *entry;         /* NULL: recompute the segment */
-} pic_segment;
+} pic_asm_segment;
 
 typedef struct {
     int    n_tokens;                /* prompt tokens (Σ n) */
@@ -74,7 +74,7 @@ typedef struct {
  * st may be NULL.  be NULL: CPU.  -1 + err on bad input or OOM (s is then
  * unspecified: reset it). */
 int pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
-                 const pic_segment *segs, int n_seg, pic_mode mode,
+                 const pic_asm_segment *segs, int n_seg, pic_mode mode,
                  float *logits, pic_assemble_stats *st, char *err,
                  size_t errlen);
 

@@ -26,7 +26,7 @@ pic_segmented_free(pic_segmented *s)
 /* Tokenize text[off, off+len) into piece p. */
 static int
 pic_segmenter_encode(const pic_tokenizer *tok, const char *text, size_t off,
-                     size_t len, pic_segmenter_piece *p, char *err, size_t errlen)
+                     size_t len, pic_split_segment *p, char *err, size_t errlen)
 {
     int32_t *ids = NULL;
     size_t   n = 0;
@@ -78,7 +78,7 @@ pic_segmenter_split(const pic_tokenizer *tok, const char *marker,
             continue;
         }
         if ((size_t) out->n == cap) {
-            pic_segmenter_piece *ns = realloc(out->seg, 2 * cap * sizeof(*ns));
+            pic_split_segment *ns = realloc(out->seg, 2 * cap * sizeof(*ns));
             if (ns == NULL) {
                 snprintf(err, errlen, "%s: out of memory", __func__);
                 pic_segmented_free(out);

@@ -26,10 +26,10 @@ typedef struct {
     size_t  length;
     int    *ids;            /* (n_ids) its tokens, encoded alone */
     size_t  n_ids;
-} pic_segmenter_piece;
+} pic_split_segment;
 
 typedef struct {
-    pic_segmenter_piece *seg;   /* (n) non-empty pieces in prompt order */
+    pic_split_segment *seg;   /* (n) non-empty pieces in prompt order */
     int                  n;
     int                  marked;    /* the prompt contained the marker */
     int                  warm_only; /* marker + one document + marker */

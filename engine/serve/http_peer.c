@@ -237,7 +237,7 @@ pic_fetch_on_frame(void *arg, int pos, void *buf, size_t len)
     pic_fetch    *f = arg;
     pic_server   *srv = f->c->srv;
     pic_plan_job *pj = f->c->job->plan;
-    pic_pseg     *g;
+    pic_job_segment *g;
 
     if (pos < 0 || pos >= f->n || pj == NULL) {
         free(buf);
@@ -264,7 +264,7 @@ pic_fetch_on_done(void *arg, int ok, const char *why)
     int           missing = 0;
 
     for (int i = 0; pj != NULL && i < f->n; i++) {
-        pic_pseg *g = &pj->segs[f->idx[i]];
+        pic_job_segment *g = &pj->segs[f->idx[i]];
         int       want = PIC_REMOTE_PENDING;
 
         if (__atomic_compare_exchange_n(&g->remote, &want, PIC_REMOTE_FAILED, 0,
@@ -320,8 +320,8 @@ pic_remote_dispatch(pic_server *srv, pic_oai_ctx *c, const pic_plan *plan)
         return;
     }
     for (size_t i = 0; i < plan->n_segs; i++) {
-        const pic_plan_seg *ps = &plan->segs[i];
-        pic_pseg           *g = &pj->segs[i];
+        const pic_plan_segment *ps = &plan->segs[i];
+        pic_job_segment    *g = &pj->segs[i];
         const char         *holder = NULL;
 
         worker_of[i] = -1;
@@ -366,7 +366,7 @@ pic_remote_dispatch(pic_server *srv, pic_oai_ctx *c, const pic_plan *plan)
     }
     /* one remote prefill per worker, its segments in prompt order */
     for (size_t w = 0; w < plan->n_engines; w++) {
-        pic_transport_seg *ts;
+        pic_remote_segment *ts;
         pic_fetch         *f;
         char             **texts;
         int                n = 0;
@@ -387,7 +387,7 @@ pic_remote_dispatch(pic_server *srv, pic_oai_ctx *c, const pic_plan *plan)
             continue;
         }
         for (size_t i = 0; i < plan->n_segs; i++) {
-            pic_pseg *g = &pj->segs[i];
+            pic_job_segment *g = &pj->segs[i];
             if (worker_of[i] != (int) w) {
                 continue;
             }

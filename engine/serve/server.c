@@ -156,7 +156,7 @@ pic_server_load(void *arg, pic_registry_load *out)
 }
 
 static void
-pic_route_healthz(pic_server *srv, struct evhttp_request *req)
+pic_endpoint_healthz(pic_server *srv, struct evhttp_request *req)
 {
     cJSON *doc = cJSON_CreateObject();
 
@@ -167,7 +167,7 @@ pic_route_healthz(pic_server *srv, struct evhttp_request *req)
 }
 
 static void
-pic_route_status(pic_server *srv, struct evhttp_request *req)
+pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
 {
     cJSON          *doc = cJSON_CreateObject(), *o;
     pic_sched_stats st;
@@ -299,7 +299,7 @@ pic_route_status(pic_server *srv, struct evhttp_request *req)
 }
 
 static void
-pic_route_metrics(pic_server *srv, struct evhttp_request *req)
+pic_endpoint_metrics(pic_server *srv, struct evhttp_request *req)
 {
     struct evbuffer *b = evbuffer_new();
     pic_sched_stats  st;
@@ -397,11 +397,11 @@ pic_dispatch(struct evhttp_request *req, void *arg)
     if (path == NULL) {
         pic_reply_error(srv, req, 400, NULL, "malformed request URI");
     } else if (!strcmp(path, "/healthz") && get) {
-        pic_route_healthz(srv, req);
+        pic_endpoint_healthz(srv, req);
     } else if (!strcmp(path, "/status") && get) {
-        pic_route_status(srv, req);
+        pic_endpoint_status(srv, req);
     } else if (!strcmp(path, "/metrics") && get) {
-        pic_route_metrics(srv, req);
+        pic_endpoint_metrics(srv, req);
     } else if (!strcmp(path, "/v1/models") && get) {
         pic_oai_models(srv, req);
     } else if (!strcmp(path, "/v1/chat/completions") && cmd == EVHTTP_REQ_POST) {

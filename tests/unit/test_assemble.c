@@ -65,7 +65,7 @@ full(pic_model *m, const int *ids, int n, float *logits)
 }
 
 static void
-segments(const int *ids, pic_entry **e, pic_segment *sg)
+segments(const int *ids, pic_entry **e, pic_asm_segment *sg)
 {
     for (int i = 0, off = 0; i < NSEG; off += seg_len[i], i++) {
         sg[i].tokens = ids + off;
@@ -132,7 +132,7 @@ test_context_entries_reproduce_full(void **unused)
         for (size_t wi = 0; wi < 2; wi++) {
             pic_entry_opts     o = { .w = ws[wi], .dtype = PIC_DTYPE_F32 };
             pic_entry         *e[NSEG];
-            pic_segment        sg[NSEG];
+            pic_asm_segment    sg[NSEG];
             pic_assemble_stats st;
 
             assert_int_equal(pic_entry_build_context(m, NULL, ids, n, seg_len, NSEG,
@@ -186,7 +186,7 @@ test_long_run_crosses_passes(void **unused)
     float     *lg = malloc((size_t) V * sizeof(float));
     pic_state *sf = full(m, ids, n, ref);
     pic_entry *e[4];
-    pic_segment sg[4];
+    pic_asm_segment sg[4];
     pic_entry_opts o = { .w = 8, .dtype = PIC_DTYPE_F32 };
     pic_assemble_stats st;
     char       err[256];
@@ -261,7 +261,7 @@ test_isolated_entries_layer0_exact_naive_worse(void **unused)
         pic_state *sf = full(m, ids, n, ref);
         pic_state *s = NULL;
         pic_entry *seam[NSEG], *whole[NSEG];
-        pic_segment sg[NSEG];
+        pic_asm_segment sg[NSEG];
         char       err[256];
         size_t     nS = (size_t) c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
 
@@ -340,7 +340,7 @@ test_exact_prefix_equals_full_and_decode_continues(void **unused)
     pic_state *sf = full(m, ids, n, ref);
     pic_entry *seam[NSEG], *whole[NSEG];
     pic_entry_opts o = { .w = 8, .dtype = PIC_DTYPE_F32 };
-    pic_segment sg[NSEG];
+    pic_asm_segment sg[NSEG];
     pic_assemble_stats st;
     char       err[256];
 
@@ -404,7 +404,7 @@ test_unfit_entries_are_recomputed(void **unused)
     float     *lg = malloc((size_t) V * sizeof(float));
     pic_state *sf = full(m, ids, n, ref);
     pic_entry *seam[NSEG], *whole[NSEG];
-    pic_segment sg[NSEG];
+    pic_asm_segment sg[NSEG];
     pic_assemble_stats st;
     char       err[256];
 
@@ -485,7 +485,7 @@ test_bf16_entries_close(void **unused)
     float     *lg = malloc((size_t) V * sizeof(float));
     pic_state *sf = full(m, ids, n, ref);
     pic_entry *seam[NSEG];
-    pic_segment sg[NSEG];
+    pic_asm_segment sg[NSEG];
     char       err[256];
 
     isolated(m, ids, 8, PIC_DTYPE_BF16, seam, NULL);

@@ -190,7 +190,7 @@ test_plan_from_segmentation_with_lpt(void **state)
     assert_int_equal(pic_plan_assign_lpt(&p, w, loads, 3, &err), 0);
     size_t per[3] = { 0, 0, 0 }, cold = 0;
     for (size_t i = 0; i < p.n_segs; i++) {
-        const pic_plan_seg *g = &p.segs[i];
+        const pic_plan_segment *g = &p.segs[i];
         if (g->kind == PIC_SEG_DYNAMIC || g->n_holders) {
             assert_int_equal(g->worker, -1);
             continue;

@@ -117,7 +117,7 @@ test_segments_cover_text_and_keys_match_bytes(void **state)
         segment(f, body, (pic_template_dialect) d, NULL, &s);
         size_t at = 0;
         for (size_t i = 0; i < s.n_segs; i++) {
-            const pic_seg *g = &s.segs[i];
+            const pic_segment *g = &s.segs[i];
             assert_int_equal(g->start, at);
             assert_true(g->len > 0);
             pic_key k;
@@ -254,7 +254,7 @@ schema_keys(const pic_segmentation *s, int32_t index, pic_key *out, size_t cap)
 {
     size_t n = 0;
     for (size_t i = 0; i < s->n_segs; i++) {
-        const pic_seg *g = &s->segs[i];
+        const pic_segment *g = &s->segs[i];
         if (g->region == PIC_REGION_TOOL_SCHEMA && g->index == index && n < cap) {
             out[n++] = g->key;
         }
