@@ -68,20 +68,6 @@ gen_text(char *buf, size_t n)
     }
 }
 
-static char *
-read_all(FILE *f, size_t *len)
-{
-    pic_buf b;
-    char    tmp[65536];
-    size_t  n;
-
-    pic_buf_init(&b);
-    while ((n = fread(tmp, 1, sizeof(tmp), f)) > 0) {
-        pic_buf_append(&b, tmp, n);
-    }
-    return pic_buf_detach(&b, len);
-}
-
 static int
 cmd_cdc(int argc, char **argv)
 {
@@ -149,7 +135,7 @@ cmd_pipeline(int argc, char **argv)
         fprintf(stderr, "%s: cannot open the request file\n", __func__);
         return 1;
     }
-    body = read_all(f, &len);
+    body = pic_read_stream(f, &len);
     fclose(f);
     if (pic_cdc_init(&c, NULL, &err) != 0 || pic_marker_init(&m, NULL, 0, &err) != 0
         || pic_key_ctx_init(&kc, "836da3fe8730a832", 16, "", 0, &err) != 0) {
@@ -195,7 +181,7 @@ static int
 cmd_render(int argc, char **argv)
 {
     size_t            len = 0;
-    char             *body = read_all(stdin, &len);
+    char             *body = pic_read_stream(stdin, &len);
     pic_marker        m;
     pic_error         err;
     pic_request       req;

@@ -42,6 +42,7 @@
 #include "entry.h"
 #include "forward.h"
 #include "model.h"
+#include "pic_buf.h"
 #include "pic_kernels.h"
 #include "segmenter.h"
 #include "state.h"
@@ -58,36 +59,6 @@ pic_now(void)
     return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
 }
 
-/* Whole stream into a NUL-terminated buffer, or NULL. */
-static char *
-pic_read_all(FILE *f, size_t *len)
-{
-    size_t cap = 1 << 16, n = 0;
-    char  *b = malloc(cap);
-
-    while (b != NULL) {
-        size_t r = fread(b + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) {
-            break;
-        }
-        if (n + 1 == cap) {
-            char *nb = realloc(b, cap * 2);
-            if (nb == NULL) {
-                free(b);
-                return NULL;
-            }
-            b = nb;
-            cap *= 2;
-        }
-    }
-    if (b != NULL) {
-        b[n] = '\0';
-        *len = n;
-    }
-    return b;
-}
-
 static cJSON *
 pic_read_json(const char *path, char *err, size_t errlen)
 {
@@ -99,7 +70,7 @@ pic_read_json(const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
-    b = pic_read_all(f, &n);
+    b = pic_read_stream(f, &n);
     if (f != stdin) {
         fclose(f);
     }
@@ -947,7 +918,7 @@ pic_pic_segment(int argc, char **argv)
     char path[4200];
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
     tok = pic_tokenizer_load(path, err, sizeof(err));
-    text = pic_read_all(stdin, &len);
+    text = pic_read_stream(stdin, &len);
     if (tok == NULL || text == NULL) {
         fprintf(stderr, "pic-lab segment: %s\n", tok == NULL ? err : "cannot read");
         goto done;

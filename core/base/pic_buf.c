@@ -1,5 +1,5 @@
 /*
- * pic_buf.c — growable byte buffer (see pic_buf.h).
+ * pic_buf.c — growable byte buffer and pic_grow (see pic_buf.h).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,17 +38,56 @@ pic_buf_reserve(pic_buf *b, size_t extra)
     if (need <= b->cap) {
         return 0;
     }
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < need) {
-        cap *= 2;
-    }
-    char *p = realloc(b->data, cap);
-    if (!p) {
+    if (pic_grow((void **) &b->data, &b->cap, need, 1) != 0) {
         b->oom = 1;
         return -1;
     }
-    b->data = p;
-    b->cap = cap;
+    return 0;
+}
+
+char *
+pic_read_stream(FILE *f, size_t *len)
+{
+    pic_buf b;
+    size_t  n;
+
+    pic_buf_init(&b);
+    do {
+        if (pic_buf_reserve(&b, 65536) != 0) {
+            return NULL;
+        }
+        n = fread(b.data + b.len, 1, b.cap - b.len - 1, f);
+        b.len += n;
+    } while (n > 0);
+    if (ferror(f)) {
+        pic_buf_free(&b);
+        return NULL;
+    }
+    return pic_buf_detach(&b, len);
+}
+
+int
+pic_grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) {
+        return 0;
+    }
+    size_t c = *cap ? *cap : 16;
+    while (c < need) {
+        if (c > SIZE_MAX / 2) {
+            return -1;
+        }
+        c *= 2;
+    }
+    if (elem != 0 && c > SIZE_MAX / elem) {
+        return -1;
+    }
+    void *q = realloc(*p, c * elem);
+    if (!q) {
+        return -1;
+    }
+    *p = q;
+    *cap = c;
     return 0;
 }
 

@@ -1,5 +1,7 @@
 /*
- * pic_buf.h — a growable byte buffer (malloc/realloc/free).
+ * pic_buf.h — a growable byte buffer (malloc/realloc/free), and pic_grow, the
+ * one grow-by-doubling helper every growable array of the core and the engine
+ * uses.
  *
  * Errors are sticky: after the first failed allocation every append is a
  * no-op and `oom` stays set, so a writer can emit a whole document and check
@@ -11,6 +13,7 @@
 #define PIC_BUF_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 typedef struct {
@@ -47,6 +50,15 @@ void pic_buf_reset(pic_buf *b);
 
 /* Shrinks len to n (n <= len). */
 void pic_buf_truncate(pic_buf *b, size_t n);
+
+/* Reads f to its end into a malloc'ed NUL-terminated string (*len = bytes);
+ * NULL on a read error or ENOMEM. */
+char *pic_read_stream(FILE *f, size_t *len);
+
+/* Ensures the array *p (*cap elements of elem bytes) holds at least need
+ * elements, doubling *cap from 16; returns 0, or -1 (overflow or ENOMEM)
+ * with *p and *cap unchanged. */
+int pic_grow(void **p, size_t *cap, size_t need, size_t elem);
 
 /* Returns the data (caller frees with free(); never NULL unless oom: an
  * empty buffer yields an allocated "") and leaves b empty; *len gets the

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pic_buf.h"
 #include "pic_json.h"
 #include "pic_utf8.h"
 
@@ -188,15 +189,10 @@ pic_json_number(pic_json_scan *s)
         s->i = start;
         return pic_json_fail(s, "number literal too long");
     }
-    if (s->n_nums == s->cap_nums) {
-        size_t cap = s->cap_nums ? s->cap_nums * 2 : 16;
-        void  *p = realloc(s->nums, cap * sizeof(*s->nums));
-        if (!p) {
-            s->oom = 1;
-            return pic_json_fail(s, "out of memory");
-        }
-        s->nums = p;
-        s->cap_nums = cap;
+    if (pic_grow((void **) &s->nums, &s->cap_nums, s->n_nums + 1,
+                 sizeof(*s->nums)) != 0) {
+        s->oom = 1;
+        return pic_json_fail(s, "out of memory");
     }
     s->nums[s->n_nums].off = start;
     s->nums[s->n_nums].len = s->i - start;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pic_buf.h"
 #include "pic_json.h"
 #include "pic_lpt.h"
 #include "pic_plan.h"
@@ -81,15 +82,10 @@ pic_plan_engine(pic_plan *p, const char *id, pic_error *err)
                           PIC_PLAN_ENGINES_MAX);
         return -1;
     }
-    if (p->n_engines == p->cap_engines) {
-        size_t         cap = p->cap_engines ? p->cap_engines * 2 : 8;
-        pic_engine_id *e = realloc(p->engines, cap * sizeof(*e));
-        if (!e) {
-            pic_error_oom(err, __func__);
-            return -1;
-        }
-        p->engines = e;
-        p->cap_engines = cap;
+    if (pic_grow((void **) &p->engines, &p->cap_engines, p->n_engines + 1,
+                 sizeof(*p->engines)) != 0) {
+        pic_error_oom(err, __func__);
+        return -1;
     }
     memcpy(p->engines[p->n_engines].id, id, n + 1);
     return (int32_t) p->n_engines++;

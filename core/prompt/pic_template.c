@@ -121,15 +121,10 @@ pic_render_push(pic_render *r, pic_region_kind kind, int32_t index, uint32_t doc
         last->end = r->text.len;            /* glue runs merge */
         return;
     }
-    if (r->n_regions == r->cap_regions) {
-        size_t      cap = r->cap_regions ? r->cap_regions * 2 : 32;
-        pic_region *p = realloc(r->regions, cap * sizeof(*p));
-        if (!p) {
-            r->oom = 1;
-            return;
-        }
-        r->regions = p;
-        r->cap_regions = cap;
+    if (pic_grow((void **) &r->regions, &r->cap_regions, r->n_regions + 1,
+                 sizeof(*r->regions)) != 0) {
+        r->oom = 1;
+        return;
     }
     pic_region *g = &r->regions[r->n_regions++];
     g->kind = kind;
@@ -203,15 +198,9 @@ pic_rt_add(pic_rtext *rt, const char *s, size_t n, int glue, int new_doc)
         last->end = rt->buf.len;
         return;
     }
-    if (rt->n == rt->cap) {
-        size_t     cap = rt->cap ? rt->cap * 2 : 8;
-        pic_piece *p = realloc(rt->p, cap * sizeof(*p));
-        if (!p) {
-            rt->oom = 1;
-            return;
-        }
-        rt->p = p;
-        rt->cap = cap;
+    if (pic_grow((void **) &rt->p, &rt->cap, rt->n + 1, sizeof(*rt->p)) != 0) {
+        rt->oom = 1;
+        return;
     }
     rt->p[rt->n].start = start;
     rt->p[rt->n].end = rt->buf.len;

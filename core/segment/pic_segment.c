@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pic_buf.h"
 #include "pic_segment.h"
 
 const char *
@@ -62,14 +63,8 @@ typedef struct {
 static pic_segment *
 pic_seg_push(pic_segment_list *sv)
 {
-    if (sv->n == sv->cap) {
-        size_t       cap = sv->cap ? sv->cap * 2 : 16;
-        pic_segment *p = realloc(sv->v, cap * sizeof(*p));
-        if (!p) {
-            return NULL;
-        }
-        sv->v = p;
-        sv->cap = cap;
+    if (pic_grow((void **) &sv->v, &sv->cap, sv->n + 1, sizeof(*sv->v)) != 0) {
+        return NULL;
     }
     pic_segment *s = &sv->v[sv->n++];
     memset(s, 0, sizeof(*s));

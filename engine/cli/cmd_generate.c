@@ -53,41 +53,6 @@ pic_now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int
-pic_parse_id_list(const char *s, int **ids, int *n)
-{
-    int  cap = 16, cnt = 0;
-    int *a = malloc(cap * sizeof(int));
-
-    while (a != NULL && *s) {
-        char *end;
-        long  v;
-        errno = 0;
-        v = strtol(s, &end, 10);
-        if (end == s || errno != 0 || v < 0 || v > 0x7fffffff
-            || (*end != ',' && *end != '\0')) {
-            break;
-        }
-        if (cnt == cap) {
-            int *b = realloc(a, 2 * cap * sizeof(int));
-            if (b == NULL) {
-                break;
-            }
-            a = b;
-            cap *= 2;
-        }
-        a[cnt++] = (int) v;
-        s = *end == ',' ? end + 1 : end;
-    }
-    if (a == NULL || *s != '\0' || cnt == 0) {
-        free(a);
-        return -1;
-    }
-    *ids = a;
-    *n = cnt;
-    return 0;
-}
-
 /* Render an OpenAI chat request (a messages array, or an object with
  * "messages" and optionally "tools", "chat_template_kwargs") with the
  * shared template code in the model's dialect; malloc'ed text, or NULL +
@@ -248,7 +213,7 @@ pic_cmd_generate(int argc, char **argv)
         prompt = rendered;
     }
     if (tok_list != NULL) {
-        if (pic_parse_id_list(tok_list, &ids, &n) != 0) {
+        if (pic_cli_parse_ids(tok_list, &ids, &n) != 0) {
             fprintf(stderr, "pic-engine generate: --tokens wants ids like 1,2,3\n");
             rc = 2;
             goto done;

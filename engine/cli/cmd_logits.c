@@ -28,44 +28,6 @@ pic_logits_usage(FILE *f)
                "                         [--decode-from N | --split-at N] [--threads N]\n");
 }
 
-/* Parse "1,2,3" into a malloc'ed array; -1 on a malformed list. */
-static int
-pic_parse_ids(const char *s, int **ids, int *n)
-{
-    int   cap = 16, cnt = 0;
-    int  *a = malloc(cap * sizeof(int));
-
-    if (a == NULL) {
-        return -1;
-    }
-    while (*s) {
-        char *end;
-        long  v;
-
-        errno = 0;
-        v = strtol(s, &end, 10);
-        if (end == s || errno != 0 || v < 0 || v > 0x7fffffff
-            || (*end != ',' && *end != '\0')) {
-            free(a);
-            return -1;
-        }
-        if (cnt == cap) {
-            int *b = realloc(a, 2 * cap * sizeof(int));
-            if (b == NULL) {
-                free(a);
-                return -1;
-            }
-            a = b;
-            cap *= 2;
-        }
-        a[cnt++] = (int) v;
-        s = *end == ',' ? end + 1 : end;
-    }
-    *ids = a;
-    *n = cnt;
-    return cnt > 0 ? 0 : -1;
-}
-
 int
 pic_cmd_logits(int argc, char **argv)
 {
@@ -111,7 +73,7 @@ pic_cmd_logits(int argc, char **argv)
         pic_logits_usage(stderr);
         return 2;
     }
-    if (pic_parse_ids(tokens, &ids, &n) != 0) {
+    if (pic_cli_parse_ids(tokens, &ids, &n) != 0) {
         fprintf(stderr, "pic-engine logits: --tokens wants ids like 1,2,3\n");
         return 2;
     }

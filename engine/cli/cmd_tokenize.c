@@ -26,6 +26,7 @@
 #include <cjson/cJSON.h>
 
 #include "commands.h"
+#include "pic_buf.h"
 #include "tokenizer.h"
 
 typedef struct {
@@ -75,36 +76,6 @@ usage(FILE *f)
         "  --batch           input is a JSON array of strings; print a JSON array\n"
         "                    of id arrays\n"
         "  --pieces          print the pre-tokenized pieces (JSON) instead of ids\n");
-}
-
-static char *
-read_all(FILE *f, size_t *len)
-{
-    size_t cap = 1 << 16, n = 0, k;
-    char  *buf = malloc(cap + 1), *p;
-
-    if (buf == NULL) {
-        return NULL;
-    }
-    while ((k = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += k;
-        if (n == cap) {
-            cap *= 2;
-            p = realloc(buf, cap + 1);
-            if (p == NULL) {
-                free(buf);
-                return NULL;
-            }
-            buf = p;
-        }
-    }
-    if (ferror(f)) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
 }
 
 static double
@@ -196,7 +167,7 @@ static int
 parse_ids(const char *s, int32_t **ids, size_t *n)
 {
     size_t   cap = 16, k = 0;
-    int32_t *v = malloc(cap * sizeof(*v)), *p;
+    int32_t *v = malloc(cap * sizeof(*v));
 
     if (v == NULL) {
         return -1;
@@ -218,14 +189,9 @@ parse_ids(const char *s, int32_t **ids, size_t *n)
             free(v);
             return -1;
         }
-        if (k == cap) {
-            cap *= 2;
-            p = realloc(v, cap * sizeof(*v));
-            if (p == NULL) {
-                free(v);
-                return -1;
-            }
-            v = p;
+        if (pic_grow((void **) &v, &cap, k + 1, sizeof(*v)) != 0) {
+            free(v);
+            return -1;
         }
         v[k++] = (int32_t)x;
         s = end;
@@ -504,7 +470,7 @@ run_encode(const pic_tokenizer *tok, const pic_tokenize_args *a)
                     strerror(errno));
             return 1;
         }
-        buf = read_all(f, &len);
+        buf = pic_read_stream(f, &len);
         if (f != stdin) {
             fclose(f);
         }

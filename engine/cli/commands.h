@@ -11,4 +11,8 @@ int pic_cmd_logits(int argc, char **argv);    /* raw float32 logits (cmd_logits.
 int pic_cmd_tokenize(int argc, char **argv);  /* ids for a text (cmd_tokenize.c) */
 int pic_cmd_sysinfo(int argc, char **argv);   /* sgemm / memcpy rooflines (cmd_sysinfo.c) */
 
+/* Parses "1,2,3" (token ids in [0, 2^31)) into a malloc'ed array; 0, or -1
+ * on an empty or malformed list (nothing allocated then). */
+int pic_cli_parse_ids(const char *s, int **ids, int *n);
+
 #endif

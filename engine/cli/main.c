@@ -1,12 +1,14 @@
 /*
  * main.c — pic-engine entry point: dispatch to a subcommand.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "commands.h"
+#include "pic_buf.h"
 
 typedef struct {
     const char *name;
@@ -21,6 +23,36 @@ static const pic_command commands[] = {
     { "tokenize", pic_cmd_tokenize, "print token ids for a text" },
     { "sysinfo",  pic_cmd_sysinfo,  "measure sgemm GFLOP/s and memcpy GB/s (JSON)" },
 };
+
+int
+pic_cli_parse_ids(const char *s, int **ids, int *n)
+{
+    int    *a = NULL;
+    size_t  cap = 0, cnt = 0;
+
+    while (*s) {
+        char *end;
+        long  v;
+
+        errno = 0;
+        v = strtol(s, &end, 10);
+        if (end == s || errno != 0 || v < 0 || v > 0x7fffffff
+            || (*end != ',' && *end != '\0')
+            || cnt == 0x7fffffff
+            || pic_grow((void **) &a, &cap, cnt + 1, sizeof(*a)) != 0) {
+            free(a);
+            return -1;
+        }
+        a[cnt++] = (int) v;
+        s = *end == ',' ? end + 1 : end;
+    }
+    if (cnt == 0) {
+        return -1;
+    }
+    *ids = a;
+    *n = (int) cnt;
+    return 0;
+}
 
 static void
 usage(FILE *f)

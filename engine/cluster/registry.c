@@ -18,6 +18,7 @@
 #include <hiredis/async.h>
 #include <hiredis/adapters/libevent.h>
 
+#include "pic_buf.h"
 #include "registry.h"
 
 #define PIC_REG_BACKOFF_MIN_MS   100
@@ -836,15 +837,8 @@ pic_registry_post(pic_registry *r, char op, const char *key)
         return -1;
     }
     pthread_mutex_lock(&r->post_mu);
-    if (r->n_posts == r->cap_posts) {
-        size_t cap = r->cap_posts ? 2 * r->cap_posts : 64;
-        char  *p = realloc(r->posts, cap * PIC_REG_POST_REC);
-        if (p == NULL) {
-            rc = -1;
-        } else {
-            r->posts = p;
-            r->cap_posts = cap;
-        }
+    if (pic_grow((void **) &r->posts, &r->cap_posts, r->n_posts + 1, PIC_REG_POST_REC) != 0) {
+        rc = -1;
     }
     if (rc == 0) {
         char *rec = r->posts + r->n_posts++ * PIC_REG_POST_REC;

@@ -12,6 +12,7 @@
  */
 #include "model.h"
 #include "model_config.h"
+#include "pic_buf.h"
 #include "safetensors.h"
 
 #include <stdarg.h>
@@ -72,16 +73,9 @@ ld_keep(ld_ctx *L, size_t bytes)
     ld_store *s = L->store;
     void     *p;
 
-    if (s->n_bufs == s->cap_bufs) {
-        size_t  cap = s->cap_bufs ? 2 * s->cap_bufs : 256;
-        void  **nb = realloc(s->bufs, cap * sizeof(*nb));
-
-        if (nb == NULL) {
-            ld_err(L, "out of memory");
-            return NULL;
-        }
-        s->bufs = nb;
-        s->cap_bufs = cap;
+    if (pic_grow((void **) &s->bufs, &s->cap_bufs, s->n_bufs + 1, sizeof(*s->bufs)) != 0) {
+        ld_err(L, "out of memory");
+        return NULL;
     }
     p = malloc(bytes ? bytes : 1);
     if (p == NULL) {

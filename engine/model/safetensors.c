@@ -5,6 +5,7 @@
  * {"name": {"dtype": "BF16", "shape": [..], "data_offsets": [b, e]}, ...,
  *  "__metadata__": {...}}, then the data area; offsets are relative to it.
  */
+#include "pic_buf.h"
 #include "safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -147,23 +148,8 @@ st_json_uint(const cJSON *v)
 static int
 st_tensors_grow(pic_st *st, size_t more)
 {
-    pic_st_tensor *t;
-    size_t         cap;
-
-    if (st->n_tensors + more <= st->cap_tensors) {
-        return 0;
-    }
-    cap = st->cap_tensors ? st->cap_tensors : 64;
-    while (cap < st->n_tensors + more) {
-        cap *= 2;
-    }
-    t = realloc(st->tensors, cap * sizeof(*t));
-    if (t == NULL) {
-        return -1;
-    }
-    st->tensors = t;
-    st->cap_tensors = cap;
-    return 0;
+    return pic_grow((void **) &st->tensors, &st->cap_tensors, st->n_tensors + more,
+                    sizeof(*st->tensors));
 }
 
 
@@ -713,15 +699,8 @@ pic_st_open_dir(const char *dir, char *err, size_t errlen)
         {
             continue;
         }
-        if (n == cap) {
-            char **nn;
-
-            cap = cap ? cap * 2 : 16;
-            nn = realloc(names, cap * sizeof(*names));
-            if (nn == NULL) {
-                break;
-            }
-            names = nn;
+        if (pic_grow((void **) &names, &cap, n + 1, sizeof(*names)) != 0) {
+            break;
         }
         names[n] = strdup(de->d_name);
         if (names[n] == NULL) {

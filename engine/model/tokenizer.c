@@ -30,6 +30,7 @@
 #include <utf8proc.h>
 #include <xxhash.h>
 
+#include "pic_buf.h"
 #include "tokenizer.h"
 
 #define PIC_TOK_MAX_FILE      ((size_t)512 << 20)  /* tokenizer.json size cap */
@@ -152,8 +153,6 @@ static pthread_once_t byte_map_once = PTHREAD_ONCE_INIT;
 
 
 /* --- small helpers --- */
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem);
 
 static void
 seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -346,23 +345,11 @@ is_word_char(int32_t c)
 static int
 blob_add(pic_tokenizer *t, const char *s, size_t n, uint32_t *off)
 {
-    size_t cap;
-    char  *p;
-
     if (n > UINT32_MAX || t->blob_len + n + 1 > UINT32_MAX) {
         return -1;
     }
-    if (t->blob_len + n + 1 > t->blob_cap) {
-        cap = t->blob_cap ? t->blob_cap : 1 << 16;
-        while (cap < t->blob_len + n + 1) {
-            cap *= 2;
-        }
-        p = realloc(t->blob, cap);
-        if (p == NULL) {
-            return -1;
-        }
-        t->blob = p;
-        t->blob_cap = cap;
+    if (pic_grow((void **) &t->blob, &t->blob_cap, t->blob_len + n + 1, 1) != 0) {
+        return -1;
     }
     memcpy(t->blob + t->blob_len, s, n);
     t->blob[t->blob_len + n] = '\0';
@@ -958,7 +945,7 @@ normalize_runs(int opts, const char *s, size_t n, char **out, size_t *out_len)
             i = ce;
             continue;
         }
-        if (grow((void **)&buf, &cap, len + (cs - done) + m + (n - ce) + 1, 1) != 0) {
+        if (pic_grow((void **) &buf, &cap, len + (cs - done) + m + (n - ce) + 1, 1) != 0) {
             free(q);
             free(buf);
             return PIC_TOKENIZER_ENOMEM;
@@ -1165,7 +1152,7 @@ sbuf_add(pic_sbuf *b, const char *s, size_t n)
     if (b->oom) {
         return;
     }
-    if (grow((void **)&b->p, &b->cap, b->n + n + 1, 1) != 0) {
+    if (pic_grow((void **) &b->p, &b->cap, b->n + n + 1, 1) != 0) {
         b->oom = 1;
         return;
     }
@@ -1867,35 +1854,11 @@ typedef struct {
     void                *piece_ctx;
 } pic_enc;
 
-static int
-grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    size_t c = *cap ? *cap : 64;
-    void  *q;
-
-    if (need <= *cap) {
-        return 0;
-    }
-    while (c < need) {
-        if (c > SIZE_MAX / 2 / elem) {
-            return -1;
-        }
-        c *= 2;
-    }
-    q = realloc(*p, c * elem);
-    if (q == NULL) {
-        return -1;
-    }
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
 static inline int
 enc_push(pic_enc *e, int32_t id)
 {
     if (e->n_ids == e->cap_ids
-        && grow((void **)&e->ids, &e->cap_ids, e->n_ids + 1, sizeof(*e->ids)) != 0) {
+        && pic_grow((void **) &e->ids, &e->cap_ids, e->n_ids + 1, sizeof(*e->ids)) != 0) {
         return PIC_TOKENIZER_ENOMEM;
     }
     e->ids[e->n_ids++] = id;
@@ -1967,7 +1930,7 @@ bpe_queue(pic_enc *e, size_t *nh, int32_t pos)
         return 0;
     }
     if (*nh == e->cap_heap
-        && grow((void **)&e->heap, &e->cap_heap, *nh + 1, sizeof(*e->heap)) != 0) {
+        && pic_grow((void **) &e->heap, &e->cap_heap, *nh + 1, sizeof(*e->heap)) != 0) {
         return PIC_TOKENIZER_ENOMEM;
     }
     q.rank = m->rank;
@@ -2006,7 +1969,7 @@ bpe_word(pic_enc *e, const char *w, size_t n)
         size_t  m = 0;
         int32_t id;
 
-        if (grow((void **)&e->tmp, &e->cap_tmp, 2 * n + 1, 1) != 0) {
+        if (pic_grow((void **) &e->tmp, &e->cap_tmp, 2 * n + 1, 1) != 0) {
             return PIC_TOKENIZER_ENOMEM;
         }
         for (i = 0; i < n; i++) {
@@ -2017,7 +1980,7 @@ bpe_word(pic_enc *e, const char *w, size_t n)
             return enc_push(e, id);
         }
     }
-    if (grow((void **)&e->sym, &e->cap_sym, n, sizeof(*e->sym)) != 0) {
+    if (pic_grow((void **) &e->sym, &e->cap_sym, n, sizeof(*e->sym)) != 0) {
         return PIC_TOKENIZER_ENOMEM;
     }
     for (i = 0; i < n; i++) {
@@ -2487,17 +2450,11 @@ pic_detok_init(pic_detok *d, const pic_tokenizer *t, int skip_special)
 static const char *
 detok_run(pic_detok *d, const unsigned char *b, size_t nb, int final, size_t *len)
 {
-    size_t need = 3 * (d->n_pend + nb) + 1, held, o;
+    size_t held, o;
 
-    if (need > d->cap) {
-        char *p = realloc(d->buf, need);
-
-        if (p == NULL) {
-            *len = 0;
-            return NULL;
-        }
-        d->buf = p;
-        d->cap = need;
+    if (pic_grow((void **) &d->buf, &d->cap, 3 * (d->n_pend + nb) + 1, 1) != 0) {
+        *len = 0;
+        return NULL;
     }
     o = utf8_lossy(d->pend, d->n_pend, b, nb, final, d->buf, &held);
     if (held > 0) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pic_buf.h"
 #include "pic_marker.h"
 #include "segmenter.h"
 
@@ -77,15 +78,10 @@ pic_segmenter_split(const pic_tokenizer *tok, const char *marker,
         if (end == start) {
             continue;
         }
-        if ((size_t) out->n == cap) {
-            pic_split_segment *ns = realloc(out->seg, 2 * cap * sizeof(*ns));
-            if (ns == NULL) {
-                snprintf(err, errlen, "%s: out of memory", __func__);
-                pic_segmented_free(out);
-                return -1;
-            }
-            out->seg = ns;
-            cap *= 2;
+        if (pic_grow((void **) &out->seg, &cap, (size_t) out->n + 1, sizeof(*out->seg)) != 0) {
+            snprintf(err, errlen, "%s: out of memory", __func__);
+            pic_segmented_free(out);
+            return -1;
         }
         if (pic_segmenter_encode(tok, text, start, end - start, &out->seg[out->n],
                                  err, errlen) != 0) {

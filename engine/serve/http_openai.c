@@ -33,6 +33,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "pic_buf.h"
 #include "pic_json.h"
 #include "pic_plan.h"
 #include "pic_request.h"
@@ -395,15 +396,10 @@ pic_oai_output(pic_oai_ctx *c, const char *text, size_t len, int final)
             pic_buf_append(&c->content, text, len);
         }
         for (int i = 0; i < n; i++) {
-            if (c->n_calls == c->cap_calls) {
-                int               nc = c->cap_calls ? 2 * c->cap_calls : 4;
-                pic_toolcall_out *p = realloc(c->calls, (size_t) nc * sizeof(*p));
-                if (p == NULL) {
-                    pic_toolcall_clear(&calls[i]);
-                    continue;
-                }
-                c->calls = p;
-                c->cap_calls = nc;
+            if (pic_grow((void **) &c->calls, &c->cap_calls, (size_t) c->n_calls + 1,
+                         sizeof(*c->calls)) != 0) {
+                pic_toolcall_clear(&calls[i]);
+                continue;
             }
             c->calls[c->n_calls++] = calls[i];
         }

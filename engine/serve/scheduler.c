@@ -12,6 +12,7 @@
 
 #include "forward.h"
 #include "frame.h"
+#include "pic_buf.h"
 #include "pic_kernels.h"
 #include "plan_exec.h"
 #include "scheduler.h"
@@ -168,17 +169,8 @@ pic_job_append_locked(pic_job *j, const char *txt, size_t n)
     if (n == 0) {
         return 0;
     }
-    if (j->out_len + n + 1 > j->out_cap) {
-        size_t cap = j->out_cap ? j->out_cap : 256;
-        while (cap < j->out_len + n + 1) {
-            cap *= 2;
-        }
-        char *p = realloc(j->out, cap);
-        if (p == NULL) {
-            return -1;
-        }
-        j->out = p;
-        j->out_cap = cap;
+    if (pic_grow((void **) &j->out, &j->out_cap, j->out_len + n + 1, 1) != 0) {
+        return -1;
     }
     memcpy(j->out + j->out_len, txt, n);
     j->out_len += n;
@@ -404,16 +396,10 @@ pic_seq_emit(pic_sched *s, pic_job *j, int id)
         pic_job_publish(s, j, txt, len, 1);
     } else {
         /* stop strings: keep back any tail that may start one */
-        if (q->n_hold + len + 1 > q->cap_hold) {
-            size_t cap = (q->n_hold + len + 1) * 2;
-            char  *p = realloc(q->hold, cap);
-            if (p == NULL) {
-                pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "%s",
-                               "out of memory");
-                return 1;
-            }
-            q->hold = p;
-            q->cap_hold = cap;
+        if (pic_grow((void **) &q->hold, &q->cap_hold, q->n_hold + len + 1, 1) != 0) {
+            pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "%s",
+                           "out of memory");
+            return 1;
         }
         memcpy(q->hold + q->n_hold, txt, len);
         q->n_hold += len;

@@ -107,7 +107,8 @@ struct pic_oai_ctx {
     pic_toolstream            ts;
     pic_buf                   content;          /* non-stream: the answer so far */
     pic_toolcall_out         *calls;            /* non-stream: parsed calls */
-    int                       n_calls, cap_calls;
+    int                       n_calls;
+    size_t                    cap_calls;
     int                       n_stream_calls;   /* stream: calls sent */
     char                      id[48];
     time_t                    created;

@@ -310,17 +310,8 @@ pic_toolstream_free(pic_toolstream *ts)
 static int
 pic_str_add(char **s, size_t *len, size_t *cap, const char *p, size_t n)
 {
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 64;
-        while (c < *len + n + 1) {
-            c *= 2;
-        }
-        char *q = realloc(*s, c);
-        if (q == NULL) {
-            return -1;
-        }
-        *s = q;
-        *cap = c;
+    if (pic_grow((void **) s, cap, *len + n + 1, 1) != 0) {
+        return -1;
     }
     memcpy(*s + *len, p, n);
     *len += n;
@@ -391,15 +382,10 @@ pic_toolstream_feed(pic_toolstream *ts, const char *text, size_t len,
             }
             size_t blen = (size_t) (close - ts->buf);
             if (pic_toolcall_parse_body(ts->buf, blen, ts->tools, &c) == 0) {
-                if (ts->n_calls == ts->cap_calls) {
-                    int            nc = ts->cap_calls ? 2 * ts->cap_calls : 4;
-                    pic_toolcall_out *p = realloc(ts->calls, (size_t) nc * sizeof(*p));
-                    if (p == NULL) {
-                        pic_toolcall_clear(&c);
-                        return -1;
-                    }
-                    ts->calls = p;
-                    ts->cap_calls = nc;
+                if (pic_grow((void **) &ts->calls, &ts->cap_calls, (size_t) ts->n_calls + 1,
+                             sizeof(*ts->calls)) != 0) {
+                    pic_toolcall_clear(&c);
+                    return -1;
                 }
                 ts->calls[ts->n_calls++] = c;
                 ts->total_calls++;

@@ -36,7 +36,8 @@ typedef struct {
     char          *buf;         /* (len) held-back text */
     size_t         len, cap;
     pic_toolcall_out *calls;       /* (n_calls) finished calls not yet taken */
-    int            n_calls, cap_calls;
+    int            n_calls;
+    size_t         cap_calls;
     int            total_calls; /* calls parsed over the stream */
 } pic_toolstream;
 
