@@ -20,19 +20,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "pic_cdc.h"
 #include "pic_key.h"
 #include "pic_segment.h"
-
-static double
-now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double) t.tv_sec + (double) t.tv_nsec * 1e-9;
-}
+#include "pic_time.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 
@@ -146,11 +138,11 @@ bench_corpus(const char *name, const char *d, size_t n, const pic_cdc_params *p,
     uint64_t sink = 0;
 
     for (int r = 0; r < reps; r++) {
-        double t0 = now();
+        double t0 = pic_now_s();
         memcpy(copy, d, n);
-        double t1 = now();
+        double t1 = pic_now_s();
         k = pic_cdc_chunks(&c, d, n, ends, cap);
-        double t2 = now();
+        double t2 = pic_now_s();
         pic_key key;
         size_t  prev = 0;
         for (size_t i = 0; i < k; i++) {
@@ -158,14 +150,14 @@ bench_corpus(const char *name, const char *d, size_t n, const pic_cdc_params *p,
             sink += key.lo;
             prev = ends[i];
         }
-        double t3 = now();
+        double t3 = pic_now_s();
         for (size_t at = 0; at < n; ) {
             size_t len = pic_cdc_cut(&c, d + at, n - at);
             pic_key_compute(kc, d + at, len, &key);
             sink += key.hi;
             at += len;
         }
-        double t4 = now();
+        double t4 = pic_now_s();
         mc[r] = gb / (t1 - t0);
         cd[r] = gb / (t2 - t1);
         ky[r] = gb / (t3 - t2);
@@ -236,11 +228,11 @@ bench_pipeline(int kb, int reps, const pic_key_ctx *kc, int first)
         pic_request      req;
         pic_segmentation sg;
         pic_error        err;
-        double           t0 = now();
+        double           t0 = pic_now_s();
         pic_request_parse(&req, PIC_REQ_CHAT, body, (size_t) len, NULL, &err);
         pic_segmentation_init(&sg);
         pic_segment_request(&cfg, &req, &sg, &err);
-        double t1 = now();
+        double t1 = pic_now_s();
         nseg = sg.n_segs;
         pic_segmentation_free(&sg);
         pic_request_free(&req);

@@ -12,20 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include "forward.h"
 #include "model.h"
 #include "pic_kernels.h"
+#include "pic_time.h"
 #include "state.h"
-
-static double
-now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Best-of-3 OpenBLAS sgemm (its own threads) on an n×n×n product. */
 static double
@@ -42,10 +34,10 @@ bench_sgemm(int n, int threads)
     }
     openblas_set_num_threads(threads);
     for (int r = 0; r < 4; r++) {
-        double t0 = now();
+        double t0 = pic_now_s();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f,
                     a, n, b, n, 0.0f, c, n);
-        double dt = now() - t0;
+        double dt = pic_now_s() - t0;
         if (r > 0 && 2.0 * n * n * (double) n / dt > best) {
             best = 2.0 * n * n * (double) n / dt;
         }
@@ -72,9 +64,9 @@ bench_engine_gemm(int n)
         b[i] = (float) (i % 5) * 0.1f;
     }
     for (int r = 0; r < 4; r++) {
-        double t0 = now();
+        double t0 = pic_now_s();
         be->matmul(c, a, b, n, n, n, 0);
-        double dt = now() - t0;
+        double dt = pic_now_s() - t0;
         if (r > 0 && 2.0 * n * n * (double) n / dt > best) {
             best = 2.0 * n * n * (double) n / dt;
         }
@@ -94,9 +86,9 @@ bench_memcpy(void)
     memset(a, 1, n);
     memset(b, 2, n);
     for (int r = 0; r < 5; r++) {
-        double t0 = now();
+        double t0 = pic_now_s();
         memcpy(b, a, n);
-        double dt = now() - t0;
+        double dt = pic_now_s() - t0;
         best = n / dt > best ? n / dt : best;
         a[r] = b[n - 1 - r];
     }
@@ -117,14 +109,14 @@ bench_read(void)
         a[i] = (float) (i & 7);
     }
     for (int r = 0; r < 5; r++) {
-        double t0 = now();
+        double t0 = pic_now_s();
         float  s[16] = { 0 };
         for (size_t i = 0; i < nf; i += 16) {
             for (int j = 0; j < 16; j++) {
                 s[j] += a[i + j];
             }
         }
-        double dt = now() - t0;
+        double dt = pic_now_s() - t0;
         sink = s[0] + s[15];
         best = n / dt > best ? n / dt : best;
     }
@@ -180,13 +172,13 @@ main(int argc, char **argv)
     double mcpy = bench_memcpy();
     double rd = bench_read();
 
-    double     t0 = now();
+    double     t0 = pic_now_s();
     pic_model *m = pic_model_load(argv[1], err, sizeof(err));
     if (m == NULL) {
         fprintf(stderr, "forward_bench: %s\n", err);
         return 1;
     }
-    double load_s = now() - t0;
+    double load_s = pic_now_s() - t0;
     long   rss_load = rss_now();
     const pic_config *c = &m->cfg;
     float *logits = malloc((size_t) c->vocab * sizeof(float));
@@ -212,7 +204,7 @@ main(int argc, char **argv)
         pic_state *s = pic_state_init(c, 0, err, sizeof(err));
         double     dt = 1e30;
         for (int r = 0; r < reps; r++) {        /* best of reps */
-            double t1 = now();
+            double t1 = pic_now_s();
             if (s != NULL) {
                 pic_state_reset(s);
             }
@@ -221,7 +213,7 @@ main(int argc, char **argv)
                 fprintf(stderr, "forward_bench: %s\n", err);
                 return 1;
             }
-            dt = now() - t1 < dt ? now() - t1 : dt;
+            dt = pic_now_s() - t1 < dt ? pic_now_s() - t1 : dt;
         }
         double fl = pic_forward_flops(c, lens[i], 0, PIC_LOGITS_LAST);
         printf("%s{\"tokens\": %d, \"seconds\": %.4f, \"tok_s\": %.3f, "
@@ -243,13 +235,13 @@ main(int argc, char **argv)
     double *st = malloc((size_t) (steps > 0 ? steps : 1) * sizeof(double));
     double  dd = 0.0;
     for (int i = 0; i < steps; i++) {
-        double t2 = now();
+        double t2 = pic_now_s();
         if (pic_forward(m, NULL, keep, tok + keep_n + i, 1, keep_n + i,
                         PIC_LOGITS_LAST, logits, NULL, err, sizeof(err)) != 0) {
             fprintf(stderr, "forward_bench: %s\n", err);
             return 1;
         }
-        st[i] = now() - t2;
+        st[i] = pic_now_s() - t2;
         dd += st[i];
         for (int j = i; j > 0 && st[j] < st[j - 1]; j--) {
             double t = st[j]; st[j] = st[j - 1]; st[j - 1] = t;

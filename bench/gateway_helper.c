@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "pic_buf.h"
 #include "pic_cdc.h"
@@ -30,15 +29,7 @@
 #include "pic_request.h"
 #include "pic_segment.h"
 #include "pic_template.h"
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
+#include "pic_time.h"
 
 /* Deterministic English-like text: n bytes into buf. */
 static void
@@ -92,9 +83,9 @@ cmd_cdc(int argc, char **argv)
     ends = malloc(pic_cdc_max_chunks(&c, n) * sizeof(size_t));
 
     for (int r = 0; r < repeat; r++) {
-        double t0 = now_s();
+        double t0 = pic_now_s();
         chunks = pic_cdc_chunks(&c, buf, n, ends, pic_cdc_max_chunks(&c, n));
-        double t1 = now_s();
+        double t1 = pic_now_s();
         size_t start = 0;
         for (size_t i = 0; i < chunks; i++) {
             pic_key k;
@@ -102,7 +93,7 @@ cmd_cdc(int argc, char **argv)
             sink += k.lo;
             start = ends[i];
         }
-        double t2 = now_s();
+        double t2 = pic_now_s();
         best_cdc = t1 - t0 < best_cdc ? t1 - t0 : best_cdc;
         best_key = t2 - t1 < best_key ? t2 - t1 : best_key;
         best_all = t2 - t0 < best_all ? t2 - t0 : best_all;
@@ -153,7 +144,7 @@ cmd_pipeline(int argc, char **argv)
     for (int r = 0; r < repeat; r++) {
         pic_request      req;
         pic_segmentation sg;
-        double           t0 = now_s();
+        double           t0 = pic_now_s();
 
         memset(&req, 0, sizeof(req));
         pic_segmentation_init(&sg);
@@ -165,7 +156,7 @@ cmd_pipeline(int argc, char **argv)
         segs = sg.n_segs;
         pic_segmentation_free(&sg);
         pic_request_free(&req);
-        double dt = now_s() - t0;
+        double dt = pic_now_s() - t0;
         total += dt;
         best = dt < best ? dt : best;
     }

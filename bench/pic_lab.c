@@ -33,7 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -44,20 +43,12 @@
 #include "model.h"
 #include "pic_buf.h"
 #include "pic_kernels.h"
+#include "pic_time.h"
 #include "segmenter.h"
 #include "state.h"
 #include "tokenizer.h"
 
 #define PIC_MAX_WS 16
-
-static double
-pic_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
 
 static cJSON *
 pic_read_json(const char *path, char *err, size_t errlen)
@@ -611,13 +602,13 @@ pic_run_request(pic_run_ctx *R, const cJSON *rq, cJSON *out_arr, char *err,
                 int    nr = (int) cJSON_GetObjectItem(last, "recomputed")->valuedouble;
                 double best = DBL_MAX;
                 for (int r = 0; r < R->repeat && nr > 0; r++) {
-                    double t0 = pic_now();
+                    double t0 = pic_now_s();
                     pic_state_reset(s);
                     if (pic_forward(m, NULL, s, toks, nr, 0, PIC_LOGITS_LAST, logits,
                                     NULL, err, errlen) != 0) {
                         goto done;
                     }
-                    best = fmin(best, pic_now() - t0);
+                    best = fmin(best, pic_now_s() - t0);
                 }
                 cJSON_AddNumberToObject(last, "ideal_prefill_s", nr > 0 ? best : 0.0);
             }
@@ -686,7 +677,7 @@ pic_pic_run(int argc, char **argv)
         fprintf(stderr, "pic-lab run: %s\n", err);
         return 2;
     }
-    double t0 = pic_now();
+    double t0 = pic_now_s();
     m = pic_model_load(dir, err, sizeof(err));
     if (m == NULL) {
         fprintf(stderr, "pic-lab run: %s\n", err);
@@ -701,7 +692,7 @@ pic_pic_run(int argc, char **argv)
     cJSON_AddStringToObject(mo, "fingerprint", fp);
     cJSON_AddNumberToObject(mo, "layers", m->cfg.n_layers);
     cJSON_AddNumberToObject(mo, "hidden", m->cfg.hidden);
-    cJSON_AddNumberToObject(mo, "load_s", pic_now() - t0);
+    cJSON_AddNumberToObject(mo, "load_s", pic_now_s() - t0);
     cJSON_AddNumberToObject(mo, "threads", pic_kernels_threads());
 
     const cJSON *jd = cJSON_GetObjectItemCaseSensitive(j, "docs");
@@ -750,7 +741,7 @@ pic_pic_run(int argc, char **argv)
         }
         for (int wi = 0; wi < R.n_ws; wi++) {
             pic_entry_opts eo = { .w = R.ws[wi], .dtype = R.dtype };
-            double         tb = pic_now();
+            double         tb = pic_now_s();
             if (pic_entry_build(m, NULL, R.doc[d], R.doc_n[d], &eo, &R.seam[wi][d],
                                 wi == 0 && R.whole ? &R.whole[d] : NULL, err,
                                 sizeof(err)) != 0) {
@@ -758,12 +749,12 @@ pic_pic_run(int argc, char **argv)
                 goto done;
             }
             fprintf(stderr, "pic run: doc %d (%d tokens) w=%d built in %.2f s\n", d,
-                    R.doc_n[d], R.ws[wi], pic_now() - tb);
+                    R.doc_n[d], R.ws[wi], pic_now_s() - tb);
             cJSON *eo_j = cJSON_CreateObject();
             cJSON_AddNumberToObject(eo_j, "doc", d);
             cJSON_AddNumberToObject(eo_j, "w", R.ws[wi]);
             cJSON_AddNumberToObject(eo_j, "n_tokens", R.doc_n[d]);
-            cJSON_AddNumberToObject(eo_j, "build_s", pic_now() - tb);
+            cJSON_AddNumberToObject(eo_j, "build_s", pic_now_s() - tb);
             pic_bytes_json(eo_j, "seam_bytes", R.seam[wi][d]);
             if (wi == 0 && R.whole) {
                 pic_bytes_json(eo_j, "whole_bytes", R.whole[d]);

@@ -11,12 +11,11 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
-#include <time.h>
-
 #include "pic_cdc.h"
 #include "pic_key.h"
 #include "pic_marker.h"
 #include "pic_segment.h"
+#include "pic_time.h"
 
 #include "ngx_http_pic_module.h"
 #include "ngx_http_pic_index.h"
@@ -26,7 +25,6 @@
 
 static void ngx_http_pic_segmentation_cleanup(void *data);
 static void ngx_http_pic_key_ctx_cleanup(void *data);
-static uint64_t ngx_http_pic_usec(void);
 
 
 ngx_int_t
@@ -45,7 +43,7 @@ ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     ngx_http_pic_segment_t    *s;
     ngx_http_pic_zone_ctx_t   *zc;
 
-    t0 = ngx_http_pic_usec();
+    t0 = (uint64_t) (pic_now_ns() / 1000);
 
     cln = ngx_pool_cleanup_add(r->pool, sizeof(pic_key_ctx));
     if (cln == NULL) {
@@ -153,7 +151,7 @@ ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
                                     sg->render.text.len);
         (void) ngx_atomic_fetch_add(&zc->sh->stats.cdc_chunks, sg->n_segs);
         (void) ngx_atomic_fetch_add(&zc->sh->stats.cdc_usec,
-                                    ngx_http_pic_usec() - t0);
+                                    (uint64_t) (pic_now_ns() / 1000) - t0);
         (void) ngx_atomic_fetch_add(&zc->sh->stats.markers, markers);
         (void) ngx_atomic_fetch_add(&zc->sh->stats.escapes, escapes);
     }
@@ -256,15 +254,4 @@ ngx_http_pic_key_ctx_cleanup(void *data)
     if (kc->base) {
         pic_key_ctx_free(kc);
     }
-}
-
-
-static uint64_t
-ngx_http_pic_usec(void)
-{
-    struct timespec  ts;
-
-    (void) clock_gettime(CLOCK_MONOTONIC, &ts);
-
-    return (uint64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -26,6 +25,7 @@
 #include "pic_kernels.h"
 #include "pic_request.h"
 #include "pic_template.h"
+#include "pic_time.h"
 #include "sample.h"
 #include "state.h"
 #include "tokenizer.h"
@@ -42,15 +42,6 @@ pic_generate_usage(FILE *f)
         "  --tokens IDS  prompt as comma-separated token ids\n"
         "  --ids         print generated token ids instead of text\n"
         "  temperature 0 (default) is greedy; stop tokens come from the config\n");
-}
-
-static double
-pic_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* Render an OpenAI chat request (a messages array, or an object with
@@ -254,13 +245,13 @@ pic_cmd_generate(int argc, char **argv)
         have_dt = 1;
     }
 
-    double t0 = pic_now();
+    double t0 = pic_now_s();
     if (pic_forward(m, NULL, s, ids, n, 0, PIC_LOGITS_LAST, logits, NULL,
                     err, sizeof(err)) != 0) {
         fprintf(stderr, "pic-engine generate: %s\n", err);
         goto done;
     }
-    double t1 = pic_now();
+    double t1 = pic_now_s();
     int    gen = 0;
     const char *stop_reason = "length";
 
@@ -291,7 +282,7 @@ pic_cmd_generate(int argc, char **argv)
             break;
         }
     }
-    double t2 = pic_now();
+    double t2 = pic_now_s();
     if (!print_ids && have_dt) {
         size_t      len;
         const char *txt = pic_detok_flush(&dt, &len);

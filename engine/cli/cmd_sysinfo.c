@@ -6,22 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cblas.h>
 
 #include "commands.h"
 #include "pic_kernels.h"
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "pic_time.h"
 
 /* Best-of-reps GFLOP/s of the engine's matmul op on (n × k) · (m × k)ᵀ. */
 static double
@@ -42,9 +33,9 @@ sysinfo_sgemm_gflops(int n, int k, int m, int reps)
     for (i = 0; i < (size_t) m * k; i++) w[i] = (float) ((i * 5) % 11) * 0.01f;
     be->matmul(y, x, w, n, k, m, 0);                      /* warm-up */
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = pic_now_s();
         be->matmul(y, x, w, n, k, m, 0);
-        double dt = now_s() - t0;
+        double dt = pic_now_s() - t0;
         if (dt < best) best = dt;
     }
     free(x); free(w); free(y);
@@ -65,9 +56,9 @@ sysinfo_memcpy_gbps(size_t nbytes, int reps)
     memset(a, 1, nbytes);
     memset(b, 2, nbytes);
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = pic_now_s();
         memcpy(b, a, nbytes);
-        double dt = now_s() - t0;
+        double dt = pic_now_s() - t0;
         if (dt < best) best = dt;
     }
     free(a); free(b);

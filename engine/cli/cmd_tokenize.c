@@ -21,12 +21,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cjson/cJSON.h>
 
 #include "commands.h"
 #include "pic_buf.h"
+#include "pic_time.h"
 #include "tokenizer.h"
 
 typedef struct {
@@ -76,15 +76,6 @@ usage(FILE *f)
         "  --batch           input is a JSON array of strings; print a JSON array\n"
         "                    of id arrays\n"
         "  --pieces          print the pre-tokenized pieces (JSON) instead of ids\n");
-}
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static const char *
@@ -324,7 +315,7 @@ run_time(const pic_tokenizer *tok, const pic_tokenize_args *a, const char *buf,
     for (t = 0; t < nt; t++) {
         jobs[t] = (pic_tokenize_job){ tok, buf, off, n_lines, flags, a->time_n, nt, t, 0, 0 };
     }
-    t0 = now_s();
+    t0 = pic_now_s();
     for (t = 0; t < nt; t++) {
         if (pthread_create(&th[t], NULL, time_worker, &jobs[t]) != 0) {
             time_worker(&jobs[t]);
@@ -338,7 +329,7 @@ run_time(const pic_tokenizer *tok, const pic_tokenize_args *a, const char *buf,
         n_ids += jobs[t].n_ids;
         rc = rc ? rc : jobs[t].rc;
     }
-    dt = now_s() - t0;
+    dt = pic_now_s() - t0;
     if (rc != 0) {
         fprintf(stderr, "pic-engine tokenize: encode: %s\n", rc_str(rc));
     } else {

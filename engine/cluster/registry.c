@@ -19,6 +19,7 @@
 #include <hiredis/adapters/libevent.h>
 
 #include "pic_buf.h"
+#include "pic_time.h"
 #include "registry.h"
 
 #define PIC_REG_BACKOFF_MIN_MS   100
@@ -80,15 +81,6 @@ struct pic_registry {
 };
 
 /* --- time and logging --- */
-
-static int64_t
-pic_reg_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int64_t
 pic_reg_wall_ms(void)
@@ -284,7 +276,7 @@ pic_reg_on_reply(redisAsyncContext *ac, void *reply, void *priv)
     if (is_evict) {
         free(priv);
     }
-    r->last_progress_ms = pic_reg_now_ms();
+    r->last_progress_ms = pic_now_ns() / 1000000;
     if (rep->type == REDIS_REPLY_ERROR) {
         r->replies_error++;
         if (!r->err_logged) {
@@ -314,7 +306,7 @@ pic_reg_cmd(pic_registry *r, void *priv, const char *fmt, ...)
         return -1;
     }
     if (r->inflight++ == 0) {
-        r->last_progress_ms = pic_reg_now_ms();
+        r->last_progress_ms = pic_now_ns() / 1000000;
     }
     return 0;
 }
@@ -431,7 +423,7 @@ static void
 pic_reg_set_state(pic_registry *r, pic_reg_state st)
 {
     r->state = st;
-    r->state_since_ms = pic_reg_now_ms();
+    r->state_since_ms = pic_now_ns() / 1000000;
 }
 
 /* Arm the reconnect timer with the current backoff, then grow it. */
@@ -577,7 +569,7 @@ static void
 pic_reg_on_tick(evutil_socket_t fd, short what, void *arg)
 {
     pic_registry *r = arg;
-    int64_t       now = pic_reg_now_ms();
+    int64_t       now = pic_now_ns() / 1000000;
 
     if (r->closing) {
         return;
@@ -910,7 +902,7 @@ pic_registry_status(const pic_registry *r)
     static const char *names[] = { "down", "connecting", "up" };
     cJSON             *o = cJSON_CreateObject();
     char               where[320];
-    int64_t            now = pic_reg_now_ms();
+    int64_t            now = pic_now_ns() / 1000000;
 
     if (r->unix_path[0]) {
         snprintf(where, sizeof(where), "unix:%s", r->unix_path);

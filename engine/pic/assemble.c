@@ -7,21 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cblas.h>
 
 #include "assemble.h"
 #include "forward.h"
-
-static double
-pic_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
+#include "pic_time.h"
 
 const char *
 pic_mode_name(pic_mode mode)
@@ -243,7 +234,7 @@ static void
 pic_assemble_prep(void *user, int layer, int run)
 {
     pic_prep_ctx *P = user;
-    double        t = pic_now();
+    double        t = pic_now_s();
 
     for (int g = 0; g < P->n_gaps; g++) {
         if (P->gaps[g].run == run
@@ -252,7 +243,7 @@ pic_assemble_prep(void *user, int layer, int run)
             P->failed = 1;
         }
     }
-    P->t_compose += pic_now() - t;
+    P->t_compose += pic_now_s() - t;
 }
 
 int
@@ -265,7 +256,7 @@ pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
     int                n_runs = 0, n_gaps = 0, nt = 0;
     pic_run           *runs = NULL;
     pic_gap           *gaps = NULL;
-    double             t0 = pic_now(), t;
+    double             t0 = pic_now_s(), t;
 
     if (st == NULL) {
         st = &local;
@@ -352,32 +343,32 @@ pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
     st->n_runs = n_runs;
 
     /* 3. pre-fill the attention KV with every cached interior, re-rotated */
-    t = pic_now();
+    t = pic_now_s();
     for (int g = 0; g < n_gaps; g++) {
         if (pic_assemble_place_kv(m, be, s, gaps[g].e, gaps[g].off) != 0) {
             snprintf(err, errlen, "%s: out of memory", __func__);
             goto done;
         }
     }
-    st->t_kv = pic_now() - t;
+    st->t_kv = pic_now_s() - t;
 
     /* 4. the runs, all layers, composing each interior before the run
      * that follows it; then any interiors after the last run */
     pic_prep_ctx P = { .s = s, .gaps = gaps, .n_gaps = n_gaps };
     if (n_runs > 0) {
-        t = pic_now();
+        t = pic_now_s();
         pic_forward_hooks hooks = { .user = &P, .on_run = pic_assemble_prep };
         if (pic_forward_runs(m, be, s, tok, runs, n_runs, logits, &hooks, err,
                              errlen) != 0) {
             goto done;
         }
-        st->t_forward = pic_now() - t - P.t_compose;
+        st->t_forward = pic_now_s() - t - P.t_compose;
     }
     if (P.failed) {
         snprintf(err, errlen, "%s: out of memory composing", __func__);
         goto done;
     }
-    t = pic_now();
+    t = pic_now_s();
     for (int g = 0; g < n_gaps; g++) {
         if (gaps[g].run == n_runs
             && pic_assemble_compose(m, be, s, gaps[g].e, gaps[g].use_T,
@@ -386,7 +377,7 @@ pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
             goto done;
         }
     }
-    st->t_compose = P.t_compose + (pic_now() - t);
+    st->t_compose = P.t_compose + (pic_now_s() - t);
     st->compose_flops = P.flops;
     s->pos = total;
     rc = 0;
@@ -396,6 +387,6 @@ done:
     free(use);
     free(runs);
     free(gaps);
-    st->t_total = pic_now() - t0;
+    st->t_total = pic_now_s() - t0;
     return rc;
 }

@@ -39,6 +39,7 @@
 #include "pic_request.h"
 #include "pic_segment.h"
 #include "pic_template.h"
+#include "pic_time.h"
 #include "server_impl.h"
 #include "toolcall.h"
 

@@ -36,6 +36,7 @@
 #include <cjson/cJSON.h>
 
 #include "frame.h"
+#include "pic_time.h"
 #include "server_impl.h"
 
 typedef struct pic_fetch {

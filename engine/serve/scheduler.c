@@ -14,6 +14,7 @@
 #include "frame.h"
 #include "pic_buf.h"
 #include "pic_kernels.h"
+#include "pic_time.h"
 #include "plan_exec.h"
 #include "scheduler.h"
 #include "state.h"
@@ -63,15 +64,6 @@ struct pic_sched {
     pthread_mutex_t  stmu;
     pic_sched_stats  st;
 };
-
-int64_t
-pic_now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* --- jobs --- */
 

@@ -169,7 +169,5 @@ void pic_job_cancel(pic_job *j);
  * take, else 0.  u->text must be freed by the caller. */
 int pic_job_take(pic_job *j, pic_job_update *u);
 
-/* CLOCK_MONOTONIC in nanoseconds. */
-int64_t pic_now_ns(void);
 
 #endif /* PIC_SCHEDULER_H */

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -29,6 +28,7 @@
 #include <event2/thread.h>
 #include <hiredis/hiredis.h>
 
+#include "pic_time.h"
 #include "registry.h"
 
 #define REDIS_BIN "/usr/bin/redis-server"
@@ -56,15 +56,6 @@ free_port(void)
     return port;
 }
 
-static double
-now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void
 redis_start(fixture *f)
 {
@@ -82,7 +73,7 @@ redis_start(fixture *f)
         _exit(127);
     }
     /* wait for PING */
-    for (double t0 = now_s(); now_s() - t0 < 10;) {
+    for (double t0 = pic_now_s(); pic_now_s() - t0 < 10;) {
         struct timeval tv = { 0, 200000 };
         redisContext  *c = redisConnectWithTimeout("127.0.0.1", f->port, tv);
         if (c != NULL && !c->err) {
@@ -152,11 +143,11 @@ reg_start(fixture *f)
 static int
 run_until(fixture *f, int (*pred)(fixture *), double timeout)
 {
-    double t0 = now_s();
+    double t0 = pic_now_s();
 
     while (!pred(f)) {
         struct timeval tv = { 0, 20000 };
-        if (now_s() - t0 > timeout) {
+        if (pic_now_s() - t0 > timeout) {
             return 0;
         }
         event_base_loopexit(f->base, &tv);
