@@ -31,10 +31,12 @@ KERNEL_DIRS := kernels kernels/cpu
 SRC_DIRS    := $(CORE_DIRS) $(KERNEL_DIRS) $(ENGINE_DIRS) engine/cli
 
 CC         := gcc
-CFLAGS     := $(OPT) $(SANFLAGS) -std=gnu11 -Wall -Wextra -Wno-unused-parameter \
+CFLAGS     := $(OPT) $(SANFLAGS) -std=gnu11 -Wall -Wextra \
               -Werror=implicit-function-declaration -fopenmp -pthread \
               $(addprefix -iquote ,$(SRC_DIRS)) \
               -I/usr/include/x86_64-linux-gnu/openblas-pthread
+# cmocka fixes every test's signature (void **state), most of which ignore it
+TEST_CFLAGS := $(CFLAGS) -Wno-unused-parameter
 LDFLAGS    := $(SANFLAGS) -fopenmp -pthread \
               -L/usr/lib/x86_64-linux-gnu/openblas-pthread
 LDLIBS     := -levent -levent_pthreads -lhiredis -lcjson -lxxhash -lopenblas \
@@ -125,7 +127,7 @@ unit: $(UNIT_BINS) ## build the cmocka unit-test binaries
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libpic.a $(HEADERS) $(wildcard tests/unit/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libpic.a $(LDFLAGS) $(LDLIBS) -lcmocka
+	$(CC) $(TEST_CFLAGS) -o $@ $< $(BUILD)/libpic.a $(LDFLAGS) $(LDLIBS) -lcmocka
 
 # nginx dynamic module against Debian's nginx-dev tree (recipe in DEVELOPERS.md).
 module: $(MODULE_SO) ## build ngx_http_pic_module.so
@@ -169,7 +171,7 @@ $(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu $(HEADERS) $(wildcard kernels/c
 	$(NVCC) -O3 $(CUDA_ARCH) -Ikernels -Ikernels/cuda -Xcompiler -fPIC -c $< -o $@
 $(BUILD)/tests/cuda_backend_ops: tests/cuda/cuda_backend_ops.c $(CUDA_OBJS) $(BUILD)/libpic.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(CUDA_OBJS) $(BUILD)/libpic.a \
+	$(CC) $(TEST_CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(CUDA_OBJS) $(BUILD)/libpic.a \
 	  $(LDFLAGS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas $(LDLIBS) -lcmocka -lstdc++
 else
 cuda:

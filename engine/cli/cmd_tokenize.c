@@ -350,6 +350,8 @@ add_piece(void *ctx, const char *piece, size_t len, int32_t added_id)
     cJSON *arr = ctx, *str;
     char  *z = malloc(len + 1);
 
+    (void) added_id;
+
     if (z == NULL) {
         return PIC_TOKENIZER_ENOMEM;
     }

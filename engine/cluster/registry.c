@@ -374,6 +374,9 @@ pic_reg_resync_slice(evutil_socket_t fd, short what, void *arg)
     pic_registry *r = arg;
     int           sent = 0;
 
+    (void) fd;
+    (void) what;
+
     if (r->state != PIC_REG_UP || !r->resyncing) {
         return;
     }
@@ -559,6 +562,9 @@ pic_reg_on_retry(evutil_socket_t fd, short what, void *arg)
 {
     pic_registry *r = arg;
 
+    (void) fd;
+    (void) what;
+
     if (!r->closing && r->ac == NULL) {
         pic_reg_connect(r);
     }
@@ -570,6 +576,9 @@ pic_reg_on_tick(evutil_socket_t fd, short what, void *arg)
 {
     pic_registry *r = arg;
     int64_t       now = pic_now_ns() / 1000000;
+
+    (void) fd;
+    (void) what;
 
     if (r->closing) {
         return;
@@ -864,6 +873,9 @@ pic_reg_on_posts(evutil_socket_t fd, short what, void *arg)
     char         *recs;
     size_t        n;
     char          key[PIC_SEG_KEY_LEN + 1];
+
+    (void) fd;
+    (void) what;
 
     pthread_mutex_lock(&r->post_mu);
     recs = r->posts;

@@ -43,6 +43,9 @@ pic_op_free_cb(evutil_socket_t fd, short what, void *arg)
 {
     pic_transport_op *op = arg;
 
+    (void) fd;
+    (void) what;
+
     if (op->prev) {
         op->prev->next = op->next;
     } else if (op->t->priv == op) {
@@ -233,9 +236,11 @@ pic_op_on_error(enum evhttp_request_error e, void *arg)
 static void
 pic_op_on_timer(evutil_socket_t fd, short what, void *arg)
 {
-    pic_transport_op *op = arg;
-
+    pic_transport_op      *op = arg;
     struct evhttp_request *r = op->req;
+
+    (void) fd;
+    (void) what;
 
     if (op->over) {
         return;

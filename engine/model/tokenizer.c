@@ -1377,8 +1377,8 @@ add_regex_stage(pic_tokenizer *t, const char *pattern, size_t len, int literal,
 }
 
 static int
-load_one_pretok(pic_tokenizer *t, const cJSON *pt, int last, int *have_bl,
-                char *err, size_t errlen)
+load_one_pretok(pic_tokenizer *t, const cJSON *pt, int *have_bl, char *err,
+                size_t errlen)
 {
     const char  *type = json_type(pt);
     const cJSON *pat, *v;
@@ -1479,11 +1479,11 @@ load_pretok(pic_tokenizer *t, const cJSON *pt, char *err, size_t errlen)
             return -1;
         }
         cJSON_ArrayForEach(item, list) {
-            if (load_one_pretok(t, item, item->next == NULL, &have_bl, err, errlen) != 0) {
+            if (load_one_pretok(t, item, &have_bl, err, errlen) != 0) {
                 return -1;
             }
         }
-    } else if (load_one_pretok(t, pt, 1, &have_bl, err, errlen) != 0) {
+    } else if (load_one_pretok(t, pt, &have_bl, err, errlen) != 0) {
         return -1;
     }
     if (!have_bl) {

@@ -105,8 +105,7 @@ pic_assemble_compose_layer(const pic_entry *e, pic_state *s, int l, int use_T,
 }
 
 int
-pic_assemble_compose(const pic_model *m, const pic_backend *be, pic_state *s,
-                     const pic_entry *e, int use_T, double *flops)
+pic_assemble_compose(pic_state *s, const pic_entry *e, int use_T, double *flops)
 {
     for (int l = 0; l < e->n_layers; l++) {
         if (pic_assemble_compose_layer(e, s, l, use_T, flops) != 0) {
@@ -143,8 +142,7 @@ pic_rerotate(float *x, int n, int hd, int rd, float theta, int delta)
 }
 
 int
-pic_assemble_place_kv(const pic_model *m, const pic_backend *be, pic_state *s,
-                      const pic_entry *e, int off)
+pic_assemble_place_kv(const pic_model *m, pic_state *s, const pic_entry *e, int off)
 {
     const pic_config *c = &m->cfg;
     int               ni = e->i1 - e->i0, hd = e->hd;
@@ -345,7 +343,7 @@ pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
     /* 3. pre-fill the attention KV with every cached interior, re-rotated */
     t = pic_now_s();
     for (int g = 0; g < n_gaps; g++) {
-        if (pic_assemble_place_kv(m, be, s, gaps[g].e, gaps[g].off) != 0) {
+        if (pic_assemble_place_kv(m, s, gaps[g].e, gaps[g].off) != 0) {
             snprintf(err, errlen, "%s: out of memory", __func__);
             goto done;
         }
@@ -371,8 +369,7 @@ pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
     t = pic_now_s();
     for (int g = 0; g < n_gaps; g++) {
         if (gaps[g].run == n_runs
-            && pic_assemble_compose(m, be, s, gaps[g].e, gaps[g].use_T,
-                                    &P.flops) != 0) {
+            && pic_assemble_compose(s, gaps[g].e, gaps[g].use_T, &P.flops) != 0) {
             snprintf(err, errlen, "%s: out of memory composing", __func__);
             goto done;
         }

@@ -81,8 +81,7 @@ int pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
 /* Advance every linear layer of s over entry e's interior: S ← T S + S|0
  * (use_T and e->has_T) or S ← S + S|0, and the conv window ← e's conv tail;
  * adds the GEMM FLOPs to *flops when not NULL.  -1 on OOM. */
-int pic_assemble_compose(const pic_model *m, const pic_backend *be, pic_state *s,
-                         const pic_entry *e, int use_T, double *flops);
+int pic_assemble_compose(pic_state *s, const pic_entry *e, int use_T, double *flops);
 
 /* pic_assemble_compose for linear layer l only (other layers: no-op). */
 int pic_assemble_compose_layer(const pic_entry *e, pic_state *s, int l, int use_T,
@@ -91,8 +90,7 @@ int pic_assemble_compose_layer(const pic_entry *e, pic_state *s, int l, int use_
 /* Write e's interior K/V into s at global offset off (slots off+i0 ..
  * off+i1−1), K rotated by R(off).  s must have those slots reserved.
  * -1 on OOM. */
-int pic_assemble_place_kv(const pic_model *m, const pic_backend *be, pic_state *s,
-                          const pic_entry *e, int off);
+int pic_assemble_place_kv(const pic_model *m, pic_state *s, const pic_entry *e, int off);
 
 /* "full", "prefix", "naive", "pic". */
 const char *pic_mode_name(pic_mode mode);

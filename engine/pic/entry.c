@@ -270,6 +270,8 @@ pic_tacc_hook(void *user, int layer, int p0, const pic_gdn_args *a)
 {
     pic_tacc *t = user;
 
+    (void) p0;
+
     if (!t->active || t->T[layer] == NULL) {
         return;
     }

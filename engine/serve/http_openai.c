@@ -148,6 +148,8 @@ pic_oai_on_conn_close(struct evhttp_connection *evcon, void *arg)
 {
     pic_oai_ctx *c = arg;
 
+    (void) evcon;
+
     /* evhttp has detached our request from the dying connection (we had not
      * finished it): from now on the request is ours to free */
     c->detached = 1;
@@ -160,6 +162,8 @@ pic_oai_on_readable(evutil_socket_t fd, short what, void *arg)
     pic_oai_ctx *c = arg;
     char         b;
     ssize_t      n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+    (void) what;
 
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         pic_oai_mark_gone(c);

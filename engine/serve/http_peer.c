@@ -53,6 +53,8 @@ typedef struct pic_fetch {
 static void
 pic_free_ref(const void *data, size_t len, void *extra)
 {
+    (void) len;
+    (void) extra;
     free((void *) data);
 }
 

@@ -427,6 +427,8 @@ pic_dispatch(struct evhttp_request *req, void *arg)
 static void
 pic_on_wake(evutil_socket_t fd, short what, void *arg)
 {
+    (void) fd;
+    (void) what;
     pic_oai_on_wake(arg);
 }
 
@@ -443,6 +445,8 @@ static void
 pic_on_signal(evutil_socket_t sig, short events, void *arg)
 {
     pic_server *srv = arg;
+
+    (void) events;
 
     fprintf(stderr, "pic-engine[%s]: signal %d, shutting down\n", srv->opts->id, (int) sig);
     srv->stopping = 1;
@@ -473,6 +477,9 @@ static void
 pic_server_on_evict(void *user, const char *key, uint64_t len, size_t bytes)
 {
     pic_server *srv = user;
+
+    (void) len;
+    (void) bytes;
 
     if (srv->reg != NULL) {
         pic_registry_post_evict(srv->reg, key);
