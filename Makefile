@@ -39,7 +39,7 @@ CFLAGS     := $(OPT) $(SANFLAGS) -std=gnu11 -Wall -Wextra \
 TEST_CFLAGS := $(CFLAGS) -Wno-unused-parameter
 LDFLAGS    := $(SANFLAGS) -fopenmp -pthread \
               -L/usr/lib/x86_64-linux-gnu/openblas-pthread
-LDLIBS     := -levent -levent_pthreads -lhiredis -lcjson -lxxhash -lopenblas \
+LDLIBS     := -levent -levent_pthreads -lhiredis -lcjson -lxxhash -lcrypto -lopenblas \
               -lpcre2-8 -lutf8proc -lm
 
 CORE_SRCS   := $(wildcard $(addsuffix /*.c,$(CORE_DIRS)))
@@ -160,7 +160,7 @@ fuzz: $(FUZZ_BINS) ## build the libFuzzer targets tests/fuzz/fuzz_*.c
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(CORE_SRCS) $(HEADERS)
 	@mkdir -p $(dir $@)
 	clang -O1 -g -fsanitize=fuzzer,address,undefined $(addprefix -iquote ,$(CORE_DIRS)) -o $@ $< $(CORE_SRCS) \
-	  -lcjson -lxxhash -lm
+	  -lcjson -lxxhash -lcrypto -lm
 
 # CUDA: compile every kernel for sm_80 and sm_90 so a compile error fails the
 # build; the test binary skips (and says so) when no GPU is present.
