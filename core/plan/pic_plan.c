@@ -325,6 +325,12 @@ pic_plan_seg_decode(pic_plan *p, pic_plan_segment *s, const cJSON *o, size_t i, 
     for (const cJSON *f = o->child; f; f = f->next) {
         const char *k = f->string;
         snprintf(param, sizeof(param), "segments[%zu].%.8s", i, k);  /* known names only */
+        for (const cJSON *g = o->child; g != f; g = g->next) {
+            if (!strcmp(g->string, k)) {
+                return pic_error_invalid(err, param, "duplicate_parameter",
+                                         "'%s' appears twice", param);
+            }
+        }
         if (!strcmp(k, "key")) {
             if (!cJSON_IsString(f)
                 || pic_key_parse_hex(&s->key, f->valuestring, strlen(f->valuestring)) != 0) {
@@ -411,6 +417,14 @@ pic_plan_decode(pic_plan *p, const char *json, size_t len, pic_error *err)
     }
     for (const cJSON *f = root->child; f; f = f->next) {
         const char *k = f->string;
+        for (const cJSON *g = root->child; g != f; g = g->next) {
+            if (!strcmp(g->string, k)) {
+                /* one meaning per field: a second one is refused, not merged */
+                pic_error_invalid(err, NULL, "duplicate_parameter",
+                                  "the plan repeats a field");
+                goto fail;
+            }
+        }
         if (!strcmp(k, "version")) {
             if (pic_plan_uint(f, "version", 1000, &x, err) != 0) {
                 goto fail;

@@ -233,6 +233,37 @@ test_plan_from_segmentation_with_lpt(void **state)
     pic_key_ctx_free(&keys);
 }
 
+/* A repeated field is a 400, never a merge: a second "segments" array
+ * would replace (and leak) the first, a second "holders" would add to it. */
+static void
+test_plan_duplicate_fields_rejected(void **state)
+{
+    (void) state;
+    pic_plan  p;
+    pic_error err;
+    char      buf[2048];
+    const char *segs = strstr(GOOD, ",\"segments\":");
+
+    pic_plan_init(&p);
+    /* GOOD with its segments array given twice */
+    snprintf(buf, sizeof(buf), "%.*s%s", (int) (strlen(GOOD) - 1), GOOD, segs);
+    assert_int_equal(pic_plan_decode(&p, buf, strlen(buf), &err), -1);
+    assert_int_equal(err.status, 400);
+    assert_string_equal(err.code, "duplicate_parameter");
+    assert_int_equal(p.n_segs, 0);
+    assert_null(p.segs);
+    /* a segment naming its holders twice */
+    const char *dup =
+        "{\"version\":1,\"id\":\"p\",\"combine\":\"e1\",\"scope\":\"\",\"segments\":["
+        "{\"key\":\"0123456789abcdef0123456789abcdef\",\"offset\":0,\"bytes\":100,"
+        "\"tokens\":25,\"kind\":\"pic\",\"holders\":[\"e1\"],\"holders\":[\"e2\"],"
+        "\"worker\":null}]}";
+    assert_int_equal(pic_plan_decode(&p, dup, strlen(dup), &err), -1);
+    assert_string_equal(err.code, "duplicate_parameter");
+    assert_string_equal(err.param, "segments[0].holders");
+    pic_plan_free(&p);
+}
+
 static void
 test_plan_encode_validates(void **state)
 {
@@ -263,6 +294,7 @@ main(void)
         cmocka_unit_test(test_plan_rejects_malformed_and_deep_json),
         cmocka_unit_test(test_plan_from_segmentation_with_lpt),
         cmocka_unit_test(test_plan_encode_validates),
+        cmocka_unit_test(test_plan_duplicate_fields_rejected),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
