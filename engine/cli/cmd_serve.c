@@ -40,7 +40,10 @@ serve_usage(FILE *f)
         "  --entry-dtype T         storage of PIC entries: bf16 (default) or f32\n"
         "  --min-segment BYTES     shorter segments are recomputed (default 128)\n"
         "  --peer-timeout-ms N     deadline of a pull or remote prefill (default 30000)\n"
-        "  --no-batch-decode       one forward per decode token instead of one per round\n");
+        "  --no-batch-decode       one forward per decode token instead of one per round\n"
+        "  --pool-secret-file PATH pool credential (16+ bytes): peer endpoints, plans and\n"
+        "                          frames need its HMAC; without it the pool is open\n"
+        "  --max-frame-bytes N     largest entry frame taken from a peer (default 268435456)\n");
 }
 
 /* Parse a non-negative integer no larger than max; -1 on error. */
@@ -63,7 +66,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_NAME = 256, OPT_TEMPLATE, OPT_MARKER, OPT_WORKERS, OPT_BATCH, OPT_QUEUE,
         OPT_CTX, OPT_MAXTOK, OPT_TIMEOUT, OPT_MAXBODY, OPT_REDIS, OPT_ADVERTISE,
         OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_MINSEG,
-        OPT_PEERTO, OPT_NOBATCH,
+        OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME,
     };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -93,6 +96,8 @@ pic_cmd_serve(int argc, char **argv)
         { "min-segment", required_argument, NULL, OPT_MINSEG },
         { "peer-timeout-ms", required_argument, NULL, OPT_PEERTO },
         { "no-batch-decode", no_argument, NULL, OPT_NOBATCH },
+        { "pool-secret-file", required_argument, NULL, OPT_SECRET },
+        { "max-frame-bytes", required_argument, NULL, OPT_MAXFRAME },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -101,6 +106,7 @@ pic_cmd_serve(int argc, char **argv)
         .request_timeout_ms = 600000, .max_body = 16u << 20,
         .heartbeat_ms = 1000, .registry_ttl_s = 5, .pool_bytes = 256u << 20,
         .seam = 8, .min_segment = 128, .peer_timeout_ms = 30000,
+        .max_frame_bytes = 256u << 20,
     };
     char            idbuf[64];
     long long       v;
@@ -109,7 +115,8 @@ pic_cmd_serve(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         long long max = c == 'p' ? 65535 : c == OPT_TIMEOUT || c == OPT_POOL
-                                           || c == OPT_MAXBODY ? (1LL << 50) : 1 << 30;
+                                           || c == OPT_MAXBODY || c == OPT_MAXFRAME
+                                           ? (1LL << 50) : 1 << 30;
         switch (c) {
         case 'm': opts.model_dir = optarg; continue;
         case 'H': opts.host = optarg; continue;
@@ -123,11 +130,12 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_MODE: opts.cache_mode = optarg; continue;
         case OPT_DTYPE: opts.entry_dtype = optarg; continue;
         case OPT_NOBATCH: opts.no_batch_decode = 1; continue;
+        case OPT_SECRET: opts.pool_secret_file = optarg; continue;
         case 'h': serve_usage(stdout); return 0;
         case 'p': case 't': case OPT_WORKERS: case OPT_BATCH: case OPT_QUEUE: case OPT_CTX:
         case OPT_MAXTOK: case OPT_TIMEOUT: case OPT_MAXBODY: case OPT_HEARTBEAT:
         case OPT_TTL: case OPT_POOL: case OPT_SEAM: case OPT_MINSEG:
-        case OPT_PEERTO:
+        case OPT_PEERTO: case OPT_MAXFRAME:
             break;
         default: serve_usage(stderr); return 2;
         }
@@ -152,6 +160,7 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_SEAM: opts.seam = (int) v; break;
         case OPT_MINSEG: opts.min_segment = (size_t) v; break;
         case OPT_PEERTO: opts.peer_timeout_ms = (int) v; break;
+        case OPT_MAXFRAME: opts.max_frame_bytes = (uint64_t) v; break;
         }
     }
     if (optind < argc) {

@@ -253,6 +253,12 @@ pic_plan_build_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
             return PIC_PLAN_ERROR;
         }
         pj->tokenized = 1;
+        if (ctx->max_ctx > 0 && pj->n_prompt >= ctx->max_ctx) {
+            *status = 422;
+            snprintf(err, errlen, "the segments have %d tokens; the context is %d tokens",
+                     pj->n_prompt, ctx->max_ctx);
+            return PIC_PLAN_ERROR;
+        }
     }
     if (pj->next >= pj->n_segs) {
         return PIC_PLAN_DONE;

@@ -91,6 +91,7 @@ typedef struct {
     pic_entry_opts  seam;               /* PIC segments: w, dtype */
     pic_pool       *pool;
     pic_registry   *reg;                /* NULL: no index */
+    int             max_ctx;            /* a peer's prefill holds fewer tokens; 0: any */
 } pic_plan_ctx;
 
 enum {

@@ -10,7 +10,8 @@
  * callbacks run on the loop:
  *
  *   pull     GET  /v1/pic/segments/{key}?bytes=N on a holder: one frame.
- *   prefill  POST /v1/pic/prefill on a worker: the worker prefills the
+ *   prefill  POST /v1/pic/prefill on a worker ({"fingerprint", "scope",
+ *            "segments"}; the worker recomputes each key): the worker prefills the
  *            given segments one at a time, in order, and streams each
  *            entry back as soon as it is built (pipelining), as records
  *                u32 "PICR" | u32 index | u64 frame_len | frame
@@ -35,9 +36,11 @@
 
 #include <event2/event.h>
 
+#include "pic_auth.h"
+
 #define PIC_RECORD_MAGIC 0x52434950u    /* "PICR" little-endian */
 #define PIC_RECORD_HDR   16
-#define PIC_FRAME_MAX_BYTES ((uint64_t) 1 << 32)   /* a larger frame is refused */
+#define PIC_FRAME_MAX_BYTES ((uint64_t) 1 << 32)   /* hard bound of max_frame */
 
 typedef struct pic_transport    pic_transport;
 typedef struct pic_transport_op pic_transport_op;
@@ -70,7 +73,7 @@ typedef struct {
     /* Ask worker "host:port" to prefill segs (n) and stream their entries. */
     pic_transport_op *(*prefill)(pic_transport *t, const char *peer,
                                  const pic_remote_segment *segs, int n,
-                                 const char *fingerprint, int timeout_ms,
+                                 const char *fingerprint, const char *scope, int timeout_ms,
                                  pic_transport_frame_fn on_frame,
                                  pic_transport_done_fn on_done, void *arg);
 
@@ -85,10 +88,17 @@ struct pic_transport {
     const pic_transport_ops *ops;
     struct event_base       *base;
     void                    *priv;
+    const pic_auth          *auth;      /* pool credential; NULL or len 0: none */
+    uint64_t                 max_frame; /* larger frames are refused (<= PIC_FRAME_MAX_BYTES) */
 };
 
 /* The TCP transport: HTTP/1.1 over loopback or the network (evhttp client
- * on base).  NULL on ENOMEM. */
-pic_transport *pic_transport_tcp_new(struct event_base *base);
+ * on base).  With a credential (auth->len > 0) every request carries its
+ * X-PIC-Auth tag ("pic-peer-v1" over "METHOD URI" and the body) and every
+ * frame received must be followed by its 32-byte "pic-frame-v1" tag, which
+ * is checked and stripped before on_frame; frames above max_frame bytes
+ * (0: 256 MiB) end the operation.  auth is borrowed.  NULL on ENOMEM. */
+pic_transport *pic_transport_tcp_new(struct event_base *base, const pic_auth *auth,
+                                     uint64_t max_frame);
 
 #endif /* PIC_TRANSPORT_H */

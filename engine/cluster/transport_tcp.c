@@ -106,6 +106,31 @@ pic_op_finish(pic_transport_op *op, int ok, const char *why)
     pic_op_schedule_end(op);
 }
 
+/* --- the pool credential --- */
+
+static size_t
+pic_op_tag_len(const pic_transport_op *op)
+{
+    return op->t->auth != NULL && op->t->auth->len > 0 ? PIC_AUTH_TAG : 0;
+}
+
+/* Check and strip the frame tag of buf (*len bytes with the tag); 0 or -1. */
+static int
+pic_op_verify(const pic_transport_op *op, const void *buf, size_t *len)
+{
+    size_t tl = pic_op_tag_len(op);
+
+    if (tl == 0) {
+        return 0;
+    }
+    if (*len <= tl || !pic_auth_check(op->t->auth, "pic-frame-v1", NULL, 0, buf, *len - tl,
+                                      (const unsigned char *) buf + *len - tl)) {
+        return -1;
+    }
+    *len -= tl;
+    return 0;
+}
+
 /* --- records --- */
 
 static uint32_t
@@ -133,7 +158,7 @@ pic_op_parse(pic_transport_op *op, const char **why)
         }
         index = pic_le32(hdr + 4);
         len = (uint64_t) pic_le32(hdr + 8) | (uint64_t) pic_le32(hdr + 12) << 32;
-        if (len > PIC_FRAME_MAX_BYTES || index > 0x7fffffff) {
+        if (len > op->t->max_frame + pic_op_tag_len(op) || index > 0x7fffffff) {
             *why = "record too large";
             return -1;
         }
@@ -150,6 +175,11 @@ pic_op_parse(pic_transport_op *op, const char **why)
             return -1;
         }
         evbuffer_remove(op->acc, buf, len);
+        if (pic_op_verify(op, buf, &len) != 0) {
+            free(buf);
+            *why = "frame without a valid pool credential";
+            return -1;
+        }
         op->on_frame(op->arg, (int) index, buf, len);
         if (op->over) {
             return 0;
@@ -206,6 +236,16 @@ pic_op_on_complete(struct evhttp_request *req, void *arg)
             return;
         }
         evbuffer_remove(in, buf, len);
+        if (len > op->t->max_frame + pic_op_tag_len(op)) {
+            free(buf);
+            pic_op_finish(op, 0, "frame too large");
+            return;
+        }
+        if (pic_op_verify(op, buf, &len) != 0) {
+            free(buf);
+            pic_op_finish(op, 0, "frame without a valid pool credential");
+            return;
+        }
         op->on_frame(op->arg, op->pull_index, buf, len);
         pic_op_finish(op, 1, NULL);
         return;
@@ -313,7 +353,8 @@ pic_op_start(pic_transport *t, const char *peer, enum evhttp_cmd_type cmd, const
     evhttp_connection_set_timeout(op->evcon, timeout_ms / 1000 + 1);
     /* a frame is bounded: a peer cannot make us buffer without end */
     evhttp_connection_set_max_body_size(op->evcon,
-                                        (ev_ssize_t) (PIC_FRAME_MAX_BYTES + PIC_RECORD_HDR));
+                                        (ev_ssize_t) (t->max_frame + PIC_AUTH_TAG
+                                                      + PIC_RECORD_HDR));
     evhttp_request_set_error_cb(op->req, pic_op_on_error);
     snprintf(hostport, sizeof(hostport), "%s", peer);
     evhttp_add_header(evhttp_request_get_output_headers(op->req), "Host", hostport);
@@ -321,6 +362,23 @@ pic_op_start(pic_transport *t, const char *peer, enum evhttp_cmd_type cmd, const
         evhttp_add_header(evhttp_request_get_output_headers(op->req), "Content-Type",
                           "application/json");
         evbuffer_add(evhttp_request_get_output_buffer(op->req), body, body_len);
+    }
+    if (pic_op_tag_len(op) > 0) {
+        char  tag[PIC_AUTH_HEX + 1];
+        char *head = malloc(strlen(uri) + 8);
+
+        if (head == NULL
+            || (sprintf(head, "%s %s", cmd == EVHTTP_REQ_POST ? "POST" : "GET", uri),
+                pic_auth_mac_hex(t->auth, "pic-peer-v1", head, strlen(head), body,
+                                 body ? body_len : 0, tag)) != 0) {
+            free(head);
+            evhttp_request_free(op->req);
+            op->req = NULL;
+            pic_op_free_cb(-1, 0, op);
+            return NULL;
+        }
+        free(head);
+        evhttp_add_header(evhttp_request_get_output_headers(op->req), PIC_AUTH_HEADER, tag);
     }
     if (cmd == EVHTTP_REQ_POST) {
         evhttp_request_set_chunked_cb(op->req, pic_op_on_chunk);
@@ -358,14 +416,15 @@ pic_tcp_pull(pic_transport *t, const char *peer, const char *key, uint64_t bytes
 
 static pic_transport_op *
 pic_tcp_prefill(pic_transport *t, const char *peer, const pic_remote_segment *segs, int n,
-                const char *fingerprint, int timeout_ms, pic_transport_frame_fn on_frame,
-                pic_transport_done_fn on_done, void *arg)
+                const char *fingerprint, const char *scope, int timeout_ms,
+                pic_transport_frame_fn on_frame, pic_transport_done_fn on_done, void *arg)
 {
     cJSON            *doc = cJSON_CreateObject(), *arr;
     char             *body;
     pic_transport_op *op;
 
     cJSON_AddStringToObject(doc, "fingerprint", fingerprint);
+    cJSON_AddStringToObject(doc, "scope", scope ? scope : "");
     arr = cJSON_AddArrayToObject(doc, "segments");
     for (int i = 0; i < n; i++) {
         cJSON *s = cJSON_CreateObject();
@@ -435,13 +494,16 @@ static const pic_transport_ops pic_tcp_ops = {
 };
 
 pic_transport *
-pic_transport_tcp_new(struct event_base *base)
+pic_transport_tcp_new(struct event_base *base, const pic_auth *auth, uint64_t max_frame)
 {
     pic_transport *t = calloc(1, sizeof(*t));
 
     if (t != NULL) {
         t->ops = &pic_tcp_ops;
         t->base = base;
+        t->auth = auth;
+        t->max_frame = max_frame > 0 && max_frame <= PIC_FRAME_MAX_BYTES ? max_frame
+                                                                         : 256u << 20;
     }
     return t;
 }

@@ -542,6 +542,39 @@ pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
     c->req = NULL;
 }
 
+/* Records (whole: the scheduler appends each at once) into b, each frame
+ * followed by its pool-credential tag and its length field counting it. */
+static void
+pic_oai_sign_records(pic_server *srv, struct evbuffer *b, const unsigned char *p, size_t n)
+{
+    while (n >= PIC_RECORD_HDR) {
+        unsigned char hdr[PIC_RECORD_HDR], tag[PIC_AUTH_TAG];
+        uint64_t      fl;
+
+        memcpy(hdr, p, PIC_RECORD_HDR);
+        memcpy(&fl, hdr + 8, 8);                /* little-endian hosts */
+        if (fl > n - PIC_RECORD_HDR) {
+            break;
+        }
+        if (fl > 0 && pic_auth_mac(&srv->auth, "pic-frame-v1", NULL, 0, p + PIC_RECORD_HDR,
+                                   fl, tag) != 0) {
+            fl = 0;                             /* unsigned: the peer computes it */
+            memset(hdr + 8, 0, 8);
+        } else if (fl > 0) {
+            uint64_t tl = fl + PIC_AUTH_TAG;
+            memcpy(hdr + 8, &tl, 8);
+        }
+        evbuffer_add(b, hdr, PIC_RECORD_HDR);
+        if (fl > 0) {
+            evbuffer_add(b, p + PIC_RECORD_HDR, fl);
+            evbuffer_add(b, tag, PIC_AUTH_TAG);
+        }
+        memcpy(&fl, p + 8, 8);
+        p += PIC_RECORD_HDR + fl;
+        n -= PIC_RECORD_HDR + fl;
+    }
+}
+
 /* A peer's prefill: records out as they come, then the end. */
 static void
 pic_oai_binary(pic_oai_ctx *c, const pic_job_update *u)
@@ -564,7 +597,11 @@ pic_oai_binary(pic_oai_ctx *c, const pic_job_update *u)
             evhttp_send_reply_start(c->req, 200, "OK");
         }
         if (b != NULL) {
-            evbuffer_add(b, u->text, u->len);
+            if (srv->auth.len > 0) {
+                pic_oai_sign_records(srv, b, (const unsigned char *) u->text, u->len);
+            } else {
+                evbuffer_add(b, u->text, u->len);
+            }
             evhttp_send_reply_chunk(c->req, b);
             evbuffer_free(b);
         }
@@ -719,7 +756,8 @@ pic_oai_job_from_request(pic_server *srv, pic_oai_ctx *c, const pic_request *r,
         }
         j->ignore_eos = cJSON_IsTrue(ie);
     }
-    hdr = pic_oai_header_int(c->req, "X-PIC-Timeout-Ms");
+    /* a deadline from the gateway only: covered by its credential */
+    hdr = c->authenticated ? pic_oai_header_int(c->req, "X-PIC-Timeout-Ms") : 0;
     if (hdr > 0 && (timeout_ms <= 0 || hdr < timeout_ms)) {
         timeout_ms = hdr;
     }
@@ -833,10 +871,13 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
             }
             goto done;
         }
-        /* rendered differently (another template or marker setting): ours */
+        /* rendered differently (another template or marker setting): the
+         * plan's scope cannot be honoured, so nothing is cached (never our
+         * own cut, which would key the segments under the global scope) */
         srv->hs.plans_ignored++;
-        pic_render_free(&seg.render);
-        pic_render_init(&seg.render);
+        *text = pic_buf_detach(&seg.render.text, text_len);
+        rc = *text != NULL ? 0 : pic_error_oom(err, __func__);
+        goto done;
     }
     memset(&cfg, 0, sizeof(cfg));
     cfg.dialect = srv->dialect;
@@ -961,7 +1002,7 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     pic_oai_ctx       *c = NULL;
     pic_plan_job      *pj = NULL;
     pic_plan           plan;
-    int                have_plan = 0;
+    int                have_plan = 0, authenticated;
     const char        *body;
     const cJSON       *tc;
 
@@ -990,6 +1031,15 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
         pic_reply_pic_error(srv, req, &err);
         goto done;
     }
+    authenticated = srv->auth.len > 0 && pic_plan_authorized(srv, req, body ? body : "", len);
+    if (srv->auth.len > 0 && !authenticated
+        && cJSON_GetObjectItemCaseSensitive(r.root, "pic") != NULL) {
+        /* a plan names peers and keys: only the gateway may send one */
+        pic_error_set(&err, 403, "permission_error", "pic", "pool_auth_failed",
+                      "a request with a plan ('pic') needs the pool credential (X-PIC-Auth)");
+        pic_reply_pic_error(srv, req, &err);
+        goto done;
+    }
     if (srv->pool != NULL && r.prompt_tokens == NULL) {
         /* segments for the pools; the prompt text comes with them */
         char  *text = NULL;
@@ -1011,6 +1061,7 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     if (c == NULL) {
         goto done;
     }
+    c->authenticated = authenticated;
     c->stream = r.stream;
     c->include_usage = r.stream && r.include_usage;
     pic_oai_make_id(c->id, sizeof(c->id), kind == PIC_REQ_CHAT ? "chatcmpl-" : "cmpl-");

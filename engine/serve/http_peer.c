@@ -31,6 +31,8 @@
 
 #include <event2/buffer.h>
 #include <event2/http.h>
+#include <sys/queue.h>
+
 #include <event2/keyvalq_struct.h>
 
 #include <cjson/cJSON.h>
@@ -47,6 +49,81 @@ typedef struct pic_fetch {
     int               n;
     int               idx[];        /* (n) plan segment of each position */
 } pic_fetch;
+
+/* --- the pool credential (pic_auth.h) --- */
+
+/* The X-PIC-Auth tag of req checked against label, head, body. */
+static int
+pic_auth_header_ok(pic_server *srv, struct evhttp_request *req, const char *label,
+                   const char *head, const void *body, size_t len)
+{
+    struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+    struct evkeyval  *kv;
+    const char       *tag = NULL;
+    int               n = 0;
+
+    TAILQ_FOREACH(kv, h, next) {
+        if (evutil_ascii_strcasecmp(kv->key, PIC_AUTH_HEADER) == 0) {
+            tag = kv->value;
+            n++;
+        }
+    }
+    return n == 1 && pic_auth_check_hex(&srv->auth, label, head, strlen(head), body, len,
+                                        tag, strlen(tag));
+}
+
+int
+pic_peer_authorized(pic_server *srv, struct evhttp_request *req)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t           len = evbuffer_get_length(in);
+    const char      *body = len ? (const char *) evbuffer_pullup(in, -1) : "";
+    const char      *uri = evhttp_request_get_uri(req);
+    char            *head;
+    int              ok;
+
+    if (srv->auth.len == 0) {
+        return 1;
+    }
+    head = malloc(strlen(uri) + 8);
+    if (head == NULL) {
+        pic_reply_error(srv, req, 500, NULL, "out of memory");
+        return 0;
+    }
+    sprintf(head, "%s %s", evhttp_request_get_command(req) == EVHTTP_REQ_POST ? "POST" : "GET",
+            uri);
+    ok = len <= srv->opts->max_body
+         && pic_auth_header_ok(srv, req, "pic-peer-v1", head, body, len);
+    free(head);
+    if (!ok) {
+        pic_error err;
+
+        srv->hs.auth_failures++;
+        pic_error_set(&err, 403, "permission_error", NULL, "pool_auth_failed",
+                      "engine-internal endpoint: a valid pool credential (X-PIC-Auth) "
+                      "is required");
+        pic_reply_pic_error(srv, req, &err);
+        return 0;
+    }
+    return 1;
+}
+
+int
+pic_plan_authorized(pic_server *srv, struct evhttp_request *req, const char *body,
+                    size_t len)
+{
+    const char *t;
+
+    if (srv->auth.len == 0) {
+        return 1;
+    }
+    t = evhttp_find_header(evhttp_request_get_input_headers(req), "X-PIC-Timeout-Ms");
+    if (pic_auth_header_ok(srv, req, "pic-plan-v1", t ? t : "", body, len)) {
+        return 1;
+    }
+    srv->hs.auth_failures++;
+    return 0;
+}
 
 /* --- holder: segment pull --- */
 
@@ -108,6 +185,16 @@ pic_peer_segment(pic_server *srv, struct evhttp_request *req, const char *key)
         return;
     }
     evbuffer_add_reference(b, frame, flen, pic_free_ref, NULL);
+    if (srv->auth.len > 0) {
+        unsigned char tag[PIC_AUTH_TAG];
+
+        if (pic_auth_mac(&srv->auth, "pic-frame-v1", NULL, 0, frame, flen, tag) != 0) {
+            evbuffer_free(b);
+            pic_reply_error(srv, req, 500, NULL, "cannot sign the frame");
+            return;
+        }
+        evbuffer_add(b, tag, sizeof(tag));
+    }
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "application/x-pic-frame");
     evhttp_send_reply(req, 200, "OK", b);
@@ -124,7 +211,10 @@ pic_peer_prefill(pic_server *srv, struct evhttp_request *req)
     size_t           len = evbuffer_get_length(in), total = 0;
     const char      *body = (const char *) evbuffer_pullup(in, -1);
     cJSON           *doc = NULL;
-    const cJSON     *segs, *s, *fp;
+    const cJSON     *segs, *s, *fp, *scope;
+    pic_key_ctx      kc = { NULL };
+    pic_key          want;
+    pic_error        perr;
     pic_plan_job    *pj = NULL;
     pic_oai_ctx     *c;
     char            *text = NULL;
@@ -142,16 +232,25 @@ pic_peer_prefill(pic_server *srv, struct evhttp_request *req)
     doc = cJSON_ParseWithLength(body ? body : "", len);
     segs = cJSON_GetObjectItemCaseSensitive(doc, "segments");
     fp = cJSON_GetObjectItemCaseSensitive(doc, "fingerprint");
+    scope = cJSON_GetObjectItemCaseSensitive(doc, "scope");
     n = cJSON_GetArraySize(segs);
     if (!cJSON_IsObject(doc) || !cJSON_IsArray(segs) || n < 1 || n > PIC_PLAN_SEGS_MAX
-        || !cJSON_IsString(fp)) {
-        bad = "want {\"fingerprint\", \"segments\": [{\"key\", \"bytes\", \"kind\", \"text\"}]}";
+        || !cJSON_IsString(fp) || (scope != NULL && !cJSON_IsString(scope))) {
+        bad = "want {\"fingerprint\", \"scope\", \"segments\": [{\"key\", \"bytes\", "
+              "\"kind\", \"text\"}]}";
         goto fail;
     }
     if (strcmp(fp->valuestring, srv->key_fp) != 0) {
         cJSON_Delete(doc);
         pic_reply_error(srv, req, 409, NULL, "another key fingerprint (model, seam or dtype)");
         return;
+    }
+    /* keys are recomputed from the text: a peer names no entry it did not send */
+    if (pic_key_ctx_init(&kc, srv->key_fp, strlen(srv->key_fp),
+                         scope ? scope->valuestring : "", scope ? strlen(scope->valuestring) : 0,
+                         &perr) != 0) {
+        bad = "'scope' is too long";
+        goto fail;
     }
     pj = pic_plan_job_new(n);
     if (pj == NULL) {
@@ -170,6 +269,11 @@ pic_peer_prefill(pic_server *srv, struct evhttp_request *req)
             || pic_seg_kind_parse(kd->valuestring, &kind) != 0 || kind == PIC_SEG_DYNAMIC
             || b->valuedouble != (double) strlen(t->valuestring) || strlen(t->valuestring) == 0) {
             bad = "a segment needs key (32 hex), kind (pic|prefix), text and its byte length";
+            goto fail;
+        }
+        pic_key_compute(&kc, t->valuestring, strlen(t->valuestring), &want);
+        if (strcmp(want.hex, k->valuestring) != 0) {
+            bad = "a segment's key is not the key of its text under this fingerprint and scope";
             goto fail;
         }
         pj->segs[i].offset = total;
@@ -193,6 +297,7 @@ pic_peer_prefill(pic_server *srv, struct evhttp_request *req)
     text[total] = '\0';
     cJSON_Delete(doc);
     doc = NULL;
+    pic_key_ctx_free(&kc);
 
     c = pic_oai_ctx_new(srv, req, PIC_REQ_COMPLETION);
     if (c == NULL) {
@@ -213,6 +318,9 @@ pic_peer_prefill(pic_server *srv, struct evhttp_request *req)
     return;
 
 fail:
+    if (kc.base != NULL) {
+        pic_key_ctx_free(&kc);
+    }
     cJSON_Delete(doc);
     pic_plan_job_free(pj);
     free(text);
@@ -410,8 +518,8 @@ pic_remote_dispatch(pic_server *srv, pic_oai_ctx *c, const pic_plan *plan)
         c->fetches = f;
         srv->hs.peer_fetches++;
         f->op = srv->transport->ops->prefill(srv->transport, f->peer, ts, f->n, srv->key_fp,
-                                             timeout, pic_fetch_on_frame, pic_fetch_on_done,
-                                             f);
+                                             plan->scope, timeout, pic_fetch_on_frame,
+                                             pic_fetch_on_done, f);
         if (f->op == NULL) {
             for (int k = 0; k < f->n; k++) {
                 __atomic_store_n(&pj->segs[f->idx[k]].remote, PIC_REMOTE_NONE,

@@ -274,6 +274,8 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         cJSON_AddNumberToObject(o, "peer_frames", (double) srv->hs.peer_frames);
         cJSON_AddNumberToObject(o, "segments_served", (double) srv->hs.segments_served);
         cJSON_AddNumberToObject(o, "prefills_served", (double) srv->hs.prefills_served);
+        cJSON_AddBoolToObject(o, "pool_auth", srv->auth.len > 0);
+        cJSON_AddNumberToObject(o, "auth_failures", (double) srv->hs.auth_failures);
         if (srv->sched) {
             cJSON_AddNumberToObject(o, "plan_jobs", (double) st.plan_jobs);
             cJSON_AddNumberToObject(o, "segment_hits", (double) st.seg_hits);
@@ -409,9 +411,13 @@ pic_dispatch(struct evhttp_request *req, void *arg)
     } else if (!strcmp(path, "/v1/completions") && cmd == EVHTTP_REQ_POST) {
         pic_oai_handle(srv, req, PIC_REQ_COMPLETION);
     } else if (!strcmp(path, "/v1/pic/prefill") && cmd == EVHTTP_REQ_POST) {
-        pic_peer_prefill(srv, req);
+        if (pic_peer_authorized(srv, req)) {
+            pic_peer_prefill(srv, req);
+        }
     } else if (!strncmp(path, "/v1/pic/segments/", 17) && get) {
-        pic_peer_segment(srv, req, path + 17);
+        if (pic_peer_authorized(srv, req)) {
+            pic_peer_segment(srv, req, path + 17);
+        }
     } else if (!strcmp(path, "/v1/chat/completions") || !strcmp(path, "/v1/completions")
                || !strcmp(path, "/v1/models") || !strcmp(path, "/status")
                || !strcmp(path, "/healthz") || !strcmp(path, "/metrics")) {
@@ -613,6 +619,7 @@ pic_server_load_model(pic_server *srv)
     so.max_batch = o->max_batch > 0 ? o->max_batch : 8;
     so.max_queue = o->max_queue >= 0 ? o->max_queue : 64;
     so.max_ctx = srv->max_ctx;
+    srv->plan.max_ctx = srv->max_ctx;
     so.notify = pic_notify;
     so.notify_arg = srv;
     so.plan_ctx = srv->pool ? &srv->plan : NULL;
@@ -663,10 +670,21 @@ pic_server_run(const pic_server_opts *opts)
     evhttp_set_max_body_size(srv.http, (ev_ssize_t) (opts->max_body * 4 + 65536));
     evhttp_set_gencb(srv.http, pic_dispatch, &srv);
 
+    if (opts->pool_secret_file != NULL) {
+        char err[256];
+
+        if (pic_auth_load(&srv.auth, opts->pool_secret_file, err, sizeof(err)) != 0) {
+            fprintf(stderr, "pic-engine[%s]: %s\n", opts->id, err);
+            goto done;
+        }
+    } else {
+        fprintf(stderr, "pic-engine[%s]: no --pool-secret-file: peer endpoints and plans "
+                "are unauthenticated (trusted network only)\n", opts->id);
+    }
     if (opts->model_dir != NULL && pic_server_load_model(&srv) != 0) {
         goto done;
     }
-    srv.transport = pic_transport_tcp_new(srv.base);
+    srv.transport = pic_transport_tcp_new(srv.base, &srv.auth, opts->max_frame_bytes);
 
     bs = evhttp_bind_socket_with_handle(srv.http, opts->host, (ev_uint16_t) opts->port);
     if (bs == NULL) {
@@ -751,5 +769,6 @@ done:
     }
     pic_tokenizer_free(srv.tok);
     pic_model_free(srv.model);
+    pic_auth_clear(&srv.auth);
     return rc;
 }

@@ -35,6 +35,8 @@ typedef struct {
     size_t      min_segment;    /* shorter non-prefix segments are recomputed */
     int         peer_timeout_ms;/* deadline of a pull / remote prefill */
     int         no_batch_decode;/* one forward per decode token (comparison) */
+    const char *pool_secret_file; /* pool credential (pic_auth.h); NULL: unauthenticated */
+    uint64_t    max_frame_bytes;/* largest entry frame accepted from a peer */
 } pic_server_opts;
 
 /* Run the server until SIGINT/SIGTERM; returns a process exit status. */

@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 
 #include "model.h"
+#include "pic_auth.h"
 #include "pic_error.h"
 #include "pic_key.h"
 #include "plan_exec.h"
@@ -44,12 +45,13 @@ typedef struct {
     uint64_t disconnects;       /* clients gone before their answer ended */
     uint64_t tool_calls;        /* tool calls parsed out of model output */
     uint64_t plans_received;    /* requests that carried a gateway plan */
-    uint64_t plans_ignored;     /* plans that did not fit the prompt: standalone used */
+    uint64_t plans_ignored;     /* plans that did not fit the prompt: served uncached */
     uint64_t peer_fetches;      /* pulls and remote prefills started */
     uint64_t peer_failures;     /* ... that failed (error, timeout, bad record) */
     uint64_t peer_frames;       /* frames received from peers */
     uint64_t segments_served;   /* entries sent to peers (pull endpoint) */
     uint64_t prefills_served;   /* remote prefill requests accepted */
+    uint64_t auth_failures;     /* peer requests, plans or frames without a valid credential */
     double   ttft_sum_s;        /* submit → first token, over answered requests */
     uint64_t ttft_n;
     double   latency_sum_s;     /* submit → done */
@@ -84,6 +86,7 @@ typedef struct pic_server {
 
     pic_registry          *reg;             /* NULL: no Redis */
     pic_transport         *transport;       /* entries between engines */
+    pic_auth               auth;            /* pool credential; auth.len 0: none */
     pic_http_stats         hs;
 } pic_server;
 
@@ -114,6 +117,7 @@ struct pic_oai_ctx {
     time_t                    created;
     int64_t                   t0_ns;
     int                       binary;           /* peer prefill: raw records out */
+    int                       authenticated;    /* carried the gateway's credential */
     void                     *fetches;          /* remote entry fetches (http_peer.c) */
 };
 
@@ -165,6 +169,15 @@ void pic_oai_on_wake(pic_server *srv);
 void pic_oai_shutdown(pic_server *srv);
 
 /* --- engine-to-engine (http_peer.c) --- */
+
+/* 1 if req carries the pool credential (or none is configured); else
+ * answers 403 pool_auth_failed, counts it and returns 0. */
+int pic_peer_authorized(pic_server *srv, struct evhttp_request *req);
+
+/* 1 if the plan-carrying request req (body[0..len)) has the gateway's
+ * credential (or none is configured), else 0. */
+int pic_plan_authorized(pic_server *srv, struct evhttp_request *req, const char *body,
+                        size_t len);
 
 /* GET /v1/pic/segments/{key}?bytes=N&fingerprint=F: a pooled entry's frame. */
 void pic_peer_segment(pic_server *srv, struct evhttp_request *req, const char *key);

@@ -51,6 +51,40 @@ def http(method, url, body=None, headers=None, timeout=10):
         return e.code, dict(e.headers), e.read()
 
 
+def pool_secret(logdir, name="pool.secret"):
+    """A fresh pool secret in a file (core/base/pic_auth.h): (path, bytes)."""
+    import secrets
+    secret = secrets.token_hex(32).encode()
+    path = os.path.join(logdir, name)
+    with open(path, "wb") as f:
+        f.write(secret + b"\n")
+    return path, secret
+
+
+def pool_tag(secret, label, head, body):
+    """The pool credential as pic_auth_mac_hex computes it, by Python's hmac
+    (the oracle): HMAC-SHA256(secret, label \\n head \\n body), 64 hex."""
+    import hashlib
+    import hmac
+    head = head.encode() if isinstance(head, str) else head
+    return hmac.new(secret, label.encode() + b"\n" + head + b"\n" + body,
+                    hashlib.sha256).hexdigest()
+
+
+def segment_key(fp, scope, data):
+    """DESIGN 4.1 key by xxh128sum (the oracle) over the framed bytes."""
+    import struct
+    import tempfile
+    fp, scope = (x.encode() if isinstance(x, str) else x for x in (fp, scope))
+    with tempfile.NamedTemporaryFile(suffix=".key") as f:
+        f.write(struct.pack("<I", len(fp)) + fp + struct.pack("<I", len(scope)) + scope
+                + data)
+        f.flush()
+        out = subprocess.run(["xxh128sum", f.name], capture_output=True, text=True,
+                             check=True)
+    return out.stdout.split()[0]
+
+
 def wait_for(pred, timeout=20.0, what="condition", proc=None):
     """Poll pred() until true; raise with the process log tail on timeout."""
     deadline = time.time() + timeout

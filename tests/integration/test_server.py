@@ -324,18 +324,25 @@ def test_no_model_is_503(procs):
     assert_openai_error(doc)
 
 
-def test_deadline_is_504(procs):
-    eng = engine(procs)
+def test_deadline_is_504(procs, logdir):
+    """X-PIC-Timeout-Ms from the gateway (its credential covers the header)."""
+    path, secret = harness.pool_secret(logdir)
+    eng = engine(procs, extra=("--pool-secret-file", path))
     body = {"model": "m", "prompt": "Hello", "max_tokens": 30000, "temperature": 0,
             "ignore_eos": True}
+    raw_body = json.dumps(body).encode()
+    hdrs = {"X-PIC-Timeout-Ms": "300",
+            "X-PIC-Auth": harness.pool_tag(secret, "pic-plan-v1", "300", raw_body)}
     t0 = time.time()
-    code, _, doc = post(eng, "/v1/completions", body, headers={"X-PIC-Timeout-Ms": "300"})
+    code, _, doc = post(eng, "/v1/completions", raw_body, headers=hdrs)
     assert code == 504 and time.time() - t0 < 10
     assert_openai_error(doc)
     # streamed: the headers are out, the error comes as an event
     body["stream"] = True
-    code, _, raw = harness.http("POST", eng.url + "/v1/completions", body,
-                                headers={"X-PIC-Timeout-Ms": "300"}, timeout=30)
+    raw_body = json.dumps(body).encode()
+    hdrs["X-PIC-Auth"] = harness.pool_tag(secret, "pic-plan-v1", "300", raw_body)
+    code, _, raw = harness.http("POST", eng.url + "/v1/completions", raw_body,
+                                headers=hdrs, timeout=30)
     assert code == 200
     events = [e for e in raw.decode().split("\n\n") if e]
     assert json.loads(events[-1][6:])["error"]["type"] == "timeout"

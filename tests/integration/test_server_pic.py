@@ -121,11 +121,12 @@ def test_entries_are_registered_and_evictions_unregistered(procs, logdir):
     assert st["registry"]["segment_evicts"] == st["cache"]["evictions"]
 
 
-def plan_for(eng, docs, q, system=SYSTEM):
+def plan_for(eng, docs, q, system=SYSTEM, fp=None, scope=""):
     """A plan as the gateway would send it for the Qwen3.5 rendering (contents
     stripped, markers removed): prefix, glue, one "pic" segment per document,
-    the dynamic tail.  Keys are arbitrary: the engine checks entries by their
-    tokens, not by trusting keys."""
+    the dynamic tail.  Keys are arbitrary unless fp (the engines' key
+    fingerprint) is given: a combine node checks entries by their tokens, but
+    a worker's prefill recomputes each key from its text."""
     system = system.strip()
     text = (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n"
             + "".join(docs) + q + "<|im_end|>\n<|im_start|>assistant\n<think>\n")
@@ -141,11 +142,13 @@ def plan_for(eng, docs, q, system=SYSTEM):
     kinds = ["prefix", "dynamic"] + ["pic"] * len(docs) + ["dynamic"]
     segs, start = [], 0
     for i, (end, kind) in enumerate(zip(cuts, kinds)):
-        segs.append({"key": "%032x" % (0xabc0 + i), "offset": start, "bytes": end - start,
+        key = ("%032x" % (0xabc0 + i) if fp is None or kind == "dynamic"
+               else harness.segment_key(fp, scope, raw[start:end]))
+        segs.append({"key": key, "offset": start, "bytes": end - start,
                      "tokens": (end - start + 3) // 4, "kind": kind, "holders": [],
                      "worker": None})
         start = end
-    return {"version": 1, "id": "p1", "combine": "e1", "scope": "", "segments": segs}
+    return {"version": 1, "id": "p1", "combine": "e1", "scope": scope, "segments": segs}
 
 
 def test_gateway_plan_is_used_refused_or_ignored(procs):
@@ -162,7 +165,7 @@ def test_gateway_plan_is_used_refused_or_ignored(procs):
     assert usage["prompt_tokens_details"]["cached_tokens"] > 200, usage
     st = status(eng)["cache"]
     assert st["plans_received"] == 2 and st["plans_ignored"] == 0
-    # a plan that does not cover this prompt is ignored (standalone cut used)
+    # a plan that does not cover this prompt is ignored (served without caching)
     bad = dict(body, pic=plan_for(eng, docs, "a different question?"))
     assert harness.http("POST", eng.url + "/v1/chat/completions", bad)[0] == 200
     assert status(eng)["cache"]["plans_ignored"] == 1

@@ -32,9 +32,15 @@ QUESTION = "which document mentions seams?"
 pytestmark = pytest.mark.skipif(not os.path.isdir(TINY), reason="fixture models missing")
 
 
+KEY_FP = []        # the engines' key fingerprint (same model, seam and dtype for all)
+
+
 def engine(procs, name, extra=()):
-    return procs.engine(model=TINY, name=name, extra=(
+    eng = procs.engine(model=TINY, name=name, extra=(
         "--threads", "1", "--peer-timeout-ms", "1500") + tuple(extra))
+    if not KEY_FP:
+        KEY_FP.append(status(eng)["model"]["fingerprint"])
+    return eng
 
 
 def status(eng):
@@ -49,7 +55,8 @@ def body_with(plan):
 
 
 def base_plan():
-    return plan_for(None, DOCS, QUESTION)
+    """Real keys: a worker recomputes them from the text it is sent."""
+    return plan_for(None, DOCS, QUESTION, fp=KEY_FP[0])
 
 
 def assign(plan, worker=None, holder=None):
@@ -233,7 +240,8 @@ def test_peer_endpoints_refuse_what_they_cannot_serve(procs):
     assert code == 400
     code, _, _ = harness.http("POST", e2.url + "/v1/pic/prefill", b"{nope")
     assert code == 400
-    seg = {"key": "1" * 32, "bytes": 5, "kind": "pic", "text": "hello"}
+    seg = {"key": harness.segment_key(fp, "", b"hello"), "bytes": 5, "kind": "pic",
+           "text": "hello"}
     code, _, _ = harness.http("POST", e2.url + "/v1/pic/prefill",
                               {"fingerprint": "0" * 16, "segments": [seg]})
     assert code == 409
