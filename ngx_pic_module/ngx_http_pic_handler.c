@@ -42,6 +42,7 @@ static void ngx_http_pic_lookup_handler(ngx_event_t *ev);
 static void ngx_http_pic_cleanup(void *data);
 static void ngx_http_pic_request_cleanup(void *data);
 static ngx_int_t ngx_http_pic_endpoint(ngx_http_request_t *r);
+static ngx_uint_t ngx_http_pic_internal(ngx_http_request_t *r);
 
 static ngx_int_t ngx_http_pic_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_pic_body_filter(ngx_http_request_t *r,
@@ -131,6 +132,7 @@ ngx_http_pic_handler(ngx_http_request_t *r)
 {
     ngx_int_t                 rc, kind;
     pic_error                 err;
+    ngx_uint_t                internal;
     ngx_http_cleanup_t       *cln;
     ngx_http_pic_ctx_t       *ctx;
     ngx_http_pic_zone_ctx_t  *zc;
@@ -149,10 +151,11 @@ ngx_http_pic_handler(ngx_http_request_t *r)
     }
 
     kind = ngx_http_pic_endpoint(r);
+    internal = ngx_http_pic_internal(r);
 
     zc = ngx_http_pic_zone(r);
 
-    if (kind == NGX_DECLINED) {
+    if (kind == NGX_DECLINED && !internal) {
         /* not a completions request: passed untouched */
         if (zc) {
             (void) ngx_atomic_fetch_add(&zc->sh->stats.passed, 1);
@@ -182,6 +185,15 @@ ngx_http_pic_handler(ngx_http_request_t *r)
     cln->handler = ngx_http_pic_cleanup;
     cln->data = ctx;
 
+    if (internal) {
+        /* engine to engine only (DESIGN 4.5): never proxied for a client */
+        pic_error_set(&err, NGX_HTTP_NOT_FOUND, "invalid_request_error",
+                      NULL, "not_found",
+                      "%.*s is an engine-internal endpoint",
+                      (int) ngx_min(r->uri.len, 128), r->uri.data);
+        return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
+    }
+
     if (!(r->method & NGX_HTTP_POST)) {
         pic_error_set(&err, NGX_HTTP_NOT_ALLOWED, "invalid_request_error",
                       NULL, "method_not_allowed",
@@ -208,6 +220,33 @@ ngx_http_pic_handler(ngx_http_request_t *r)
     ngx_http_finalize_request(r, NGX_DONE);
 
     return NGX_DONE;
+}
+
+
+/* 1 if the URI names an engine-internal endpoint (segment pull, remote
+ * prefill) wherever it sits in the path, so a rewriting proxy_pass cannot
+ * reach one either. */
+
+static ngx_uint_t
+ngx_http_pic_internal(ngx_http_request_t *r)
+{
+    static ngx_str_t  names[] = {
+        ngx_string("/pic/segments"),
+        ngx_string("/pic/prefill"),
+    };
+
+    ngx_uint_t  i;
+
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (ngx_strlcasestrn(r->uri.data, r->uri.data + r->uri.len,
+                             names[i].data, names[i].len - 1)
+            != NULL)
+        {
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 
@@ -674,17 +713,19 @@ ngx_http_pic_learned_model(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 }
 
 
-/* The cache scope: "" (global) or the hex xxh3-128 of pic_scope's value,
+/* The cache scope: "" (global) or, of pic_scope's value, the first 16 bytes
+ * of its HMAC-SHA256 under the pool secret (the hex xxh3-128 without one),
  * so that a tenant's key never appears in the index. */
 
 static ngx_int_t
 ngx_http_pic_scope(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     ngx_http_pic_loc_conf_t *plcf)
 {
-    u_char          *p;
-    ngx_str_t        value;
-    XXH128_hash_t    h;
-    u_char           bin[16];
+    u_char                    *p;
+    ngx_str_t                  value;
+    XXH128_hash_t              h;
+    u_char                     bin[16], tag[PIC_AUTH_TAG];
+    ngx_http_pic_main_conf_t  *pmcf;
 
     ctx->scope_len = 0;
 
@@ -694,6 +735,23 @@ ngx_http_pic_scope(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 
     if (ngx_http_complex_value(r, plcf->scope, &value) != NGX_OK) {
         return NGX_ERROR;
+    }
+
+    pmcf = ngx_http_get_module_main_conf(r, ngx_http_pic_module);
+
+    if (pmcf->secret) {
+        /* keyed: without the pool secret no one can name a tenant's scope */
+        if (pic_auth_mac(pmcf->secret, "pic-scope-v1", NULL, 0, value.data,
+                         value.len, tag)
+            != 0)
+        {
+            return NGX_ERROR;
+        }
+
+        p = ngx_hex_dump(ctx->scope, tag, 16);
+        ctx->scope_len = p - ctx->scope;
+
+        return NGX_OK;
     }
 
     h = XXH3_128bits_withSeed(value.data, value.len, 0x706963);

@@ -32,6 +32,8 @@ static char *ngx_http_pic_status(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_pic_redis_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_pic_secret(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 static char *ngx_http_pic_health_check(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_pic_marker(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -105,6 +107,13 @@ static ngx_command_t  ngx_http_pic_commands[] = {
     { ngx_string("pic_redis"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_pic_redis_directive,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("pic_pool_secret_file"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_pic_secret,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
@@ -494,6 +503,44 @@ ngx_http_pic_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     clcf->handler = ngx_http_pic_status_handler;
+
+    return NGX_CONF_OK;
+}
+
+
+/* pic_pool_secret_file PATH: the pool credential, read once at
+ * configuration time (by the master, before it drops privileges). */
+
+static char *
+ngx_http_pic_secret(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_pic_main_conf_t  *pmcf = conf;
+
+    char        err[256];
+    ngx_str_t  *value, name;
+
+    if (pmcf->secret) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    name = value[1];
+
+    if (ngx_conf_full_name(cf->cycle, &name, 1) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    pmcf->secret = ngx_pcalloc(cf->pool, sizeof(pic_auth));
+    if (pmcf->secret == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (pic_auth_load(pmcf->secret, (char *) name.data, err, sizeof(err))
+        != 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", err);
+        return NGX_CONF_ERROR;
+    }
 
     return NGX_CONF_OK;
 }

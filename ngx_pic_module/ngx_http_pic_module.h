@@ -15,6 +15,7 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "pic_auth.h"
 #include "pic_error.h"
 #include "pic_cdc.h"
 #include "pic_key.h"
@@ -88,6 +89,8 @@ typedef struct {
     ngx_str_t                    probe_uri;
     ngx_uint_t                   max_fails;
     time_t                       fail_timeout;
+
+    pic_auth                    *secret;       /* pic_pool_secret_file, or NULL */
 
     ngx_http_pic_pool_t         *default_pool; /* the proxy_pass target */
     ngx_uint_t                   enabled;      /* some location has pic */

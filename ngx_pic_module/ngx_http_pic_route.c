@@ -44,6 +44,7 @@ static void ngx_http_pic_route_misses(ngx_http_request_t *r,
     ngx_uint_t imbalance, size_t unit);
 static ngx_int_t ngx_http_pic_route_rewrite(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand, ngx_uint_t n);
+static ngx_int_t ngx_http_pic_route_sign(ngx_http_request_t *r);
 static void ngx_http_pic_route_account(ngx_http_pic_zone_ctx_t *zc,
     ngx_http_pic_ctx_t *ctx);
 
@@ -222,7 +223,9 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         ctx->prefix_bytes = ctx->hit_bytes;
     }
 
-    if (ngx_http_pic_route_rewrite(r, ctx, cand, n) != NGX_OK) {
+    if (ngx_http_pic_route_rewrite(r, ctx, cand, n) != NGX_OK
+        || ngx_http_pic_route_sign(r) != NGX_OK)
+    {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -596,6 +599,86 @@ failed:
                   "pic: cannot build the plan: %s", err.message);
 
     return NGX_ERROR;
+}
+
+
+/*
+ * The pool credential on the planned request: client X-PIC-* headers are
+ * renamed out of the way (a client never sets an engine deadline nor a
+ * credential), then X-PIC-Auth = HMAC "pic-plan-v1" over the rewritten
+ * body (pic_auth.h; no X-PIC-Timeout-Ms is sent, so its part is empty).
+ */
+
+static ngx_int_t
+ngx_http_pic_route_sign(ngx_http_request_t *r)
+{
+    u_char                    *hex;
+    ngx_buf_t                 *b;
+    ngx_uint_t                 i;
+    ngx_list_part_t           *part;
+    ngx_table_elt_t           *h;
+    ngx_http_pic_main_conf_t  *pmcf;
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len > sizeof("X-PIC-") - 1
+            && ngx_strncasecmp(h[i].key.data, (u_char *) "X-PIC-",
+                               sizeof("X-PIC-") - 1) == 0)
+        {
+            ngx_str_set(&h[i].key, "X-PIC-Client-Header");
+            h[i].lowcase_key = (u_char *) "x-pic-client-header";
+        }
+    }
+
+    pmcf = ngx_http_get_module_main_conf(r, ngx_http_pic_module);
+
+    if (pmcf->secret == NULL) {
+        return NGX_OK;
+    }
+
+    b = r->request_body->bufs->buf;
+
+    hex = ngx_pnalloc(r->pool, PIC_AUTH_HEX + 1);
+    if (hex == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (pic_auth_mac_hex(pmcf->secret, "pic-plan-v1", NULL, 0, b->pos,
+                         b->last - b->pos, (char *) hex)
+        != 0)
+    {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "pic: cannot sign the plan");
+        return NGX_ERROR;
+    }
+
+    h = ngx_list_push(&r->headers_in.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(h, sizeof(ngx_table_elt_t));
+
+    h->hash = 1;
+    ngx_str_set(&h->key, PIC_AUTH_HEADER);
+    h->lowcase_key = (u_char *) "x-pic-auth";
+    h->value.data = hex;
+    h->value.len = PIC_AUTH_HEX;
+
+    return NGX_OK;
 }
 
 

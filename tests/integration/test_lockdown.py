@@ -1,0 +1,304 @@
+"""The trust boundaries of DESIGN 4.5 (issue 12), each finding as a test: through
+nginx where a client would go, straight to an engine where an attacker in the
+network would.  The pool credential is checked against Python's hmac (the
+oracle for pic_auth.h's HMAC-SHA256), keys against xxh128sum."""
+import json
+import urllib.request
+
+import harness
+from test_gateway import MODEL, MARK, doc, gw_conf
+from test_server_pool import (FakePeer, addr, assign, ask, base_plan, body_with, engine,
+                              oracle, status)  # noqa: F401  (oracle is a fixture)
+
+
+def gw_status(ngx):
+    return json.loads(harness.http("GET", ngx.url + "/pic/status")[2])
+
+
+def signed(secret, body, timeout=""):
+    """A gateway request's body and headers: X-PIC-Auth over (timeout, body)."""
+    raw = json.dumps(body).encode()
+    hdrs = {"X-PIC-Auth": harness.pool_tag(secret, "pic-plan-v1", timeout, raw)}
+    if timeout:
+        hdrs["X-PIC-Timeout-Ms"] = timeout
+    return raw, hdrs
+
+
+def peer_headers(secret, method, uri, body=b""):
+    return {"X-PIC-Auth": harness.pool_tag(secret, "pic-peer-v1", f"{method} {uri}", body)}
+
+
+def xxh3_64_le(data, tmpdir):
+    """XXH3-64 of data as 8 little-endian bytes, by xxhsum (the oracle)."""
+    import os
+    import subprocess
+    path = os.path.join(tmpdir, "frame.bin")
+    with open(path, "wb") as f:
+        f.write(data)
+    out = subprocess.run(["xxhsum", "-H3", path], capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[-1], 16).to_bytes(8, "little")
+
+
+def assert_error(raw, code):
+    err = json.loads(raw)["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["code"] == code, err
+
+
+# --- 1. engine-internal endpoints are not reachable through nginx -------------------
+
+
+def test_internal_endpoints_are_refused_through_nginx(procs):
+    e = procs.engine(name="e1", model=MODEL, extra=["--threads", "1"])
+    ngx = procs.nginx(gw_conf([addr(e)]))
+    fp = status(e)["model"]["fingerprint"]
+    key = harness.segment_key(fp, "", b"hello")
+    probes = [("GET", f"/v1/pic/segments/{key}?bytes=5&fingerprint={fp}", None),
+              ("GET", f"/v1/pic/segments/{key.upper()}?bytes=5", None),
+              ("POST", "/v1/pic/prefill",
+               {"fingerprint": fp, "segments": [{"key": key, "bytes": 5, "kind": "pic",
+                                                 "text": "hello"}]}),
+              ("POST", "/v1//pic/%70refill", {"fingerprint": fp, "segments": []})]
+    for method, uri, body in probes:
+        code, h, raw = harness.http(method, ngx.url + uri, body)
+        assert code == 404 and h["Content-Type"] == "application/json", (uri, raw)
+        assert_error(raw, "not_found")
+    st = gw_status(ngx)["requests"]
+    assert st["upstream_errors"] == 0 and st["rejected"] == len(probes)
+    assert status(e)["cache"]["prefills_served"] == 0
+    assert status(e)["cache"]["segments_served"] == 0
+
+
+# --- 2. the pool credential ---------------------------------------------------------
+
+
+def test_peer_endpoints_need_the_pool_credential(procs, logdir):
+    path, secret = harness.pool_secret(logdir)
+    e = engine(procs, "e1", ("--pool-secret-file", path))
+    fp = status(e)["model"]["fingerprint"]
+    key = harness.segment_key(fp, "", b"hello")
+    uri = f"/v1/pic/segments/{key}?bytes=5&fingerprint={fp}"
+    prefill = json.dumps({"fingerprint": fp, "segments": [
+        {"key": key, "bytes": 5, "kind": "pic", "text": "hello"}]}).encode()
+    for hdrs in ({}, {"X-PIC-Auth": "0" * 64},
+                 peer_headers(b"another secret of 32 bytes......", "GET", uri)):
+        code, _, raw = harness.http("GET", e.url + uri, headers=hdrs)
+        assert code == 403, raw
+        assert_error(raw, "pool_auth_failed")
+    # a tag for another body or another URI does not carry over
+    hdrs = peer_headers(secret, "POST", "/v1/pic/prefill", b"{}")
+    code, _, raw = harness.http("POST", e.url + "/v1/pic/prefill", prefill, headers=hdrs)
+    assert code == 403
+    code, _, _ = harness.http("GET", e.url + uri,
+                              headers=peer_headers(secret, "GET", uri + "x"))
+    assert code == 403
+    assert status(e)["cache"]["auth_failures"] == 5
+    # with the credential: served (not held: 404; a short segment: an empty record)
+    code, _, raw = harness.http("GET", e.url + uri, headers=peer_headers(secret, "GET", uri))
+    assert code == 404, raw
+    code, h, raw = harness.http("POST", e.url + "/v1/pic/prefill", prefill,
+                                headers=peer_headers(secret, "POST", "/v1/pic/prefill",
+                                                     prefill))
+    assert code == 200 and raw[:4] == b"PICR", raw
+    assert status(e)["cache"]["auth_failures"] == 5
+
+
+def test_plan_needs_the_gateway_credential(procs, logdir):
+    """A plan names peers the engine connects to and keys it stores under:
+    without the credential it is refused, and nothing is fetched."""
+    path, secret = harness.pool_secret(logdir)
+    e1 = engine(procs, "e1", ("--pool-secret-file", path))
+    victim = FakePeer(lambda h: h.send_error(500))
+    try:
+        body = body_with(assign(base_plan(), worker=f"127.0.0.1:{victim.port}"))
+        code, _, raw = harness.http("POST", e1.url + "/v1/chat/completions", body)
+        assert code == 403, raw
+        assert_error(raw, "pool_auth_failed")
+        raw_body, hdrs = signed(b"not the pool secret at all......", body)
+        code, _, _ = harness.http("POST", e1.url + "/v1/chat/completions", raw_body,
+                                  headers=hdrs)
+        assert code == 403
+        assert victim.requests == []
+    finally:
+        victim.close()
+    raw_body, hdrs = signed(secret, body_with(base_plan()))
+    code, _, raw = harness.http("POST", e1.url + "/v1/chat/completions", raw_body,
+                                headers=hdrs, timeout=60)
+    assert code == 200, raw
+    assert status(e1)["cache"]["plans_received"] == 1
+
+
+def test_pool_with_a_secret_prefills_and_pulls_signed(procs, logdir, oracle):
+    """Engines sharing the secret sign requests and frames; an engine with
+    another secret is not a peer (its refusal is recomputed locally)."""
+    path, secret = harness.pool_secret(logdir)
+    other, _ = harness.pool_secret(logdir, "other.secret")
+    sec = ("--pool-secret-file", path)
+    e1, e2 = engine(procs, "e1", sec), engine(procs, "e2", sec)
+    e3 = engine(procs, "e3", ("--pool-secret-file", other))
+    raw_body, hdrs = signed(secret, body_with(assign(base_plan(), worker=addr(e2))))
+    code, _, raw = harness.http("POST", e1.url + "/v1/chat/completions", raw_body,
+                                headers=hdrs, timeout=60)
+    assert code == 200 and json.loads(raw)["choices"][0]["message"]["content"] == oracle
+    st1, st2 = status(e1)["cache"], status(e2)["cache"]
+    assert st2["prefills_served"] == 1 and st2["auth_failures"] == 0
+    assert st1["segment_peer"] == 3 and st1["peer_failures"] == 0
+    # e2 now holds the documents: pulled with the credential
+    e4 = engine(procs, "e4", sec)
+    raw_body, hdrs = signed(secret, body_with(assign(base_plan(), holder=addr(e2))))
+    code, _, raw = harness.http("POST", e4.url + "/v1/chat/completions", raw_body,
+                                headers=hdrs, timeout=60)
+    assert code == 200 and json.loads(raw)["choices"][0]["message"]["content"] == oracle
+    assert status(e4)["cache"]["segment_peer"] == 3
+    assert status(e2)["cache"]["segments_served"] == 3
+    # e3 is outside the pool: it refuses e1, e1 computes the segments itself
+    raw_body, hdrs = signed(secret, body_with(assign(base_plan(), worker=addr(e3))))
+    e5 = engine(procs, "e5", sec)
+    code, _, raw = harness.http("POST", e5.url + "/v1/chat/completions", raw_body,
+                                headers=hdrs, timeout=60)
+    assert code == 200 and json.loads(raw)["choices"][0]["message"]["content"] == oracle
+    assert status(e3)["cache"]["auth_failures"] == 1
+    assert status(e3)["cache"]["prefills_served"] == 0
+    assert status(e5)["cache"]["segment_remote_failed"] == 3
+
+
+def test_forged_frame_is_not_stored(procs, logdir, oracle):
+    """A man in the middle flips one payload bit of a real, signed frame: the
+    checksum is recomputed to match, the tag is not: rejected, recomputed."""
+    path, secret = harness.pool_secret(logdir)
+    sec = ("--pool-secret-file", path)
+    e1, e2 = engine(procs, "e1", sec), engine(procs, "e2", sec)
+    raw_body, hdrs = signed(secret, body_with(base_plan()))
+    assert harness.http("POST", e2.url + "/v1/chat/completions", raw_body, headers=hdrs,
+                        timeout=60)[0] == 200
+
+    def forge(h):
+        req = urllib.request.Request(f"http://127.0.0.1:{e2.port}{h.path}",
+                                     headers={"X-PIC-Auth": h.headers["X-PIC-Auth"]})
+        with urllib.request.urlopen(req) as r:
+            data = bytearray(r.read())
+        frame, tag = data[:-32], data[-32:]
+        frame[len(frame) // 2] ^= 0x04
+        frame[-8:] = xxh3_64_le(bytes(frame[:-8]), logdir)   # the checksum follows
+        out = bytes(frame + tag)
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(out)))
+        h.end_headers()
+        h.wfile.write(out)
+
+    fake = FakePeer(forge)
+    try:
+        raw_body, hdrs = signed(secret, body_with(assign(base_plan(),
+                                                         holder=f"127.0.0.1:{fake.port}")))
+        code, _, raw = harness.http("POST", e1.url + "/v1/chat/completions", raw_body,
+                                    headers=hdrs, timeout=60)
+    finally:
+        fake.close()
+    assert code == 200 and json.loads(raw)["choices"][0]["message"]["content"] == oracle
+    assert len(fake.requests) == 3
+    st = status(e1)["cache"]
+    assert st["segment_peer"] == 0 and st["segment_remote_failed"] == 3
+    with open(e1.log_path) as f:
+        assert "frame without a valid pool credential" in f.read()
+
+
+def test_prefill_recomputes_keys_and_obeys_the_context(procs):
+    e = engine(procs, "e1", ("--ctx", "64"))
+    fp = status(e)["model"]["fingerprint"]
+    text = "A document long enough to be worth caching as a segment of its own. " * 3
+    good = harness.segment_key(fp, "t1", text.encode())
+    seg = {"key": good, "bytes": len(text), "kind": "pic", "text": text}
+    # a key that is not its text's (here: the global scope's) is refused
+    for bad in ({"scope": "", "segments": [seg]},
+                {"scope": "t1", "segments": [dict(seg, key=harness.segment_key(
+                    fp, "", text.encode()))]}):
+        code, _, raw = harness.http("POST", e.url + "/v1/pic/prefill",
+                                    dict(bad, fingerprint=fp))
+        assert code == 400, raw
+        assert_error(raw, None)
+    # the right key, but more tokens than the context: 422, nothing built
+    long_text = text * 6
+    seg = {"key": harness.segment_key(fp, "t1", long_text.encode()), "bytes": len(long_text),
+           "kind": "pic", "text": long_text}
+    code, _, raw = harness.http("POST", e.url + "/v1/pic/prefill",
+                                {"fingerprint": fp, "scope": "t1", "segments": [seg]})
+    assert code == 422, raw
+    assert status(e)["cache"]["entries"] == 0
+
+
+# --- 3. the scope never degrades to global ----------------------------------------
+
+
+def test_plan_that_does_not_fit_is_served_uncached(procs, logdir):
+    """Tenant t1's plan does not match the engine's rendering: before, the
+    engine cut the prompt itself under the global scope, so a later global
+    request was told (cached_tokens) what t1 had sent."""
+    from test_server_pic import DOC_A, DOC_B, SYSTEM, plan_for
+    path, secret = harness.pool_secret(logdir)
+    e = engine(procs, "e1", ("--pool-secret-file", path))
+    msgs = [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": MARK.join([DOC_A, DOC_B, "q?"])}]
+    body = {"model": "m", "max_tokens": 2, "temperature": 0, "messages": msgs,
+            "pic": plan_for(None, [DOC_A, DOC_B], "another question?", scope="t1" * 16)}
+    raw_body, hdrs = signed(secret, body)
+    code, _, raw = harness.http("POST", e.url + "/v1/chat/completions", raw_body,
+                                headers=hdrs, timeout=60)
+    assert code == 200, raw
+    st = status(e)["cache"]
+    assert st["plans_ignored"] == 1 and st["entries"] == 0
+    plain = {"model": "m", "max_tokens": 2, "temperature": 0, "messages": msgs}
+    code, _, raw = harness.http("POST", e.url + "/v1/chat/completions", plain, timeout=60)
+    assert json.loads(raw)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_gateway_signs_plans_keys_scopes_and_drops_client_pic_headers(procs, logdir):
+    path, secret = harness.pool_secret(logdir)
+    fake = procs._add(harness.FakeBackend("capture"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"], loc="pic_scope $http_authorization;",
+                              http=f"pic_pool_secret_file {path};"))
+    body = {"model": "m", "messages": [{"role": "system", "content": doc(31)},
+                                       {"role": "user", "content": "q"}]}
+    code, _, raw = harness.http("POST", ngx.url + "/v1/chat/completions", body, headers={
+        "Content-Type": "application/json", "Authorization": "Bearer alice",
+        "X-PIC-Timeout-Ms": "1", "X-PIC-Auth": "f" * 64})
+    assert code == 200, raw
+    sent, hdrs = fake.bodies[-1], {k.lower(): v for k, v in fake.headers[-1].items()}
+    assert "x-pic-timeout-ms" not in hdrs
+    assert hdrs["x-pic-auth"] == harness.pool_tag(secret, "pic-plan-v1", "", sent)
+    scope = json.loads(sent)["pic"]["scope"]
+    assert scope == harness.pool_tag(secret, "pic-scope-v1", "", b"Bearer alice")[:32]
+
+
+def test_planned_requests_through_nginx_with_a_secret(procs, logdir):
+    path, secret = harness.pool_secret(logdir)
+    sec = ["--threads", "1", "--pool-secret-file", path]
+    e1 = procs.engine(name="e1", model=MODEL, extra=sec)
+    e2 = procs.engine(name="e2", model=MODEL, extra=sec)
+    ngx = procs.nginx(gw_conf([addr(e1), addr(e2)], http=f"pic_pool_secret_file {path};"))
+    body = {"model": "m", "max_tokens": 2, "temperature": 0,
+            "messages": [{"role": "system", "content": doc(41, 900)},
+                         {"role": "user", "content": "q"}]}
+    cached = []
+    for _ in range(2):
+        code, _, raw = harness.http("POST", ngx.url + "/v1/chat/completions", body,
+                                    headers={"X-PIC-Timeout-Ms": "1"}, timeout=60)
+        assert code == 200, raw
+        cached.append(json.loads(raw)["usage"]["prompt_tokens_details"]["cached_tokens"])
+    assert cached[0] == 0 and cached[1] > 0
+    for e in (e1, e2):
+        st = status(e)
+        assert st["cache"]["auth_failures"] == 0 and st["scheduler"]["expired"] == 0
+    assert sum(status(e)["cache"]["plans_received"] for e in (e1, e2)) == 2
+
+
+# --- 4. clients never set engine deadlines ----------------------------------------
+
+
+def test_client_deadline_header_is_ignored(procs, logdir):
+    path, secret = harness.pool_secret(logdir)
+    for e in (engine(procs, "open"), engine(procs, "locked", ("--pool-secret-file", path))):
+        body = {"model": "m", "prompt": "Hello", "max_tokens": 3, "temperature": 0,
+                "ignore_eos": True}
+        code, _, raw = harness.http("POST", e.url + "/v1/completions", body,
+                                    headers={"X-PIC-Timeout-Ms": "1"}, timeout=60)
+        assert code == 200, raw
+        assert status(e)["scheduler"]["expired"] == 0
