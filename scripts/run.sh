@@ -29,11 +29,17 @@ fi
 model_args=()
 [ -f "$MODEL/config.json" ] && model_args=(--model "$MODEL")
 
+# the pool credential (README "Trust model"): made once, read by both sides
+SECRET="$RUN/pool.secret"
+if [ ! -s "$SECRET" ]; then
+  (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$SECRET")
+fi
+
 engine_ports=()
 for i in 1 2; do
   pf="$RUN/engine$i.port"; rm -f "$pf"
   "$BUILD/pic-engine" serve --host 127.0.0.1 --port 0 --port-file "$pf" --id "engine$i" \
-      "${model_args[@]}" > "$RUN/logs/engine$i.log" 2>&1 &
+      --pool-secret-file "$SECRET" "${model_args[@]}" > "$RUN/logs/engine$i.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 600); do [ -s "$pf" ] && break; sleep 0.1; done
   [ -s "$pf" ] || { echo "engine$i did not start:"; tail "$RUN/logs/engine$i.log"; exit 1; }
@@ -56,6 +62,7 @@ http {
     scgi_temp_path $RUN/tmp/scgi;
 
     pic_zone pic 16m;
+    pic_pool_secret_file $SECRET;
 
     upstream pic_engines {
         pic_balancer;

@@ -37,6 +37,7 @@ def test_example_passes_nginx_t(path, logdir):
     for d in ("logs", "tmp"):
         os.makedirs(os.path.join(prefix, d), exist_ok=True)
     conf = os.path.join(prefix, "nginx.conf")
+    harness.pool_secret(prefix, "pool.secret")      # pic_pool_secret_file's file
     with open(path) as f, open(conf, "w") as out:
         out.write(localise(f.read(), prefix))
     # nginx -t exits without freeing its configuration: not a leak to report
@@ -45,6 +46,19 @@ def test_example_passes_nginx_t(path, logdir):
                        capture_output=True, text=True, timeout=30, env=env)
     assert r.returncode == 0, r.stderr
     assert "test is successful" in r.stderr
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
+def test_example_never_exposes_engine_internals(path):
+    """Every location that proxies has pic on or observe, where the module
+    refuses the engine-internal paths (/v1/pic/segments, /v1/pic/prefill)."""
+    with open(path) as f:
+        text = re.sub(r"#[^\n]*", "", f.read())
+    blocks = re.findall(r"location[^{]*\{([^{}]*)\}", text)
+    proxying = [b for b in blocks if "proxy_pass" in b]
+    assert proxying
+    for b in proxying:
+        assert re.search(r"\bpic\s+(on|observe)\s*;", b), b
 
 
 @pytest.mark.allow_log(r"access forbidden by rule|/html/pic/status\" failed")
