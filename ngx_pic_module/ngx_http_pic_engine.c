@@ -539,16 +539,31 @@ ngx_http_pic_engine_account(ngx_http_request_t *r, ngx_http_pic_zone_ctx_t *zc,
             continue;
         }
 
-        if (state[i].status == NGX_HTTP_BAD_GATEWAY
-            || state[i].status == NGX_HTTP_GATEWAY_TIME_OUT
-            || state[i].status == 0)
+        /*
+         * Health is judged at the connection level only (DESIGN 4.5): an
+         * engine that sent a response header is up, whatever its status
+         * (its own 504 is a deadline, not an outage); no header and a
+         * 502/504 from nginx is a failed connect, reset or read timeout; no
+         * status at all is a request ended from the client's side (a
+         * hang-up), which says nothing about the engine.
+         */
+
+        if (state[i].header_time != (ngx_msec_t) -1) {
+            ok = 1;
+
+        } else if (state[i].status == NGX_HTTP_BAD_GATEWAY
+                   || state[i].status == NGX_HTTP_GATEWAY_TIME_OUT
+                   || (state[i].status == 0
+                       && !r->connection->error
+                       && r->headers_out.status
+                          != NGX_HTTP_CLIENT_CLOSED_REQUEST))
         {
             ok = 0;
             (void) ngx_atomic_fetch_add(&zc->sh->stats.upstream_errors, 1);
             (void) ngx_atomic_fetch_add(&zc->sh->engines[slot].failures, 1);
 
         } else {
-            ok = 1;
+            continue;
         }
 
         ngx_http_pic_engine_mark(zc, slot, ok, pmcf->max_fails,

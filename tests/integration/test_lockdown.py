@@ -302,3 +302,38 @@ def test_client_deadline_header_is_ignored(procs, logdir):
                                     headers={"X-PIC-Timeout-Ms": "1"}, timeout=60)
         assert code == 200, raw
         assert status(e)["scheduler"]["expired"] == 0
+
+
+# --- 4. health: only connection-level failures and probes take an engine out ------
+
+
+def test_client_hang_up_does_not_eject_the_engine(procs):
+    import socket
+
+    from test_gateway import access_lines
+    fake = procs._add(harness.FakeBackend("hang"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
+    req = json.dumps({"model": "m", "prompt": "hello"}).encode()
+    s = socket.create_connection(("127.0.0.1", ngx.port), timeout=10)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(req), req))
+    harness.wait_for(lambda: len(fake.bodies) == 1, timeout=10, what="request at the engine")
+    s.close()                                    # the client gives up before any header
+    harness.wait_for(lambda: len(access_lines(ngx)) == 1, timeout=10, what="request logged")
+    assert access_lines(ngx)[0]["status"] == "499"
+    st = gw_status(ngx)
+    assert st["engines"][0]["healthy"] and st["engines"][0]["failures"] == 0
+    assert st["requests"]["upstream_errors"] == 0
+
+
+def test_engine_own_504_does_not_eject_it(procs):
+    e = procs.engine(name="e1", model=MODEL,
+                     extra=["--threads", "1", "--request-timeout-ms", "1"])
+    ngx = procs.nginx(gw_conf([addr(e)]))
+    body = {"model": "m", "prompt": doc(51, 300), "max_tokens": 2000, "ignore_eos": True}
+    for _ in range(2):
+        code, _, raw = harness.http("POST", ngx.url + "/v1/completions", body, timeout=60)
+        assert code == 504 and json.loads(raw)["error"]["message"], raw
+    st = gw_status(ngx)
+    assert st["engines"][0]["healthy"] and st["engines"][0]["failures"] == 0
+    assert st["requests"]["upstream_errors"] == 0
