@@ -80,7 +80,7 @@ PIC_LAB_BIN := $(BUILD)/pic-lab
 BENCH_CSRCS := $(filter-out bench/pic_lab.c,$(wildcard bench/*.c))
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_CSRCS))
 
-.PHONY: all deps test test-asan run help clean engine lab benchtools module unit cuda fuzz \
+.PHONY: all deps test test-asan run help clean engine lab benchtools module unit cuda fuzz fuzz-long \
         fixtures models distclean layers
 .DEFAULT_GOAL := all
 
@@ -91,7 +91,7 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z_%-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN{FS=":.*## "}{printf "  %-16s %s\n",$$1,$$2}'
 	@echo "Benchmarks: $(filter-out common gateway_workloads,$(basename $(notdir $(wildcard bench/*.py))))"
-	@echo "Variables: PORT=8080 (make run), ASAN=1, QUICK=1 (benchmarks), PYTEST_ARGS=..."
+	@echo "Variables: PORT=8080 (make run), ASAN=1, QUICK=1 (benchmarks), PYTEST_ARGS=..., FUZZ_TIME=600 (fuzz-long), FUZZ_SECONDS=5 (smoke)"
 
 deps: ## install Debian packages and the Python test venv (idempotent)
 	@scripts/deps.sh
@@ -155,12 +155,23 @@ $(MODULE_SO): $(NGX_BUILD)/.sources $(NGX_BUILD)/.configured $(MODULE_SRCS)
 
 FORCE:
 
-# libFuzzer targets over the shared core (clang; a smoke run is part of `make test`)
+# libFuzzer targets (clang; a smoke run is part of `make test`): the shared
+# core, and the engine file each target names below, built instrumented; the
+# rest of the engine comes from libpic.a (not instrumented).
+FUZZ_ENGINE_fuzz_frame       := engine/cluster/frame.c
+FUZZ_ENGINE_fuzz_safetensors := engine/model/safetensors.c
+FUZZ_ENGINE_fuzz_tokenizer   := engine/model/tokenizer.c
+FUZZ_TIME ?= 600
 fuzz: $(FUZZ_BINS) ## build the libFuzzer targets tests/fuzz/fuzz_*.c
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(CORE_SRCS) $(HEADERS)
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(CORE_SRCS) $(HEADERS) $(BUILD)/libpic.a
 	@mkdir -p $(dir $@)
-	clang -O1 -g -fsanitize=fuzzer,address,undefined $(addprefix -iquote ,$(CORE_DIRS)) -o $@ $< $(CORE_SRCS) \
-	  -lcjson -lxxhash -lcrypto -lm
+	clang -O1 -g -fsanitize=fuzzer,address,undefined $(addprefix -iquote ,$(SRC_DIRS)) \
+	  -I/usr/include/x86_64-linux-gnu/openblas-pthread -o $@ $< $(CORE_SRCS) \
+	  $(FUZZ_ENGINE_$*) $(if $(FUZZ_ENGINE_$*),$(BUILD)/libpic.a \
+	  -L/usr/lib/x86_64-linux-gnu/openblas-pthread $(LDLIBS) -lgomp -pthread,-lcjson -lxxhash -lcrypto -lm)
+
+fuzz-long: fuzz ## run every fuzz target FUZZ_TIME seconds (default 600) each; prints executions and crashes per target
+	@scripts/fuzz-long.sh $(BUILD) $(FUZZ_TIME)
 
 # CUDA: compile every kernel for sm_80 and sm_90 so a compile error fails the
 # build; the test binary skips (and says so) when no GPU is present.

@@ -47,12 +47,12 @@ else
   echo "cuda: nvcc not found: CUDA compile check skipped"; skipped=$((skipped + 1))
 fi
 
-echo "== fuzz smoke (libFuzzer, ${FUZZ_SECONDS:-10} s per target)"
+echo "== fuzz smoke (libFuzzer, ${FUZZ_SECONDS:-5} s per target)"
 for t in "$BUILD"/fuzz/fuzz_*; do
   [ -x "$t" ] || continue
   name=$(basename "$t"); corpus="$LOG/$name-corpus"; mkdir -p "$corpus"
   seeds=tests/fuzz/corpus/${name#fuzz_}
-  if "$t" -max_total_time="${FUZZ_SECONDS:-10}" -rss_limit_mb=2048 "$corpus" \
+  if "$t" -max_total_time="${FUZZ_SECONDS:-5}" -rss_limit_mb=2048 "$corpus" \
        $( [ -d "$seeds" ] && echo "$seeds" ) > "$LOG/$name.log" 2>&1; then
     passed=$((passed + 1)); printf '%-28s passed (%s)\n' "$name" "$(grep -o 'Done [0-9]* runs' "$LOG/$name.log" | tail -1)"
   else
