@@ -516,6 +516,283 @@ pic_parse_sampling(pic_request *req, const cJSON *root, pic_error *err)
     return 0;
 }
 
+/* --- the parameter list: what we serve, what we refuse --- */
+
+/* Top-level fields a request may carry.  Fields read elsewhere (model,
+ * messages, prompt, tools, chat_template_kwargs, add_generation_prompt,
+ * ignore_eos, pic: the gateway's plan) are listed so that they pass; fields
+ * we accept without effect are only those that change no output (user,
+ * metadata, prompt_cache_key: our caching is automatic).  Anything else is
+ * a 400 naming it, as OpenAI answers "Unrecognized request argument". */
+static const char *const pic_chat_fields[] = {
+    "model", "messages", "stream", "stream_options", "max_tokens",
+    "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "n",
+    "stop", "tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs",
+    "add_generation_prompt", "logprobs", "top_logprobs", "presence_penalty",
+    "frequency_penalty", "repetition_penalty", "logit_bias", "response_format", "user",
+    "metadata", "store", "service_tier", "modalities", "prompt_cache_key",
+    "safety_identifier", "ignore_eos", "pic", NULL
+};
+
+static const char *const pic_completion_fields[] = {
+    "model", "prompt", "stream", "stream_options", "max_tokens", "temperature", "top_p",
+    "top_k", "min_p", "seed", "n", "best_of", "echo", "suffix", "stop", "logprobs",
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "user",
+    "metadata", "prompt_cache_key", "safety_identifier", "ignore_eos", "pic", NULL
+};
+
+static int
+pic_unsupported(pic_error *err, const char *param, const char *why)
+{
+    return pic_error_invalid(err, param, "unsupported_parameter",
+                             "Unsupported parameter: '%s' %s.", param, why);
+}
+
+static int
+pic_check_fields(const cJSON *root, pic_req_kind kind, pic_error *err)
+{
+    const char *const *list = kind == PIC_REQ_CHAT ? pic_chat_fields : pic_completion_fields;
+
+    for (const cJSON *f = root->child; f; f = f->next) {
+        int known = 0;
+        for (size_t i = 0; list[i] != NULL && !known; i++) {
+            known = strcmp(f->string, list[i]) == 0;
+        }
+        if (!known) {
+            return pic_error_invalid(err, f->string, "unknown_parameter",
+                                     "Unrecognized request argument supplied: %s",
+                                     f->string);
+        }
+    }
+    return 0;
+}
+
+static int
+pic_parse_logit_bias(pic_request *req, const cJSON *v, pic_error *err)
+{
+    char param[PIC_PARAM_MAX];
+
+    if (!cJSON_IsObject(v)) {
+        return pic_bad_type(err, "logit_bias", "an object", v);
+    }
+    if (cJSON_GetArraySize(v) > 1024) {
+        return pic_error_invalid(err, "logit_bias", "invalid_value",
+                                 "'logit_bias' may hold at most 1024 tokens.");
+    }
+    for (const cJSON *b = v->child; b; b = b->next) {
+        const char *k = b->string;
+        char       *end;
+        double      x;
+        long        id = strtol(k, &end, 10);
+
+        pic_param(param, "logit_bias.%s", k);
+        if (k[0] < '0' || k[0] > '9' || *end != '\0' || id < 0 || id > INT32_MAX) {
+            return pic_error_invalid(err, param, "invalid_value",
+                                     "'logit_bias' keys must be token ids (decimal "
+                                     "integers), not '%s'.", k);
+        }
+        if (pic_get_number(b, param, -100.0, 100.0, &x, err) != 0) {
+            return -1;
+        }
+    }
+    req->logit_bias = cJSON_GetArraySize(v) > 0 ? v : NULL;
+    return 0;
+}
+
+/* The penalties, biases and logprobs both endpoints share. */
+static int
+pic_parse_extra_sampling(pic_request *req, const cJSON *root, pic_error *err)
+{
+    const cJSON *v;
+    int64_t      x;
+
+    if ((v = pic_field(root, "min_p"))) {
+        if (pic_get_number(v, "min_p", 0.0, 1.0, &req->min_p, err) != 0) {
+            return -1;
+        }
+        req->has_min_p = 1;
+    }
+    if ((v = pic_field(root, "presence_penalty"))
+        && pic_get_number(v, "presence_penalty", -2.0, 2.0, &req->presence_penalty, err) != 0) {
+        return -1;
+    }
+    if ((v = pic_field(root, "frequency_penalty"))
+        && pic_get_number(v, "frequency_penalty", -2.0, 2.0, &req->frequency_penalty,
+                          err) != 0) {
+        return -1;
+    }
+    if ((v = pic_field(root, "repetition_penalty"))) {
+        if (pic_get_number(v, "repetition_penalty", 0.0, 2.0, &req->repetition_penalty,
+                           err) != 0) {
+            return -1;
+        }
+        if (req->repetition_penalty <= 0.0) {
+            return pic_error_invalid(err, "repetition_penalty", "invalid_value",
+                                     "'repetition_penalty' must be greater than 0.");
+        }
+    }
+    if ((v = pic_field(root, "logit_bias")) && pic_parse_logit_bias(req, v, err) != 0) {
+        return -1;
+    }
+    if (req->kind == PIC_REQ_COMPLETION) {
+        /* completions: logprobs is the number of alternatives (0..5) */
+        if ((v = pic_field(root, "logprobs"))) {
+            if (pic_get_int(v, "logprobs", 0, 5, &x, err) != 0) {
+                return -1;
+            }
+            req->logprobs = 1;
+            req->top_logprobs = (int) x;
+        }
+        if ((v = pic_field(root, "echo")) && !cJSON_IsFalse(v)) {
+            return pic_unsupported(err, "echo", "is not supported (only false)");
+        }
+        if ((v = pic_field(root, "best_of"))) {
+            if (pic_get_int(v, "best_of", 1, 128, &x, err) != 0) {
+                return -1;
+            }
+            if (x != 1) {
+                return pic_unsupported(err, "best_of", "is not supported (only 1)");
+            }
+        }
+        if ((v = pic_field(root, "suffix"))
+            && !(cJSON_IsString(v) && v->valuestring[0] == '\0')) {
+            return pic_unsupported(err, "suffix", "is not supported (no fill-in-the-middle)");
+        }
+        return 0;
+    }
+    if ((v = pic_field(root, "logprobs")) && pic_get_bool(v, "logprobs", &req->logprobs,
+                                                         err) != 0) {
+        return -1;
+    }
+    if ((v = pic_field(root, "top_logprobs"))) {
+        if (pic_get_int(v, "top_logprobs", 0, PIC_TOP_LOGPROBS_MAX, &x, err) != 0) {
+            return -1;
+        }
+        if (!req->logprobs && x > 0) {
+            return pic_error_invalid(err, "top_logprobs", "invalid_value",
+                                     "'top_logprobs' requires 'logprobs' to be true.");
+        }
+        req->top_logprobs = (int) x;
+    }
+    if ((v = pic_field(root, "store")) && !cJSON_IsFalse(v)) {
+        return pic_unsupported(err, "store", "is not supported (completions are never "
+                               "stored; only false)");
+    }
+    if ((v = pic_field(root, "service_tier"))
+        && !(cJSON_IsString(v) && (strcmp(v->valuestring, "auto") == 0
+                                   || strcmp(v->valuestring, "default") == 0))) {
+        return pic_unsupported(err, "service_tier", "is not supported (only 'auto' or "
+                               "'default')");
+    }
+    if ((v = pic_field(root, "modalities"))) {
+        if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 1 || !cJSON_IsString(v->child)
+            || strcmp(v->child->valuestring, "text") != 0) {
+            return pic_unsupported(err, "modalities", "is not supported (only [\"text\"])");
+        }
+    }
+    return 0;
+}
+
+/* tool_choice, parallel_tool_calls and response_format (chat, after tools). */
+static int
+pic_parse_output_form(pic_request *req, const cJSON *root, pic_error *err)
+{
+    const cJSON *v;
+
+    if ((v = pic_field(root, "tool_choice"))) {
+        if (cJSON_IsString(v)) {
+            if (strcmp(v->valuestring, "none") == 0) {
+                req->tool_choice = PIC_TOOL_CHOICE_NONE;
+            } else if (strcmp(v->valuestring, "auto") == 0) {
+                req->tool_choice = PIC_TOOL_CHOICE_AUTO;
+            } else if (strcmp(v->valuestring, "required") == 0) {
+                req->tool_choice = PIC_TOOL_CHOICE_REQUIRED;
+            } else {
+                return pic_error_invalid(err, "tool_choice", "invalid_value",
+                                         "Invalid value for 'tool_choice': expected 'none', "
+                                         "'auto', 'required' or a function object.");
+            }
+        } else if (cJSON_IsObject(v)) {
+            const cJSON *type = pic_field(v, "type");
+            const cJSON *fn = pic_field(v, "function");
+            const cJSON *name = fn ? pic_field(fn, "name") : NULL;
+
+            if (!type || !cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0) {
+                return pic_error_invalid(err, "tool_choice.type", "invalid_value",
+                                         "'tool_choice.type' must be 'function'.");
+            }
+            if (!name || !cJSON_IsString(name) || !name->valuestring[0]) {
+                return pic_error_invalid(err, "tool_choice.function.name", "invalid_value",
+                                         "'tool_choice.function.name' must be a non-empty "
+                                         "string.");
+            }
+            req->tool_choice = PIC_TOOL_CHOICE_FUNCTION;
+            req->tool_choice_name = pic_str_of(name);
+        } else {
+            return pic_bad_type(err, "tool_choice", "a string or an object", v);
+        }
+        if (req->tool_choice >= PIC_TOOL_CHOICE_REQUIRED && req->tools == NULL) {
+            return pic_error_invalid(err, "tool_choice", "invalid_value",
+                                     "'tool_choice' other than 'none' or 'auto' requires "
+                                     "'tools'.");
+        }
+        if (req->tool_choice == PIC_TOOL_CHOICE_FUNCTION) {
+            int found = 0;
+            for (const cJSON *t = req->tools->child; t && !found; t = t->next) {
+                const cJSON *n = cJSON_GetObjectItemCaseSensitive(
+                    cJSON_GetObjectItemCaseSensitive(t, "function"), "name");
+                found = strcmp(n->valuestring, req->tool_choice_name.ptr) == 0;
+            }
+            if (!found) {
+                return pic_error_invalid(err, "tool_choice.function.name", "invalid_value",
+                                         "Tool '%s' named in 'tool_choice' is not in 'tools'.",
+                                         req->tool_choice_name.ptr);
+            }
+        }
+    }
+    if ((v = pic_field(root, "parallel_tool_calls"))
+        && pic_get_bool(v, "parallel_tool_calls", &req->parallel_tool_calls, err) != 0) {
+        return -1;
+    }
+    if ((v = pic_field(root, "response_format"))) {
+        const cJSON *type = cJSON_IsObject(v) ? pic_field(v, "type") : NULL;
+
+        if (!cJSON_IsObject(v)) {
+            return pic_bad_type(err, "response_format", "an object", v);
+        }
+        if (!type || !cJSON_IsString(type)) {
+            return pic_error_invalid(err, "response_format.type", "invalid_value",
+                                     "'response_format.type' must be 'text', 'json_object' "
+                                     "or 'json_schema'.");
+        }
+        if (strcmp(type->valuestring, "text") == 0) {
+            req->response_format = PIC_RESPONSE_TEXT;
+        } else if (strcmp(type->valuestring, "json_object") == 0) {
+            req->response_format = PIC_RESPONSE_JSON_OBJECT;
+        } else if (strcmp(type->valuestring, "json_schema") == 0) {
+            const cJSON *js = pic_field(v, "json_schema");
+            const cJSON *schema = js && cJSON_IsObject(js) ? pic_field(js, "schema") : NULL;
+
+            if (!js || !cJSON_IsObject(js)) {
+                return pic_error_invalid(err, "response_format.json_schema",
+                                         "missing_required_parameter",
+                                         "'response_format.json_schema' must be an object.");
+            }
+            if (schema && !cJSON_IsObject(schema)) {
+                return pic_bad_type(err, "response_format.json_schema.schema", "an object",
+                                    schema);
+            }
+            req->response_format = PIC_RESPONSE_JSON_SCHEMA;
+            req->json_schema = schema;
+        } else {
+            return pic_error_invalid(err, "response_format.type", "invalid_value",
+                                     "'response_format.type' must be 'text', 'json_object' "
+                                     "or 'json_schema'.");
+        }
+    }
+    return 0;
+}
+
 /* --- completions prompt --- */
 
 static int
@@ -612,6 +889,9 @@ pic_request_reset(pic_request *req, pic_req_kind kind)
     req->add_generation_prompt = 1;
     req->max_tokens = -1;
     req->top_k = -1;
+    req->repetition_penalty = 1.0;
+    req->parallel_tool_calls = 1;
+    req->tool_choice_name = pic_str_empty;
 }
 
 int
@@ -652,7 +932,9 @@ pic_request_parse(pic_request *req, pic_req_kind kind, const char *body, size_t 
     }
     req->model = pic_str_of(model);
 
-    if (pic_parse_sampling(req, root, err) != 0) {
+    if (pic_check_fields(root, kind, err) != 0
+        || pic_parse_sampling(req, root, err) != 0
+        || pic_parse_extra_sampling(req, root, err) != 0) {
         goto fail;
     }
 
@@ -703,11 +985,24 @@ pic_request_parse(pic_request *req, pic_req_kind kind, const char *body, size_t 
         goto fail;
     }
 
+    if (pic_parse_output_form(req, root, err) != 0) {
+        goto fail;
+    }
+
     const cJSON *kw = pic_field(root, "chat_template_kwargs");
     if (kw) {
         if (!cJSON_IsObject(kw)) {
             pic_bad_type(err, "chat_template_kwargs", "an object", kw);
             goto fail;
+        }
+        for (const cJSON *k = kw->child; k; k = k->next) {
+            if (strcmp(k->string, "enable_thinking") != 0) {
+                pic_error_invalid(err, pic_param(param, "chat_template_kwargs.%s", k->string),
+                                  "unknown_parameter", "Unsupported chat template argument "
+                                  "'%s' (the template reads only 'enable_thinking').",
+                                  k->string);
+                goto fail;
+            }
         }
         const cJSON *et = pic_field(kw, "enable_thinking");
         if (et && pic_get_bool(et, pic_param(param, "chat_template_kwargs.enable_thinking"),

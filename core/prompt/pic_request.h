@@ -6,9 +6,11 @@
  * well-formed UTF-8 in every string, nesting limit) and every field the
  * gateway or engine reads is type-checked; anything wrong yields a 400
  * invalid_request_error naming the offending field in `param`, e.g.
- * "messages[2].tool_calls[0].function.arguments".  Unknown top-level fields
- * are ignored (clients send many: user, logprobs, tool_choice, ...).  A body
- * over the size limit is the caller's 413.
+ * "messages[2].tool_calls[0].function.arguments".  Top-level fields are
+ * checked against the list of parameters the project serves (README's
+ * table): an unknown one, or a known one with a value we cannot honour
+ * (n > 1, echo, audio, reasoning_effort, ...), is a 400 naming it, never
+ * silently ignored.  A body over the size limit is the caller's 413.
  *
  * Strings (pic_str) point into the request's cJSON tree: valid until
  * pic_request_free, NUL-terminated, never containing NUL.
@@ -77,6 +79,20 @@ typedef struct {
 } pic_request_limits;
 
 #define PIC_STOP_MAX 4
+#define PIC_TOP_LOGPROBS_MAX 20
+
+typedef enum {
+    PIC_TOOL_CHOICE_AUTO = 0,   /* absent or "auto": the model decides */
+    PIC_TOOL_CHOICE_NONE,       /* "none": no tool calls parsed */
+    PIC_TOOL_CHOICE_REQUIRED,   /* "required": the answer opens with a call */
+    PIC_TOOL_CHOICE_FUNCTION,   /* {"type":"function","function":{"name":N}} */
+} pic_tool_choice;
+
+typedef enum {
+    PIC_RESPONSE_TEXT = 0,      /* absent or {"type":"text"} */
+    PIC_RESPONSE_JSON_OBJECT,   /* {"type":"json_object"} */
+    PIC_RESPONSE_JSON_SCHEMA,   /* {"type":"json_schema","json_schema":{...}} */
+} pic_response_format;
 
 typedef struct {
     pic_req_kind  kind;
@@ -110,6 +126,21 @@ typedef struct {
     int64_t       seed;
     pic_str       stop[PIC_STOP_MAX];
     size_t        n_stop;
+    int           has_min_p;
+    double        min_p;                /* [0, 1] */
+    double        presence_penalty;     /* [-2, 2]; 0 off */
+    double        frequency_penalty;    /* [-2, 2]; 0 off */
+    double        repetition_penalty;   /* (0, 2]; 1 off */
+    const cJSON  *logit_bias;           /* {"id": bias in [-100, 100]}; NULL if absent */
+    int           logprobs;             /* chat: logprobs; completions: logprobs >= 0 */
+    int           top_logprobs;         /* [0, 20] alternatives per token */
+
+    /* tools and output form (chat) */
+    pic_tool_choice     tool_choice;
+    pic_str             tool_choice_name;   /* FUNCTION: a name listed in tools */
+    int                 parallel_tool_calls;/* default 1; 0: at most one call */
+    pic_response_format response_format;
+    const cJSON        *json_schema;        /* JSON_SCHEMA: response_format.json_schema.schema */
 } pic_request;
 
 /* Fills lim with the defaults listed in pic_request_limits. */

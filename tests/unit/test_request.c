@@ -226,7 +226,7 @@ static size_t
 nested_body(char *body, int arrays)
 {
     size_t n = (size_t) sprintf(body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\","
-                                      "\"content\":\"x\"}],\"extra\":");
+                                      "\"content\":\"x\"}],\"metadata\":");
     for (int i = 0; i < arrays; i++) {
         body[n++] = '[';
     }
@@ -414,6 +414,113 @@ test_error_json_shape(void **state)
     assert_int_equal(strlen(tiny), sizeof(tiny) - 1);
 }
 
+/* --- the parameter list (honest parameters) --- */
+
+#define MSGS "\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
+#define TOOLS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"
+
+static void
+test_unknown_and_unsupported_parameters_rejected(void **state)
+{
+    (void) state;
+    expect_bad("{" MSGS ",\"frobnicate\":1}", "frobnicate", "unknown_parameter",
+               "Unrecognized request argument supplied: frobnicate");
+    expect_bad("{" MSGS ",\"reasoning_effort\":\"low\"}", "reasoning_effort",
+               "unknown_parameter", "reasoning_effort");
+    expect_bad("{" MSGS ",\"audio\":{}}", "audio", "unknown_parameter", "audio");
+    expect_bad("{" MSGS ",\"functions\":[]}", "functions", "unknown_parameter", "functions");
+    expect_bad("{" MSGS ",\"store\":true}", "store", "unsupported_parameter", "store");
+    expect_bad("{" MSGS ",\"modalities\":[\"audio\"]}", "modalities",
+               "unsupported_parameter", "modalities");
+    expect_bad("{" MSGS ",\"chat_template_kwargs\":{\"tools_first\":true}}",
+               "chat_template_kwargs.tools_first", "unknown_parameter", "tools_first");
+    expect_bad_completion("{\"model\":\"m\",\"prompt\":\"x\",\"echo\":true}", "echo",
+                          "unsupported_parameter", "echo");
+    expect_bad_completion("{\"model\":\"m\",\"prompt\":\"x\",\"best_of\":2}", "best_of",
+                          "unsupported_parameter", "best_of");
+    expect_bad_completion("{\"model\":\"m\",\"prompt\":\"x\",\"suffix\":\"y\"}", "suffix",
+                          "unsupported_parameter", "suffix");
+    expect_bad_completion("{\"model\":\"m\",\"prompt\":\"x\",\"tools\":[]}", "tools",
+                          "unknown_parameter", "tools");
+    expect_bad_completion("{\"model\":\"m\",\"prompt\":\"x\",\"logprobs\":6}", "logprobs",
+                          "invalid_value", "between 0 and 5");
+}
+
+static void
+test_sampling_extras_parsed_and_checked(void **state)
+{
+    (void) state;
+    pic_request req;
+
+    parse_ok(&req, PIC_REQ_CHAT, "{" MSGS ",\"min_p\":0.1,\"presence_penalty\":0.5,"
+             "\"frequency_penalty\":-1,\"repetition_penalty\":1.2,\"logit_bias\":{\"7\":-100,"
+             "\"12\":2.5},\"logprobs\":true,\"top_logprobs\":3,\"user\":\"u\","
+             "\"metadata\":{\"k\":\"v\"},\"store\":false,\"service_tier\":\"auto\"}");
+    assert_true(req.has_min_p);
+    assert_true(req.min_p == 0.1);
+    assert_true(req.presence_penalty == 0.5);
+    assert_true(req.frequency_penalty == -1.0);
+    assert_true(req.repetition_penalty == 1.2);
+    assert_non_null(req.logit_bias);
+    assert_int_equal(req.logprobs, 1);
+    assert_int_equal(req.top_logprobs, 3);
+    pic_request_free(&req);
+
+    parse_ok(&req, PIC_REQ_COMPLETION, "{\"model\":\"m\",\"prompt\":\"x\",\"logprobs\":2,"
+             "\"echo\":false,\"best_of\":1}");
+    assert_int_equal(req.logprobs, 1);
+    assert_int_equal(req.top_logprobs, 2);
+    pic_request_free(&req);
+
+    expect_bad("{" MSGS ",\"presence_penalty\":3}", "presence_penalty", "invalid_value",
+               "between -2 and 2");
+    expect_bad("{" MSGS ",\"repetition_penalty\":0}", "repetition_penalty", "invalid_value",
+               "greater than 0");
+    expect_bad("{" MSGS ",\"min_p\":1.5}", "min_p", "invalid_value", "between 0 and 1");
+    expect_bad("{" MSGS ",\"logit_bias\":{\"abc\":1}}", "logit_bias.abc", "invalid_value",
+               "token ids");
+    expect_bad("{" MSGS ",\"logit_bias\":{\"5\":101}}", "logit_bias.5", "invalid_value",
+               "between -100 and 100");
+    expect_bad("{" MSGS ",\"top_logprobs\":21,\"logprobs\":true}", "top_logprobs",
+               "invalid_value", "between 0 and 20");
+    expect_bad("{" MSGS ",\"top_logprobs\":2}", "top_logprobs", "invalid_value",
+               "requires 'logprobs'");
+}
+
+static void
+test_tool_choice_and_response_format(void **state)
+{
+    (void) state;
+    pic_request req;
+
+    parse_ok(&req, PIC_REQ_CHAT, "{" MSGS TOOLS ",\"tool_choice\":\"required\","
+             "\"parallel_tool_calls\":false}");
+    assert_int_equal(req.tool_choice, PIC_TOOL_CHOICE_REQUIRED);
+    assert_int_equal(req.parallel_tool_calls, 0);
+    pic_request_free(&req);
+    parse_ok(&req, PIC_REQ_CHAT, "{" MSGS TOOLS ",\"tool_choice\":{\"type\":\"function\","
+             "\"function\":{\"name\":\"f\"}}}");
+    assert_int_equal(req.tool_choice, PIC_TOOL_CHOICE_FUNCTION);
+    assert_string_equal(req.tool_choice_name.ptr, "f");
+    assert_int_equal(req.parallel_tool_calls, 1);
+    pic_request_free(&req);
+    parse_ok(&req, PIC_REQ_CHAT, "{" MSGS ",\"response_format\":{\"type\":\"json_schema\","
+             "\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"object\"}}}}");
+    assert_int_equal(req.response_format, PIC_RESPONSE_JSON_SCHEMA);
+    assert_non_null(req.json_schema);
+    pic_request_free(&req);
+
+    expect_bad("{" MSGS TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":"
+               "{\"name\":\"g\"}}}", "tool_choice.function.name", "invalid_value",
+               "not in 'tools'");
+    expect_bad("{" MSGS ",\"tool_choice\":\"required\"}", "tool_choice", "invalid_value",
+               "requires 'tools'");
+    expect_bad("{" MSGS TOOLS ",\"tool_choice\":\"any\"}", "tool_choice", "invalid_value",
+               "'required'");
+    expect_bad("{" MSGS ",\"response_format\":{\"type\":\"yaml\"}}", "response_format.type",
+               "invalid_value", "json_schema");
+}
+
 int
 main(void)
 {
@@ -431,6 +538,9 @@ main(void)
         cmocka_unit_test(test_bad_tool_calls_rejected),
         cmocka_unit_test(test_message_count_limit),
         cmocka_unit_test(test_error_json_shape),
+        cmocka_unit_test(test_unknown_and_unsupported_parameters_rejected),
+        cmocka_unit_test(test_sampling_extras_parsed_and_checked),
+        cmocka_unit_test(test_tool_choice_and_response_format),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
