@@ -1,8 +1,10 @@
 /*
  * sample.c — next-token selection (sample.h).
  *
- * Order of the cuts, as in common LLM servers: temperature scales the
- * logits, top-k keeps the k largest, softmax over the kept ones, top-p keeps
+ * Order, as in common LLM servers: logit bias and penalties adjust the
+ * logits (a copy), temperature scales them, top-k keeps the k largest,
+ * softmax over the kept ones, min-p drops those below min_p times the most
+ * likely one, top-p keeps
  * the smallest prefix (by descending probability) whose mass reaches p, and
  * one draw from the renormalised rest.  Ties order by id so that the result
  * never depends on sort stability.
@@ -60,6 +62,16 @@ pic_sampler_init(pic_sampler *s, const pic_sample_params *p, int vocab)
         pic_sampler_free(s);
         return -1;
     }
+    if (p->n_bias > 0 || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f
+        || (p->repetition_penalty > 0.0f && p->repetition_penalty != 1.0f)) {
+        s->work = malloc((size_t) vocab * sizeof(float));
+        s->count = calloc((size_t) vocab, sizeof(int32_t));
+        s->seen = calloc((size_t) vocab, 1);
+        if (s->work == NULL || s->count == NULL || s->seen == NULL) {
+            pic_sampler_free(s);
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -68,8 +80,111 @@ pic_sampler_free(pic_sampler *s)
 {
     free(s->idx);
     free(s->prob);
+    free(s->work);
+    free(s->count);
+    free(s->seen);
     s->idx = NULL;
     s->prob = NULL;
+    s->work = NULL;
+    s->count = NULL;
+    s->seen = NULL;
+}
+
+void
+pic_sampler_prompt(pic_sampler *s, const int32_t *ids, int n)
+{
+    if (s->seen == NULL || ids == NULL) {
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        if (ids[i] >= 0 && ids[i] < s->vocab) {
+            s->seen[ids[i]] = 1;
+        }
+    }
+}
+
+void
+pic_sampler_accept(pic_sampler *s, int id)
+{
+    if (s->count != NULL && id >= 0 && id < s->vocab) {
+        s->count[id]++;
+        s->seen[id] = 1;
+    }
+}
+
+/* logits with bias and penalties applied, in s->work (or logits itself). */
+static const float *
+pic_sampler_adjust(pic_sampler *s, const float *logits)
+{
+    const pic_sample_params *p = &s->p;
+    float                   *w = s->work;
+    int                      rep = p->repetition_penalty > 0.0f
+                                   && p->repetition_penalty != 1.0f;
+
+    if (w == NULL) {
+        return logits;
+    }
+    memcpy(w, logits, (size_t) s->vocab * sizeof(float));
+    for (int i = 0; i < s->vocab; i++) {
+        if (rep && s->seen[i]) {
+            w[i] = w[i] > 0.0f ? w[i] / p->repetition_penalty : w[i] * p->repetition_penalty;
+        }
+        if (s->count[i] > 0) {
+            w[i] -= p->frequency_penalty * (float) s->count[i] + p->presence_penalty;
+        }
+    }
+    for (int i = 0; i < p->n_bias; i++) {
+        if (p->bias_id[i] >= 0 && p->bias_id[i] < s->vocab) {
+            w[p->bias_id[i]] += p->bias[i];
+        }
+    }
+    return w;
+}
+
+void
+pic_sample_logprob(const float *logits, int vocab, int id, int n_top,
+                   pic_token_logprob *out)
+{
+    float  mx = -INFINITY;
+    double sum = 0.0;
+    float  lse;
+
+    if (n_top > 20) {
+        n_top = 20;
+    }
+    if (n_top > vocab) {
+        n_top = vocab;
+    }
+    for (int i = 0; i < vocab; i++) {
+        mx = logits[i] > mx ? logits[i] : mx;
+    }
+    for (int i = 0; i < vocab; i++) {
+        sum += exp((double) (logits[i] - mx));
+    }
+    lse = mx + (float) log(sum);
+    out->id = id;
+    out->logprob = logits[id] - lse;
+    out->n_top = 0;
+    for (int i = 0; i < vocab && n_top > 0; i++) {
+        float v = logits[i];
+        int   j;
+
+        /* a descending list of n_top; on ties the lower id stays first */
+        if (out->n_top == n_top && v <= out->top_lp[n_top - 1]) {
+            continue;
+        }
+        j = out->n_top < n_top ? out->n_top++ : n_top - 1;
+        while (j > 0 && v > out->top_lp[j - 1]) {
+            out->top_lp[j] = out->top_lp[j - 1];
+            out->top_id[j] = out->top_id[j - 1];
+            j--;
+        }
+        out->top_lp[j] = v;
+        out->top_id[j] = i;
+    }
+    for (int i = 0; i < out->n_top; i++) {
+        out->top_lp[i] -= lse;
+    }
 }
 
 int
@@ -130,6 +245,7 @@ pic_sampler_sample(pic_sampler *s, const float *logits)
     int   V = s->vocab, n = V;
     float inv_t, mx, sum;
 
+    logits = pic_sampler_adjust(s, logits);
     if (s->p.temperature <= 0.0f || s->p.top_k == 1) {
         return pic_sample_argmax(logits, V);
     }
@@ -181,6 +297,29 @@ pic_sampler_sample(pic_sampler *s, const float *logits)
     }
     for (int i = 0; i < n; i++) {
         s->prob[i] /= sum;
+    }
+
+    /* min-p: drop what is less likely than min_p times the best */
+    if (s->p.min_p > 0.0f) {
+        float pmax = 0.0f;
+        int   m = 0;
+        for (int i = 0; i < n; i++) {
+            pmax = s->prob[i] > pmax ? s->prob[i] : pmax;
+        }
+        for (int i = 0; i < n; i++) {
+            if (s->prob[i] >= s->p.min_p * pmax) {
+                s->idx[m] = s->idx[i];
+                s->prob[m++] = s->prob[i];
+            }
+        }
+        n = m;
+        sum = 0.0f;
+        for (int i = 0; i < n; i++) {
+            sum += s->prob[i];
+        }
+        for (int i = 0; i < n; i++) {
+            s->prob[i] /= sum;
+        }
     }
 
     /* nucleus: tokens below (1−p)/n together hold less than 1−p of the mass,

@@ -2,7 +2,9 @@
  * test_sample.c — sampling checked statistically with fixed seeds: greedy
  * is argmax, top-k never leaves the top k, top-p keeps exactly the nucleus,
  * frequencies follow the softmax, a seed replays the same choices, stop ids
- * come from the config.
+ * come from the config; logit bias and the penalties move greedy choices as
+ * their formulas say, min-p drops the unlikely, logprobs equal a log-softmax
+ * computed here in double.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -186,6 +188,98 @@ test_stop_ids_from_config(void **unused)
     assert_false(pic_sample_is_stop(&cfg, -1));
 }
 
+static void
+test_logit_bias_and_penalties_move_greedy(void **unused)
+{
+    float             l[V];
+    pic_sampler       s;
+    int32_t           bid[1] = { 3 };
+    float             bv[1] = { 100.0f };
+    pic_sample_params pb = { .temperature = 0.0f, .bias_id = bid, .bias = bv, .n_bias = 1 };
+    pic_sample_params pp = { .temperature = 0.0f, .presence_penalty = 1.5f };
+    pic_sample_params pf = { .temperature = 0.0f, .frequency_penalty = 0.6f };
+    pic_sample_params pr = { .temperature = 0.0f, .repetition_penalty = 2.0f };
+
+    for (int i = 0; i < V; i++) {
+        l[i] = 0.0f;
+    }
+    l[0] = 2.0f;            /* best */
+    l[1] = 1.0f;            /* second */
+
+    assert_int_equal(pic_sampler_init(&s, &pb, V), 0);
+    assert_int_equal(pic_sampler_sample(&s, l), 3);        /* 0 + 100 > 2 */
+    pic_sampler_free(&s);
+
+    /* presence: 2 - 1.5 = 0.5 < 1 once 0 was generated */
+    assert_int_equal(pic_sampler_init(&s, &pp, V), 0);
+    assert_int_equal(pic_sampler_sample(&s, l), 0);
+    pic_sampler_accept(&s, 0);
+    assert_int_equal(pic_sampler_sample(&s, l), 1);
+    pic_sampler_free(&s);
+
+    /* frequency: 2 - 0.6 n; after one 1.4 > 1, after two 0.8 < 1 */
+    assert_int_equal(pic_sampler_init(&s, &pf, V), 0);
+    pic_sampler_accept(&s, 0);
+    assert_int_equal(pic_sampler_sample(&s, l), 0);
+    pic_sampler_accept(&s, 0);
+    assert_int_equal(pic_sampler_sample(&s, l), 1);
+    pic_sampler_free(&s);
+
+    /* repetition (HF): a prompt token's positive logit halves: 2/2 = 1 ties
+     * with id 1 (the lower id wins), 1/2 then loses to 1 */
+    l[1] = 1.5f;
+    assert_int_equal(pic_sampler_init(&s, &pr, V), 0);
+    int32_t prompt[1] = { 0 };
+    pic_sampler_prompt(&s, prompt, 1);
+    assert_int_equal(pic_sampler_sample(&s, l), 1);
+    pic_sampler_free(&s);
+}
+
+static void
+test_min_p_drops_the_unlikely(void **unused)
+{
+    double            p[V] = { 0.5, 0.3, 0.04, 0.16 };
+    float             l[V];
+    pic_sampler       s;
+    pic_sample_params pm = { .temperature = 1.0f, .min_p = 0.2f, .seed = 3 };
+
+    make_logits(l, p, V);
+    assert_int_equal(pic_sampler_init(&s, &pm, V), 0);
+    for (int r = 0; r < 2000; r++) {
+        int id = pic_sampler_sample(&s, l);
+        assert_true(id == 0 || id == 1 || id == 3);       /* 0.04 < 0.2 * 0.5 */
+    }
+    pic_sampler_free(&s);
+}
+
+static void
+test_logprob_is_log_softmax(void **unused)
+{
+    float             l[V];
+    pic_token_logprob out;
+    double            mx = -1e300, sum = 0.0;
+
+    for (int i = 0; i < V; i++) {
+        l[i] = (float) sin(i * 1.7) * 3.0f;
+        mx = l[i] > mx ? l[i] : mx;
+    }
+    for (int i = 0; i < V; i++) {
+        sum += exp(l[i] - mx);
+    }
+    pic_sample_logprob(l, V, 5, 4, &out);
+    assert_int_equal(out.id, 5);
+    assert_true(fabs(out.logprob - (l[5] - mx - log(sum))) < 1e-5);
+    assert_int_equal(out.n_top, 4);
+    for (int k = 0; k < 4; k++) {
+        int better = 0;
+        for (int i = 0; i < V; i++) {
+            better += l[i] > l[out.top_id[k]];
+        }
+        assert_int_equal(better, k);                       /* the k-th best */
+        assert_true(fabs(out.top_lp[k] - (l[out.top_id[k]] - mx - log(sum))) < 1e-5);
+    }
+}
+
 int
 main(void)
 {
@@ -196,6 +290,9 @@ main(void)
         cmocka_unit_test(test_frequencies_follow_softmax),
         cmocka_unit_test(test_seed_replays),
         cmocka_unit_test(test_stop_ids_from_config),
+        cmocka_unit_test(test_logit_bias_and_penalties_move_greedy),
+        cmocka_unit_test(test_min_p_drops_the_unlikely),
+        cmocka_unit_test(test_logprob_is_log_softmax),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
