@@ -43,7 +43,11 @@ serve_usage(FILE *f)
         "  --no-batch-decode       one forward per decode token instead of one per round\n"
         "  --pool-secret-file PATH pool credential (16+ bytes): peer endpoints, plans and\n"
         "                          frames need its HMAC; without it the pool is open\n"
-        "  --max-frame-bytes N     largest entry frame taken from a peer (default 268435456)\n");
+        "  --max-frame-bytes N     largest entry frame taken from a peer (default 268435456)\n"
+        "  --script FILE           scripted replies for tests and demos of models that cannot\n"
+        "                          decide (JSON [{\"when\": S, \"reply\": T}]: a request whose\n"
+        "                          last message contains S generates T, token by token through\n"
+        "                          the model, then stops)\n");
 }
 
 /* Parse a non-negative integer no larger than max; -1 on error. */
@@ -66,7 +70,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_NAME = 256, OPT_TEMPLATE, OPT_MARKER, OPT_WORKERS, OPT_BATCH, OPT_QUEUE,
         OPT_CTX, OPT_MAXTOK, OPT_TIMEOUT, OPT_MAXBODY, OPT_REDIS, OPT_ADVERTISE,
         OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_MINSEG,
-        OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME,
+        OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT,
     };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -98,6 +102,7 @@ pic_cmd_serve(int argc, char **argv)
         { "no-batch-decode", no_argument, NULL, OPT_NOBATCH },
         { "pool-secret-file", required_argument, NULL, OPT_SECRET },
         { "max-frame-bytes", required_argument, NULL, OPT_MAXFRAME },
+        { "script", required_argument, NULL, OPT_SCRIPT },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -131,6 +136,7 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_DTYPE: opts.entry_dtype = optarg; continue;
         case OPT_NOBATCH: opts.no_batch_decode = 1; continue;
         case OPT_SECRET: opts.pool_secret_file = optarg; continue;
+        case OPT_SCRIPT: opts.script = optarg; continue;
         case 'h': serve_usage(stdout); return 0;
         case 'p': case 't': case OPT_WORKERS: case OPT_BATCH: case OPT_QUEUE: case OPT_CTX:
         case OPT_MAXTOK: case OPT_TIMEOUT: case OPT_MAXBODY: case OPT_HEARTBEAT:

@@ -40,6 +40,7 @@
 #include "pic_segment.h"
 #include "pic_template.h"
 #include "pic_time.h"
+#include "pic_utf8.h"
 #include "server_impl.h"
 #include "toolcall.h"
 
@@ -123,6 +124,9 @@ pic_oai_ctx_free(pic_oai_ctx *c)
     pic_job_free(c->job);
     pic_toolstream_free(&c->ts);
     pic_buf_free(&c->content);
+    pic_think_free(&c->think);
+    pic_buf_free(&c->reasoning);
+    free(c->lps);
     for (int i = 0; i < c->n_calls; i++) {
         pic_toolcall_clear(&c->calls[i]);
     }
@@ -228,6 +232,130 @@ pic_oai_usage(const pic_job_update *u)
     return usage;
 }
 
+/* A token's text for logprobs: its bytes, each ill-formed byte as U+FFFD
+ * (the exact bytes go in "bytes"). */
+static void
+pic_oai_token_text(pic_buf *b, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t   k = pic_utf8_decode(s + i, n - i, &cp);
+
+        if (k == 0) {
+            pic_buf_appends(b, "\xef\xbf\xbd");
+            i++;
+        } else {
+            pic_buf_append(b, s + i, k);
+            i += k;
+        }
+    }
+}
+
+/* {"token","logprob","bytes"} of one id into obj. */
+static void
+pic_oai_lp_fields(pic_server *srv, cJSON *obj, int32_t id, float lp)
+{
+    size_t      n = 0;
+    const char *tb = srv->tok ? pic_tokenizer_token_bytes(srv->tok, id, &n) : NULL;
+    pic_buf     t;
+    cJSON      *bytes;
+
+    pic_buf_init(&t);
+    pic_oai_token_text(&t, tb ? tb : "", tb ? n : 0);
+    pic_oai_add_text(obj, "token", t.data ? t.data : "", t.len);
+    pic_buf_free(&t);
+    cJSON_AddNumberToObject(obj, "logprob", lp);
+    bytes = cJSON_AddArrayToObject(obj, "bytes");
+    for (size_t i = 0; tb != NULL && i < n; i++) {
+        cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char) tb[i]));
+    }
+}
+
+/* The choice's "logprobs" for the records held (they are consumed):
+ * chat {"content":[{token, logprob, bytes, top_logprobs}]}, completions
+ * {"tokens","token_logprobs","top_logprobs","text_offset"}; null when off. */
+static void
+pic_oai_add_logprobs(pic_oai_ctx *c, cJSON *choice)
+{
+    pic_server *srv = c->srv;
+    cJSON      *lp;
+
+    if (!c->logprobs) {
+        cJSON_AddNullToObject(choice, "logprobs");
+        return;
+    }
+    lp = cJSON_AddObjectToObject(choice, "logprobs");
+    if (c->kind == PIC_REQ_CHAT) {
+        cJSON *arr = cJSON_AddArrayToObject(lp, "content");
+
+        for (int i = 0; i < c->n_lps; i++) {
+            const pic_token_logprob *r = &c->lps[i];
+            cJSON *o = cJSON_CreateObject(), *top;
+
+            pic_oai_lp_fields(srv, o, r->id, r->logprob);
+            top = cJSON_AddArrayToObject(o, "top_logprobs");
+            for (int k = 0; k < r->n_top; k++) {
+                cJSON *t = cJSON_CreateObject();
+                pic_oai_lp_fields(srv, t, r->top_id[k], r->top_lp[k]);
+                cJSON_AddItemToArray(top, t);
+            }
+            cJSON_AddItemToArray(arr, o);
+        }
+    } else {
+        cJSON *toks = cJSON_AddArrayToObject(lp, "tokens");
+        cJSON *lps = cJSON_AddArrayToObject(lp, "token_logprobs");
+        cJSON *tops = cJSON_AddArrayToObject(lp, "top_logprobs");
+
+        cJSON_AddArrayToObject(lp, "text_offset");
+        for (int i = 0; i < c->n_lps; i++) {
+            const pic_token_logprob *r = &c->lps[i];
+            cJSON *o = cJSON_CreateObject(), *top = cJSON_CreateObject();
+
+            pic_oai_lp_fields(srv, o, r->id, r->logprob);
+            cJSON_AddItemToArray(toks, cJSON_DetachItemFromObject(o, "token"));
+            cJSON_AddItemToArray(lps, cJSON_CreateNumber(r->logprob));
+            for (int k = 0; k < r->n_top; k++) {
+                cJSON *t = cJSON_CreateObject(), *name;
+                pic_oai_lp_fields(srv, t, r->top_id[k], r->top_lp[k]);
+                name = cJSON_GetObjectItemCaseSensitive(t, "token");
+                /* a raw item holds the escaped literal: use it as the key */
+                if (name != NULL && name->valuestring != NULL) {
+                    cJSON *k2 = cJSON_Parse(name->valuestring);
+                    if (cJSON_IsString(k2)
+                        && !cJSON_GetObjectItemCaseSensitive(top, k2->valuestring)) {
+                        cJSON_AddNumberToObject(top, k2->valuestring, r->top_lp[k]);
+                    }
+                    cJSON_Delete(k2);
+                }
+                cJSON_Delete(t);
+            }
+            cJSON_AddItemToArray(tops, top);
+            cJSON_Delete(o);
+        }
+    }
+    c->n_lps = 0;
+}
+
+/* Keep new logprob records until a chunk (or the answer) carries them. */
+static void
+pic_oai_keep_logprobs(pic_oai_ctx *c, const pic_token_logprob *lp, int n)
+{
+    if (n <= 0) {
+        return;
+    }
+    if (c->n_lps + n > c->cap_lps) {
+        int                cap = (c->n_lps + n) * 2;
+        pic_token_logprob *p = realloc(c->lps, (size_t) cap * sizeof(*p));
+        if (p == NULL) {
+            return;
+        }
+        c->lps = p;
+        c->cap_lps = cap;
+    }
+    memcpy(c->lps + c->n_lps, lp, (size_t) n * sizeof(*lp));
+    c->n_lps += n;
+}
+
 static cJSON *
 pic_oai_call_json(const pic_toolcall_out *tc, int index, int stream)
 {
@@ -326,9 +454,10 @@ pic_oai_stream_start(pic_oai_ctx *c)
     }
 }
 
-/* Stream: a content delta. */
+/* Stream: a content (or, field "reasoning_content", a reasoning) delta;
+ * it carries the logprob records held. */
 static void
-pic_oai_stream_text(pic_oai_ctx *c, const char *text, size_t len)
+pic_oai_stream_field(pic_oai_ctx *c, const char *field, const char *text, size_t len)
 {
     cJSON *doc, *ch, *delta;
 
@@ -338,11 +467,11 @@ pic_oai_stream_text(pic_oai_ctx *c, const char *text, size_t len)
     ch = pic_oai_chunk(c, &doc);
     if (c->kind == PIC_REQ_CHAT) {
         delta = cJSON_AddObjectToObject(ch, "delta");
-        pic_oai_add_text(delta, "content", text, len);
+        pic_oai_add_text(delta, field, text, len);
     } else {
         pic_oai_add_text(ch, "text", text, len);
     }
-    cJSON_AddNullToObject(ch, "logprobs");
+    pic_oai_add_logprobs(c, ch);
     cJSON_AddNullToObject(ch, "finish_reason");
     if (c->include_usage) {
         cJSON_AddNullToObject(doc, "usage");
@@ -350,16 +479,35 @@ pic_oai_stream_text(pic_oai_ctx *c, const char *text, size_t len)
     pic_oai_sse(c, doc);
 }
 
-/* Stream: one finished tool call as a tool_calls delta. */
 static void
-pic_oai_stream_call(pic_oai_ctx *c, const pic_toolcall_out *tc)
+pic_oai_stream_text(pic_oai_ctx *c, const char *text, size_t len)
 {
-    cJSON *doc, *ch, *delta, *arr;
+    pic_oai_stream_field(c, "content", text, len);
+}
+
+/* Stream: a tool_calls delta for call `index`: the opening one (id, type,
+ * name, empty arguments) when id != NULL, else an arguments fragment. */
+static void
+pic_oai_stream_call_delta(pic_oai_ctx *c, int index, const char *id, const char *name,
+                          const char *args)
+{
+    cJSON *doc, *ch, *delta, *arr, *o, *fn;
 
     ch = pic_oai_chunk(c, &doc);
     delta = cJSON_AddObjectToObject(ch, "delta");
     arr = cJSON_AddArrayToObject(delta, "tool_calls");
-    cJSON_AddItemToArray(arr, pic_oai_call_json(tc, c->n_stream_calls++, 1));
+    o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "index", index);
+    if (id != NULL) {
+        cJSON_AddStringToObject(o, "id", id);
+        cJSON_AddStringToObject(o, "type", "function");
+    }
+    fn = cJSON_AddObjectToObject(o, "function");
+    if (name != NULL) {
+        cJSON_AddStringToObject(fn, "name", name);
+    }
+    pic_oai_add_text(fn, "arguments", args, strlen(args));
+    cJSON_AddItemToArray(arr, o);
     cJSON_AddNullToObject(ch, "logprobs");
     cJSON_AddNullToObject(ch, "finish_reason");
     if (c->include_usage) {
@@ -368,10 +516,38 @@ pic_oai_stream_call(pic_oai_ctx *c, const pic_toolcall_out *tc)
     pic_oai_sse(c, doc);
 }
 
+/* Stream: a block whose function name is known opens its call now. */
+static void
+pic_oai_stream_call_open(pic_oai_ctx *c)
+{
+    char name[256];
+
+    if (c->header_open || !pic_toolstream_pending_name(&c->ts, name, sizeof(name))) {
+        return;
+    }
+    pic_toolcall_id(c->open_id, sizeof(c->open_id));
+    c->header_open = 1;
+    pic_oai_stream_call_delta(c, c->n_stream_calls, c->open_id, name, "");
+}
+
+/* Stream: one finished tool call: its opening delta unless sent already,
+ * then its arguments. */
+static void
+pic_oai_stream_call(pic_oai_ctx *c, const pic_toolcall_out *tc)
+{
+    if (!c->header_open) {
+        pic_toolcall_id(c->open_id, sizeof(c->open_id));
+        pic_oai_stream_call_delta(c, c->n_stream_calls, c->open_id, tc->name, "");
+    }
+    c->header_open = 0;
+    pic_oai_stream_call_delta(c, c->n_stream_calls++, NULL, NULL, tc->arguments);
+}
+
 /* --- output path --- */
 
-/* New model text: through the tool-call filter to the client (stream) or
- * into the answer (non-stream).  final flushes the filter. */
+/* New model text: reasoning split off, the rest through the tool-call
+ * filter, to the client (stream) or into the answer (non-stream).  final
+ * flushes both filters. */
 static void
 pic_oai_output(pic_oai_ctx *c, const char *text, size_t len, int final)
 {
@@ -379,15 +555,42 @@ pic_oai_output(pic_oai_ctx *c, const char *text, size_t len, int final)
     size_t            clen = 0;
     pic_toolcall_out *calls = NULL;
     int               n = 0;
+    pic_buf           rbuf, cbuf;
 
+    pic_buf_init(&rbuf);
+    pic_buf_init(&cbuf);
+    if (c->split_think) {
+        if (pic_think_feed(&c->think, text, len, final, &rbuf, &cbuf) != 0) {
+            pic_job_cancel(c->job);
+            goto done;
+        }
+        text = cbuf.data;
+        len = cbuf.len;
+        if (c->stream) {
+            pic_oai_stream_field(c, "reasoning_content", rbuf.data, rbuf.len);
+        } else if (rbuf.len > 0) {
+            pic_buf_append(&c->reasoning, rbuf.data, rbuf.len);
+        }
+    }
+    if (c->one_call && c->ts.total_calls > 0) {
+        len = 0;                            /* the one call allowed is out */
+    }
     if (c->parse_tools) {
         if (pic_toolstream_feed(&c->ts, text, len, final, &content, &clen) != 0) {
             pic_job_cancel(c->job);
-            return;
+            goto done;
         }
         n = pic_toolstream_take(&c->ts, &calls);
         text = content;
         len = clen;
+        if (c->one_call && n > 0) {
+            for (int i = 1; i < n; i++) {
+                pic_toolcall_clear(&calls[i]);
+            }
+            n = 1;
+            len = 0;
+            pic_job_stop(c->job);           /* parallel_tool_calls: false */
+        }
     }
     c->srv->hs.tool_calls += (uint64_t) n;
     if (c->stream) {
@@ -395,6 +598,15 @@ pic_oai_output(pic_oai_ctx *c, const char *text, size_t len, int final)
         for (int i = 0; i < n; i++) {
             pic_oai_stream_call(c, &calls[i]);
             pic_toolcall_clear(&calls[i]);
+        }
+        if (c->header_open && !c->ts.in_block && n == 0) {
+            /* the opened block did not parse (its text went to content):
+             * close the call that went out with empty arguments */
+            pic_oai_stream_call_delta(c, c->n_stream_calls++, NULL, NULL, "{}");
+            c->header_open = 0;
+        }
+        if (c->parse_tools && !final) {
+            pic_oai_stream_call_open(c);
         }
     } else {
         if (len > 0) {
@@ -409,8 +621,11 @@ pic_oai_output(pic_oai_ctx *c, const char *text, size_t len, int final)
             c->calls[c->n_calls++] = calls[i];
         }
     }
+done:
     free(calls);
     free(content);
+    pic_buf_free(&rbuf);
+    pic_buf_free(&cbuf);
 }
 
 static void
@@ -483,7 +698,7 @@ pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
         } else {
             cJSON_AddStringToObject(ch, "text", "");
         }
-        cJSON_AddNullToObject(ch, "logprobs");
+        pic_oai_add_logprobs(c, ch);
         cJSON_AddStringToObject(ch, "finish_reason", reason);
         if (c->include_usage) {
             cJSON_AddNullToObject(doc, "usage");
@@ -524,6 +739,10 @@ pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
             } else {
                 pic_oai_add_text(msg, "content", text, c->content.len);
             }
+            if (c->reasoning.len > 0) {
+                pic_oai_add_text(msg, "reasoning_content", c->reasoning.data,
+                                 c->reasoning.len);
+            }
             if (c->n_calls > 0) {
                 cJSON *arr = cJSON_AddArrayToObject(msg, "tool_calls");
                 for (int i = 0; i < c->n_calls; i++) {
@@ -533,7 +752,7 @@ pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
         } else {
             pic_oai_add_text(ch, "text", text, c->content.len);
         }
-        cJSON_AddNullToObject(ch, "logprobs");
+        pic_oai_add_logprobs(c, ch);
         cJSON_AddStringToObject(ch, "finish_reason", reason);
         cJSON_AddItemToObject(doc, "usage", pic_oai_usage(u));
         pic_oai_release_conn(c);
@@ -632,13 +851,17 @@ pic_oai_progress(pic_oai_ctx *c)
 
     if (!pic_job_take(c->job, &u)) {
         free(u.text);
+        free(u.lp);
         return 0;
     }
     if (c->binary) {
         pic_oai_binary(c, &u);
         free(u.text);
+        free(u.lp);
         return u.done;
     }
+    pic_oai_keep_logprobs(c, u.lp, u.n_lp);
+    free(u.lp);
     if (!c->gone && (u.len > 0 || u.started)) {
         if (c->stream) {
             pic_oai_stream_start(c);
@@ -701,6 +924,150 @@ pic_oai_header_int(struct evhttp_request *req, const char *name)
     return (*end == '\0' && x > 0) ? x : 0;
 }
 
+/* The text of a request's last message (its content, text parts joined). */
+static void
+pic_oai_last_text(const pic_request *r, pic_buf *b)
+{
+    const pic_message *m;
+
+    if (r->kind == PIC_REQ_COMPLETION) {
+        pic_buf_append(b, r->prompt.ptr, r->prompt.len);
+        return;
+    }
+    if (r->n_messages == 0) {
+        return;
+    }
+    m = &r->messages[r->n_messages - 1];
+    if (m->content_kind == PIC_CONTENT_STRING) {
+        pic_buf_append(b, m->content.ptr, m->content.len);
+    }
+    for (size_t i = 0; m->content_kind == PIC_CONTENT_PARTS && i < m->n_parts; i++) {
+        pic_buf_append(b, m->parts[i].ptr, m->parts[i].len);
+    }
+}
+
+/* Tokens forced at the start of the answer: ids of text into the job. */
+static int
+pic_oai_force_text(pic_server *srv, pic_job *j, const char *text, size_t len, int stop,
+                   pic_error *err)
+{
+    int32_t *ids = NULL;
+    size_t   n = 0;
+
+    if (srv->tok == NULL
+        || pic_tokenizer_encode(srv->tok, text, len, &ids, &n) != PIC_TOKENIZER_OK) {
+        return pic_error_oom(err, __func__);
+    }
+    free(j->force);
+    j->force = ids;
+    j->n_force = (int) n;
+    j->force_stop = stop;
+    return 0;
+}
+
+/* Penalties, bias, logprobs, tool_choice, scripted replies and the output
+ * splitters of a job; 0 or -1 with err (400 naming the parameter). */
+static int
+pic_oai_job_params(pic_server *srv, pic_oai_ctx *c, const pic_request *r, pic_error *err)
+{
+    pic_job *j = c->job;
+    int      V = srv->model->cfg.vocab, open_think = 0;
+
+    j->sample.min_p = r->has_min_p ? (float) r->min_p : 0.0f;
+    j->sample.presence_penalty = (float) r->presence_penalty;
+    j->sample.frequency_penalty = (float) r->frequency_penalty;
+    j->sample.repetition_penalty = (float) r->repetition_penalty;
+    if (r->logit_bias != NULL) {
+        int n = cJSON_GetArraySize(r->logit_bias), i = 0;
+        const cJSON *b;
+
+        j->bias_id = malloc((size_t) n * sizeof(int32_t));
+        j->bias = malloc((size_t) n * sizeof(float));
+        if (j->bias_id == NULL || j->bias == NULL) {
+            return pic_error_oom(err, __func__);
+        }
+        cJSON_ArrayForEach(b, r->logit_bias) {
+            long id = strtol(b->string, NULL, 10);
+            if (id >= V) {
+                char param[PIC_ERROR_PARAM_MAX];
+                snprintf(param, sizeof(param), "logit_bias.%s", b->string);
+                return pic_error_invalid(err, param, "invalid_value",
+                                         "Token id %ld in 'logit_bias' is outside the "
+                                         "vocabulary (%d tokens).", id, V);
+            }
+            j->bias_id[i] = (int32_t) id;
+            j->bias[i++] = (float) b->valuedouble;
+        }
+        j->sample.bias_id = j->bias_id;
+        j->sample.bias = j->bias;
+        j->sample.n_bias = i;
+    }
+    j->logprobs = r->logprobs;
+    j->top_logprobs = r->top_logprobs;
+    c->logprobs = r->logprobs;
+    if (r->kind != PIC_REQ_CHAT) {
+        goto script;
+    }
+    if (r->response_format != PIC_RESPONSE_TEXT) {
+        return pic_error_invalid(err, "response_format", "unsupported_parameter",
+                                 "Unsupported parameter: 'response_format' of type '%s' is "
+                                 "not supported yet (only 'text').",
+                                 r->response_format == PIC_RESPONSE_JSON_OBJECT
+                                 ? "json_object" : "json_schema");
+    }
+    open_think = j->text != NULL && pic_think_prompt_open(j->text, j->text_len);
+    c->split_think = 1;
+    pic_think_init(&c->think, open_think);
+    c->one_call = !r->parallel_tool_calls;
+    if (r->tool_choice == PIC_TOOL_CHOICE_REQUIRED || r->tool_choice == PIC_TOOL_CHOICE_FUNCTION) {
+        /* the answer opens a call (of that function): forced first tokens;
+         * an open think block is closed first (no reasoning then) */
+        pic_buf f;
+        int     rc;
+
+        pic_buf_init(&f);
+        if (open_think) {
+            pic_buf_appends(&f, "\n</think>\n\n");
+        }
+        pic_buf_appends(&f, "<tool_call>\n");
+        if (r->tool_choice == PIC_TOOL_CHOICE_FUNCTION) {
+            if (srv->dialect == PIC_TEMPLATE_QWEN3_5) {
+                pic_buf_printf(&f, "<function=%s>\n", r->tool_choice_name.ptr);
+            } else {
+                pic_buf_appends(&f, "{\"name\": ");
+                pic_json_write_string(&f, r->tool_choice_name.ptr, r->tool_choice_name.len);
+                pic_buf_appends(&f, ", \"arguments\": ");
+            }
+        }
+        rc = f.oom ? pic_error_oom(err, __func__)
+                   : pic_oai_force_text(srv, j, f.data, f.len, 0, err);
+        pic_buf_free(&f);
+        if (rc != 0) {
+            return -1;
+        }
+    }
+script:
+    if (srv->script != NULL) {
+        const cJSON *rule;
+        pic_buf      last;
+
+        pic_buf_init(&last);
+        pic_oai_last_text(r, &last);
+        cJSON_ArrayForEach(rule, srv->script) {
+            const char *when = cJSON_GetObjectItemCaseSensitive(rule, "when")->valuestring;
+            const char *reply = cJSON_GetObjectItemCaseSensitive(rule, "reply")->valuestring;
+
+            if (last.data != NULL && strstr(last.data, when) != NULL) {
+                int rc = pic_oai_force_text(srv, j, reply, strlen(reply), 1, err);
+                pic_buf_free(&last);
+                return rc;
+            }
+        }
+        pic_buf_free(&last);
+    }
+    return 0;
+}
+
 /* Fill the job from the parsed request; 0 or -1 with err. */
 static int
 pic_oai_job_from_request(pic_server *srv, pic_oai_ctx *c, const pic_request *r,
@@ -755,6 +1122,9 @@ pic_oai_job_from_request(pic_server *srv, pic_oai_ctx *c, const pic_request *r,
                                      "'ignore_eos' must be a boolean.");
         }
         j->ignore_eos = cJSON_IsTrue(ie);
+    }
+    if (pic_oai_job_params(srv, c, r, err) != 0) {
+        return -1;
     }
     /* a deadline from the gateway only: covered by its credential */
     hdr = c->authenticated ? pic_oai_header_int(c->req, "X-PIC-Timeout-Ms") : 0;
@@ -943,6 +1313,8 @@ pic_oai_ctx_new(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     c->t0_ns = pic_now_ns();
     c->job->user = c;
     pic_buf_init(&c->content);
+    pic_buf_init(&c->reasoning);
+    pic_think_init(&c->think, 0);
     pic_toolstream_init(&c->ts, NULL);
     return c;
 }
@@ -1004,7 +1376,6 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     pic_plan           plan;
     int                have_plan = 0, authenticated;
     const char        *body;
-    const cJSON       *tc;
 
     memset(&r, 0, sizeof(r));
     pic_render_init(&rd);
@@ -1065,9 +1436,7 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     c->stream = r.stream;
     c->include_usage = r.stream && r.include_usage;
     pic_oai_make_id(c->id, sizeof(c->id), kind == PIC_REQ_CHAT ? "chatcmpl-" : "cmpl-");
-    tc = cJSON_GetObjectItemCaseSensitive(r.root, "tool_choice");
-    if (kind == PIC_REQ_CHAT && r.tools != NULL
-        && !(cJSON_IsString(tc) && strcmp(tc->valuestring, "none") == 0)) {
+    if (kind == PIC_REQ_CHAT && r.tools != NULL && r.tool_choice != PIC_TOOL_CHOICE_NONE) {
         c->tools = cJSON_Duplicate(r.tools, 1);
         c->parse_tools = c->tools != NULL;
         pic_toolstream_init(&c->ts, c->tools);

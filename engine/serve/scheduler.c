@@ -35,6 +35,8 @@ struct pic_seq {
     int          last;          /* last sampled id, fed by the next step */
     int          max_gen;       /* tokens this job may generate */
     int          stop_matched;  /* a stop string ended the output */
+    int          n_forced;      /* forced ids generated so far */
+    pic_token_logprob lp;       /* the chosen token's logprobs (job->logprobs) */
     char        *hold;          /* (n_hold) text held back for stop strings */
     size_t       n_hold, cap_hold;
 };
@@ -97,7 +99,17 @@ pic_job_free(pic_job *j)
         free(j->stop[i]);
     }
     free(j->out);
+    free(j->lp);
+    free(j->bias_id);
+    free(j->bias);
+    free(j->force);
     free(j);
+}
+
+void
+pic_job_stop(pic_job *j)
+{
+    __atomic_store_n(&j->stop_asked, 1, __ATOMIC_RELEASE);
 }
 
 void
@@ -134,6 +146,10 @@ pic_job_take(pic_job *j, pic_job_update *u)
     u->n_prompt = j->n_prompt_tokens;
     u->n_cached = j->n_cached;
     u->n_gen = j->n_gen;
+    u->lp = j->lp;
+    u->n_lp = j->n_lp;
+    j->lp = NULL;
+    j->n_lp = j->cap_lp = 0;
     u->started = j->t_first_ns != 0;
     u->done = j->done;
     u->finish = j->finish;
@@ -358,8 +374,45 @@ sampler:
     j->n_prompt_tokens = j->n_prompt;
     j->dirty = 1;
     pthread_mutex_unlock(&j->mu);
+    pic_sampler_prompt(&q->smp, j->prompt, j->n_prompt);
     pic_sched_count(s, &s->st.prompt_tokens, (uint64_t) j->n_prompt);
     return 0;
+}
+
+/* The next id from a job's logits: a forced id while any is left, else
+ * the sampler's; its logprobs noted for pic_seq_emit. */
+static int
+pic_seq_choose(pic_job *j, const float *logits, int vocab)
+{
+    pic_seq *q = j->seq;
+    int      id;
+
+    if (q->n_forced < j->n_force) {
+        id = j->force[q->n_forced++];
+    } else {
+        id = pic_sampler_sample(&q->smp, logits);
+    }
+    pic_sampler_accept(&q->smp, id);
+    if (j->logprobs) {
+        pic_sample_logprob(logits, vocab, id, j->top_logprobs, &q->lp);
+    }
+    return id;
+}
+
+/* Keep the chosen token's logprobs for the loop; caller holds j->mu. */
+static void
+pic_job_add_lp_locked(pic_job *j, const pic_token_logprob *lp)
+{
+    if (j->n_lp == j->cap_lp) {
+        int                cap = j->cap_lp ? 2 * j->cap_lp : 16;
+        pic_token_logprob *p = realloc(j->lp, (size_t) cap * sizeof(*p));
+        if (p == NULL) {
+            return;                 /* logprobs are best effort under OOM */
+        }
+        j->lp = p;
+        j->cap_lp = cap;
+    }
+    j->lp[j->n_lp++] = *lp;
 }
 
 /* A new token: stop tests, text, publication.  1 if the job finished. */
@@ -376,6 +429,11 @@ pic_seq_emit(pic_sched *s, pic_job *j, int id)
         return 1;
     }
     pic_sched_count(s, &s->st.gen_tokens, 1);
+    if (j->logprobs) {
+        pthread_mutex_lock(&j->mu);
+        pic_job_add_lp_locked(j, &q->lp);
+        pthread_mutex_unlock(&j->mu);
+    }
     if (q->have_dt) {
         txt = pic_detok_feed(&q->dt, id, &len);
         if (txt == NULL) {
@@ -408,6 +466,10 @@ pic_seq_emit(pic_sched *s, pic_job *j, int id)
         q->n_hold -= emit;
     }
     q->last = id;
+    if (j->force_stop && q->n_forced >= j->n_force) {
+        pic_job_finish(s, j, PIC_FINISH_STOP, 0, NULL, NULL);
+        return 1;
+    }
     if (j->n_gen >= q->max_gen) {
         pic_job_finish(s, j, PIC_FINISH_LENGTH, 0, NULL, NULL);
         return 1;
@@ -468,6 +530,9 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
         return 0;
     }
     /* assembled: from here on an ordinary sequence */
+    for (int i = 0; i < pj->n_segs; i++) {
+        pic_sampler_prompt(&q->smp, pj->segs[i].ids, pj->segs[i].n_ids);
+    }
     j->n_prompt = pj->n_prompt;
     q->n_fed = pj->n_prompt;
     q->planning = 0;
@@ -570,6 +635,10 @@ pic_seq_expired(pic_sched *s, pic_job *j)
                        "the request ran past its deadline");
         return 1;
     }
+    if (__atomic_load_n(&j->stop_asked, __ATOMIC_ACQUIRE)) {
+        pic_job_finish(s, j, PIC_FINISH_STOP, 0, NULL, NULL);
+        return 1;
+    }
     return 0;
 }
 
@@ -645,7 +714,7 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
             goto released;
         }
     }
-    id = pic_sampler_sample(&q->smp, w->logits);
+    id = pic_seq_choose(j, w->logits, s->o.model->cfg.vocab);
     if (pic_seq_emit(s, j, id)) {
         goto released;
     }
@@ -696,7 +765,7 @@ pic_worker_decode(pic_sched *s, pic_worker *w, int n)
     pthread_mutex_unlock(&s->stmu);
     for (int r = 0; r < nb; r++) {
         pic_job *j = w->run[w->dslot[r]];
-        int      id = pic_sampler_sample(&j->seq->smp, w->logits + (size_t) r * V);
+        int      id = pic_seq_choose(j, w->logits + (size_t) r * V, V);
 
         if (pic_seq_emit(s, j, id)) {
             pic_worker_release(s, w, w->dslot[r]);

@@ -63,6 +63,15 @@ typedef struct pic_job {
     int                n_stop;
     int64_t            deadline_ns; /* CLOCK_MONOTONIC; 0: none */
     int                ignore_eos;  /* keep going past stop tokens */
+    int32_t           *bias_id;     /* owned arrays behind sample.bias_id / .bias */
+    float             *bias;
+    int                logprobs;    /* record each generated token's logprob */
+    int                top_logprobs;/* ... with this many alternatives (<= 20) */
+    int32_t           *force;       /* (n_force) ids generated first whatever the
+                                     * model says (tool_choice, scripted replies);
+                                     * owned */
+    int                n_force;
+    int                force_stop;  /* end (stop) once the forced ids are out */
     struct pic_plan_job *plan;      /* segments for the pools (owned), or NULL:
                                      * plain prefill of text / prompt */
     int                build_only;  /* a peer's prefill: frame every segment's
@@ -78,6 +87,8 @@ typedef struct pic_job {
     int                n_prompt_tokens;   /* known once tokenized */
     int                n_cached;    /* prompt tokens served from a cache */
     int                n_gen;       /* tokens generated so far */
+    pic_token_logprob *lp;          /* (n_lp) logprobs since the last take */
+    int                n_lp, cap_lp;
     int                done;        /* the scheduler has let go of the job */
     pic_finish         finish;
     int                err_status;  /* HTTP status for PIC_FINISH_ERROR */
@@ -86,6 +97,7 @@ typedef struct pic_job {
     int64_t            t_submit_ns, t_start_ns, t_first_ns, t_done_ns;
 
     int64_t            cancel_ns;   /* atomic: when pic_job_cancel was called */
+    int                stop_asked;  /* atomic: pic_job_stop was called */
     int                queued;      /* in the wait queue (queue lock) */
     struct pic_job    *qnext;       /* wait queue link (queue lock) */
     pic_seq           *seq;         /* worker-only */
@@ -98,6 +110,8 @@ typedef struct {
     int         n_prompt;
     int         n_cached;
     int         n_gen;
+    pic_token_logprob *lp;          /* (n_lp) new logprob records, caller frees */
+    int         n_lp;
     int         started;            /* the first token exists (t_first_ns set) */
     int         done;
     pic_finish  finish;
@@ -165,8 +179,12 @@ void pic_job_free(pic_job *j);
 /* Ask the scheduler to drop the job before its next step (any thread). */
 void pic_job_cancel(pic_job *j);
 
+/* Ask the scheduler to end the job normally (finish "stop") before its
+ * next step, e.g. once the one tool call allowed is complete (any thread). */
+void pic_job_stop(pic_job *j);
+
 /* Move the job's news into u; returns 1 if anything changed since the last
- * take, else 0.  u->text must be freed by the caller. */
+ * take, else 0.  u->text and u->lp must be freed by the caller. */
 int pic_job_take(pic_job *j, pic_job_update *u);
 
 

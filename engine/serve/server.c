@@ -551,6 +551,45 @@ pic_server_init_cache(pic_server *srv)
     return 0;
 }
 
+/* --script FILE: [{"when": S, "reply": T}, ...] into srv->script; 0 or -1. */
+static int
+pic_server_load_script(pic_server *srv)
+{
+    const char *path = srv->opts->script;
+    FILE       *f = fopen(path, "rb");
+    char       *buf = NULL;
+    long        n = -1;
+    cJSON      *doc, *r;
+
+    if (f != NULL && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (1 << 24)
+        && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t) n + 1)) != NULL
+        && fread(buf, 1, (size_t) n, f) != (size_t) n) {
+        n = -1;
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    doc = buf != NULL && n >= 0 ? cJSON_ParseWithLength(buf, (size_t) n) : NULL;
+    free(buf);
+    if (!cJSON_IsArray(doc)) {
+        fprintf(stderr, "pic-engine[%s]: --script %s: not a readable JSON array\n",
+                srv->opts->id, path);
+        cJSON_Delete(doc);
+        return -1;
+    }
+    cJSON_ArrayForEach(r, doc) {
+        if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r, "when"))
+            || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(r, "reply"))) {
+            fprintf(stderr, "pic-engine[%s]: --script %s: every rule needs string "
+                    "\"when\" and \"reply\"\n", srv->opts->id, path);
+            cJSON_Delete(doc);
+            return -1;
+        }
+    }
+    srv->script = doc;
+    return 0;
+}
+
 /* Load the checkpoint and tokenizer, start the scheduler; 0 or -1. */
 static int
 pic_server_load_model(pic_server *srv)
@@ -608,6 +647,9 @@ pic_server_load_model(pic_server *srv)
         srv->max_ctx = mp > 0 && mp < 32768 ? mp : 32768;
     }
     if (pic_server_init_cache(srv) != 0) {
+        return -1;
+    }
+    if (o->script != NULL && pic_server_load_script(srv) != 0) {
         return -1;
     }
 
@@ -770,5 +812,6 @@ done:
     pic_tokenizer_free(srv.tok);
     pic_model_free(srv.model);
     pic_auth_clear(&srv.auth);
+    cJSON_Delete(srv.script);
     return rc;
 }

@@ -37,6 +37,8 @@ typedef struct {
     int         no_batch_decode;/* one forward per decode token (comparison) */
     const char *pool_secret_file; /* pool credential (pic_auth.h); NULL: unauthenticated */
     uint64_t    max_frame_bytes;/* largest entry frame accepted from a peer */
+    const char *script;         /* scripted replies (JSON file, tests and demos of
+                                 * random-weight models); NULL: none */
 } pic_server_opts;
 
 /* Run the server until SIGINT/SIGTERM; returns a process exit status. */

@@ -23,6 +23,7 @@
 #include "pic_marker.h"
 #include "pic_plan.h"
 #include "pic_template.h"
+#include "reasoning.h"
 #include "registry.h"
 #include "scheduler.h"
 #include "server.h"
@@ -87,6 +88,7 @@ typedef struct pic_server {
     pic_registry          *reg;             /* NULL: no Redis */
     pic_transport         *transport;       /* entries between engines */
     pic_auth               auth;            /* pool credential; auth.len 0: none */
+    cJSON                 *script;          /* --script rules, or NULL */
     pic_http_stats         hs;
 } pic_server;
 
@@ -113,6 +115,16 @@ struct pic_oai_ctx {
     int                       n_calls;
     size_t                    cap_calls;
     int                       n_stream_calls;   /* stream: calls sent */
+    int                       split_think;      /* chat: <think> → reasoning_content */
+    pic_thinkstream           think;
+    pic_buf                   reasoning;        /* non-stream: the reasoning so far */
+    int                       logprobs;         /* answer with logprobs */
+    pic_token_logprob        *lps;              /* (n_lps) not yet sent */
+    int                       n_lps, cap_lps;
+    int                       one_call;         /* parallel_tool_calls: false */
+    int                       header_open;      /* stream: the pending call's id +
+                                                 * name went out already */
+    char                      open_id[32];      /* ... with this id */
     char                      id[48];
     time_t                    created;
     int64_t                   t0_ns;

@@ -403,6 +403,48 @@ pic_toolstream_feed(pic_toolstream *ts, const char *text, size_t len,
 }
 
 int
+pic_toolstream_pending_name(const pic_toolstream *ts, char *name, size_t size)
+{
+    const char *b = ts->buf, *p, *e, *end = ts->buf + ts->len;
+
+    if (!ts->in_block || b == NULL || size == 0) {
+        return 0;
+    }
+    if ((p = pic_find(b, ts->len, "<function=")) != NULL) {
+        p += strlen("<function=");
+        e = memchr(p, '>', (size_t) (end - p));
+    } else if ((p = pic_find(b, ts->len, "\"name\"")) != NULL) {
+        p += strlen("\"name\"");
+        while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) {
+            p++;
+        }
+        if (p >= end || *p != ':') {
+            return 0;
+        }
+        p++;
+        while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) {
+            p++;
+        }
+        if (p >= end || *p != '"') {
+            return 0;
+        }
+        p++;
+        e = memchr(p, '"', (size_t) (end - p));
+        if (e != NULL && memchr(p, '\\', (size_t) (e - p)) != NULL) {
+            return 0;                   /* escapes: wait for the whole block */
+        }
+    } else {
+        return 0;
+    }
+    if (e == NULL || e == p || (size_t) (e - p) >= size) {
+        return 0;
+    }
+    memcpy(name, p, (size_t) (e - p));
+    name[e - p] = '\0';
+    return 1;
+}
+
+int
 pic_toolstream_take(pic_toolstream *ts, pic_toolcall_out **calls)
 {
     int n = ts->n_calls;

@@ -61,6 +61,10 @@ void pic_toolstream_free(pic_toolstream *ts);
 int pic_toolstream_feed(pic_toolstream *ts, const char *text, size_t len,
                         int final, char **content, size_t *content_len);
 
+/* The function name of the block being received, once its text names it
+ * (`<function=NAME>` or `"name": "NAME"`): 1 and name filled, else 0. */
+int pic_toolstream_pending_name(const pic_toolstream *ts, char *name, size_t size);
+
 /* Take the finished calls (caller frees each with pic_toolcall_clear and
  * the array with free()); returns how many. */
 int pic_toolstream_take(pic_toolstream *ts, pic_toolcall_out **calls);

@@ -376,3 +376,19 @@ class FakeBackend:
 
     def bad_lines(self):
         return []
+
+
+def think_split(raw, opened=True):
+    """(reasoning, content) of model text as the Qwen templates read an
+    assistant turn back: the oracle of the engine's reasoning_content."""
+    if opened and raw.startswith("<think>"):
+        raw = raw[len("<think>"):]
+    elif not opened:
+        s = raw.lstrip(" \n\t\r")
+        if not s.startswith("<think>"):
+            return "", raw
+        raw = s[len("<think>"):]
+    if "</think>" in raw:
+        r, c = raw.split("</think>", 1)
+        return r.strip("\n"), c.lstrip("\n")
+    return raw.lstrip("\n"), ""

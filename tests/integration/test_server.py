@@ -103,7 +103,10 @@ def test_chat_equals_completion_of_rendered_prompt(procs):
                 "<|im_start|>user\nWhat is PIC?<|im_end|>\n"
                 "<|im_start|>assistant\n<think>\n")
     comp = c.completions.create(model="m", prompt=rendered, max_tokens=16, temperature=0)
-    assert chat.choices[0].message.content == comp.choices[0].text
+    msg = chat.choices[0].message
+    # the prompt opened <think>: the text splits as the template reads it back
+    assert (getattr(msg, "reasoning_content", None) or "", msg.content) == \
+        harness.think_split(comp.choices[0].text)
     assert chat.usage.prompt_tokens == comp.usage.prompt_tokens
 
 
