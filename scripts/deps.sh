@@ -33,7 +33,10 @@ fi
 # Debian's nginx package enables and starts a system nginx on :80; we never use
 # it (tests and `make run` start their own with -p/-c).  Leave it as it is.
 
-PY_REQS=(pytest openai "tokenizers==0.23.3" numpy safetensors)
+# agent frameworks as clients in tests/integration/test_frameworks.py (issue 14):
+# pinned versions that install on Python 3.11 from PyPI
+PY_REQS=(pytest openai "tokenizers==0.23.3" numpy safetensors
+         "openai-agents==0.24.0" "langchain-openai==1.7.3" "litellm==1.83.0")
 VENV=.venv
 stamp="$VENV/.deps-$(printf '%s ' "${PY_REQS[@]}" | md5sum | cut -c1-8)"
 if [ ! -f "$stamp" ]; then
