@@ -1,0 +1,634 @@
+#!/usr/bin/env python3
+"""tasks.py — seeded, deterministic retrieval and agent tasks whose answer must be
+read from the context (issue 11), rendered with the Qwen3.5 chat template.
+
+Prose comes from the docstrings of the Python standard library (present on every
+machine with python3); facts ("the registration number of Vornak is 48213") are
+planted in it.  Task kinds:
+
+  single    single-hop RAG: k documents, one holds the asked fact (the others hold
+            facts about other entities and attributes)
+  distract  distractors: the same entity in two documents with different
+            attributes, and the same attribute for another entity; the question
+            names both
+  tool      agent tool loop: tool calls with JSON and prose results; the final
+            question needs a value from an earlier (not the last) result
+  multihop  document A says who manages X, document B holds an attribute of that
+            manager; the question asks for the manager's attribute
+  shift     a single / distract / tool item re-ordered, behind another per-agent
+            header, with another subset of tool schemas (same answer)
+
+Every item is a dict: {"task", "seed", "messages", "tools" (or None), "answer",
+"docs" (the document strings, for the PIC benchmark's markers)}.  `item(task, seed)`
+is a pure function of its arguments (and of the prose corpus, whose digest
+`corpus_digest()` is recorded with every checkpoint).
+
+Seeds: training draws seeds from TRAIN_SEEDS_FROM upwards; held-out evaluation uses
+seeds below HELDOUT_SEEDS (never used in training).
+
+Usage:  tasks.py [--task T] [--seed S] [--n N] [--level L] [--json]   print items
+"""
+import argparse
+import hashlib
+import importlib
+import inspect
+import json
+import random
+import re
+import sys
+import warnings
+
+TASKS = ["single", "distract", "tool", "multihop", "shift"]
+HELDOUT_SEEDS = 100000          # seeds [0, HELDOUT_SEEDS) are held out
+TRAIN_SEEDS_FROM = 1000000
+
+# --------------------------------------------------------------------- prose
+
+_MODULES = (
+    "abc argparse array ast asyncio base64 bisect calendar cmd codecs collections colorsys "
+    "configparser contextlib copy csv dataclasses datetime decimal difflib email enum "
+    "fileinput fnmatch fractions ftplib functools getopt gettext glob gzip hashlib heapq "
+    "hmac html http.client http.server imaplib inspect io ipaddress itertools json locale "
+    "logging lzma mailbox mimetypes numbers operator optparse os pathlib pickle pkgutil "
+    "platform plistlib poplib pprint queue random re sched secrets selectors shelve shlex "
+    "shutil signal smtplib socket socketserver sqlite3 statistics string struct subprocess "
+    "tarfile tempfile textwrap threading timeit tokenize trace traceback types typing "
+    "unittest urllib.parse urllib.request uuid warnings wave weakref xml.dom.minidom "
+    "zipfile zlib").split()
+
+_PROSE = None
+
+
+def prose():
+    """Sorted list of prose paragraphs (120-700 ASCII chars, one line each) from
+    the standard library's docstrings."""
+    global _PROSE
+    if _PROSE is None:
+        paras = set()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name in _MODULES:
+                try:
+                    mod = importlib.import_module(name)
+                except Exception:
+                    continue
+                objs = [mod] + [getattr(mod, n, None) for n in sorted(dir(mod))
+                                if not n.startswith("_")]
+                for o in objs:
+                    if o is not mod and getattr(o, "__module__", None) != mod.__name__:
+                        continue
+                    d = inspect.getdoc(o)
+                    if not d:
+                        continue
+                    for p in re.split(r"\n\s*\n", d):
+                        p = " ".join(p.split())
+                        if (120 <= len(p) <= 700 and p.isascii() and ">>>" not in p
+                                and not p.startswith(("-", "*", ":"))):
+                            paras.add(p)
+        _PROSE = sorted(paras)
+    return _PROSE
+
+
+def corpus_digest():
+    """sha256 prefix of the prose corpus (differs across Python versions)."""
+    return hashlib.sha256("\n".join(prose()).encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------- vocabulary
+
+_SYL = ("ka ri to na me shi lo vu pe ga zo di fu ne ra mo te su wa ba "
+        "dor vel mar tis len hol kes bri sa nor quin fal tor").split()
+
+ATTRS = [  # (attribute phrase, value kind)
+    ("registration number", "n5"), ("port number", "n4"), ("access code", "n4"),
+    ("serial number", "n6"), ("room number", "n3"), ("account number", "n6"),
+    ("badge number", "n5"), ("ticket number", "n5"), ("home city", "city"),
+    ("favourite colour", "colour"), ("project code", "code"), ("shelf label", "code"),
+]
+COLOURS = ("red green blue amber violet silver golden crimson teal ivory olive "
+           "maroon indigo scarlet").split()
+KINDS = ["", "", "the device ", "the ship ", "project ", "agent ", "the server "]
+
+FACT_TEMPLATES = [
+    "The {a} of {e} is {v}.",
+    "{E}'s {a} is {v}.",
+    "For {e}, the {a} is {v}.",
+    "{E} has the {a} {v}.",
+    "Note that the {a} of {e} is {v}.",
+]
+QUESTION_TEMPLATES = [
+    "What is the {a} of {e}?",
+    "Which {a} does {e} have?",
+    "Give the {a} of {e}.",
+    "Tell me the {a} of {e}.",
+]
+HEADERS = [
+    "You are a helpful assistant.",
+    "You are {n}, a research assistant of the {t} team. Answer from the documents.",
+    "You are {n}, the support agent for {t}. Be brief.",
+    "Agent {n} ({t} division). Use only the given context.",
+    "You are the retrieval agent of {t}. Reply with the value only.",
+    "",
+]
+
+
+def _name(r, lo=2, hi=3):
+    return "".join(r.choice(_SYL) for _ in range(r.randint(lo, hi))).capitalize()
+
+
+def _value(r, kind):
+    if kind[0] == "n":
+        k = int(kind[1:])
+        return str(r.randint(10 ** (k - 1), 10 ** k - 1))
+    if kind == "city":
+        return _name(r, 2, 3) + r.choice(["", "", " Harbour", " Falls", "ton"])
+    if kind == "colour":
+        return r.choice(COLOURS)
+    return "%s-%d" % ("".join(r.choice("ABCDEFGHKMNPRSTVXZ") for _ in range(2)),
+                      r.randint(10, 999))
+
+
+def _entities(r, n):
+    """n distinct entity phrases."""
+    out = []
+    while len(out) < n:
+        e = r.choice(KINDS) + _name(r)
+        if e not in out and not any(e.split()[-1] == o.split()[-1] for o in out):
+            out.append(e)
+    return out
+
+
+def _fact(r, e, a, v):
+    t = r.choice(FACT_TEMPLATES)
+    E = e[0].upper() + e[1:]
+    return t.format(a=a, e=e, E=E, v=v)
+
+
+def _question(r, e, a):
+    return r.choice(QUESTION_TEMPLATES).format(a=a, e=e)
+
+
+# --------------------------------------------------------------------- documents
+
+# curriculum level -> (documents, paragraphs per document)
+LEVELS = {
+    0: ((2, 3), (1, 1)),
+    1: ((2, 4), (1, 2)),
+    2: ((3, 5), (1, 3)),
+    3: ((3, 8), (1, 4)),
+    4: ((4, 10), (2, 6)),     # contexts up to ~4k tokens
+}
+
+
+def _doc(r, paras, facts, title):
+    """A document: title line, paragraphs with the fact sentences planted at
+    random paragraph ends."""
+    body = [r.choice(prose()) for _ in range(paras)]
+    for f in facts:
+        i = r.randrange(len(body))
+        body[i] = body[i] + " " + f if r.random() < 0.5 else f + " " + body[i]
+    return "%s\n%s" % (title, "\n".join(body))
+
+
+def _title(r):
+    return r.choice(["Notes on", "Reference:", "About", "Manual:", "Section on",
+                     "Report:"]) + " " + r.choice(_MODULES)
+
+
+def _docs_message(r, docs, question):
+    parts = ["[%d] %s" % (i + 1, d) for i, d in enumerate(docs)]
+    intro = r.choice(["Documents:", "Context:", "Read the documents below.",
+                      "Here are the search results."])
+    return intro + "\n\n" + "\n\n".join(parts) + "\n\nQuestion: " + question
+
+
+def _header(r):
+    h = r.choice(HEADERS)
+    return h.format(n=_name(r), t=_name(r))
+
+
+def _rag(r, level, n_extra_same=0):
+    """Shared body of single / distract: returns (docs, question, answer)."""
+    (dlo, dhi), (plo, phi) = LEVELS[level]
+    k = r.randint(dlo, dhi)
+    ents = _entities(r, 2 * k + 2)
+    attrs = r.sample(ATTRS, 4)
+    target_e, target_a = ents[0], attrs[0]
+    answer = _value(r, target_a[1])
+    facts = [[] for _ in range(k)]
+    gold = r.randrange(k)
+    facts[gold].append(_fact(r, target_e, target_a[0], answer))
+    if n_extra_same:
+        # distractors: same entity, another attribute (another document when k > 1);
+        # same attribute, another entity
+        other = (gold + 1 + r.randrange(k - 1)) % k if k > 1 else gold
+        a2 = attrs[1]
+        facts[other].append(_fact(r, target_e, a2[0], _value(r, a2[1])))
+        facts[r.randrange(k)].append(_fact(r, ents[1], target_a[0], _value(r, target_a[1])))
+    used = set()
+    for i in range(k):
+        for _ in range(r.randint(0, 1) + (1 if i != gold else 0)):
+            e = r.choice(ents[2:])
+            a = r.choice(attrs[1:])
+            if (e, a) in used:          # one value per (entity, attribute)
+                continue
+            used.add((e, a))
+            facts[i].append(_fact(r, e, a[0], _value(r, a[1])))
+    docs = [_doc(r, r.randint(plo, phi), facts[i], _title(r)) for i in range(k)]
+    return docs, _question(r, target_e, target_a[0]), answer
+
+
+def _rag_item(r, level, distract):
+    docs, q, ans = _rag(r, level, n_extra_same=1 if distract else 0)
+    msgs = []
+    h = _header(r)
+    if h:
+        msgs.append({"role": "system", "content": h})
+    msgs.append({"role": "user", "content": _docs_message(r, docs, q)})
+    return {"messages": msgs, "tools": None, "answer": ans, "docs": docs}
+
+
+def _multihop_item(r, level):
+    (dlo, dhi), (plo, phi) = LEVELS[level]
+    k = max(2, r.randint(dlo, dhi))
+    ents = _entities(r, 2 * k + 4)
+    x, boss = ents[0], ents[1]
+    a = r.choice(ATTRS)
+    answer = _value(r, a[1])
+    rel = r.choice([("is managed by", "the manager of"), ("reports to", "the person {x} reports to"),
+                    ("is stored with", "the item stored with")])
+    link = "%s %s %s." % (x[0].upper() + x[1:], rel[0], boss)
+    da, db = r.sample(range(k), 2)
+    facts = [[] for _ in range(k)]
+    facts[da].append(link)
+    facts[db].append(_fact(r, boss, a[0], answer))
+    # distractors: the same attribute for x itself and for another entity
+    facts[r.randrange(k)].append(_fact(r, x, a[0], _value(r, a[1])))
+    facts[r.randrange(k)].append(_fact(r, ents[2], a[0], _value(r, a[1])))
+    other = ents[3]
+    facts[r.randrange(k)].append("%s %s %s." % (ents[4][0].upper() + ents[4][1:], rel[0], other))
+    docs = [_doc(r, r.randint(plo, phi), facts[i], _title(r)) for i in range(k)]
+    target = rel[1].format(x=x) if "{x}" in rel[1] else rel[1] + " " + x
+    q = "What is the %s of %s?" % (a[0], target)
+    msgs = []
+    h = _header(r)
+    if h:
+        msgs.append({"role": "system", "content": h})
+    msgs.append({"role": "user", "content": _docs_message(r, docs, q)})
+    return {"messages": msgs, "tools": None, "answer": answer, "docs": docs}
+
+
+# --------------------------------------------------------------------- tools
+
+
+def _schema(name, desc, params):
+    return {"type": "function", "function": {
+        "name": name, "description": desc,
+        "parameters": {"type": "object",
+                       "properties": {p: {"type": t, "description": d} for p, t, d in params},
+                       "required": [p for p, _, _ in params]}}}
+
+
+TOOLS = {
+    "get_order": _schema("get_order", "Look up an order by its id.",
+                         [("order_id", "integer", "The order id.")]),
+    "get_user": _schema("get_user", "Fetch the profile of a user.",
+                        [("name", "string", "The user's name.")]),
+    "get_weather": _schema("get_weather", "Current weather report for a city.",
+                           [("city", "string", "City name.")]),
+    "search_docs": _schema("search_docs", "Search the internal documentation.",
+                           [("query", "string", "Search terms.")]),
+    "read_file": _schema("read_file", "Read a text file from the workspace.",
+                         [("path", "string", "File path.")]),
+    "get_shipment": _schema("get_shipment", "Track a shipment.",
+                            [("tracking_id", "string", "Tracking id.")]),
+}
+
+
+def _tool_call(r, name):
+    """(arguments, result text, [(question, answer)]) for one call of tool `name`."""
+    if name == "get_order":
+        oid = r.randint(1000, 99999)
+        total, items, wh = r.randint(10, 9999), r.randint(1, 20), _name(r)
+        res = json.dumps({"order_id": oid, "status": r.choice(["open", "shipped", "held"]),
+                          "total": total, "items": items, "warehouse": wh})
+        qa = [("What was the total of order %d?" % oid, str(total)),
+              ("How many items are in order %d?" % oid, str(items)),
+              ("Which warehouse holds order %d?" % oid, wh)]
+        return {"order_id": oid}, res, qa
+    if name == "get_user":
+        n = _name(r)
+        uid, room, team = r.randint(10000, 99999), r.randint(100, 999), _name(r)
+        res = json.dumps({"name": n, "user_id": uid, "team": team, "room": room})
+        qa = [("What is the user id of %s?" % n, str(uid)),
+              ("Which room is %s in?" % n, str(room)),
+              ("Which team is %s on?" % n, team)]
+        return {"name": n}, res, qa
+    if name == "get_weather":
+        c = _name(r)
+        t, w = r.randint(-9, 39), r.randint(100, 9999)
+        res = ("In %s it is %d degrees with %s; the station code is %d." %
+               (c, t, r.choice(["light rain", "clear skies", "fog", "snow", "wind"]), w))
+        qa = [("What was the station code for %s?" % c, str(w)),
+              ("How many degrees was it in %s?" % c, str(t))]
+        return {"city": c}, res, qa
+    if name == "get_shipment":
+        tid = "%s%d" % (r.choice("ABCDEFGHKMNPRSTVXZ"), r.randint(1000, 9999))
+        dep, days = _name(r), r.randint(2, 30)
+        res = json.dumps({"tracking_id": tid, "depot": dep, "eta_days": days})
+        qa = [("Which depot is shipment %s at?" % tid, dep),
+              ("In how many days does shipment %s arrive?" % tid, str(days))]
+        return {"tracking_id": tid}, res, qa
+    # search_docs / read_file: prose with a planted fact
+    e = _entities(r, 1)[0]
+    a = r.choice(ATTRS)
+    v = _value(r, a[1])
+    text = _doc(r, r.randint(1, 2), [_fact(r, e, a[0], v)], _title(r))
+    arg = ({"query": e.split()[-1] + " " + a[0]} if name == "search_docs"
+           else {"path": "notes/%s.txt" % e.split()[-1].lower()})
+    return arg, text, [(_question(r, e, a[0]), v)]
+
+
+def _request_text(r, calls):
+    bits = []
+    for name, args in calls:
+        v = list(args.values())[0]
+        bits.append({"get_order": "check order %s", "get_user": "look up %s",
+                     "get_weather": "get the weather in %s", "search_docs": "search for '%s'",
+                     "read_file": "read %s", "get_shipment": "track shipment %s"}[name] % v)
+    return "Please " + ", then ".join(bits) + "."
+
+
+def _tool_item(r, level, tool_names=None):
+    names = list(TOOLS)
+    n_calls = min(2 + level // 2 + r.randint(0, 1), 5)
+    seq = [r.choice(names) for _ in range(n_calls)]
+    if tool_names is None:
+        pool = sorted(set(seq) | set(r.sample(names, r.randint(0, 2))), key=names.index)
+    else:
+        pool = tool_names
+    calls, results, qas = [], [], []
+    for name in seq:
+        args, res, qa = _tool_call(r, name)
+        calls.append((name, args))
+        results.append(res)
+        qas.append(qa)
+    # the question is about an earlier result (not the last) when there are >= 2
+    pick = r.randrange(len(seq) - 1) if len(seq) > 1 else 0
+    q, ans = r.choice(qas[pick])
+    msgs = []
+    h = _header(r)
+    if h:
+        msgs.append({"role": "system", "content": h})
+    ask_last = r.random() < 0.5
+    req = _request_text(r, calls)
+    if not ask_last:
+        req += " " + q
+    msgs.append({"role": "user", "content": req})
+    for (name, args), res in zip(calls, results):
+        msgs.append({"role": "assistant", "content": "",
+                     "tool_calls": [{"type": "function",
+                                     "function": {"name": name, "arguments": args}}]})
+        msgs.append({"role": "tool", "content": res})
+    if ask_last:
+        msgs.append({"role": "user", "content": q})
+    return {"messages": msgs, "tools": [TOOLS[n] for n in pool], "answer": ans,
+            "docs": results}
+
+
+def _shift_item(r, level):
+    """A base item re-ordered / re-headed / with another tool subset."""
+    base = r.choice(["single", "distract", "tool"])
+    bseed = r.randrange(1 << 62)
+    it = _make(base, bseed, level)
+    r2 = random.Random(bseed ^ 0x5DEECE66D)
+    msgs = [dict(m) for m in it["messages"]]
+    h = _header(r2)
+    if msgs[0]["role"] == "system":
+        msgs = msgs[1:]
+    if h:
+        msgs.insert(0, {"role": "system", "content": h})
+    if base == "tool":
+        used = sorted({m["tool_calls"][0]["function"]["name"] for m in msgs
+                       if m.get("tool_calls")}, key=list(TOOLS).index)
+        extra = [n for n in TOOLS if n not in used]
+        pool = sorted(set(used) | set(r2.sample(extra, r2.randint(0, len(extra)))),
+                      key=list(TOOLS).index)
+        return {"messages": msgs, "tools": [TOOLS[n] for n in pool],
+                "answer": it["answer"], "docs": it["docs"], "base": base}
+    docs = list(it["docs"])
+    r2.shuffle(docs)
+    u = msgs[-1]["content"]
+    q = u[u.rindex("\n\nQuestion: ") + len("\n\nQuestion: "):]
+    msgs[-1] = {"role": "user", "content": _docs_message(r2, docs, q)}
+    return {"messages": msgs, "tools": None, "answer": it["answer"], "docs": docs,
+            "base": base}
+
+
+def _make(task, seed, level):
+    r = random.Random("%s/%d/%d" % (task, seed, level))
+    if task == "single":
+        return _rag_item(r, level, False)
+    if task == "distract":
+        return _rag_item(r, level, True)
+    if task == "tool":
+        return _tool_item(r, level)
+    if task == "multihop":
+        return _multihop_item(r, level)
+    if task == "shift":
+        return _shift_item(r, level)
+    raise ValueError("unknown task %r" % task)
+
+
+def item(task, seed, level=2):
+    """The item of `task` for `seed` at curriculum `level` (deterministic)."""
+    it = _make(task, seed, level)
+    it["task"], it["seed"], it["level"] = task, seed, level
+    return it
+
+
+# --------------------------------------------------------------------- template
+# The Qwen3.5 chat template for what the tasks use (system, tools, tool calls,
+# tool results, thinking off), as core/prompt/pic_template.c renders it;
+# train/check_render.py checks equality with the engine and with transformers.
+
+QWEN35_TOOLS_HEAD = ("<|im_start|>system\n# Tools\n\nYou have access to the following "
+                     "functions:\n\n<tools>")
+QWEN35_TOOLS_TAIL = (
+    "\n</tools>\n\nIf you choose to call a function ONLY reply in the following "
+    "format with NO suffix:\n\n<tool_call>\n<function=example_function_name>\n"
+    "<parameter=example_parameter_1>\nvalue_1\n</parameter>\n"
+    "<parameter=example_parameter_2>\nThis is the value for the second parameter\n"
+    "that can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n"
+    "<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: "
+    "an inner <function=...></function> block must be nested within "
+    "<tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n"
+    "- You may provide optional reasoning for your function call in natural "
+    "language BEFORE the function call, but NOT after\n- If there is no function "
+    "call available, answer the question like normal with your current knowledge "
+    "and do not tell the user about function calls\n</IMPORTANT>")
+
+
+# The same subset as a Jinja chat template (tokenizer_config.json), for
+# transformers' apply_chat_template; written for this project, checked against
+# render() and the engine by train/check_render.py.
+CHAT_TEMPLATE = (
+    "{%- set ns = namespace(last_query=messages|length) -%}"
+    "{%- for m in messages[::-1] -%}"
+    "{%- if ns.last_query == messages|length and m.role == 'user' -%}"
+    "{%- set c = m.content|trim -%}"
+    "{%- if not (c.startswith('<tool_response>') and c.endswith('</tool_response>')) -%}"
+    "{%- set ns.last_query = messages|length - loop.index -%}"
+    "{%- endif -%}{%- endif -%}{%- endfor -%}"
+    "{%- if ns.last_query == messages|length -%}"
+    "{{- raise_exception('No user query found in messages.') -}}{%- endif -%}"
+    "{%- if tools -%}"
+    "{{- '" + json.dumps(QWEN35_TOOLS_HEAD)[1:-1].replace("'", "\\'") + "' -}}"
+    "{%- for t in tools -%}{{- '\\n' + (t|tojson) -}}{%- endfor -%}"
+    "{{- '" + json.dumps(QWEN35_TOOLS_TAIL)[1:-1].replace("'", "\\'") + "' -}}"
+    "{%- if messages[0].role == 'system' and messages[0].content|trim -%}"
+    "{{- '\\n\\n' + messages[0].content|trim -}}{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- elif messages[0].role == 'system' -%}"
+    "{{- '<|im_start|>system\\n' + messages[0].content|trim + '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- for m in messages -%}{%- set i = loop.index0 -%}"
+    "{%- if m.role == 'user' -%}"
+    "{{- '<|im_start|>user\\n' + m.content|trim + '<|im_end|>\\n' -}}"
+    "{%- elif m.role == 'assistant' -%}"
+    "{%- set content = (m.content or '')|trim -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- if i > ns.last_query -%}{{- '<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}"
+    "{{- content -}}"
+    "{%- for tc in m.tool_calls or [] -%}"
+    "{%- if loop.first -%}{{- ('\\n\\n' if content else '') + '<tool_call>\\n<function=' -}}"
+    "{%- else -%}{{- '\\n<tool_call>\\n<function=' -}}{%- endif -%}"
+    "{{- tc.function.name + '>\\n' -}}"
+    "{%- for k, v in tc.function.arguments.items() -%}"
+    "{{- '<parameter=' + k + '>\\n' -}}"
+    "{%- if v is mapping or (v is sequence and v is not string) -%}{{- v|tojson -}}"
+    "{%- else -%}{{- v|string -}}{%- endif -%}"
+    "{{- '\\n</parameter>\\n' -}}{%- endfor -%}"
+    "{{- '</function>\\n</tool_call>' -}}{%- endfor -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- elif m.role == 'tool' -%}"
+    "{%- if i > 0 and messages[i - 1].role != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}"
+    "{{- '\\n<tool_response>\\n' + m.content|trim + '\\n</tool_response>' -}}"
+    "{%- if loop.last or messages[i + 1].role != 'tool' -%}{{- '<|im_end|>\\n' -}}{%- endif -%}"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}"
+    "{{- '<think>\\n\\n</think>\\n\\n' -}}{%- else -%}{{- '<think>\\n' -}}{%- endif -%}"
+    "{%- endif -%}"
+)
+
+
+def _arg_str(v):
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "True" if v else "False"
+    if isinstance(v, (int, float)):
+        return str(v)
+    return json.dumps(v, ensure_ascii=False)
+
+
+def render(messages, tools=None, add_generation_prompt=True):
+    """Qwen3.5 chat text (enable_thinking false) of an OpenAI messages list."""
+    out = []
+    n = len(messages)
+    last_query = n
+    for k in range(n - 1, -1, -1):
+        m = messages[k]
+        if m["role"] != "user":
+            continue
+        c = m["content"].strip()
+        if not (c.startswith("<tool_response>") and c.endswith("</tool_response>")):
+            last_query = k
+            break
+    if last_query == n:
+        raise ValueError("No user query found in messages.")
+    if tools:
+        out.append(QWEN35_TOOLS_HEAD)
+        for t in tools:
+            out.append("\n" + json.dumps(t, ensure_ascii=False))
+        out.append(QWEN35_TOOLS_TAIL)
+        if messages[0]["role"] == "system" and messages[0]["content"].strip():
+            out.append("\n\n" + messages[0]["content"].strip())
+        out.append("<|im_end|>\n")
+    elif messages[0]["role"] == "system":
+        out.append("<|im_start|>system\n" + messages[0]["content"].strip() + "<|im_end|>\n")
+    for i, m in enumerate(messages):
+        role = m["role"]
+        if role == "user":
+            out.append("<|im_start|>user\n" + m["content"].strip() + "<|im_end|>\n")
+        elif role == "assistant":
+            content = (m.get("content") or "").strip()
+            body = "<think>\n\n</think>\n\n" if i > last_query else ""
+            body += content
+            for j, tc in enumerate(m.get("tool_calls") or []):
+                f = tc["function"]
+                if j == 0:
+                    body += "\n\n<tool_call>\n<function=" if content else "<tool_call>\n<function="
+                else:
+                    body += "\n<tool_call>\n<function="
+                body += f["name"] + ">\n"
+                for k, v in f["arguments"].items():
+                    body += "<parameter=%s>\n%s\n</parameter>\n" % (k, _arg_str(v))
+                body += "</function>\n</tool_call>"
+            out.append("<|im_start|>assistant\n" + body + "<|im_end|>\n")
+        elif role == "tool":
+            if i > 0 and messages[i - 1]["role"] != "tool":
+                out.append("<|im_start|>user")
+            out.append("\n<tool_response>\n" + m["content"].strip() + "\n</tool_response>")
+            if i == n - 1 or messages[i + 1]["role"] != "tool":
+                out.append("<|im_end|>\n")
+    if add_generation_prompt:
+        out.append("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    return "".join(out)
+
+
+def prompt_text(it):
+    """The prompt (generation prompt included) of an item."""
+    return render(it["messages"], it["tools"], True)
+
+
+def request_json(it):
+    """The item as an OpenAI chat request body (thinking off; tool-call arguments
+    as JSON strings, as the API has them)."""
+    msgs = []
+    for i, m in enumerate(it["messages"]):
+        m = dict(m)
+        if m.get("tool_calls"):
+            m["tool_calls"] = [
+                {"id": "call_%d_%d" % (i, j), "type": "function",
+                 "function": {"name": tc["function"]["name"],
+                              "arguments": json.dumps(tc["function"]["arguments"])}}
+                for j, tc in enumerate(m["tool_calls"])]
+        msgs.append(m)
+    body = {"messages": msgs, "chat_template_kwargs": {"enable_thinking": False}}
+    if it["tools"]:
+        body["tools"] = it["tools"]
+    return body
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--task", default="single", choices=TASKS)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n", type=int, default=1)
+    ap.add_argument("--level", type=int, default=2, choices=sorted(LEVELS))
+    ap.add_argument("--json", action="store_true", help="print OpenAI request bodies")
+    args = ap.parse_args(argv)
+    for s in range(args.seed, args.seed + args.n):
+        it = item(args.task, s, args.level)
+        if args.json:
+            print(json.dumps({"request": request_json(it), "answer": it["answer"]}))
+        else:
+            print(prompt_text(it) + it["answer"] + "<|im_end|>")
+            print("=" * 72)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
