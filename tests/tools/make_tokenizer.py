@@ -170,8 +170,9 @@ def corpus_lines():
 
 # --- build ---
 
-def build(variant, vocab_size=DEFAULT_VOCAB):
-    """Train and return (tokenizer_json_text, tokenizer_config_json_text)."""
+def build(variant, vocab_size=DEFAULT_VOCAB, lines=None, chat_template=CHAT_TEMPLATE):
+    """Train on `lines` (default: the built-in corpus) and return
+    (tokenizer_json_text, tokenizer_config_json_text)."""
     if variant not in VARIANTS:
         raise ValueError("unknown variant %r (want one of %s)" % (variant, ", ".join(VARIANTS)))
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
@@ -185,7 +186,7 @@ def build(variant, vocab_size=DEFAULT_VOCAB):
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, min_frequency=2, show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=[])
-    tok.train_from_iterator(corpus_lines(), trainer=trainer)
+    tok.train_from_iterator(corpus_lines() if lines is None else lines, trainer=trainer)
 
     d = json.loads(tok.to_str())
     model = d["model"]
@@ -237,7 +238,7 @@ def build(variant, vocab_size=DEFAULT_VOCAB):
             for a in added},
         "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
         "bos_token": None,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
         "clean_up_tokenization_spaces": False,
         "eos_token": "<|im_end|>",
         "errors": "replace",
