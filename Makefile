@@ -81,7 +81,7 @@ BENCH_CSRCS := $(filter-out bench/pic_lab.c,$(wildcard bench/*.c))
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_CSRCS))
 
 .PHONY: all deps test test-asan run help clean engine lab benchtools module unit cuda fuzz fuzz-long \
-        fixtures models distclean layers
+        fixtures models distclean layers train
 .DEFAULT_GOAL := all
 
 all: engine lab benchtools module unit cuda fuzz ## build pic-engine, pic-lab, the nginx module, unit tests, CUDA check
@@ -204,6 +204,9 @@ models: ## generate the project's own small models under models/
 
 fixtures: ## regenerate oracle fixtures with transformers (creates .venv-oracle with torch; CI never does)
 	@scripts/fixtures.sh
+
+train: ## continue training models/pic-qa on train/tasks.py (ARGS="--minutes 60"; creates .venv-oracle; CI never does)
+	@train/train.sh $(ARGS)
 
 bench-%: all ## run benchmark bench/NAME (QUICK=1 for a short run)
 	@BUILD=$(BUILD) QUICK=$(QUICK) $(PY) bench/$*.py

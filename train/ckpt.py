@@ -1,0 +1,125 @@
+"""ckpt.py — the trained model's tokenizer, config and checkpoint layout.
+
+The checkpoint is written as a released Qwen3.5 checkpoint is: config.json with
+the vision-language wrapper (`text_config`, `vision_config`), tensors under
+`model.language_model.` (plus a tiny random vision tower under `model.visual.`,
+as tests/tools/make_models.py writes it), bf16 with the f32 exceptions of the
+released files (A_log, dt_bias, norms), tied embeddings (no lm_head.weight),
+tokenizer.json / tokenizer_config.json with the chat template,
+generation_config.json.  Names and json files come from tests/tools/make_models.py.
+"""
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
+sys.path.insert(0, HERE)
+
+import make_models as mm          # noqa: E402
+import make_tokenizer as mt       # noqa: E402
+import tasks                      # noqa: E402
+
+L, F = mm.L, mm.F
+
+# the trained model: Qwen3.5 dense, GDN:attention 3:1, tied
+PRESET = dict(family="qwen3_5", H=256, layer_types=[L, L, L, F, L, L, L, F],
+              Hq=4, Hkv=2, hd=64, Hk=4, Hv=4, dk=64, dv=64, I=512,
+              tied=True, dtype="bf16-mixed")
+VOCAB_BPE = 6144 - len(mt.ADDED_TOKENS)     # 6135 BPE + 9 added = 6144
+TOKENIZER_SEEDS = 500000                    # seeds of the tokenizer corpus (not held out)
+
+
+def tokenizer_lines(n_per_task=150):
+    """Training text of the tokenizer: the prose and rendered items of every task
+    and level (deterministic)."""
+    lines = list(tasks.prose())
+    for task in tasks.TASKS:
+        for lv in sorted(tasks.LEVELS):
+            for s in range(n_per_task):
+                it = tasks.item(task, TOKENIZER_SEEDS + s, lv)
+                lines.append(tasks.prompt_text(it) + it["answer"] + "<|im_end|>\n")
+    return lines
+
+
+def write_tokenizer(out_dir):
+    """Train the BPE (Qwen3.5 regex, NFC, byte-level) and write tokenizer.json
+    and tokenizer_config.json into out_dir; returns {special: id}."""
+    tok_text, cfg_text = mt.build("qwen3_5", VOCAB_BPE, lines=tokenizer_lines(),
+                                  chat_template=tasks.CHAT_TEMPLATE)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8",
+              newline="\n") as f:
+        f.write(tok_text)
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8",
+              newline="\n") as f:
+        f.write(cfg_text)
+    return specials(out_dir)
+
+
+def specials(out_dir):
+    with open(os.path.join(out_dir, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    return {a["content"]: a["id"] for a in tj["added_tokens"]}
+
+
+def dims(out_dir):
+    """make_models dims of PRESET for the tokenizer in out_dir."""
+    with open(os.path.join(out_dir, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    n_tok = len(tj["model"]["vocab"]) + len(tj["added_tokens"])
+    return mm.text_dims(dict(PRESET, vocab=max(6144, n_tok)), n_tok)
+
+
+def write_json_files(out_dir):
+    """config.json and generation_config.json (transformers 5.x shape)."""
+    sp = specials(out_dir)
+    d = dims(out_dir)
+    mm.dump_json(os.path.join(out_dir, "config.json"), mm.model_config(d, sp))
+    mm.dump_json(os.path.join(out_dir, "generation_config.json"), mm.generation_config(sp))
+
+
+def text_config_dict(out_dir):
+    """The text_config as a dict (for Qwen3_5TextConfig)."""
+    sp = specials(out_dir)
+    return mm.text_config(dims(out_dir), sp)
+
+
+def save_weights(model, out_dir):
+    """Write model.safetensors from a Qwen3_5ForCausalLM (text keys renamed to the
+    wrapper's `model.language_model.`, plus make_models' vision tower)."""
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+
+    d = dims(out_dir)
+    out = {}
+    for k, v in model.state_dict().items():
+        if k == "lm_head.weight" and d["tied"]:
+            continue
+        assert k.startswith("model."), k
+        name = "model.language_model." + k[len("model."):]
+        dt = mm.storage_dtype(d["dtype"], name)
+        out[name] = v.detach().cpu().to(torch.float32 if dt == "F32" else torch.bfloat16).contiguous()
+    for name, shape, init in mm.vision_specs(d["H"]):
+        x = mm.values("pic/trained", name, shape, init).astype(np.float32).reshape(shape)
+        out[name] = torch.from_numpy(x).to(torch.bfloat16).contiguous()
+    save_file(out, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+
+
+def load_weights(model, ckpt_dir):
+    """Load model.language_model.* of ckpt_dir into a Qwen3_5ForCausalLM (fp32)."""
+    import torch
+    from safetensors.torch import load_file
+
+    sd = load_file(os.path.join(ckpt_dir, "model.safetensors"))
+    pre = "model.language_model."
+    mine = {"model." + k[len(pre):]: v.to(torch.float32) for k, v in sd.items()
+            if k.startswith(pre)}
+    missing, unexpected = model.load_state_dict(mine, strict=False)
+    missing = [m for m in missing if m != "lm_head.weight"]
+    if missing or unexpected:
+        raise RuntimeError("checkpoint mismatch: missing %s unexpected %s"
+                           % (missing[:5], unexpected[:5]))
+    model.tie_weights()
