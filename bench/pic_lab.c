@@ -10,7 +10,8 @@
  *       entry sizes and build times, and per request and mode the TTFT,
  *       recomputed tokens, runs, composition FLOPs and — against full
  *       recompute — logit error, per-layer state rel-L2 / angle, teacher-
- *       forced KL and argmax match, first divergence of greedy decoding.
+ *       forced KL and argmax match, first divergence of greedy decoding
+ *       and the greedy ids themselves ("greedy", for exact-match accuracy).
  *   pic-lab dp
  *       checkpoint placement (checkpoint_dp.h) for a JSON op stream on stdin.
  *   pic-lab segment --model DIR [--marker M] (prompt on stdin)
@@ -275,6 +276,10 @@ pic_compare(const pic_model *m, pic_state *s, const float *last, const pic_ref *
         }
         cJSON_AddNumberToObject(o, "first_divergence", first);
         cJSON_AddNumberToObject(o, "greedy_tokens", g);
+        cJSON *ga = cJSON_AddArrayToObject(o, "greedy");
+        for (int t = 0; t < g; t++) {
+            cJSON_AddItemToArray(ga, cJSON_CreateNumber(gs[t]));
+        }
         pic_state_free(c2);
         free(gs);
     }
