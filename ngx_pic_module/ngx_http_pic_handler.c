@@ -146,6 +146,15 @@ ngx_http_pic_handler(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_pic_module);
 
+    if (ctx == NULL && r->internal) {
+        /* after error_page & co: a planned body is never planned again */
+        ctx = ngx_http_pic_route_planned(r);
+
+        if (ctx) {
+            ngx_http_set_ctx(r, ctx, ngx_http_pic_module);
+        }
+    }
+
     if (ctx) {
         return ctx->status;
     }

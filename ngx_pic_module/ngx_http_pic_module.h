@@ -174,6 +174,8 @@ typedef struct {
 
     ngx_msec_t                   ttft;         /* first body byte, ms */
 
+    ngx_http_pic_zone_ctx_t     *zc;           /* set with inflight */
+
     unsigned                     planned:1;
     unsigned                     observed:1;
     unsigned                     fallback:1;   /* rendezvous, redis unknown */

@@ -45,6 +45,7 @@ static void ngx_http_pic_route_misses(ngx_http_request_t *r,
 static ngx_int_t ngx_http_pic_route_rewrite(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand, ngx_uint_t n);
 static ngx_int_t ngx_http_pic_route_sign(ngx_http_request_t *r);
+static void ngx_http_pic_route_done(void *data);
 static void ngx_http_pic_route_account(ngx_http_pic_zone_ctx_t *zc,
     ngx_http_pic_ctx_t *ctx);
 
@@ -68,6 +69,7 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     ngx_http_pic_main_conf_t    *pmcf;
     ngx_http_pic_engine_sh_t    *e;
     ngx_http_pic_engine_conf_t  *ec;
+    ngx_pool_cleanup_t          *cln;
     uint64_t                     seed[4];
 
     zc = ngx_http_pic_zone(r);
@@ -229,8 +231,20 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    /* the in-flight count is given back by a pool cleanup: the log phase
+     * does not see this ctx after an internal redirect (error_page) */
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_pic_route_done;
+    cln->data = ctx;
+
     ctx->planned = 1;
     ctx->inflight = 1;
+    ctx->zc = zc;
 
     e = &zc->sh->engines[ctx->combine];
     (void) ngx_atomic_fetch_add(&e->inflight, 1);
@@ -679,6 +693,36 @@ ngx_http_pic_route_sign(ngx_http_request_t *r)
     h->value.len = PIC_AUTH_HEX;
 
     return NGX_OK;
+}
+
+
+/* Pool cleanup of a planned request: its engine's in-flight count back. */
+
+static void
+ngx_http_pic_route_done(void *data)
+{
+    ngx_http_pic_ctx_t  *ctx = data;
+
+    if (ctx->inflight) {
+        (void) ngx_atomic_fetch_add(&ctx->zc->sh->engines[ctx->combine].inflight,
+                                    -1);
+        ctx->inflight = 0;
+    }
+}
+
+
+ngx_http_pic_ctx_t *
+ngx_http_pic_route_planned(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    for (cln = r->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ngx_http_pic_route_done) {
+            return cln->data;
+        }
+    }
+
+    return NULL;
 }
 
 

@@ -27,6 +27,10 @@
  * (go on to proxy_pass) or an HTTP status. */
 ngx_int_t ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx);
 
+/* The ctx of r's plan when r was planned before an internal redirect
+ * (its module ctx is gone then, its pool cleanup is not), else NULL. */
+ngx_http_pic_ctx_t *ngx_http_pic_route_planned(ngx_http_request_t *r);
+
 /* Observe mode: account what an exact-prefix cache and PIC would serve. */
 void ngx_http_pic_route_observe(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx);

@@ -14,6 +14,7 @@
 #include "pic_cdc.h"
 #include "pic_key.h"
 #include "pic_marker.h"
+#include "pic_plan.h"
 #include "pic_segment.h"
 #include "pic_time.h"
 
@@ -87,6 +88,16 @@ ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 
     ctx->segmentation = sg;
     ctx->key_ctx = kc;
+
+    if (sg->n_segs > PIC_PLAN_SEGS_MAX) {
+        /* more than a plan may carry: the client's request, not our bug */
+        pic_error_set(&err, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                      "invalid_request_error", NULL, "too_many_segments",
+                      "the prompt has %zu segments (documents, messages, "
+                      "chunks); at most %d are served", sg->n_segs,
+                      PIC_PLAN_SEGS_MAX);
+        return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
+    }
 
     ctx->segs = ngx_pcalloc(r->pool,
                             (sg->n_segs + 1) * sizeof(ngx_http_pic_segment_t));

@@ -5,6 +5,8 @@ oracle for pic_auth.h's HMAC-SHA256), keys against xxh128sum."""
 import json
 import urllib.request
 
+import pytest
+
 import harness
 from test_gateway import MODEL, MARK, doc, gw_conf
 from test_server_pool import (FakePeer, addr, assign, ask, base_plan, body_with, engine,
@@ -337,3 +339,108 @@ def test_engine_own_504_does_not_eject_it(procs):
     st = gw_status(ngx)
     assert st["engines"][0]["healthy"] and st["engines"][0]["failures"] == 0
     assert st["requests"]["upstream_errors"] == 0
+
+
+# --- 5. accounting, re-entry, caps ------------------------------------------------
+
+
+def redirect_conf(dead, live):
+    """A pic location whose engine is down hands over (error_page) to another
+    pic location: the planned body goes on as is."""
+    return f"""
+    pic_zone pic 4m;
+    pic_health_check off;               # the dead engine is planned for, once
+    upstream first {{ pic_balancer; server {dead}; }}
+    upstream second {{ pic_balancer; server {live}; }}
+    server {{
+        listen 127.0.0.1:$PORT;
+        location = /__pic_ready {{ return 204; }}
+        location /pic/status {{ pic_status; }}
+        location /v1/ {{
+            pic on;
+            pic_upstream first;
+            proxy_pass http://first;
+            proxy_next_upstream off;
+            proxy_intercept_errors on;
+            error_page 502 504 = @second;
+        }}
+        location @second {{
+            pic on;
+            pic_upstream second;
+            proxy_pass http://second;
+        }}
+    }}
+"""
+
+
+@pytest.mark.allow_log(r"connect\(\) failed|unhealthy|no live upstreams")
+def test_internal_redirect_keeps_the_plan_and_gives_back_the_load(procs):
+    fake = procs._add(harness.FakeBackend("capture"))
+    ngx = procs.nginx(redirect_conf(f"127.0.0.1:{harness.free_port()}",
+                                    f"127.0.0.1:{fake.port}"))
+    body = {"model": "m", "prompt": doc(61, 500), "max_tokens": 1}
+    code, _, raw = harness.http("POST", ngx.url + "/v1/completions", body)
+    assert code == 200, raw
+    sent = json.loads(fake.bodies[-1])
+    assert sent.pop("pic")["version"] == 1 and sent == body       # planned once
+    # the count taken for the first engine is given back (before: 1 for good)
+    harness.wait_for(lambda: [e["inflight"] for e in gw_status(ngx)["engines"]] == [0, 0],
+                     timeout=5, what="in-flight counts back to 0")
+
+
+def test_too_many_segments_is_413_not_500(procs):
+    fake = procs._add(harness.FakeBackend("capture"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
+    prompt = MARK.join("d%d" % i for i in range(70000))
+    code, h, raw = harness.http("POST", ngx.url + "/v1/completions",
+                                {"model": "m", "prompt": prompt, "max_tokens": 1})
+    assert code == 413 and h["Content-Type"] == "application/json", raw[:300]
+    assert_error(raw, "too_many_segments")
+    assert fake.bodies == []
+
+
+def test_one_request_opens_a_bounded_number_of_peer_connections(procs):
+    """A plan naming a holder for each of 24 documents: at most 16 pulls."""
+    from test_server_pic import SYSTEM, plan_for
+    docs = ["Document %02d: %s\n" % (i, doc(100 + i, 160)) for i in range(24)]
+    e1 = engine(procs, "e1")
+    fake = FakePeer(lambda h: h.send_error(404))
+    try:
+        plan = plan_for(None, docs, "q?")
+        for s in plan["segments"]:
+            if s["kind"] == "pic":
+                s["holders"] = [f"127.0.0.1:{fake.port}"]
+        body = {"model": "m", "max_tokens": 2, "temperature": 0, "pic": plan,
+                "messages": [{"role": "system", "content": SYSTEM},
+                             {"role": "user", "content": MARK.join(docs + ["q?"])}]}
+        code, _, raw = harness.http("POST", e1.url + "/v1/chat/completions", body, timeout=120)
+    finally:
+        fake.close()
+    assert code == 200, raw
+    assert len(fake.requests) == 16
+    assert status(e1)["cache"]["peer_fetches"] == 16
+
+
+def test_a_refused_request_fans_out_to_no_peer(procs):
+    """Batch and queue full: the 429 comes before any prefill is sent."""
+    import threading
+    release = threading.Event()
+    stall = FakePeer(lambda h: release.wait(60))
+    idle = FakePeer(lambda h: h.send_error(500))
+    e1 = engine(procs, "e1", ("--batch", "1", "--queue", "0", "--peer-timeout-ms", "20000"))
+    first = threading.Thread(target=lambda: harness.http(
+        "POST", e1.url + "/v1/chat/completions",
+        body_with(assign(base_plan(), worker=f"127.0.0.1:{stall.port}")), timeout=60))
+    try:
+        first.start()
+        harness.wait_for(lambda: status(e1)["scheduler"]["running"] == 1, what="slot taken")
+        code, _, raw = harness.http("POST", e1.url + "/v1/chat/completions",
+                                    body_with(assign(base_plan(),
+                                                     worker=f"127.0.0.1:{idle.port}")))
+        assert code == 429, raw
+        assert idle.requests == []
+    finally:
+        release.set()
+        first.join(60)
+        stall.close()
+        idle.close()
