@@ -1448,8 +1448,9 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
         pic_oai_ctx_free(c);
         goto done;
     }
-    if (have_plan && c->job->plan != NULL) {
-        /* mark what peers will send before a worker can look */
+    if (have_plan && c->job->plan != NULL && pic_sched_has_room(srv->sched)) {
+        /* mark what peers will send before a worker can look; only for a
+         * job that will be admitted (a 429 fans out to no peer) */
         pic_remote_dispatch(srv, c, &plan);
     }
     if (pic_oai_start(srv, c) != 0) {

@@ -12,7 +12,10 @@
  * (ARRIVED) and wake the workers; an error, a deadline (--peer-timeout-ms)
  * or a segment without a record marks it FAILED, and the combine node
  * computes it itself (plan_exec.h): the request completes whatever the
- * peers do, and /status counts the failures.  Engine ids in a plan are
+ * peers do, and /status counts the failures.  One request opens at most
+ * PIC_REMOTE_OPS_MAX connections (pulls + prefills); segments past the cap
+ * are computed here, and nothing is dispatched for a request the scheduler
+ * would refuse (429).  Engine ids in a plan are
  * "host:port" addresses (what the gateway uses); an id that is not one,
  * or names this engine, is not contacted.
  *
@@ -40,6 +43,8 @@
 #include "frame.h"
 #include "pic_time.h"
 #include "server_impl.h"
+
+#define PIC_REMOTE_OPS_MAX 16     /* connections one request opens to peers */
 
 typedef struct pic_fetch {
     pic_oai_ctx      *c;
@@ -420,7 +425,7 @@ pic_remote_dispatch(pic_server *srv, pic_oai_ctx *c, const pic_plan *plan)
     const char   *text = c->job->text;
     int           timeout = srv->opts->peer_timeout_ms > 0 ? srv->opts->peer_timeout_ms
                                                            : 30000;
-    int          *worker_of;
+    int          *worker_of, ops = 0;
 
     if (srv->transport == NULL || pj == NULL || (size_t) pj->n_segs != plan->n_segs
         || srv->plan.mode == PIC_MODE_FULL) {
@@ -448,6 +453,9 @@ pic_remote_dispatch(pic_server *srv, pic_oai_ctx *c, const pic_plan *plan)
                 break;
             }
         }
+        if (holder != NULL && ops >= PIC_REMOTE_OPS_MAX) {
+            continue;           /* over the cap: computed here */
+        }
         if (holder != NULL) {
             pic_fetch *f = pic_fetch_new(c, holder, 1);
             if (f == NULL) {
@@ -460,6 +468,7 @@ pic_remote_dispatch(pic_server *srv, pic_oai_ctx *c, const pic_plan *plan)
             f->next = c->fetches;
             c->fetches = f;
             srv->hs.peer_fetches++;
+            ops++;
             f->op = srv->transport->ops->pull(srv->transport, holder, g->key, g->len,
                                               srv->key_fp, timeout, pic_fetch_on_frame,
                                               pic_fetch_on_done, f);
@@ -485,9 +494,10 @@ pic_remote_dispatch(pic_server *srv, pic_oai_ctx *c, const pic_plan *plan)
         for (size_t i = 0; i < plan->n_segs; i++) {
             n += worker_of[i] == (int) w;
         }
-        if (n == 0) {
+        if (n == 0 || ops >= PIC_REMOTE_OPS_MAX) {
             continue;
         }
+        ops++;
         f = pic_fetch_new(c, plan->engines[w].id, n);
         ts = calloc((size_t) n, sizeof(*ts));
         texts = calloc((size_t) n, sizeof(char *));

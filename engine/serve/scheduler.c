@@ -852,6 +852,18 @@ pic_sched_submit(pic_sched *s, pic_job *j)
     return rc;
 }
 
+int
+pic_sched_has_room(pic_sched *s)
+{
+    int room;
+
+    pthread_mutex_lock(&s->qmu);
+    room = !s->stopping
+           && s->qlen < s->o.workers * s->o.max_batch - s->running + s->o.max_queue;
+    pthread_mutex_unlock(&s->qmu);
+    return room;
+}
+
 /* --- workers --- */
 
 static void *

@@ -163,6 +163,11 @@ void pic_sched_free(pic_sched *s);
 /* Wake idle workers (a remote entry arrived); any thread. */
 void pic_sched_wake(pic_sched *s);
 
+/* 1 if a job submitted now would be admitted.  Only the loop thread
+ * submits and workers only make room, so the answer holds until the loop's
+ * next submit. */
+int pic_sched_has_room(pic_sched *s);
+
 /* Queue a job: 0, or -1 when the wait queue is full (answer 429), or -2
  * when the scheduler is shutting down. */
 int pic_sched_submit(pic_sched *s, pic_job *j);
