@@ -530,8 +530,8 @@ ngx_http_pic_request_cleanup(void *data)
 }
 
 
-/* The client body in one piece of memory (read from the temp file when
- * nginx wrote it there). */
+/* The client body in one piece of memory (nginx keeps it in memory: see
+ * client_body_buffer_size in the merge of the location's conf). */
 
 static ngx_int_t
 ngx_http_pic_body_text(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
@@ -539,7 +539,6 @@ ngx_http_pic_body_text(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 {
     u_char        *p;
     off_t          len;
-    ssize_t        n;
     ngx_buf_t     *b;
     pic_error      err;
     ngx_chain_t   *cl;
@@ -583,19 +582,18 @@ ngx_http_pic_body_text(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     for ( /* void */ ; cl; cl = cl->next) {
         b = cl->buf;
 
+        if (ngx_buf_special(b)) {
+            continue;               /* the end of a chunked body: no bytes */
+        }
+
         if (!ngx_buf_in_memory(b)) {
-            n = ngx_read_file(b->file, p, (size_t) (b->file_last - b->file_pos),
-                              b->file_pos);
-
-            if (n != b->file_last - b->file_pos) {
-                ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                              "pic: cannot read the request body from "
-                              "\"%V\"", &b->file->name);
-                return NGX_HTTP_INTERNAL_SERVER_ERROR;
-            }
-
-            p += n;
-            continue;
+            /* client_body_buffer_size is raised to pic_body_max, so only
+             * client_body_in_file_only gets here: never a blocking read */
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "pic: the request body is in \"%V\" "
+                          "(client_body_in_file_only is not supported in a "
+                          "pic location)", &b->file->name);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
         p = ngx_cpymem(p, b->pos, b->last - b->pos);

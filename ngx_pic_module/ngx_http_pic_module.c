@@ -429,6 +429,17 @@ ngx_http_pic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     clcf->client_max_body_size = conf->body_max;
 
+    /*
+     * ... and every body it admits stays in memory: nginx never writes it
+     * to a temp file that the worker would have to read back with a
+     * blocking read (an announced body gets a buffer of its own length, a
+     * chunked one the whole buffer).
+     */
+
+    if ((size_t) clcf->client_body_buffer_size < conf->body_max) {
+        clcf->client_body_buffer_size = conf->body_max;
+    }
+
     return NGX_CONF_OK;
 }
 

@@ -444,3 +444,30 @@ def test_a_refused_request_fans_out_to_no_peer(procs):
         first.join(60)
         stall.close()
         idle.close()
+
+
+# --- 6. bodies larger than nginx's default buffer stay in memory ------------------
+
+
+def test_large_body_is_never_buffered_to_a_file(procs):
+    """A 300 KB prompt (nginx's default client_body_buffer_size is 16k): the
+    body stays in memory, no temp file for the worker to read back.  Sent
+    chunked too: the body's last (empty) buffer used to be "read from its
+    file" (NULL), which crashed the worker on any chunked body."""
+    fake = procs._add(harness.FakeBackend("capture"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
+    body = {"model": "m", "prompt": " ".join(doc(71 + i, 3000) for i in range(100)),
+            "max_tokens": 1}
+    import http.client
+    data = json.dumps(body).encode()
+    code, _, raw = harness.http("POST", ngx.url + "/v1/completions", data, timeout=30)
+    assert code == 200, raw
+    conn = http.client.HTTPConnection("127.0.0.1", ngx.port, timeout=30)
+    conn.request("POST", "/v1/completions", body=iter([data[:100000], data[100000:]]),
+                 headers={"Content-Type": "application/json"}, encode_chunked=True)
+    r = conn.getresponse()
+    assert r.status == 200, r.read()
+    conn.close()
+    assert len(fake.bodies) == 2
+    with open(ngx.error_log) as f:
+        assert "buffered to a temporary file" not in f.read()
