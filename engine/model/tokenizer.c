@@ -534,7 +534,10 @@ decode_piece(pic_tokenizer *t, const char *s, size_t n, uint32_t *off, uint32_t 
         i += l;
     }
     if (i < n) {
-        rc = blob_add(t, s, n, off);
+        /* kept as written; copied first: s may lie in the blob that
+         * blob_add reallocates */
+        memcpy(buf, s, n);
+        rc = blob_add(t, buf, n, off);
         *len = (uint32_t)n;
     } else {
         rc = blob_add(t, buf, k, off);
