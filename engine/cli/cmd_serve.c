@@ -35,7 +35,12 @@ serve_usage(FILE *f)
         "  --heartbeat-ms N        Redis heartbeat period (default 1000)\n"
         "  --registry-ttl N        seconds before a silent engine expires (default 5)\n"
         "  --pool-bytes N          public pool budget in bytes (default 268435456)\n"
-        "  --cache-mode M          pic (default), prefix, naive or full (no pools)\n"
+        "  --cache-mode M          exact (default: exact prefix tree first, then PIC\n"
+        "                          entries, then recompute), prefix (tree only), pic\n"
+        "                          (PIC entries only), naive, or full (no caches)\n"
+        "  --prefix-bytes N        prefix tree budget in bytes (default 536870912)\n"
+        "  --prefix-block N        prefix tree block in tokens (default 64)\n"
+        "  --checkpoints M         recurrent checkpoints planned per request (default 4)\n"
         "  --seam N                seam width of PIC entries (default 8)\n"
         "  --entry-dtype T         storage of PIC entries: bf16 (default) or f32\n"
         "  --min-segment BYTES     shorter segments are recomputed (default 128)\n"
@@ -71,6 +76,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_CTX, OPT_MAXTOK, OPT_TIMEOUT, OPT_MAXBODY, OPT_REDIS, OPT_ADVERTISE,
         OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_MINSEG,
         OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT,
+        OPT_PBYTES, OPT_PBLOCK, OPT_CKPT,
     };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -103,6 +109,9 @@ pic_cmd_serve(int argc, char **argv)
         { "pool-secret-file", required_argument, NULL, OPT_SECRET },
         { "max-frame-bytes", required_argument, NULL, OPT_MAXFRAME },
         { "script", required_argument, NULL, OPT_SCRIPT },
+        { "prefix-bytes", required_argument, NULL, OPT_PBYTES },
+        { "prefix-block", required_argument, NULL, OPT_PBLOCK },
+        { "checkpoints", required_argument, NULL, OPT_CKPT },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -112,6 +121,7 @@ pic_cmd_serve(int argc, char **argv)
         .heartbeat_ms = 1000, .registry_ttl_s = 5, .pool_bytes = 256u << 20,
         .seam = 8, .min_segment = 128, .peer_timeout_ms = 30000,
         .max_frame_bytes = 256u << 20,
+        .prefix_bytes = 512u << 20, .prefix_block = 64, .checkpoints = 4,
     };
     char            idbuf[64];
     long long       v;
@@ -121,7 +131,7 @@ pic_cmd_serve(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         long long max = c == 'p' ? 65535 : c == OPT_TIMEOUT || c == OPT_POOL
                                            || c == OPT_MAXBODY || c == OPT_MAXFRAME
-                                           ? (1LL << 50) : 1 << 30;
+                                           || c == OPT_PBYTES ? (1LL << 50) : 1 << 30;
         switch (c) {
         case 'm': opts.model_dir = optarg; continue;
         case 'H': opts.host = optarg; continue;
@@ -141,7 +151,8 @@ pic_cmd_serve(int argc, char **argv)
         case 'p': case 't': case OPT_WORKERS: case OPT_BATCH: case OPT_QUEUE: case OPT_CTX:
         case OPT_MAXTOK: case OPT_TIMEOUT: case OPT_MAXBODY: case OPT_HEARTBEAT:
         case OPT_TTL: case OPT_POOL: case OPT_SEAM: case OPT_MINSEG:
-        case OPT_PEERTO: case OPT_MAXFRAME:
+        case OPT_PEERTO: case OPT_MAXFRAME: case OPT_PBYTES: case OPT_PBLOCK:
+        case OPT_CKPT:
             break;
         default: serve_usage(stderr); return 2;
         }
@@ -167,6 +178,9 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_MINSEG: opts.min_segment = (size_t) v; break;
         case OPT_PEERTO: opts.peer_timeout_ms = (int) v; break;
         case OPT_MAXFRAME: opts.max_frame_bytes = (uint64_t) v; break;
+        case OPT_PBYTES: opts.prefix_bytes = (uint64_t) v; break;
+        case OPT_PBLOCK: opts.prefix_block = (int) v; break;
+        case OPT_CKPT: opts.checkpoints = (int) v; break;
         }
     }
     if (optind < argc) {

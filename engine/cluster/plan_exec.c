@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
+#include "forward.h"
 #include "frame.h"
 #include "plan_exec.h"
 
@@ -36,23 +39,30 @@ pic_plan_job_free(pic_plan_job *pj)
         free(pj->segs[i].ids);
         free(pj->segs[i].frame);
     }
+    for (int k = 0; pj->snap != NULL && k < pj->n_cut; k++) {
+        free(pj->snap[k]);
+    }
+    free(pj->snap);
+    free(pj->cuts);
+    free(pj->ids);
     free(pj->segs);
     free(pj);
 }
 
-/* Tokenize every segment alone; 0, or -1 + err (*status set). */
+/* Tokenize the whole prompt once and give each token to the segment its
+ * first byte lies in (DESIGN §3.4: the ids never depend on the cuts); 0,
+ * or -1 + err (*status set). */
 static int
 pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
                   size_t text_len, int *status, char *err, size_t errlen)
 {
-    size_t at = 0;
+    int32_t  *ids = NULL;
+    size_t    n = 0, at = 0, byte = 0, t = 0;
+    int       rc;
 
     pj->n_prompt = 0;
     for (int i = 0; i < pj->n_segs; i++) {
-        pic_job_segment *g = &pj->segs[i];
-        int32_t  *ids = NULL;
-        size_t    n = 0;
-        int       rc;
+        const pic_job_segment *g = &pj->segs[i];
 
         if (g->offset != at || g->len > text_len - at) {
             *status = 400;
@@ -61,28 +71,6 @@ pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
             return -1;
         }
         at += g->len;
-        rc = pic_tokenizer_encode(tok, text + g->offset, g->len, &ids, &n);
-        if (rc != PIC_TOKENIZER_OK || n > (size_t) (0x7fffffff - pj->n_prompt)) {
-            free(ids);
-            *status = rc == PIC_TOKENIZER_EUTF8 ? 400 : 500;
-            snprintf(err, errlen, "cannot tokenize segment %d (%s)", i,
-                     rc == PIC_TOKENIZER_EUTF8 ? "invalid UTF-8: a segment boundary "
-                     "splits a character" : "tokenizer error");
-            return -1;
-        }
-        g->ids = malloc((n ? n : 1) * sizeof(int));
-        if (g->ids == NULL) {
-            free(ids);
-            *status = 500;
-            snprintf(err, errlen, "out of memory");
-            return -1;
-        }
-        for (size_t t = 0; t < n; t++) {
-            g->ids[t] = ids[t];
-        }
-        free(ids);
-        g->n_ids = (int) n;
-        pj->n_prompt += (int) n;
     }
     if (at != text_len) {
         *status = 400;
@@ -90,6 +78,51 @@ pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
                  text_len);
         return -1;
     }
+    rc = pic_tokenizer_encode(tok, text, text_len, &ids, &n);
+    if (rc != PIC_TOKENIZER_OK || n > 0x7fffffff) {
+        free(ids);
+        *status = rc == PIC_TOKENIZER_EUTF8 ? 400 : 500;
+        snprintf(err, errlen, "cannot tokenize the prompt (%s)",
+                 rc == PIC_TOKENIZER_EUTF8 ? "invalid UTF-8" : "tokenizer error");
+        return -1;
+    }
+    pj->ids = malloc((n ? n : 1) * sizeof(int));
+    if (pj->ids == NULL) {
+        free(ids);
+        *status = 500;
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++) {
+        pj->ids[k] = ids[k];
+    }
+    pj->n_prompt = (int) n;
+    for (int i = 0; i < pj->n_segs; i++) {
+        pic_job_segment *g = &pj->segs[i];
+        size_t           end = g->offset + g->len, t0 = t;
+
+        /* tokens whose first byte lies in [offset, end) */
+        while (t < n && (byte < end || i == pj->n_segs - 1)) {
+            size_t bl = 0;
+
+            if (pic_tokenizer_token_bytes(tok, ids[t], &bl) == NULL) {
+                bl = 0;
+            }
+            byte += bl;
+            t++;
+        }
+        g->start = (int) t0;
+        g->n_ids = (int) (t - t0);
+        g->ids = malloc((g->n_ids ? (size_t) g->n_ids : 1) * sizeof(int));
+        if (g->ids == NULL) {
+            free(ids);
+            *status = 500;
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        memcpy(g->ids, pj->ids + t0, (size_t) g->n_ids * sizeof(int));
+    }
+    free(ids);
     return 0;
 }
 
@@ -239,6 +272,77 @@ pic_plan_resolve(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const pic_mod
     return 1;
 }
 
+/* 1 if key was seen before (and forget it), else remember it: a segment
+ * is built on its second sighting outside any exact prefix. */
+static int
+pic_plan_door_seen(pic_plan_door *d, const char *key)
+{
+    uint64_t h = XXH64(key, strlen(key), 0x5eed) | 1;
+    size_t   i = (size_t) (h % PIC_PLAN_DOOR);
+    int      seen;
+
+    if (d == NULL) {
+        return 1;
+    }
+    pthread_mutex_lock(&d->mu);
+    seen = d->slot[i] == h;
+    d->slot[i] = seen ? 0 : h;
+    pthread_mutex_unlock(&d->mu);
+    return seen;
+}
+
+/* Exact-first resolution of segment i (past the exact prefix): only
+ * entries that existed before this request are used; 1 if it took real
+ * work (a build for the pool), 0 if cheap, PIC_PLAN_WAIT, -1 on error. */
+static int
+pic_plan_resolve_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const pic_model *m,
+                       char *err, size_t errlen)
+{
+    pic_job_segment *g = &pj->segs[i];
+    pic_entry       *e = NULL;
+    int              remote;
+
+    g->source = PIC_SRC_RECOMPUTE;
+    if (g->n_ids == 0 || g->kind != PIC_SEG_PIC || ctx->mode == PIC_MODE_PREFIX) {
+        return 0;
+    }
+    e = pic_plan_lookup(ctx, m, g, ctx->mode == PIC_MODE_PIC, 0);
+    if (e != NULL) {
+        g->entry = e;
+        g->source = PIC_SRC_HIT;
+        pj->n_hits++;
+        return 0;
+    }
+    remote = __atomic_load_n(&g->remote, __ATOMIC_ACQUIRE);
+    if (remote == PIC_REMOTE_PENDING && g->remote_cached) {
+        return PIC_PLAN_WAIT;           /* a holder's entry: worth waiting for */
+    }
+    if (remote == PIC_REMOTE_ARRIVED && pic_plan_take_remote(ctx, pj, g, m, 0)) {
+        if (!g->remote_cached) {
+            /* a worker's fresh prefill: pooled (take_remote), not composed */
+            pic_entry_unref(g->entry);
+            g->entry = NULL;
+            g->source = PIC_SRC_RECOMPUTE;
+        }
+        return 0;
+    }
+    if (remote == PIC_REMOTE_PENDING || remote == PIC_REMOTE_ARRIVED
+        || !pic_entry_worth(&m->cfg, g->n_ids, &ctx->seam)
+        || !pic_plan_door_seen(ctx->door, g->key)) {
+        return 0;
+    }
+    if (pic_entry_build(m, NULL, g->ids, g->n_ids, &ctx->seam, &e, NULL, err,
+                        errlen) != 0) {
+        return -1;
+    }
+    if (e != NULL) {
+        pj->n_built++;
+        pic_plan_keep(ctx, g, e);
+        pic_entry_unref(e);
+    }
+    return 1;
+}
+
 int
 pic_plan_build_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
                     const pic_tokenizer *tok, const char *text, size_t text_len,
@@ -275,6 +379,163 @@ pic_plan_build_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
     return PIC_PLAN_MORE;
 }
 
+/* Exact first (plan_exec.h): one unit of work per call, as pic_plan_step. */
+static int
+pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
+                    pic_state *s, float *logits, int *status, char *err, size_t errlen)
+{
+    pic_prefix_cache *pc = ctx->prefix;
+    int               n = pj->n_prompt, rc;
+
+    if (pj->phase == 0) {
+        if (pic_prefix_cache_restore(pc, pj->scope, s, pj->ids, n, &pj->depth,
+                                     &pj->resume, err, errlen) != 0) {
+            return PIC_PLAN_ERROR;
+        }
+        pj->next = pj->n_segs;
+        for (int i = 0; i < pj->n_segs; i++) {
+            if (pj->segs[i].start >= pj->depth && pj->segs[i].n_ids > 0) {
+                pj->next = i;
+                break;
+            }
+        }
+        pj->phase = 1;
+    }
+    if (pj->phase == 1) {
+        while (pj->next < pj->n_segs) {
+            rc = pic_plan_resolve_exact(ctx, pj, pj->next, m, err, errlen);
+            if (rc == PIC_PLAN_WAIT || rc < 0) {
+                return rc < 0 ? PIC_PLAN_ERROR : PIC_PLAN_WAIT;
+            }
+            pj->next++;
+            if (rc == 1) {
+                return PIC_PLAN_MORE;   /* a build is one step */
+            }
+        }
+        /* exact up to the first segment whose entry is composed */
+        pj->xend = n;
+        pj->xseg = pj->n_segs;
+        for (int i = 0; i < pj->n_segs; i++) {
+            if (pj->segs[i].entry != NULL && pj->segs[i].start >= pj->resume) {
+                pj->xend = pj->segs[i].start;
+                pj->xseg = i;
+                break;
+            }
+        }
+        pj->cuts = malloc((size_t) (pic_prefix_cache_max_cuts(pc) + 3) * sizeof(int));
+        pj->snap = calloc((size_t) (pic_prefix_cache_max_cuts(pc) + 3), sizeof(float *));
+        if (pj->cuts == NULL || pj->snap == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return PIC_PLAN_ERROR;
+        }
+        pj->n_cut = pic_prefix_cache_cuts(pc, n, pj->resume, pj->xend, pj->cuts);
+        /* and where the next requests are likeliest to part: after the
+         * leading segment (the system prompt) and before the trailing one
+         * (the last message, where the next turn appends) */
+        int extra[2] = { pj->n_segs > 1 ? pj->segs[1].start : 0,
+                         pj->n_segs > 1 ? pj->segs[pj->n_segs - 1].start : 0 };
+        for (int e = 0; e < 2; e++) {
+            int p = extra[e], k = pj->n_cut;
+
+            if (p <= pj->resume || p >= pj->xend) {
+                continue;
+            }
+            for (int j = 0; j < pj->n_cut; j++) {
+                if (pj->cuts[j] == p) {
+                    p = -1;
+                    break;
+                }
+            }
+            if (p < 0) {
+                continue;
+            }
+            while (k > 0 && pj->cuts[k - 1] > p) {
+                pj->cuts[k] = pj->cuts[k - 1];
+                k--;
+            }
+            pj->cuts[k] = p;
+            pj->n_cut++;
+        }
+        pj->pos = pj->resume;
+        pj->phase = 2;
+    }
+    if (pj->phase == 2 && pj->pos < pj->xend) {
+        /* one micro-batch of the exact part per step, cut at checkpoints */
+        int to = pj->xend, last;
+
+        if (to - pj->pos > PIC_UBATCH) {
+            to = pj->pos + PIC_UBATCH;
+        }
+        while (pj->next_cut < pj->n_cut && pj->cuts[pj->next_cut] <= pj->pos) {
+            pj->next_cut++;
+        }
+        if (pj->next_cut < pj->n_cut && pj->cuts[pj->next_cut] < to) {
+            to = pj->cuts[pj->next_cut];
+        }
+        last = to == n;
+        if (pic_forward(m, NULL, s, pj->ids + pj->pos, to - pj->pos, pj->pos,
+                        last ? PIC_LOGITS_LAST : PIC_LOGITS_NONE, logits, NULL, err,
+                        errlen) != 0) {
+            return PIC_PLAN_ERROR;
+        }
+        pj->pos = to;
+        if (pj->next_cut < pj->n_cut && pj->cuts[pj->next_cut] == to) {
+            pj->snap[pj->next_cut++] = pic_prefix_cache_snap(pc, s);
+        }
+        if (pj->pos < pj->xend) {
+            return PIC_PLAN_MORE;
+        }
+    }
+    pj->phase = 3;
+    memset(&pj->as, 0, sizeof(pj->as));
+    if (pj->xend < n) {
+        pic_asm_segment *segs = malloc((size_t) pj->n_segs * sizeof(*segs));
+        int              k = 0;
+
+        if (segs == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return PIC_PLAN_ERROR;
+        }
+        for (int i = pj->xseg; i < pj->n_segs; i++) {
+            if (pj->segs[i].n_ids > 0) {
+                segs[k].tokens = pj->segs[i].ids;
+                segs[k].n = pj->segs[i].n_ids;
+                segs[k].entry = pj->segs[i].entry;
+                k++;
+            }
+        }
+        rc = pic_assemble_at(m, NULL, s, pj->xend, segs, k, ctx->mode, logits, &pj->as,
+                             err, errlen);
+        free(segs);
+        if (rc != 0) {
+            return PIC_PLAN_ERROR;
+        }
+        pj->n_rejected = pj->as.n_rejected;
+    }
+    /* the exact part into the tree: blocks, checkpoints, and the prompt's
+     * end state when all of it is exact */
+    pj->exact_all = pj->xend == n;
+    pic_prefix_cache_insert(pc, pj->scope, s, pj->ids, pj->xend, pj->cuts, pj->snap,
+                            pj->n_cut, pj->exact_all && s->pos == n, NULL, NULL);
+    pj->n_exact = pj->resume;
+    pj->n_pic = pj->as.n_reused;
+    pj->n_cached = pj->n_exact + pj->n_pic;
+    *status = 200;
+    return PIC_PLAN_DONE;
+}
+
+void
+pic_plan_keep_session(const pic_plan_ctx *ctx, const pic_plan_job *pj,
+                      const pic_state *s, const int *tokens, int n)
+{
+    if (ctx == NULL || ctx->prefix == NULL || pj == NULL || !pj->exact_all
+        || s->pos != n || n <= pj->n_prompt) {
+        return;
+    }
+    pic_prefix_cache_insert(ctx->prefix, pj->scope, s, tokens, n, NULL, NULL, 0, 1,
+                            NULL, NULL);
+}
+
 int
 pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
               const pic_tokenizer *tok, const char *text, size_t text_len,
@@ -290,6 +551,9 @@ pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
         }
         pj->tokenized = 1;
         return PIC_PLAN_MORE;
+    }
+    if (ctx->prefix != NULL) {
+        return pic_plan_step_exact(ctx, pj, m, s, logits, status, err, errlen);
     }
     while (pj->next < pj->n_segs) {
         rc = pic_plan_resolve(ctx, pj, pj->next, m, 0, err, errlen);
@@ -309,12 +573,16 @@ pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
         snprintf(err, errlen, "out of memory");
         return PIC_PLAN_ERROR;
     }
+    int k = 0;
     for (int i = 0; i < pj->n_segs; i++) {
-        segs[i].tokens = pj->segs[i].ids;
-        segs[i].n = pj->segs[i].n_ids;
-        segs[i].entry = pj->segs[i].entry;
+        if (pj->segs[i].n_ids > 0) {        /* a segment may own no token */
+            segs[k].tokens = pj->segs[i].ids;
+            segs[k].n = pj->segs[i].n_ids;
+            segs[k].entry = pj->segs[i].entry;
+            k++;
+        }
     }
-    rc = pic_assemble(m, NULL, s, segs, pj->n_segs, ctx->mode, logits, &pj->as, err, errlen);
+    rc = pic_assemble(m, NULL, s, segs, k, ctx->mode, logits, &pj->as, err, errlen);
     free(segs);
     if (rc != 0) {
         return PIC_PLAN_ERROR;
@@ -334,5 +602,7 @@ pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
             pj->n_cached = pj->as.n_reused;
         }
     }
+    pj->n_exact = pj->as.n_prefix < pj->n_cached ? pj->as.n_prefix : pj->n_cached;
+    pj->n_pic = pj->n_cached - pj->n_exact;
     return PIC_PLAN_DONE;
 }

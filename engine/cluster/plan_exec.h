@@ -23,6 +23,29 @@
  * because of a cache entry or a peer.  Then one pic_assemble call in the
  * configured mode leaves an ordinary decode state and the last logits.
  *
+ * Exact first (DESIGN §3.4; ctx->prefix set, the default --cache-mode
+ * exact).  The prompt's ids are looked up in the prefix tree first: the
+ * request resumes from the deepest checkpoint c at or below the depth d it
+ * shares (KV [0, c) and the checkpoint copied in).  Segments that start at
+ * or after d are then resolved as above, but only entries that existed
+ * before this request are composed (pool hits, pulls from holders): what a
+ * request builds (here, on the second sighting of a segment outside any
+ * exact prefix, or on a worker) is pooled for the requests after it and
+ * the segment recomputed, so that cold tokens are always computed exactly.
+ * Everything from c to the first composed interior's segment (x; the
+ * prompt's end when none) is recomputed exactly, a scheduler step per
+ * PIC_UBATCH tokens, cut at the planned checkpoint positions; assembly
+ * continues from x (pic_assemble_at).  [0, x) then goes into the tree with
+ * the captured checkpoints, and when x is the prompt's end the prompt's
+ * final state too (a tail checkpoint at n, where the next turn of an agent
+ * loop resumes; pic_plan_keep_session adds the generated tokens' state when
+ * the request ends).
+ *
+ * Token ids are those of the whole rendered prompt in every mode (DESIGN
+ * §3.4): the text is tokenized once and each token belongs to the segment
+ * its first byte lies in; an entry whose ids differ (the cut fell inside a
+ * token elsewhere) fails pic_entry_check and is not used.
+ *
  * Remote entries (peers pulled by the loop, workers prefilling cold
  * segments) arrive through the segment's remote_state: the loop sets it to
  * PENDING before submitting the job and to ARRIVED (frame set) or FAILED
@@ -36,11 +59,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <pthread.h>
+
 #include "assemble.h"
 #include "entry.h"
 #include "model.h"
 #include "pic_segment.h"
 #include "pool.h"
+#include "prefix_cache.h"
 #include "registry.h"
 #include "state.h"
 #include "tokenizer.h"
@@ -63,8 +89,9 @@ typedef struct {
     size_t          offset, len;        /* bytes of the rendered prompt */
     pic_seg_kind    kind;
     char            key[PIC_KEY_HEX + 1];
-    int            *ids;                /* (n_ids) tokenized alone */
+    int            *ids;                /* (n_ids) this segment's share of the prompt's ids */
     int             n_ids;
+    int             start;              /* position of ids[0] in the prompt */
     pic_entry      *entry;              /* reference held, or NULL */
     pic_seg_source  source;
     int             remote;             /* pic_remote_state, atomic */
@@ -79,19 +106,44 @@ typedef struct pic_plan_job {
     int       n_segs;
     int       tokenized;
     int       next;                     /* next segment to resolve */
+    uint64_t  scope;                    /* prefix tree scope (hash of the cache scope) */
+    int      *ids;                      /* (n_prompt) the whole prompt's ids */
+    /* exact first (ctx->prefix) */
+    int       phase;                    /* 0 restore, 1 resolve, 2 exact run, 3 assemble */
+    int       depth, resume;            /* shared with the tree; resumed at */
+    int       xend;                     /* end of the exactly computed part */
+    int       xseg;                     /* first segment assembled from xend */
+    int       pos;                      /* exact run: next position */
+    int      *cuts;                     /* (n_cut) checkpoint positions in (resume, xend] */
+    float   **snap;                     /* (n_cut) states captured there */
+    int       n_cut, next_cut;
+    int       exact_all;                /* [0, n_prompt) computed exactly */
     /* results, valid once the step reports DONE */
-    int       n_prompt;                 /* Σ n_ids */
-    int       n_cached;                 /* tokens whose state came from pooled/peer entries */
+    int       n_prompt;                 /* Σ n_ids = the whole text's ids */
+    int       n_cached;                 /* n_exact + n_pic */
+    int       n_exact;                  /* tokens resumed from the prefix tree */
+    int       n_pic;                    /* tokens whose state came from pooled/peer entries */
     int       n_hits, n_peer, n_built, n_rejected, n_remote_failed;
     pic_assemble_stats as;
 } pic_plan_job;
 
+#define PIC_PLAN_DOOR 4096                 /* doorkeeper slots */
+
+/* Segments seen once outside any exact prefix (a key's second sighting
+ * builds its entry). */
 typedef struct {
-    pic_mode        mode;               /* PIC_MODE_FULL never reaches here */
-    pic_entry_opts  seam;               /* PIC segments: w, dtype */
-    pic_pool       *pool;
-    pic_registry   *reg;                /* NULL: no index */
-    int             max_ctx;            /* a peer's prefill holds fewer tokens; 0: any */
+    pthread_mutex_t mu;
+    uint64_t        slot[PIC_PLAN_DOOR];
+} pic_plan_door;
+
+typedef struct {
+    pic_mode          mode;             /* PIC_MODE_FULL never reaches here */
+    pic_entry_opts    seam;             /* PIC segments: w, dtype */
+    pic_pool         *pool;
+    pic_registry     *reg;              /* NULL: no index */
+    pic_prefix_cache *prefix;           /* NULL: no exact-first (pic-only modes) */
+    pic_plan_door    *door;             /* with prefix: the doorkeeper */
+    int               max_ctx;          /* a peer's prefill holds fewer tokens; 0: any */
 } pic_plan_ctx;
 
 enum {
@@ -114,6 +166,13 @@ void pic_plan_job_free(pic_plan_job *pj);
 int pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
                   const pic_tokenizer *tok, const char *text, size_t text_len,
                   pic_state *s, float *logits, int *status, char *err, size_t errlen);
+
+/* Session continuation: after the request of pj ended with s holding
+ * tokens (n: the prompt's ids then the generated ids fed since) exactly,
+ * keep s as a checkpoint at n under the prompt's scope (nothing when the
+ * prompt was not computed exactly or there is no tree). */
+void pic_plan_keep_session(const pic_plan_ctx *ctx, const pic_plan_job *pj,
+                           const pic_state *s, const int *tokens, int n);
 
 /* Worker side of a remote prefill (POST /v1/pic/prefill): resolve the
  * next segment (pool hit or build: whole entry for PREFIX, seam entry for

@@ -249,6 +249,15 @@ pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
              const pic_asm_segment *segs, int n_seg, pic_mode mode,
              float *logits, pic_assemble_stats *st, char *err, size_t errlen)
 {
+    pic_state_reset(s);
+    return pic_assemble_at(m, be, s, 0, segs, n_seg, mode, logits, st, err, errlen);
+}
+
+int
+pic_assemble_at(const pic_model *m, const pic_backend *be, pic_state *s, int p0,
+                const pic_asm_segment *segs, int n_seg, pic_mode mode,
+                float *logits, pic_assemble_stats *st, char *err, size_t errlen)
+{
     pic_assemble_stats local;
     int               *tok = NULL, *use = NULL, total = 0, rc = -1;
     int                n_runs = 0, n_gaps = 0, nt = 0;
@@ -275,8 +284,11 @@ pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
         total += segs[i].n;
     }
     st->n_tokens = total;
-    pic_state_reset(s);
-    if (pic_state_reserve(s, total, err, errlen) != 0) {
+    if (p0 < 0 || s->pos != p0 || total > (1 << 28) - p0) {
+        snprintf(err, errlen, "%s: the state is at %d, not %d", __func__, s->pos, p0);
+        return -1;
+    }
+    if (pic_state_reserve(s, p0 + total, err, errlen) != 0) {
         return -1;
     }
     tok = malloc((size_t) total * sizeof(int));
@@ -290,7 +302,7 @@ pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
 
     /* 1. how each entry is used; the last prompt token must be recomputed
      * when logits are wanted */
-    for (int i = 0, off = 0; i < n_seg; off += segs[i].n, i++) {
+    for (int i = 0, off = p0; i < n_seg; off += segs[i].n, i++) {
         use[i] = pic_entry_use(m, &segs[i], mode, off, i == 0, &st->n_rejected);
     }
     if (logits != NULL && use[n_seg - 1] != 0
@@ -300,7 +312,7 @@ pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
 
     /* 2. the plan: runs [H1] [T1 H2] … [Tn Q] and the interiors between */
     int open = 0;                       /* a run is collecting tokens */
-    for (int i = 0, off = 0; i < n_seg; off += segs[i].n, i++) {
+    for (int i = 0, off = p0; i < n_seg; off += segs[i].n, i++) {
         const pic_asm_segment *sg = &segs[i];
         const pic_entry   *e = sg->entry;
         int                a = use[i] ? e->i0 : sg->n;     /* recomputed head */
@@ -326,7 +338,7 @@ pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
         n_gaps++;
         open = 0;
         st->n_reused += e->i1 - e->i0;
-        st->n_prefix += (i == 0 && !e->has_T) ? e->i1 - e->i0 : 0;
+        st->n_prefix += (off == 0 && !e->has_T) ? e->i1 - e->i0 : 0;
         st->n_composed++;
         if (e->i1 < sg->n) {            /* the tail seam opens the next run */
             runs[n_runs].p0 = off + e->i1;
@@ -376,7 +388,7 @@ pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
     }
     st->t_compose = P.t_compose + (pic_now_s() - t);
     st->compose_flops = P.flops;
-    s->pos = total;
+    s->pos = p0 + total;
     rc = 0;
 
 done:

@@ -78,6 +78,15 @@ int pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
                  float *logits, pic_assemble_stats *st, char *err,
                  size_t errlen);
 
+/* pic_assemble continuing a state that already holds positions [0, p0)
+ * (s->pos == p0, exactly computed or restored: the exact prefix of
+ * DESIGN §3.4): segs are laid from p0, nothing is reset, and a whole entry
+ * is the exact prefix only at position 0.  -1 + err as pic_assemble (also
+ * when s->pos != p0). */
+int pic_assemble_at(const pic_model *m, const pic_backend *be, pic_state *s, int p0,
+                    const pic_asm_segment *segs, int n_seg, pic_mode mode,
+                    float *logits, pic_assemble_stats *st, char *err, size_t errlen);
+
 /* Advance every linear layer of s over entry e's interior: S ← T S + S|0
  * (use_T and e->has_T) or S ← S + S|0, and the conv window ← e's conv tail;
  * adds the GEMM FLOPs to *flops when not NULL.  -1 on OOM. */

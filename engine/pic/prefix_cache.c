@@ -16,10 +16,11 @@
 typedef struct pic_pnode {
     struct pic_pnode *parent, *child, *sib;     /* tree */
     struct pic_pnode *lprev, *lnext;            /* recency: head = most recent */
-    uint64_t          h;                        /* xxh64 of the block's tokens */
+    uint64_t          h;                        /* xxh64 of the block's tokens; scope */
     int               end;                      /* position after the block */
-    int              *tok;                      /* (block) */
-    float            *kv;                       /* per full layer: K (Hkv, block, hd), V (Hkv, block, hd) */
+    int               n_tok;                    /* block; < block: a tail; 0: a scope */
+    int              *tok;                      /* (n_tok) */
+    float            *kv;                       /* per full layer: K (Hkv, n_tok, hd), V (Hkv, n_tok, hd) */
     float            *ck;                       /* per linear layer: S (Hv, dk, dv), conv (C, K−1); or NULL */
     size_t            bytes;
 } pic_pnode;
@@ -79,7 +80,8 @@ static pic_pnode *
 pic_pc_child(const pic_pnode *p, const int *tok, int block, uint64_t h)
 {
     for (pic_pnode *c = p->child; c != NULL; c = c->sib) {
-        if (c->h == h && !memcmp(c->tok, tok, (size_t) block * sizeof(int))) {
+        if (c->n_tok == block && c->h == h
+            && !memcmp(c->tok, tok, (size_t) block * sizeof(int))) {
             return c;
         }
     }
@@ -102,9 +104,10 @@ pic_pc_evict_locked(pic_prefix_cache *pc)
             *pp = n->sib;
             pic_pc_lru_unlink(pc, n);
             pc->st.bytes -= n->bytes;
-            pc->st.blocks--;
-            pc->st.evictions++;
+            pc->st.blocks -= n->n_tok == pc->block;
+            pc->st.evictions += n->n_tok > 0;
             pc->st.checkpoints -= n->ck != NULL;
+            pc->st.tails -= n->n_tok > 0 && n->n_tok < pc->block;
             pic_pc_node_free(n);
             n = pc->tail;               /* the parent may now be a leaf */
             continue;
@@ -173,8 +176,8 @@ pic_pc_kv_to_state(const pic_prefix_cache *pc, const pic_pnode *n, pic_state *s)
 {
     const pic_config *c = &pc->m->cfg;
     const float      *src = n->kv;
-    size_t            rows = (size_t) pc->block * c->head_dim;
-    int               p0 = n->end - pc->block;
+    size_t            rows = (size_t) n->n_tok * c->head_dim;
+    int               p0 = n->end - n->n_tok;
 
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_type[l] != PIC_LAYER_FULL) {
@@ -196,8 +199,8 @@ pic_pc_kv_from_state(const pic_prefix_cache *pc, pic_pnode *n, const pic_state *
 {
     const pic_config *c = &pc->m->cfg;
     float            *dst = n->kv;
-    size_t            rows = (size_t) pc->block * c->head_dim;
-    int               p0 = n->end - pc->block;
+    size_t            rows = (size_t) n->n_tok * c->head_dim;
+    int               p0 = n->end - n->n_tok;
 
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_type[l] != PIC_LAYER_FULL) {
@@ -251,15 +254,62 @@ pic_pc_ck_to_state(const pic_prefix_cache *pc, const float *ck, pic_state *s)
 
 /* --- lookup --- */
 
-/* Walk the full blocks of tokens (at most max_blocks) into path; returns the
- * count matched; *depth = the token-level shared prefix length. */
+/* The scope's subtree (created when make; NULL if absent or OOM). */
+static pic_pnode *
+pic_pc_scope_locked(pic_prefix_cache *pc, uint64_t scope, int make)
+{
+    pic_pnode *c;
+
+    for (c = pc->root.child; c != NULL; c = c->sib) {
+        if (c->h == scope) {
+            return c;
+        }
+    }
+    if (!make || (c = calloc(1, sizeof(*c))) == NULL) {
+        return NULL;
+    }
+    c->h = scope;
+    c->parent = &pc->root;
+    c->sib = pc->root.child;
+    pc->root.child = c;
+    c->bytes = sizeof(*c);
+    pc->st.bytes += c->bytes;
+    pic_pc_lru_push(pc, c);
+    return c;
+}
+
+/* A tail child of p whose tokens all equal tokens[p->end ..] and that ends
+ * at or before lim; the deepest such, or NULL. */
+static pic_pnode *
+pic_pc_tail_locked(const pic_prefix_cache *pc, const pic_pnode *p, const int *tokens,
+                   int lim)
+{
+    pic_pnode *best = NULL;
+
+    for (pic_pnode *c = p->child; c != NULL; c = c->sib) {
+        if (c->n_tok > 0 && c->n_tok < pc->block && c->end <= lim && c->ck != NULL
+            && !memcmp(c->tok, tokens + p->end, (size_t) c->n_tok * sizeof(int))
+            && (best == NULL || c->end > best->end)) {
+            best = c;
+        }
+    }
+    return best;
+}
+
+/* Walk the full blocks of tokens under the scope node sc (at most
+ * max_blocks) into path; returns the count matched; *depth = the
+ * token-level shared prefix length. */
 static int
-pic_pc_walk_locked(pic_prefix_cache *pc, const int *tokens, int n, int max_blocks,
-                   pic_pnode **path, int *depth)
+pic_pc_walk_locked(pic_prefix_cache *pc, pic_pnode *sc, const int *tokens, int n,
+                   int max_blocks, pic_pnode **path, int *depth)
 {
     int        B = pc->block, nb = 0;
-    pic_pnode *cur = &pc->root;
+    pic_pnode *cur = sc;
 
+    *depth = 0;
+    if (sc == NULL) {
+        return 0;
+    }
     while ((nb + 1) * B <= n) {
         const int *tb = tokens + (size_t) nb * B;
         pic_pnode *c = pic_pc_child(cur, tb, B, XXH64(tb, (size_t) B * sizeof(int), 0));
@@ -276,7 +326,7 @@ pic_pc_walk_locked(pic_prefix_cache *pc, const int *tokens, int n, int max_block
     int part = 0, rest = n - nb * B;
     for (pic_pnode *c = cur->child; c != NULL; c = c->sib) {
         int k = 0;
-        while (k < rest && k < B && c->tok[k] == tokens[nb * B + k]) {
+        while (k < rest && k < c->n_tok && c->tok[k] == tokens[nb * B + k]) {
             k++;
         }
         part = k > part ? k : part;
@@ -285,13 +335,47 @@ pic_pc_walk_locked(pic_prefix_cache *pc, const int *tokens, int n, int max_block
     return nb < max_blocks ? nb : max_blocks;
 }
 
-void
-pic_prefix_cache_lookup(pic_prefix_cache *pc, const int *tokens, int n, int *depth,
-                        int *resume)
+/* The resume point for tokens (n) under sc: the deepest checkpoint (a
+ * block's or a tail's) ending at or before n − 1 on the shared path.
+ * *rb = its path index (−1: the scope node), *tail = a tail node or NULL;
+ * returns the position (0: none). */
+static int
+pic_pc_resume_locked(pic_prefix_cache *pc, pic_pnode *sc, pic_pnode **path, int nb,
+                     const int *tokens, int n, int *rb, pic_pnode **tail)
 {
-    int         usable = n > 0 ? (n - 1) / pc->block : 0;
+    int best = 0;
+
+    *rb = -1;
+    *tail = NULL;
+    if (sc == NULL) {
+        return 0;
+    }
+    for (int b = -1; b < nb; b++) {
+        pic_pnode *p = b < 0 ? sc : path[b];
+        pic_pnode *t;
+
+        if (b >= 0 && p->ck != NULL && p->end > best) {
+            best = p->end;
+            *rb = b;
+            *tail = NULL;
+        }
+        t = pic_pc_tail_locked(pc, p, tokens, n - 1);
+        if (t != NULL && t->end > best) {
+            best = t->end;
+            *rb = b;
+            *tail = t;
+        }
+    }
+    return best;
+}
+
+void
+pic_prefix_cache_lookup_scope(pic_prefix_cache *pc, uint64_t scope, const int *tokens,
+                              int n, int *depth, int *resume)
+{
+    int         usable = n > 0 ? (n - 1) / pc->block : 0, nb, rb;
     pic_pnode **path = malloc((size_t) (usable > 0 ? usable : 1) * sizeof(*path));
-    int         nb;
+    pic_pnode  *sc, *tail;
 
     *depth = 0;
     *resume = 0;
@@ -300,15 +384,252 @@ pic_prefix_cache_lookup(pic_prefix_cache *pc, const int *tokens, int n, int *dep
         return;
     }
     pthread_mutex_lock(&pc->mu);
-    nb = pic_pc_walk_locked(pc, tokens, n, usable, path, depth);
-    for (int b = nb - 1; b >= 0; b--) {
-        if (path[b]->ck != NULL) {
-            *resume = path[b]->end;
+    sc = pic_pc_scope_locked(pc, scope, 0);
+    nb = pic_pc_walk_locked(pc, sc, tokens, n, usable, path, depth);
+    *resume = pic_pc_resume_locked(pc, sc, path, nb, tokens, n, &rb, &tail);
+    pthread_mutex_unlock(&pc->mu);
+    free(path);
+}
+
+void
+pic_prefix_cache_lookup(pic_prefix_cache *pc, const int *tokens, int n, int *depth,
+                        int *resume)
+{
+    pic_prefix_cache_lookup_scope(pc, 0, tokens, n, depth, resume);
+}
+
+/* --- restore, capture, insert --- */
+
+int
+pic_prefix_cache_restore(pic_prefix_cache *pc, uint64_t scope, pic_state *s,
+                         const int *tokens, int n, int *depth, int *resume, char *err,
+                         size_t errlen)
+{
+    int         usable, nb, rb, c;
+    pic_pnode **path, *sc, *tail;
+
+    *depth = 0;
+    *resume = 0;
+    if (tokens == NULL || n <= 0) {
+        snprintf(err, errlen, "%s: empty prompt", __func__);
+        return -1;
+    }
+    usable = (n - 1) / pc->block;           /* the last token is always recomputed */
+    path = malloc((size_t) (usable > 0 ? usable : 1) * sizeof(*path));
+    pic_state_reset(s);
+    if (path == NULL) {
+        snprintf(err, errlen, "%s: out of memory", __func__);
+        return -1;
+    }
+    if (pic_state_reserve(s, n, err, errlen) != 0) {
+        free(path);
+        return -1;
+    }
+    pthread_mutex_lock(&pc->mu);
+    sc = pic_pc_scope_locked(pc, scope, 0);
+    nb = pic_pc_walk_locked(pc, sc, tokens, n, usable, path, depth);
+    c = pic_pc_resume_locked(pc, sc, path, nb, tokens, n, &rb, &tail);
+    if (c > 0) {
+        for (int b = 0; b <= rb; b++) {
+            pic_pc_kv_to_state(pc, path[b], s);
+        }
+        if (tail != NULL) {
+            pic_pc_kv_to_state(pc, tail, s);
+            pic_pc_ck_to_state(pc, tail->ck, s);
+            pic_pc_touch_locked(pc, tail);
+        } else {
+            pic_pc_ck_to_state(pc, path[rb]->ck, s);
+            pic_pc_touch_locked(pc, path[rb]);
+        }
+    }
+    pc->st.lookups++;
+    pc->st.hits += c > 0;
+    pc->st.tail_hits += tail != NULL;
+    pc->st.tokens_reused += (uint64_t) c;
+    pc->st.tokens_recomputed += (uint64_t) (n - c);
+    pc->st.tokens_skippable += (uint64_t) (*depth > c ? *depth - c : 0);
+    pthread_mutex_unlock(&pc->mu);
+    pic_ckpt_dp_observe(pc->dp, *depth);
+    free(path);
+    s->pos = c;
+    *resume = c;
+    return 0;
+}
+
+int
+pic_prefix_cache_cuts(pic_prefix_cache *pc, int n, int from, int to, int *pos)
+{
+    int *plan = malloc((size_t) (pc->mmax + 1) * sizeof(int)), np, k = 0;
+
+    if (plan == NULL) {
+        return 0;
+    }
+    np = pic_ckpt_dp_plan(pc->dp, (n / pc->block) * pc->block, plan);
+    for (int i = 0; i < np; i++) {
+        if (plan[i] > from && plan[i] <= to) {
+            pos[k++] = plan[i];
+        }
+    }
+    free(plan);
+    return k;
+}
+
+int
+pic_prefix_cache_max_cuts(const pic_prefix_cache *pc)
+{
+    return pc->mmax;
+}
+
+float *
+pic_prefix_cache_snap(const pic_prefix_cache *pc, const pic_state *s)
+{
+    return pic_pc_ck_take(pc, s);
+}
+
+/* A new node under parent for tokens tb (nt of them) ending at end, its KV
+ * from s; NULL on OOM. */
+static pic_pnode *
+pic_pc_node_new_locked(pic_prefix_cache *pc, pic_pnode *parent, const int *tb, int nt,
+                       int end, uint64_t h, const pic_state *s)
+{
+    pic_pnode *c = calloc(1, sizeof(*c));
+    size_t     kvf = pc->kv_floats / (size_t) pc->block * (size_t) nt;
+
+    if (c != NULL) {
+        c->tok = malloc((size_t) nt * sizeof(int));
+        c->kv = malloc(kvf * sizeof(float));
+    }
+    if (c == NULL || c->tok == NULL || c->kv == NULL) {
+        if (c != NULL) {
+            pic_pc_node_free(c);
+        }
+        return NULL;
+    }
+    memcpy(c->tok, tb, (size_t) nt * sizeof(int));
+    c->h = h;
+    c->n_tok = nt;
+    c->end = end;
+    c->parent = parent;
+    c->sib = parent->child;
+    parent->child = c;
+    pic_pc_kv_from_state(pc, c, s);
+    c->bytes = sizeof(*c) + (size_t) nt * sizeof(int) + kvf * sizeof(float);
+    pc->st.bytes += c->bytes;
+    pic_pc_lru_push(pc, c);
+    return c;
+}
+
+static void
+pic_pc_attach_ck_locked(pic_prefix_cache *pc, pic_pnode *c, float **ck, int *added)
+{
+    if (c->ck != NULL || *ck == NULL) {
+        return;
+    }
+    (*added)++;
+    c->ck = *ck;
+    *ck = NULL;
+    c->bytes += pc->ck_floats * sizeof(float);
+    pc->st.bytes += pc->ck_floats * sizeof(float);
+    pc->st.checkpoints++;
+}
+
+/* The tail of tokens[par->end, p) under par (found or made, its KV from s),
+ * given the checkpoint *ck; NULL on OOM. */
+static pic_pnode *
+pic_pc_tail_put_locked(pic_prefix_cache *pc, pic_pnode *par, const int *tokens, int p,
+                       const pic_state *s, float **ck, int *nck)
+{
+    const int *tb = tokens + par->end;
+    int        nt = p - par->end;
+    pic_pnode *t = NULL;
+
+    for (pic_pnode *c = par->child; c != NULL; c = c->sib) {
+        if (c->n_tok == nt && !memcmp(c->tok, tb, (size_t) nt * sizeof(int))) {
+            t = c;
             break;
         }
     }
+    if (t == NULL) {
+        t = pic_pc_node_new_locked(pc, par, tb, nt, p, 0, s);
+        if (t == NULL) {
+            return NULL;
+        }
+        pc->st.tails++;
+    }
+    pic_pc_attach_ck_locked(pc, t, ck, nck);
+    return t;
+}
+
+int
+pic_prefix_cache_insert(pic_prefix_cache *pc, uint64_t scope, const pic_state *s,
+                        const int *tokens, int n, const int *cpos, float **ck, int n_ck,
+                        int tail, int *new_blocks, int *new_checkpoints)
+{
+    int        B = pc->block, full = n / B, nb = 0, nck = 0;
+    pic_pnode *cur, *last = NULL;
+    float     *tck = NULL;
+
+    if (new_blocks == NULL) {
+        new_blocks = &nb;
+    }
+    *new_blocks = 0;
+    if (tail && s->pos == n && n > 0) {
+        tck = pic_pc_ck_take(pc, s);
+    }
+    pthread_mutex_lock(&pc->mu);
+    cur = pic_pc_scope_locked(pc, scope, 1);
+    for (int b = 0; cur != NULL && b <= full; b++) {
+        /* checkpoints inside block b: tails under the node at b·B */
+        for (int k = 0; k < n_ck; k++) {
+            if (cpos[k] > b * B && cpos[k] < (b + 1) * B && cpos[k] <= n && ck[k] != NULL) {
+                pic_pc_tail_put_locked(pc, cur, tokens, cpos[k], s, &ck[k], &nck);
+            }
+        }
+        if (tck != NULL && n > b * B && n < (b + 1) * B) {
+            last = pic_pc_tail_put_locked(pc, cur, tokens, n, s, &tck, &nck);
+        }
+        if (b == full) {
+            break;
+        }
+        const int *tb = tokens + (size_t) b * B;
+        uint64_t   h = XXH64(tb, (size_t) B * sizeof(int), 0);
+        pic_pnode *c = pic_pc_child(cur, tb, B, h);
+
+        if (c == NULL) {
+            c = pic_pc_node_new_locked(pc, cur, tb, B, (b + 1) * B, h, s);
+            if (c == NULL) {
+                break;                  /* best effort: the cache stops here */
+            }
+            pc->st.blocks++;
+            pc->st.insertions++;
+            (*new_blocks)++;
+        }
+        for (int k = 0; k < n_ck; k++) {
+            if (cpos[k] == c->end) {
+                pic_pc_attach_ck_locked(pc, c, &ck[k], &nck);
+            }
+        }
+        if (tck != NULL && c->end == n) {
+            pic_pc_attach_ck_locked(pc, c, &tck, &nck);
+        }
+        cur = c;
+    }
+    if (last != NULL) {
+        pic_pc_touch_locked(pc, last);
+    } else if (cur != NULL) {
+        pic_pc_touch_locked(pc, cur);
+    }
+    pic_pc_evict_locked(pc);
     pthread_mutex_unlock(&pc->mu);
-    free(path);
+    if (new_checkpoints != NULL) {
+        *new_checkpoints = nck;
+    }
+    free(tck);
+    for (int k = 0; k < n_ck; k++) {
+        free(ck[k]);
+        ck[k] = NULL;
+    }
+    return 0;
 }
 
 /* --- prefill --- */
@@ -320,74 +641,27 @@ pic_prefix_cache_prefill(pic_prefix_cache *pc, const pic_backend *be, pic_state 
 {
     const pic_model  *m = pc->m;
     pic_prefix_result local;
-    int               B = pc->block, usable, nb, depth = 0, resume = 0, rc = -1;
-    int               full = n / B, n_cut = 0;
-    pic_pnode       **path = NULL;
-    int              *plan = NULL, *cuts = NULL;
+    int               depth = 0, resume = 0, rc = -1, n_cut, pos;
+    int              *cuts = NULL;
     float           **snap = NULL;
 
     if (r == NULL) {
         r = &local;
     }
     memset(r, 0, sizeof(*r));
-    if (tokens == NULL || n <= 0) {
-        snprintf(err, errlen, "%s: empty prompt", __func__);
-        return -1;
-    }
-    usable = (n - 1) / B;               /* the last token is always recomputed */
-    path = malloc((size_t) (full + 1) * sizeof(*path));
-    plan = malloc((size_t) (pc->mmax + 1) * sizeof(int));
     cuts = malloc((size_t) (pc->mmax + 1) * sizeof(int));
     snap = calloc((size_t) (pc->mmax + 1), sizeof(float *));
-    pic_state_reset(s);
-    if (path == NULL || plan == NULL || cuts == NULL || snap == NULL
-        || pic_state_reserve(s, n, err, errlen) != 0) {
-        if (path == NULL || plan == NULL || cuts == NULL || snap == NULL) {
-            snprintf(err, errlen, "%s: out of memory", __func__);
-        }
+    if (cuts == NULL || snap == NULL) {
+        snprintf(err, errlen, "%s: out of memory", __func__);
         goto done;
     }
+    if (pic_prefix_cache_restore(pc, 0, s, tokens, n, &depth, &resume, err, errlen) != 0) {
+        goto done;
+    }
+    n_cut = pic_prefix_cache_cuts(pc, n, resume, n, cuts);
 
-    /* 1. walk, restore KV [0, c) and the checkpoint at c, under the lock */
-    pthread_mutex_lock(&pc->mu);
-    nb = pic_pc_walk_locked(pc, tokens, n, usable, path, &depth);
-    int rb = -1;
-    for (int b = nb - 1; b >= 0; b--) {
-        if (path[b]->ck != NULL) {
-            rb = b;
-            break;
-        }
-    }
-    if (rb >= 0) {
-        for (int b = 0; b <= rb; b++) {
-            pic_pc_kv_to_state(pc, path[b], s);
-        }
-        pic_pc_ck_to_state(pc, path[rb]->ck, s);
-        resume = path[rb]->end;
-        pic_pc_touch_locked(pc, path[rb]);
-    }
-    /* checkpoints this request should add: planned, past the resume point,
-     * not already held on the shared path */
-    int np = pic_ckpt_dp_plan(pc->dp, full * B, plan);
-    for (int i = 0; i < np; i++) {
-        int b = plan[i] / B - 1;
-        if (plan[i] <= resume || plan[i] > full * B
-            || (b < nb && path[b]->ck != NULL)) {
-            continue;
-        }
-        cuts[n_cut++] = plan[i];
-    }
-    pc->st.lookups++;
-    pc->st.hits += resume > 0;
-    pc->st.tokens_reused += (uint64_t) resume;
-    pc->st.tokens_recomputed += (uint64_t) (n - resume);
-    pc->st.tokens_skippable += (uint64_t) (depth - resume);
-    pthread_mutex_unlock(&pc->mu);
-    pic_ckpt_dp_observe(pc->dp, depth);
-    s->pos = resume;
-
-    /* 2. the forward from c, cut at the checkpoints to capture */
-    int pos = resume;
+    /* the forward from c, cut at the checkpoints to capture */
+    pos = resume;
     for (int k = 0; k < n_cut; k++) {
         if (cuts[k] >= n) {
             break;
@@ -409,57 +683,8 @@ pic_prefix_cache_prefill(pic_prefix_cache *pc, const pic_backend *be, pic_state 
             snap[k] = pic_pc_ck_take(pc, s);
         }
     }
-
-    /* 3. insert the full blocks and the captured checkpoints */
-    pthread_mutex_lock(&pc->mu);
-    pic_pnode *cur = &pc->root;
-    for (int b = 0; b < full; b++) {
-        const int *tb = tokens + (size_t) b * B;
-        uint64_t   h = XXH64(tb, (size_t) B * sizeof(int), 0);
-        pic_pnode *c = pic_pc_child(cur, tb, B, h);
-
-        if (c == NULL) {
-            c = calloc(1, sizeof(*c));
-            if (c != NULL) {
-                c->tok = malloc((size_t) B * sizeof(int));
-                c->kv = malloc(pc->kv_floats * sizeof(float));
-            }
-            if (c == NULL || c->tok == NULL || c->kv == NULL) {
-                if (c != NULL) {
-                    pic_pc_node_free(c);
-                }
-                break;                  /* best effort: the cache stops here */
-            }
-            memcpy(c->tok, tb, (size_t) B * sizeof(int));
-            c->h = h;
-            c->end = (b + 1) * B;
-            c->parent = cur;
-            c->sib = cur->child;
-            cur->child = c;
-            pic_pc_kv_from_state(pc, c, s);
-            c->bytes = sizeof(*c) + (size_t) B * sizeof(int) + pc->kv_floats * sizeof(float);
-            pc->st.bytes += c->bytes;
-            pc->st.blocks++;
-            pc->st.insertions++;
-            pic_pc_lru_push(pc, c);
-            r->new_blocks++;
-        }
-        for (int k = 0; k < n_cut; k++) {
-            if (cuts[k] == c->end && snap[k] != NULL && c->ck == NULL) {
-                c->ck = snap[k];
-                snap[k] = NULL;
-                c->bytes += pc->ck_floats * sizeof(float);
-                pc->st.bytes += pc->ck_floats * sizeof(float);
-                pc->st.checkpoints++;
-                r->new_checkpoints++;
-            }
-        }
-        cur = c;
-    }
-    pic_pc_touch_locked(pc, cur);
-    pic_pc_evict_locked(pc);
-    pthread_mutex_unlock(&pc->mu);
-
+    pic_prefix_cache_insert(pc, 0, s, tokens, n, cuts, snap, n_cut, 0, &r->new_blocks,
+                            &r->new_checkpoints);
     r->depth = depth;
     r->resume = resume;
     r->recomputed = n - resume;
@@ -470,8 +695,6 @@ done:
         free(snap[k]);
     }
     free(snap);
-    free(path);
-    free(plan);
     free(cuts);
     return rc;
 }

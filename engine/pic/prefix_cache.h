@@ -13,6 +13,13 @@
  * checkpoint_dp.h (balanced at first, then the DP over the observed depths);
  * the prefill is cut at those positions to capture the states.
  *
+ * Requests end anywhere, not at block multiples: a request's end state (the
+ * prompt's, and after decoding the prompt + generated tokens', for session
+ * continuation) is kept as a tail node, a partial block under the last full
+ * one holding its tokens, their KV and a checkpoint at its end.  Trees are
+ * per cache scope (a 64-bit value, 0 = the global one): a request only ever
+ * walks its own scope's subtree.
+ *
  * Budget: bytes of all nodes; least recently used leaves go first (a
  * lookup touches its path leaf-first, so ancestors are always more recent
  * than their descendants and the LRU end is a leaf).
@@ -47,6 +54,7 @@ typedef struct {
 
 typedef struct {
     uint64_t lookups;
+    uint64_t tail_hits;             /* lookups that resumed at a tail (a request's end) */
     uint64_t hits;                  /* lookups that resumed past 0 */
     uint64_t tokens_reused;         /* Σ resume */
     uint64_t tokens_recomputed;     /* Σ (n − resume) */
@@ -54,6 +62,7 @@ typedef struct {
     uint64_t insertions;            /* blocks added */
     uint64_t evictions;             /* blocks evicted */
     uint64_t checkpoints;           /* checkpoints held now */
+    uint64_t tails;                 /* tail nodes held now (partial last blocks) */
     size_t   blocks;                /* blocks held now */
     size_t   bytes, budget;
 } pic_prefix_stats;
@@ -81,6 +90,43 @@ int pic_prefix_cache_prefill(pic_prefix_cache *pc, const pic_backend *be,
  * from (no counters, no LRU change, nothing observed). */
 void pic_prefix_cache_lookup(pic_prefix_cache *pc, const int *tokens, int n,
                              int *depth, int *resume);
+
+/* As pic_prefix_cache_lookup, in scope's subtree. */
+void pic_prefix_cache_lookup_scope(pic_prefix_cache *pc, uint64_t scope, const int *tokens,
+                                   int n, int *depth, int *resume);
+
+/* The first half of an exact prefill: reset s, reserve n positions, walk
+ * scope's subtree and copy in KV [0, c) and the checkpoint at c, the
+ * deepest checkpoint (block or tail) on the shared path ending at or
+ * before n − 1; s->pos = c.  *depth = tokens shared, *resume = c.  Counts
+ * the lookup and observes the depth for checkpoint placement.  -1 + err on
+ * bad input or OOM. */
+int pic_prefix_cache_restore(pic_prefix_cache *pc, uint64_t scope, pic_state *s,
+                             const int *tokens, int n, int *depth, int *resume,
+                             char *err, size_t errlen);
+
+/* Planned checkpoint positions for a request of n tokens that lie in
+ * (from, to], ascending, into pos (room for pic_prefix_cache_max_cuts);
+ * returns the count. */
+int pic_prefix_cache_cuts(pic_prefix_cache *pc, int n, int from, int to, int *pos);
+
+/* Most positions pic_prefix_cache_cuts writes (M). */
+int pic_prefix_cache_max_cuts(const pic_prefix_cache *pc);
+
+/* A checkpoint buffer holding s's linear states (S and conv of every
+ * linear layer) as they are now; NULL on OOM.  Give it to insert. */
+float *pic_prefix_cache_snap(const pic_prefix_cache *pc, const pic_state *s);
+
+/* The second half: add under scope what s holds exactly for tokens[0, n)
+ * (s holds their KV at positions [0, n)): the full blocks not held yet,
+ * the checkpoints ck[k] captured at positions cpos[k] <= n (n_ck; the
+ * buffers are taken and freed, NULL entries skipped; a position inside a
+ * block becomes a tail node) and, when tail and s->pos == n, s's states as
+ * a checkpoint at n.  Then evicts to the budget.  Counts into *new_blocks and
+ * *new_checkpoints (either may be NULL); 0. */
+int pic_prefix_cache_insert(pic_prefix_cache *pc, uint64_t scope, const pic_state *s,
+                            const int *tokens, int n, const int *cpos, float **ck,
+                            int n_ck, int tail, int *new_blocks, int *new_checkpoints);
 
 /* Snapshot of the counters. */
 void pic_prefix_cache_stats_get(pic_prefix_cache *pc, pic_prefix_stats *st);

@@ -229,6 +229,11 @@ pic_oai_usage(const pic_job_update *u)
     cJSON_AddNumberToObject(usage, "total_tokens", u->n_prompt + u->n_gen);
     det = cJSON_AddObjectToObject(usage, "prompt_tokens_details");
     cJSON_AddNumberToObject(det, "cached_tokens", u->n_cached);
+    /* vendor split of cached_tokens (DESIGN §3.4: exact first, then PIC) */
+    det = cJSON_AddObjectToObject(usage, "pic");
+    cJSON_AddNumberToObject(det, "exact_tokens", u->n_exact);
+    cJSON_AddNumberToObject(det, "pic_tokens", u->n_pic);
+    cJSON_AddNumberToObject(det, "recomputed_tokens", u->n_prompt - u->n_cached);
     return usage;
 }
 
@@ -1137,11 +1142,11 @@ pic_oai_job_from_request(pic_server *srv, pic_oai_ctx *c, const pic_request *r,
 }
 
 /* A plan job from segments (offset, len, kind, key) when any of them can
- * come from a pool; NULL when all are dynamic (the plain path then
- * tokenizes the whole text: identical to one segment's ids). */
+ * come from a pool or the prefix tree (always) is on; NULL when all are
+ * dynamic (the plain path then tokenizes the whole text: the same ids). */
 static pic_plan_job *
 pic_oai_plan_job(size_t n, const size_t *off, const size_t *len, const pic_seg_kind *kind,
-                 const char *const *key, pic_error *err)
+                 const char *const *key, int always, pic_error *err)
 {
     pic_plan_job *pj;
     size_t        useful = 0;
@@ -1149,7 +1154,7 @@ pic_oai_plan_job(size_t n, const size_t *off, const size_t *len, const pic_seg_k
     for (size_t i = 0; i < n; i++) {
         useful += kind[i] != PIC_SEG_DYNAMIC;
     }
-    if (useful == 0 || n > 0x7fffffff) {
+    if ((useful == 0 && !always) || n == 0 || n > 0x7fffffff) {
         return NULL;
     }
     pj = pic_plan_job_new((int) n);
@@ -1220,7 +1225,8 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
                     kind[i] = plan.segs[i].kind;
                     key[i] = plan.segs[i].key.hex;
                 }
-                *pj = pic_oai_plan_job(plan.n_segs, off, len, kind, key, err);
+                *pj = pic_oai_plan_job(plan.n_segs, off, len, kind, key,
+                                       srv->prefix != NULL, err);
             } else {
                 pic_error_oom(err, __func__);
             }
@@ -1271,7 +1277,8 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
                 kind[i] = seg.segs[i].kind;
                 key[i] = seg.segs[i].key.hex;
             }
-            *pj = pic_oai_plan_job(seg.n_segs, off, len, kind, key, err);
+            *pj = pic_oai_plan_job(seg.n_segs, off, len, kind, key,
+                                       srv->prefix != NULL, err);
         } else {
             pic_error_oom(err, __func__);
         }

@@ -37,6 +37,8 @@ struct pic_seq {
     int          stop_matched;  /* a stop string ended the output */
     int          n_forced;      /* forced ids generated so far */
     pic_token_logprob lp;       /* the chosen token's logprobs (job->logprobs) */
+    int         *gen;           /* (n_gen) ids sampled so far, for the session state */
+    int          n_gen, cap_gen;
     char        *hold;          /* (n_hold) text held back for stop strings */
     size_t       n_hold, cap_hold;
 };
@@ -145,6 +147,8 @@ pic_job_take(pic_job *j, pic_job_update *u)
     }
     u->n_prompt = j->n_prompt_tokens;
     u->n_cached = j->n_cached;
+    u->n_exact = j->n_exact;
+    u->n_pic = j->n_pic;
     u->n_gen = j->n_gen;
     u->lp = j->lp;
     u->n_lp = j->n_lp;
@@ -205,6 +209,37 @@ pic_job_publish(pic_sched *s, pic_job *j, const char *txt, size_t n, int new_tok
     s->o.notify(s->o.notify_arg);
 }
 
+/* Session continuation (DESIGN §3.4): a plan job whose prompt was
+ * computed exactly leaves its final state, prompt + generated ids fed so
+ * far, in the prefix tree, where the next turn of the conversation resumes. */
+static void
+pic_seq_keep_session(pic_sched *s, pic_job *j)
+{
+    pic_seq            *q = j->seq;
+    const pic_plan_job *pj = j->plan;
+    const pic_plan_ctx *ctx = s->o.plan_ctx;
+    int                 fed, n, *ids;
+
+    if (pj == NULL || j->build_only || ctx == NULL || ctx->prefix == NULL
+        || !pj->exact_all || q->st == NULL || q->planning) {
+        return;
+    }
+    fed = q->st->pos - pj->n_prompt;
+    if (fed <= 0 || fed > q->n_gen) {
+        return;
+    }
+    n = pj->n_prompt + fed;
+    ids = malloc((size_t) n * sizeof(int));
+    if (ids == NULL) {
+        return;
+    }
+    memcpy(ids, pj->ids, (size_t) pj->n_prompt * sizeof(int));
+    memcpy(ids + pj->n_prompt, q->gen, (size_t) fed * sizeof(int));
+    pic_plan_keep_session(ctx, pj, q->st, ids, n);
+    free(ids);
+    pic_sched_count(s, &s->st.sessions_kept, 1);
+}
+
 /* Last touch of a job by the scheduler: text, finish reason, done. */
 static void
 pic_job_finish(pic_sched *s, pic_job *j, pic_finish fin, int status,
@@ -243,6 +278,9 @@ pic_job_finish(pic_sched *s, pic_job *j, pic_finish fin, int status,
     }
     pthread_mutex_unlock(&s->stmu);
 
+    if (q != NULL && (fin == PIC_FINISH_STOP || fin == PIC_FINISH_LENGTH)) {
+        pic_seq_keep_session(s, j);
+    }
     pthread_mutex_lock(&j->mu);
     if (q != NULL) {
         /* a normal end shows what the stop-string filter still holds and
@@ -264,6 +302,7 @@ pic_job_finish(pic_sched *s, pic_job *j, pic_finish fin, int status,
             pic_sampler_free(&q->smp);
         }
         free(q->hold);
+        free(q->gen);
         free(q);
         j->seq = NULL;
     }
@@ -434,6 +473,19 @@ pic_seq_emit(pic_sched *s, pic_job *j, int id)
         pic_job_add_lp_locked(j, &q->lp);
         pthread_mutex_unlock(&j->mu);
     }
+    if (j->plan != NULL && q->n_gen < (1 << 24)) {
+        if (q->n_gen == q->cap_gen) {
+            int  cap = q->cap_gen ? 2 * q->cap_gen : 64;
+            int *p = realloc(q->gen, (size_t) cap * sizeof(int));
+            if (p != NULL) {
+                q->gen = p;
+                q->cap_gen = cap;
+            }
+        }
+        if (q->n_gen < q->cap_gen) {
+            q->gen[q->n_gen++] = id;
+        }
+    }
     if (q->have_dt) {
         txt = pic_detok_feed(&q->dt, id, &len);
         if (txt == NULL) {
@@ -542,6 +594,8 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
     }
     pthread_mutex_lock(&j->mu);
     j->n_cached = pj->n_cached;
+    j->n_exact = pj->n_exact;
+    j->n_pic = pj->n_pic;
     j->dirty = 1;
     pthread_mutex_unlock(&j->mu);
     pthread_mutex_lock(&s->stmu);
@@ -549,6 +603,9 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
     s->st.plan_jobs++;
     s->st.prompt_tokens += (uint64_t) pj->n_prompt;
     s->st.cached_tokens += (uint64_t) pj->n_cached;
+    s->st.exact_tokens += (uint64_t) pj->n_exact;
+    s->st.pic_tokens += (uint64_t) pj->n_pic;
+    s->st.recomputed_tokens += (uint64_t) (pj->n_prompt - pj->n_cached);
     s->st.seg_hits += (uint64_t) pj->n_hits;
     s->st.seg_peer += (uint64_t) pj->n_peer;
     s->st.seg_built += (uint64_t) pj->n_built;

@@ -255,7 +255,7 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
 
         pic_pool_stats_get(srv->pool, &ps);
         o = cJSON_AddObjectToObject(doc, "cache");
-        cJSON_AddStringToObject(o, "mode", pic_mode_name(srv->plan.mode));
+        cJSON_AddStringToObject(o, "mode", srv->mode_name);
         cJSON_AddNumberToObject(o, "seam", srv->plan.seam.w);
         cJSON_AddStringToObject(o, "entry_dtype",
                                 srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32");
@@ -284,11 +284,34 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
             cJSON_AddNumberToObject(o, "segment_rejected", (double) st.seg_rejected);
             cJSON_AddNumberToObject(o, "segment_remote_failed", (double) st.seg_remote_failed);
             cJSON_AddNumberToObject(o, "cached_tokens", (double) st.cached_tokens);
+            cJSON_AddNumberToObject(o, "exact_tokens", (double) st.exact_tokens);
+            cJSON_AddNumberToObject(o, "pic_tokens", (double) st.pic_tokens);
+            cJSON_AddNumberToObject(o, "recomputed_tokens", (double) st.recomputed_tokens);
+            cJSON_AddNumberToObject(o, "sessions_kept", (double) st.sessions_kept);
             cJSON_AddNumberToObject(o, "frames_sent", (double) st.frames_sent);
             cJSON_AddNumberToObject(o, "plan_waits", (double) st.plan_waits);
             cJSON_AddNumberToObject(o, "assemble_s", st.assemble_s);
             cJSON_AddNumberToObject(o, "build_s", st.build_s);
         }
+    }
+
+    if (srv->prefix) {
+        pic_prefix_stats px;
+
+        pic_prefix_cache_stats_get(srv->prefix, &px);
+        o = cJSON_AddObjectToObject(doc, "prefix");
+        cJSON_AddNumberToObject(o, "lookups", (double) px.lookups);
+        cJSON_AddNumberToObject(o, "hits", (double) px.hits);
+        cJSON_AddNumberToObject(o, "tail_hits", (double) px.tail_hits);
+        cJSON_AddNumberToObject(o, "tokens_reused", (double) px.tokens_reused);
+        cJSON_AddNumberToObject(o, "tokens_skippable", (double) px.tokens_skippable);
+        cJSON_AddNumberToObject(o, "blocks", (double) px.blocks);
+        cJSON_AddNumberToObject(o, "checkpoints", (double) px.checkpoints);
+        cJSON_AddNumberToObject(o, "tails", (double) px.tails);
+        cJSON_AddNumberToObject(o, "insertions", (double) px.insertions);
+        cJSON_AddNumberToObject(o, "evictions", (double) px.evictions);
+        cJSON_AddNumberToObject(o, "bytes", (double) px.bytes);
+        cJSON_AddNumberToObject(o, "budget", (double) px.budget);
     }
 
     if (srv->reg) {
@@ -503,7 +526,10 @@ pic_server_init_cache(pic_server *srv)
     uint32_t               w;
 
     memset(&srv->plan, 0, sizeof(srv->plan));
-    if (pic_mode_parse(o->cache_mode ? o->cache_mode : "pic", &srv->plan.mode) != 0) {
+    srv->mode_name = o->cache_mode ? o->cache_mode : "exact";
+    if (strcmp(srv->mode_name, "exact") == 0) {
+        srv->plan.mode = PIC_MODE_PIC;          /* with the tree: exact first */
+    } else if (pic_mode_parse(srv->mode_name, &srv->plan.mode) != 0) {
         fprintf(stderr, "pic-engine[%s]: unknown --cache-mode '%s'\n", o->id, o->cache_mode);
         return -1;
     }
@@ -548,6 +574,20 @@ pic_server_init_cache(pic_server *srv)
     }
     pic_pool_set_evict_cb(srv->pool, pic_server_on_evict, srv);
     srv->plan.pool = srv->pool;
+    if (strcmp(srv->mode_name, "exact") == 0 || srv->plan.mode == PIC_MODE_PREFIX) {
+        pic_prefix_opts po = { .budget = o->prefix_bytes,
+                               .ckpt = { .block = o->prefix_block, .m = o->checkpoints,
+                                         .max_tokens = srv->max_ctx } };
+
+        srv->prefix = pic_prefix_cache_init(srv->model, &po, err, sizeof(err));
+        if (srv->prefix == NULL) {
+            fprintf(stderr, "pic-engine[%s]: prefix tree: %s\n", o->id, err);
+            return -1;
+        }
+        pthread_mutex_init(&srv->door.mu, NULL);
+        srv->plan.prefix = srv->prefix;
+        srv->plan.door = &srv->door;
+    }
     return 0;
 }
 
@@ -675,7 +715,7 @@ pic_server_load_model(pic_server *srv)
             "%d worker(s) x %d thread(s), batch %d, queue %d, cache %s (w=%d, %s)\n", o->id,
             srv->model_name, srv->model->cfg.model_type,
             pic_template_dialect_name(srv->dialect), srv->max_ctx, so.workers, so.threads,
-            so.max_batch, so.max_queue, pic_mode_name(srv->plan.mode), srv->plan.seam.w,
+            so.max_batch, so.max_queue, srv->mode_name, srv->plan.seam.w,
             srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32");
     return 0;
 }
@@ -791,6 +831,7 @@ done:
     }
     pic_registry_free(srv.reg);
     pic_pool_free(srv.pool);
+    pic_prefix_cache_free(srv.prefix);
     if (srv.have_keys) {
         pic_key_ctx_free(&srv.keys);
     }

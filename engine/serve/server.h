@@ -29,7 +29,10 @@ typedef struct {
     int         heartbeat_ms;   /* Redis heartbeat period */
     int         registry_ttl_s; /* pic:eng:{id} expiry */
     uint64_t    pool_bytes;     /* public pool budget (bytes) */
-    const char *cache_mode;     /* "pic" (default), "prefix", "naive" or "full" */
+    const char *cache_mode;     /* "exact" (default), "prefix", "pic", "naive" or "full" */
+    uint64_t    prefix_bytes;   /* prefix tree budget (bytes) */
+    int         prefix_block;   /* prefix tree block (tokens); 0: 64 */
+    int         checkpoints;    /* checkpoints planned per request (M); 0: 4 */
     int         seam;           /* seam width w of PIC entries (default 8) */
     const char *entry_dtype;    /* "bf16" (default) or "f32" for PIC entries */
     size_t      min_segment;    /* shorter non-prefix segments are recomputed */

@@ -79,6 +79,9 @@ typedef struct pic_server {
     int                    have_keys;
     pic_pool              *pool;            /* public pool of segment entries */
     pic_plan_ctx           plan;            /* how plan jobs use it */
+    pic_prefix_cache      *prefix;          /* exact prefix tree (exact, prefix modes) */
+    pic_plan_door          door;            /* second sightings (exact mode) */
+    const char            *mode_name;       /* --cache-mode as given */
 
     pic_sched             *sched;
     struct event          *wake;            /* job news from the workers */

@@ -1,0 +1,421 @@
+/*
+ * test_exact_first.c — the serving path's lookup order (plan_exec.h,
+ * DESIGN §3.4) on the tiny-qwen35 fixture with its tokenizer: an
+ * append-only agent loop of interleaved sessions resumes every turn from
+ * the prefix tree and its last-position logits equal one plain prefill of
+ * the whole prompt (≤ 1e-4), also under a budget that evicts; a generated
+ * answer kept at the end of a request (session continuation) is resumed
+ * by the next turn; shifted documents past a shared prefix come from PIC
+ * entries after the exact part; the ids served are the whole text's ids
+ * however the segments cut it.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <xxhash.h>
+
+#include "fixture_models.h"
+#include "forward.h"
+#include "model.h"
+#include "plan_exec.h"
+#include "prefix_cache.h"
+#include "state.h"
+#include "tokenizer.h"
+
+typedef struct {
+    pic_model        *m;
+    pic_tokenizer    *tok;
+    pic_pool         *pool;
+    pic_prefix_cache *pc;
+    pic_plan_door     door;
+    pic_plan_ctx      ctx;
+    pic_state        *s;
+    float            *lg, *ref;
+} fx;
+
+static int
+fx_init(fx *f, size_t prefix_budget)
+{
+    char err[256];
+
+    memset(f, 0, sizeof(*f));
+    f->m = fixture_load("tiny-qwen35");
+    if (f->m == NULL) {
+        return -1;
+    }
+    f->tok = pic_tokenizer_load("tests/fixtures/models/tiny-qwen35/tokenizer.json", err,
+                                sizeof(err));
+    assert_non_null(f->tok);
+    f->pool = pic_pool_init(64u << 20, f->m->fingerprint, err, sizeof(err));
+    pic_prefix_opts po = { .budget = prefix_budget, .ckpt = { .block = 16, .m = 4 } };
+    f->pc = pic_prefix_cache_init(f->m, &po, err, sizeof(err));
+    assert_non_null(f->pool);
+    assert_non_null(f->pc);
+    pthread_mutex_init(&f->door.mu, NULL);
+    f->ctx.mode = PIC_MODE_PIC;
+    f->ctx.seam.w = 4;
+    f->ctx.seam.dtype = PIC_DTYPE_F32;
+    f->ctx.pool = f->pool;
+    f->ctx.prefix = f->pc;
+    f->ctx.door = &f->door;
+    f->s = pic_state_init(&f->m->cfg, 0, err, sizeof(err));
+    f->lg = malloc((size_t) f->m->cfg.vocab * sizeof(float));
+    f->ref = malloc((size_t) f->m->cfg.vocab * sizeof(float));
+    return 0;
+}
+
+static void
+fx_free(fx *f)
+{
+    pic_state_free(f->s);
+    free(f->lg);
+    free(f->ref);
+    pic_prefix_cache_free(f->pc);
+    pic_pool_free(f->pool);
+    pic_tokenizer_free(f->tok);
+    pic_model_free(f->m);
+}
+
+/* A plan job cutting text at the byte offsets cut[0..nc) (ascending, inside
+ * the text): segment 0 PREFIX, the last DYNAMIC, the others PIC; keys from
+ * the bytes. */
+static pic_plan_job *
+job(const char *text, const size_t *cut, int nc)
+{
+    pic_plan_job *pj = pic_plan_job_new(nc + 1);
+    size_t        at = 0, n = strlen(text);
+
+    for (int i = 0; i <= nc; i++) {
+        pic_job_segment *g = &pj->segs[i];
+        size_t           end = i < nc ? cut[i] : n;
+
+        g->offset = at;
+        g->len = end - at;
+        g->kind = i == 0 ? PIC_SEG_PREFIX : i == nc ? PIC_SEG_DYNAMIC : PIC_SEG_PIC;
+        snprintf(g->key, sizeof(g->key), "%016llx%016llx",
+                 (unsigned long long) XXH64(text + at, g->len, 1),
+                 (unsigned long long) XXH64(text + at, g->len, 2));
+        at = end;
+    }
+    return pj;
+}
+
+/* Serve text through the plan steps; returns the job (caller frees). */
+static pic_plan_job *
+serve(fx *f, const char *text, const size_t *cut, int nc)
+{
+    pic_plan_job *pj = job(text, cut, nc);
+    char          err[256];
+    int           status, rc, steps = 0;
+
+    do {
+        rc = pic_plan_step(&f->ctx, pj, f->m, f->tok, text, strlen(text), f->s, f->lg,
+                           &status, err, sizeof(err));
+        if (rc == PIC_PLAN_ERROR) {
+            fail_msg("plan step: %s", err);
+        }
+        assert_true(++steps < 10000);
+    } while (rc != PIC_PLAN_DONE);
+    return pj;
+}
+
+/* max |logits − one plain prefill of text's ids| */
+static float
+vs_full(fx *f, const char *text, int *n_ids)
+{
+    int32_t   *ids = NULL;
+    size_t     n = 0;
+    char       err[256];
+    pic_state *r = pic_state_init(&f->m->cfg, 0, err, sizeof(err));
+    float      mx = 0.0f;
+
+    assert_int_equal(pic_tokenizer_encode(f->tok, text, strlen(text), &ids, &n), 0);
+    assert_int_equal(pic_forward(f->m, NULL, r, (int *) ids, (int) n, 0, PIC_LOGITS_LAST,
+                                 f->ref, NULL, err, sizeof(err)), 0);
+    for (int i = 0; i < f->m->cfg.vocab; i++) {
+        mx = fmaxf(mx, fabsf(f->lg[i] - f->ref[i]));
+    }
+    *n_ids = (int) n;
+    free(ids);
+    pic_state_free(r);
+    return mx;
+}
+
+/* a deterministic pseudo-text of about n words */
+static void
+words(char *out, size_t cap, unsigned seed, int n)
+{
+    static const char *const w[] = { "state", "cache", "layer", "token", "prefix",
+                                     "seam", "entry", "agent", "tool", "result",
+                                     "delta", "gate", "query", "value", "block" };
+    size_t at = 0;
+
+    out[0] = '\0';
+    for (int i = 0; i < n && at + 16 < cap; i++) {
+        seed = seed * 1103515245u + 12345u;
+        at += (size_t) snprintf(out + at, cap - at, "%s%s", i ? " " : "",
+                                w[(seed >> 16) % 15]);
+    }
+}
+
+/* --- the agent loop --- */
+
+#define SESS 3
+#define TURNS 4
+
+static void
+agent_loop(size_t budget, int tight)
+{
+    fx f;
+
+    if (fx_init(&f, budget) != 0) {
+        skip();
+    }
+    static char text[SESS][32768];
+    size_t      cuts[SESS][64];
+    int         nc[SESS];
+    char        body[4096];
+    long        served = 0, exact = 0;
+    int         prev[SESS] = { 0 };
+
+    for (int k = 0; k < SESS; k++) {
+        words(body, sizeof(body), 7, 400);         /* the shared system prompt */
+        int at = snprintf(text[k], sizeof(text[k]), "<|im_start|>system\n%s<|im_end|>\n", body);
+        cuts[k][0] = (size_t) at;
+        words(body, sizeof(body), 100 + k, 30);
+        at += snprintf(text[k] + at, sizeof(text[k]) - at, "<|im_start|>user\n%s<|im_end|>\n",
+                       body);
+        cuts[k][1] = (size_t) at;
+        nc[k] = 2;
+    }
+    for (int t = 0; t < TURNS; t++) {
+        for (int k = 0; k < SESS; k++) {
+            char   req[32768];
+            size_t base = strlen(text[k]);
+            int    n_ids;
+
+            snprintf(req, sizeof(req), "%s<|im_start|>assistant\n", text[k]);
+            pic_plan_job *pj = serve(&f, req, cuts[k], nc[k]);
+            float mx = vs_full(&f, req, &n_ids);
+            print_message("  session %d turn %d: %d tokens, exact %d, pic %d, |Δ| %.3g\n",
+                          k, t, pj->n_prompt, pj->n_exact, pj->n_pic, mx);
+            assert_int_equal(pj->n_prompt, n_ids);
+            assert_int_equal(pj->n_cached, pj->n_exact + pj->n_pic);
+            if (!tight) {
+                /* every turn resumes where the previous one's prompt ended */
+                assert_true(mx <= 1e-4f);
+                assert_int_equal(pj->n_pic, 0);
+                if (t > 0) {
+                    assert_int_equal(pj->n_exact, prev[k]);
+                }
+            } else if (pj->n_pic == 0) {
+                /* evicted: less is reused, nothing stale is */
+                assert_true(mx <= 1e-4f);
+            }
+            prev[k] = pj->n_prompt;
+            if (t > 0) {
+                served += pj->n_prompt;
+                exact += pj->n_exact;
+            }
+            pic_plan_job_free(pj);
+            /* the agent appends a tool call and its result */
+            words(body, sizeof(body), 1000 + 31 * k + t, 30 + 10 * t);
+            int at = snprintf(text[k] + base, sizeof(text[k]) - base,
+                              "<|im_start|>assistant\n<tool_call>\n{\"name\": \"search\"}\n"
+                              "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n"
+                              "%s\n</tool_response><|im_end|>\n", body);
+            cuts[k][nc[k]++] = base + (size_t) at;
+        }
+    }
+    pic_prefix_stats st;
+    pic_prefix_cache_stats_get(f.pc, &st);
+    print_message("  exact share after the first turn: %.3f; tree %zu bytes of %zu, "
+                  "%llu evictions\n", (double) exact / served, st.bytes, st.budget,
+                  (unsigned long long) st.evictions);
+    assert_true(st.bytes <= st.budget);
+    if (!tight) {
+        assert_true((double) exact >= 0.85 * (double) served);
+    } else {
+        assert_true(st.evictions > 0);
+    }
+    fx_free(&f);
+}
+
+static void
+test_agent_loop_resumes_every_turn_exactly(void **unused)
+{
+    agent_loop(64u << 20, 0);
+}
+
+static void
+test_agent_loop_is_exact_under_a_tight_budget(void **unused)
+{
+    /* a budget of about one session: eviction, never a stale answer */
+    agent_loop(600u << 10, 1);
+}
+
+/* --- session continuation --- */
+
+static void
+test_generated_answer_is_resumed_next_turn(void **unused)
+{
+    fx f;
+
+    if (fx_init(&f, 64u << 20) != 0) {
+        skip();
+    }
+    char body[4096], req[16384], req2[20000];
+    words(body, sizeof(body), 3, 150);
+    int at = snprintf(req, sizeof(req), "<|im_start|>system\n%s<|im_end|>\n"
+                      "<|im_start|>user\nsummarise<|im_end|>\n<|im_start|>assistant\n", body);
+    size_t cut = (size_t) at - strlen("<|im_start|>user\nsummarise<|im_end|>\n"
+                                      "<|im_start|>assistant\n");
+    pic_plan_job *pj = serve(&f, req, &cut, 1);
+    assert_true(pj->exact_all);
+
+    /* "generate" an answer: feed its ids after the prompt, as decode does */
+    const char *answer = "The state cache keeps every layer of the prefix exact";
+    int32_t    *gen = NULL;
+    size_t      ng = 0;
+    char        err[256];
+    assert_int_equal(pic_tokenizer_encode(f.tok, answer, strlen(answer), &gen, &ng), 0);
+    int  n = pj->n_prompt + (int) ng;
+    int *all = malloc((size_t) n * sizeof(int));
+    memcpy(all, pj->ids, (size_t) pj->n_prompt * sizeof(int));
+    for (size_t i = 0; i < ng; i++) {
+        all[pj->n_prompt + (int) i] = gen[i];
+        assert_int_equal(pic_forward(f.m, NULL, f.s, &all[pj->n_prompt + (int) i], 1,
+                                     f.s->pos, PIC_LOGITS_LAST, f.lg, NULL, err,
+                                     sizeof(err)), 0);
+    }
+    pic_plan_keep_session(&f.ctx, pj, f.s, all, n);
+    pic_plan_job_free(pj);
+
+    /* the next turn re-renders the answer and asks again */
+    snprintf(req2, sizeof(req2), "%s%s<|im_end|>\n<|im_start|>user\nand why?<|im_end|>\n"
+             "<|im_start|>assistant\n", req, answer);
+    pj = serve(&f, req2, &cut, 1);
+    int   n2;
+    float mx = vs_full(&f, req2, &n2);
+    print_message("  next turn: %d tokens, resumed at %d (answer ended at %d), |Δ| %.3g\n",
+                  pj->n_prompt, pj->n_exact, n, mx);
+    assert_int_equal(pj->n_exact, n);
+    assert_true(mx <= 1e-4f);
+    pic_prefix_stats st;
+    pic_prefix_cache_stats_get(f.pc, &st);
+    assert_true(st.tail_hits >= 1);
+    pic_plan_job_free(pj);
+    free(all);
+    free(gen);
+    fx_free(&f);
+}
+
+/* --- prefix + PIC --- */
+
+static void
+test_shifted_documents_after_a_shared_prefix_use_pic(void **unused)
+{
+    fx f;
+
+    if (fx_init(&f, 64u << 20) != 0) {
+        skip();
+    }
+    char sys[4096], a[4096], b[4096], c[4096], req[32768];
+    words(sys, sizeof(sys), 11, 80);
+    words(a, sizeof(a), 12, 150);
+    words(b, sizeof(b), 13, 150);
+    words(c, sizeof(c), 14, 40);
+    const char *order[3][3] = { { a, b, NULL }, { b, a, NULL }, { c, a, b } };
+    int         n2;
+
+    for (int r = 0; r < 3; r++) {
+        size_t cut[4];
+        int    nc = 0, at;
+
+        at = snprintf(req, sizeof(req), "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n",
+                      sys);
+        cut[nc++] = (size_t) at;
+        for (int d = 0; d < 3 && order[r][d]; d++) {
+            at += snprintf(req + at, sizeof(req) - at, "%s\n", order[r][d]);
+            cut[nc++] = (size_t) at;
+        }
+        snprintf(req + at, sizeof(req) - at, "question %d?<|im_end|>\n<|im_start|>assistant\n",
+                 r);
+        pic_plan_job *pj = serve(&f, req, cut, nc);
+        float mx = vs_full(&f, req, &n2);
+        print_message("  request %d: %d tokens, exact %d, pic %d, built %d, |Δ| %.3g\n", r,
+                      pj->n_prompt, pj->n_exact, pj->n_pic, pj->n_built, mx);
+        assert_int_equal(pj->n_prompt, n2);
+        if (r < 2) {
+            /* cold content is recomputed exactly (built on its second sighting) */
+            assert_int_equal(pj->n_pic, 0);
+            assert_true(mx <= 1e-4f);
+            assert_int_equal(pj->n_built, r == 1 ? 2 : 0);
+        } else {
+            /* the shared system prompt exactly, the shifted documents by PIC */
+            assert_true(pj->n_exact >= 48);
+            assert_true(pj->n_pic > 200);
+            assert_false(pj->exact_all);
+            assert_true(isfinite(f.lg[0]));
+        }
+        pic_plan_job_free(pj);
+    }
+    fx_free(&f);
+}
+
+/* --- ids --- */
+
+static void
+test_ids_are_the_whole_texts_however_it_is_cut(void **unused)
+{
+    fx f;
+
+    if (fx_init(&f, 64u << 20) != 0) {
+        skip();
+    }
+    /* cuts inside words, between a space and its word, inside "\n\n" and
+     * inside a special token's neighbourhood */
+    const char *text = "<|im_start|>system\nYou are   helpful.\n\n<|im_end|>\n"
+                       "<|im_start|>user\nsearching for cached states, please<|im_end|>\n"
+                       "<|im_start|>assistant\n";
+    size_t cut[] = { 22, 29, 38, 60, 75, 94 };
+    pic_plan_job *pj = serve(&f, text, cut, 6);
+    int32_t *ids = NULL;
+    size_t   n = 0;
+    int      at = 0;
+
+    assert_int_equal(pic_tokenizer_encode(f.tok, text, strlen(text), &ids, &n), 0);
+    assert_int_equal(pj->n_prompt, (int) n);
+    for (int i = 0; i < pj->n_segs; i++) {
+        assert_int_equal(pj->segs[i].start, at);
+        for (int t = 0; t < pj->segs[i].n_ids; t++) {
+            assert_int_equal(pj->segs[i].ids[t], ids[at + t]);
+        }
+        at += pj->segs[i].n_ids;
+    }
+    assert_int_equal(at, (int) n);
+    free(ids);
+    pic_plan_job_free(pj);
+    fx_free(&f);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_agent_loop_resumes_every_turn_exactly),
+        cmocka_unit_test(test_agent_loop_is_exact_under_a_tight_budget),
+        cmocka_unit_test(test_generated_answer_is_resumed_next_turn),
+        cmocka_unit_test(test_shifted_documents_after_a_shared_prefix_use_pic),
+        cmocka_unit_test(test_ids_are_the_whole_texts_however_it_is_cut),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
