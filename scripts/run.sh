@@ -106,6 +106,11 @@ ngx_pic is running
   chat:    curl -s http://127.0.0.1:$PORT/v1/chat/completions -H 'Content-Type: application/json' \\
              -d '{"model":"demo","messages":[{"role":"user","content":"Hello!"}]}'
 
+  Each engine serves a request in this order (--cache-mode exact): the longest exact
+  token prefix it holds (prefix tree, resumed from the deepest recurrent checkpoint),
+  then PIC entries for the segments after it, then recompute; usage.pic splits
+  cached_tokens into exact_tokens and pic_tokens (engine /status: "prefix", "cache").
+
 Ctrl-C stops everything.
 MSG
 wait -n "${pids[@]}" || true

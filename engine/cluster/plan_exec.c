@@ -382,7 +382,8 @@ pic_plan_build_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
 /* Exact first (plan_exec.h): one unit of work per call, as pic_plan_step. */
 static int
 pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
-                    pic_state *s, float *logits, int *status, char *err, size_t errlen)
+                    const pic_tokenizer *tok, pic_state *s, float *logits, int *status,
+                    char *err, size_t errlen)
 {
     pic_prefix_cache *pc = ctx->prefix;
     int               n = pj->n_prompt, rc;
@@ -422,19 +423,28 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
                 break;
             }
         }
-        pj->cuts = malloc((size_t) (pic_prefix_cache_max_cuts(pc) + 3) * sizeof(int));
-        pj->snap = calloc((size_t) (pic_prefix_cache_max_cuts(pc) + 3), sizeof(float *));
+        pj->cuts = malloc((size_t) (pic_prefix_cache_max_cuts(pc) + 4) * sizeof(int));
+        pj->snap = calloc((size_t) (pic_prefix_cache_max_cuts(pc) + 4), sizeof(float *));
         if (pj->cuts == NULL || pj->snap == NULL) {
             snprintf(err, errlen, "out of memory");
             return PIC_PLAN_ERROR;
         }
         pj->n_cut = pic_prefix_cache_cuts(pc, n, pj->resume, pj->xend, pj->cuts);
         /* and where the next requests are likeliest to part: after the
-         * leading segment (the system prompt) and before the trailing one
-         * (the last message, where the next turn appends) */
-        int extra[2] = { pj->n_segs > 1 ? pj->segs[1].start : 0,
-                         pj->n_segs > 1 ? pj->segs[pj->n_segs - 1].start : 0 };
-        for (int e = 0; e < 2; e++) {
+         * leading segment (the system prompt), before the trailing one (the
+         * last message, where the next turn appends) and before the last
+         * turn marker (the generation prompt, which the next turn's
+         * template may render otherwise, e.g. without "<think>") */
+        int im = tok != NULL ? pic_tokenizer_token_id(tok, "<|im_start|>") : -1, last = 0;
+        for (int t = n - 1; im >= 0 && t > 0; t--) {
+            if (pj->ids[t] == im) {
+                last = t;
+                break;
+            }
+        }
+        int extra[3] = { pj->n_segs > 1 ? pj->segs[1].start : 0,
+                         pj->n_segs > 1 ? pj->segs[pj->n_segs - 1].start : 0, last };
+        for (int e = 0; e < 3; e++) {
             int p = extra[e], k = pj->n_cut;
 
             if (p <= pj->resume || p >= pj->xend) {
@@ -553,7 +563,7 @@ pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
         return PIC_PLAN_MORE;
     }
     if (ctx->prefix != NULL) {
-        return pic_plan_step_exact(ctx, pj, m, s, logits, status, err, errlen);
+        return pic_plan_step_exact(ctx, pj, m, tok, s, logits, status, err, errlen);
     }
     while (pj->next < pj->n_segs) {
         rc = pic_plan_resolve(ctx, pj, pj->next, m, 0, err, errlen);

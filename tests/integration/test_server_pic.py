@@ -30,7 +30,10 @@ DOC_B = ("Bravo document: recurrent layers compose transition operators. " * 8)[
 
 
 def engine(procs, extra=(), **kw):
-    return procs.engine(model=TINY, extra=("--threads", "1") + tuple(extra), **kw)
+    # the public pool's own behaviour: PIC only (exact first, the default, is
+    # test_exact_first.py; a later --cache-mode in extra wins)
+    return procs.engine(model=TINY, extra=("--threads", "1", "--cache-mode", "pic")
+                        + tuple(extra), **kw)
 
 
 def client(eng):

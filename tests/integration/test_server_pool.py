@@ -36,8 +36,10 @@ KEY_FP = []        # the engines' key fingerprint (same model, seam and dtype fo
 
 
 def engine(procs, name, extra=()):
+    # peers and plans as such: PIC only (exact first would recompute the
+    # fresh entries these tests count; see test_exact_first.py)
     eng = procs.engine(model=TINY, name=name, extra=(
-        "--threads", "1", "--peer-timeout-ms", "1500") + tuple(extra))
+        "--threads", "1", "--peer-timeout-ms", "1500", "--cache-mode", "pic") + tuple(extra))
     if not KEY_FP:
         KEY_FP.append(status(eng)["model"]["fingerprint"])
     return eng

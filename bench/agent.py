@@ -1,0 +1,190 @@
+"""Exact first vs the other cache modes on agent traffic (issue 10, DESIGN §3.4, §5).
+
+One engine per cache mode, run one after the other on the same machine with the same
+threads, replaying the same deterministic workloads:
+
+  agent_loop  S sessions (interleaved) of an append-only tool loop: system prompt + tool
+              schemas + task, then per turn an assistant tool call and a tool result
+              appended; every turn is a request (max_tokens 1: its latency ~ TTFT).
+  mixed       a shared system prompt, then documents drawn from a small pool and
+              re-ranked per request (the agentic "rerank" shape), then a question.
+
+Modes: full (recompute everything), prefix (the prefix tree only), pic (PIC entries
+only: cold segments built and composed), exact (the tree first, then existing PIC
+entries, then recompute: the default).  Per mode and workload: TTFT p50/p99, prompt
+tokens computed per request (usage.pic.recomputed_tokens), exact and PIC shares, the
+engine's cache bytes per cached token, and whether each request's greedy continuation
+(8 tokens) equals the full-recompute engine's.
+
+Summary keys: agent_loop_exact_share (goal >= 0.85), agent_loop_ttft_speedup_vs_full
+(p50 full / p50 exact over turns after the first; goal >= 8),
+agent_loop_logit_max_abs_err (not observable over HTTP: null here; the logits are
+compared within 1e-4 by tests/unit/test_exact_first), agent_loop_greedy_match,
+mixed_ttft_speedup_vs_pic_only (p50 pic / p50 exact; goal >= 1).
+
+Random-weight models: the figures are about compute and reuse, not answer quality.
+QUICK=1: the demo model and a short run (< 2 minutes); otherwise the mid model.
+"""
+import http.client
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import QUICK, ServeEngine, machine, table, write_results  # noqa: E402
+from decode_batch import ensure_model  # noqa: E402
+
+MODEL = "demo" if QUICK else "mid"
+SESSIONS = 3 if QUICK else 5
+TURNS = 4 if QUICK else 6
+MIXED = 6 if QUICK else 16
+MODES = ["full", "prefix", "pic", "exact"]
+WORDS = ["agent", "tool", "result", "cache", "segment", "prefix", "engine", "token", "state",
+         "nginx", "plan", "worker", "index", "memory", "document", "query"]
+
+
+def text(seed, n):
+    """Deterministic English-ish text of about n bytes."""
+    out, x, size = [], seed * 2654435761 % 2**32, 0
+    while size < n:
+        x = (x * 1103515245 + 12345) % 2**31
+        out.append(WORDS[(x >> 16) % len(WORDS)])
+        size += len(out[-1]) + 1
+    return " ".join(out)
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": f"tool{i}", "description": text(50 + i, 1200 if QUICK else 3000),
+    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+    for i in range(2)]
+SYSTEM = "You are a coding agent. " + text(7, 3000 if QUICK else 8000)
+
+
+def agent_requests():
+    """The agent loop: (label, body) in send order, sessions interleaved."""
+    out = []
+    for t in range(TURNS):
+        for s in range(SESSIONS):
+            msgs = [{"role": "system", "content": SYSTEM},
+                    {"role": "user", "content": f"task {s}: " + text(100 + s, 400)}]
+            for k in range(t):
+                cid = f"call_{s}_{k}"
+                msgs.append({"role": "assistant", "content": None, "tool_calls": [
+                    {"id": cid, "type": "function",
+                     "function": {"name": "tool0", "arguments": json.dumps({"q": str(k)})}}]})
+                msgs.append({"role": "tool", "tool_call_id": cid,
+                             "content": text(1000 + 31 * s + k, 800 if QUICK else 2500)})
+            out.append((f"s{s}t{t}", t, {"messages": msgs, "tools": TOOLS}))
+    return out
+
+
+def mixed_requests():
+    docs = [text(300 + i, 1500 if QUICK else 4000) for i in range(4)]
+    out = []
+    for r in range(MIXED):
+        pick = [docs[(r + k) % 4] for k in range(3)][::(1 if r % 2 else -1)]
+        content = "<|pic_sep|>".join(pick + [f"question {r}?"])
+        out.append((f"m{r}", 1 if r else 0, {"messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": content}]}))
+    return out
+
+
+def post(eng, body, max_tokens):
+    body = dict(body, model="m", max_tokens=max_tokens, temperature=0)
+    c = http.client.HTTPConnection("127.0.0.1", eng.port, timeout=900)
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/chat/completions", json.dumps(body),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    doc = json.loads(r.read())
+    dt = time.perf_counter() - t0
+    c.close()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {doc}")
+    return dt, doc
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
+
+
+def run_mode(model, mode, threads, logdir, workloads):
+    eng = ServeEngine(f"agent-{mode}", model, logdir, start_timeout=300,
+                      extra=["--id", mode, "--cache-mode", mode, "--threads", str(threads),
+                             "--prefix-bytes", str(4 << 30), "--pool-bytes", str(2 << 30)])
+    res = {}
+    try:
+        for wname, reqs in workloads.items():
+            rows = []
+            for label, turn, body in reqs:
+                dt, doc = post(eng, body, 1)            # the timed request (~TTFT)
+                u = doc["usage"]
+                _, g = post(eng, body, 8)               # greedy continuation, untimed
+                rows.append({"label": label, "turn": turn, "ttft": dt,
+                             "prompt": u["prompt_tokens"],
+                             "cached": u["prompt_tokens_details"]["cached_tokens"],
+                             "exact": u.get("pic", {}).get("exact_tokens", 0),
+                             "pic": u.get("pic", {}).get("pic_tokens", 0),
+                             "text": g["choices"][0]["message"]["content"]})
+            res[wname] = rows
+        st = eng.status()
+        res["bytes"] = (st.get("prefix", {}).get("bytes", 0)
+                        + st.get("cache", {}).get("bytes", 0))
+    finally:
+        eng.stop()
+    return res
+
+
+def main():
+    info = machine()
+    threads = int(info.get("cores", os.cpu_count() or 1))
+    model = ensure_model(MODEL)
+    logdir = tempfile.mkdtemp(prefix="bench-agent-")
+    workloads = {"agent_loop": agent_requests(), "mixed": mixed_requests()}
+    print(f"machine: {info}\nmodel {MODEL}: {len(workloads['agent_loop'])} agent-loop and "
+          f"{len(workloads['mixed'])} mixed requests per mode", flush=True)
+    results = {m: run_mode(model, m, threads, logdir, workloads) for m in MODES}
+
+    rows, summary = [], {}
+    for w in workloads:
+        ref = [r["text"] for r in results["full"][w]]
+        for m in MODES:
+            rs = [r for r in results[m][w] if r["turn"] > 0]
+            prompt = sum(r["prompt"] for r in rs)
+            cached = sum(r["cached"] for r in rs)
+            row = {"workload": w, "mode": m,
+                   "ttft_p50_ms": 1e3 * pct([r["ttft"] for r in rs], 0.5),
+                   "ttft_p99_ms": 1e3 * pct([r["ttft"] for r in rs], 0.99),
+                   "computed_per_req": (prompt - cached) / max(1, len(rs)),
+                   "exact_share": sum(r["exact"] for r in rs) / max(1, prompt),
+                   "pic_share": sum(r["pic"] for r in rs) / max(1, prompt),
+                   "bytes_per_cached_token": results[m]["bytes"] / max(1, cached),
+                   "greedy_match": sum(r["text"] == t for r, t in
+                                       zip(results[m][w], ref)) / len(ref)}
+            rows.append(row)
+    table(rows, ["workload", "mode", "ttft_p50_ms", "ttft_p99_ms", "computed_per_req",
+                 "exact_share", "pic_share", "bytes_per_cached_token", "greedy_match"],
+          "exact first vs full / prefix / PIC only (turns after the first; machine shared)")
+    by = {(r["workload"], r["mode"]): r for r in rows}
+    summary["agent_loop_exact_share"] = by[("agent_loop", "exact")]["exact_share"]
+    summary["agent_loop_ttft_speedup_vs_full"] = (by[("agent_loop", "full")]["ttft_p50_ms"]
+                                                  / by[("agent_loop", "exact")]["ttft_p50_ms"])
+    summary["agent_loop_logit_max_abs_err"] = None
+    summary["agent_loop_greedy_match"] = by[("agent_loop", "exact")]["greedy_match"]
+    summary["mixed_ttft_speedup_vs_pic_only"] = (by[("mixed", "pic")]["ttft_p50_ms"]
+                                                 / by[("mixed", "exact")]["ttft_p50_ms"])
+    summary["mixed_exact_share"] = by[("mixed", "exact")]["exact_share"]
+    summary["mixed_pic_share"] = by[("mixed", "exact")]["pic_share"]
+    config = {"model": MODEL, "sessions": SESSIONS, "turns": TURNS, "mixed": MIXED,
+              "threads": threads, "modes": MODES,
+              "timing": "one non-streamed request with max_tokens 1 per turn (~TTFT), "
+                        "every mode alike; engines run one at a time"}
+    write_results("agent", summary, config, info, rows=rows)
+
+
+if __name__ == "__main__":
+    main()

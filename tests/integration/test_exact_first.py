@@ -1,0 +1,129 @@
+"""Exact first (DESIGN §3.4) on real processes: an append-only agent loop
+through nginx with two engines and three interleaved sessions is served
+from each engine's prefix tree (every turn after the first resumes where
+the previous turn's prompt ended) and answers exactly as an engine that
+recomputes everything (--cache-mode full, the oracle); usage splits
+cached_tokens into exact and PIC tokens, /status counts them; the token
+count of a request is the same in every cache mode (the ids of the whole
+rendered prompt).  Random weights: the text is noise; equality of greedy
+continuations with the oracle and the accounting are what is checked (the
+logits themselves are compared within 1e-4 by tests/unit/test_exact_first)."""
+import json
+import os
+
+import openai
+import pytest
+
+import harness
+from test_gateway import doc, gw_conf
+
+TINY = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
+pytestmark = pytest.mark.skipif(not os.path.isdir(TINY), reason="fixture models missing")
+
+TOOLS = [
+    {"type": "function", "function": {"name": "search", "description": doc(31, 1500),
+     "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "read", "description": doc(32, 1500),
+     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}},
+]
+SYSTEM = "You are a coding agent. " + doc(33, 2500)
+
+
+def engine(procs, name, mode=None):
+    extra = ["--threads", "1"] + (["--cache-mode", mode] if mode else [])
+    return procs.engine(name=name, model=TINY, extra=extra)
+
+
+def client(url):
+    return openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
+
+
+def status(url):
+    return json.loads(harness.http("GET", url + "/status")[2])
+
+
+def turn_messages(session, turns):
+    msgs = [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"task {session}: " + doc(100 + session, 300)}]
+    for t in range(turns):
+        cid = f"call_{session}_{t}"
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function",
+             "function": {"name": "search", "arguments": json.dumps({"q": f"step {t}"})}}]})
+        msgs.append({"role": "tool", "tool_call_id": cid,
+                     "content": doc(1000 + 17 * session + t, 400 + 150 * t)})
+    return msgs
+
+
+def ask(c, msgs):
+    return c.chat.completions.create(model="m", messages=msgs, tools=TOOLS, max_tokens=5,
+                                     temperature=0)
+
+
+def test_agent_loop_through_gateway_is_exact_and_reuses_the_prefix(procs):
+    e1, e2 = engine(procs, "e1"), engine(procs, "e2")
+    oracle = client(engine(procs, "full", "full").url)
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{e1.port}", f"127.0.0.1:{e2.port}"]))
+    c = client(ngx.url)
+    served = exact = 0
+    for t in range(4):
+        for s in range(3):                  # sessions interleaved
+            msgs = turn_messages(s, t)
+            r, want = ask(c, msgs), ask(oracle, msgs)
+            u = r.usage.model_dump()
+            print(f"session {s} turn {t}: {u['prompt_tokens']} tokens, {u['pic']}")
+            assert r.choices[0].message.content == want.choices[0].message.content
+            assert r.usage.prompt_tokens == want.usage.prompt_tokens
+            assert u["pic"]["pic_tokens"] == 0, "nothing composed: all exact or computed"
+            assert u["prompt_tokens_details"]["cached_tokens"] == u["pic"]["exact_tokens"]
+            if t > 0:
+                served += u["prompt_tokens"]
+                exact += u["pic"]["exact_tokens"]
+    share = exact / served
+    print(f"exact share after the first turn: {share:.3f}")
+    assert share >= 0.85
+    st1, st2 = status(e1.url), status(e2.url)
+    total = st1["cache"]["exact_tokens"] + st2["cache"]["exact_tokens"]
+    assert total >= exact
+    for st in (st1, st2):
+        c_ = st["cache"]
+        assert c_["mode"] == "exact"
+        assert c_["cached_tokens"] == c_["exact_tokens"] + c_["pic_tokens"]
+        assert st["prefix"]["bytes"] <= st["prefix"]["budget"]
+
+
+def test_prompt_tokens_agree_in_every_mode(procs):
+    """The served ids are the whole render's: the same count in every mode,
+    also when the system prompt ends in the middle of a pre-token run."""
+    msgs = [{"role": "system", "content": "Rules:\n\n  " + doc(7, 700) + "   "},
+            {"role": "user", "content": "a" + doc(8, 600) + "<|pic_sep|>" + doc(9, 600)},
+            {"role": "user", "content": "  and then?"}]
+    counts = {}
+    for mode in ("full", "prefix", "pic", "exact"):
+        c = client(engine(procs, mode, mode).url)
+        counts[mode] = [c.chat.completions.create(model="m", messages=msgs, max_tokens=1)
+                        .usage.prompt_tokens for _ in range(2)]
+    assert len({n for v in counts.values() for n in v}) == 1, counts
+
+
+def test_session_continuation_and_status(procs):
+    """A finished request leaves its state (prompt + generated ids) in the tree
+    and a checkpoint before its generation prompt: the next turn, which
+    re-renders that turn (Qwen3.5 drops the "<think>" the generation prompt
+    opened), resumes where the ids part."""
+    e = engine(procs, "e")
+    oracle = client(engine(procs, "full", "full").url)
+    c = client(e.url)
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "go"}]
+    r = c.chat.completions.create(model="m", messages=msgs, max_tokens=8, temperature=0)
+    answer = r.choices[0].message.content
+    msgs2 = msgs + [{"role": "assistant", "content": answer},
+                    {"role": "user", "content": "and then?"}]
+    r2 = c.chat.completions.create(model="m", messages=msgs2, max_tokens=5, temperature=0)
+    want = oracle.chat.completions.create(model="m", messages=msgs2, max_tokens=5,
+                                          temperature=0)
+    assert r2.choices[0].message.content == want.choices[0].message.content
+    st = status(e.url)
+    assert st["cache"]["sessions_kept"] == 2
+    assert r2.usage.model_dump()["pic"]["exact_tokens"] >= r.usage.prompt_tokens - 8
+    assert st["prefix"]["hits"] >= 1
