@@ -28,6 +28,8 @@
 
 #include <sys/socket.h>
 
+#include <xxhash.h>
+
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/http.h>
@@ -1239,6 +1241,10 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
             }
             *text = pic_buf_detach(&seg.render.text, text_len);
             rc = *text != NULL ? 0 : pic_error_oom(err, __func__);
+            if (rc == 0 && *pj != NULL && plan.scope[0] != '\0') {
+                /* the prefix tree of the plan's cache scope */
+                (*pj)->scope = XXH64(plan.scope, strlen(plan.scope), 0) | 1;
+            }
             if (rc == 0) {
                 /* the caller dispatches the remote parts */
                 *planp = plan;

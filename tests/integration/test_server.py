@@ -130,7 +130,11 @@ def test_stream_equals_non_stream_with_usage(procs):
     # the usage chunk comes last, with no choices, and counts what was streamed
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
-    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 0
+    # the same prompt again: its exact prefix is reused (exact first), and the
+    # streamed usage splits it as the non-streamed one does
+    u = chunks[-1].usage.model_dump()
+    assert whole.usage.prompt_tokens_details.cached_tokens == 0
+    assert u["prompt_tokens_details"]["cached_tokens"] == u["pic"]["exact_tokens"] > 0
     assert all(ch.usage is None for ch in chunks[:-1])
 
 
@@ -228,6 +232,8 @@ def test_concurrent_streams_decode_batched_equal_solo(procs, model, blocker):
                          what="the long request decoding")
         par = list(ex.map(run, range(len(prompts) - 1))) + [last.result()]
     assert par == solo
+    # a slot is released just after its job's last text is published
+    harness.wait_for(lambda: status(eng)["scheduler"]["running"] == 0, what="slots released")
     st = status(eng)["scheduler"]
     assert st["completed"] == len(prompts) and st["running"] == 0
     assert st["decode_steps"] == sum(lens) - len(prompts)   # the first token: prefill

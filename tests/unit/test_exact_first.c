@@ -6,8 +6,8 @@
  * the whole prompt (≤ 1e-4), also under a budget that evicts; a generated
  * answer kept at the end of a request (session continuation) is resumed
  * by the next turn; shifted documents past a shared prefix come from PIC
- * entries after the exact part; the ids served are the whole text's ids
- * however the segments cut it.
+ * entries after the exact part; cache scopes never share a prefix; the
+ * ids served are the whole text's ids however the segments cut it.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -107,14 +107,15 @@ job(const char *text, const size_t *cut, int nc)
     return pj;
 }
 
-/* Serve text through the plan steps; returns the job (caller frees). */
+/* Serve text through the plan steps under scope; returns the job (caller frees). */
 static pic_plan_job *
-serve(fx *f, const char *text, const size_t *cut, int nc)
+serve_scope(fx *f, uint64_t scope, const char *text, const size_t *cut, int nc)
 {
     pic_plan_job *pj = job(text, cut, nc);
     char          err[256];
     int           status, rc, steps = 0;
 
+    pj->scope = scope;
     do {
         rc = pic_plan_step(&f->ctx, pj, f->m, f->tok, text, strlen(text), f->s, f->lg,
                            &status, err, sizeof(err));
@@ -124,6 +125,12 @@ serve(fx *f, const char *text, const size_t *cut, int nc)
         assert_true(++steps < 10000);
     } while (rc != PIC_PLAN_DONE);
     return pj;
+}
+
+static pic_plan_job *
+serve(fx *f, const char *text, const size_t *cut, int nc)
+{
+    return serve_scope(f, 0, text, cut, nc);
 }
 
 /* max |logits − one plain prefill of text's ids| */
@@ -370,6 +377,33 @@ test_shifted_documents_after_a_shared_prefix_use_pic(void **unused)
     fx_free(&f);
 }
 
+/* --- scopes --- */
+
+static void
+test_scopes_do_not_share_prefixes(void **unused)
+{
+    fx f;
+
+    if (fx_init(&f, 64u << 20) != 0) {
+        skip();
+    }
+    char body[4096], req[8192];
+    words(body, sizeof(body), 5, 200);
+    int    at = snprintf(req, sizeof(req), "<|im_start|>system\n%s<|im_end|>\n", body);
+    size_t cut = (size_t) at;
+    snprintf(req + at, sizeof(req) - at, "<|im_start|>user\nhi<|im_end|>\n"
+             "<|im_start|>assistant\n");
+    pic_plan_job *pj = serve_scope(&f, 11, req, &cut, 1);
+    pic_plan_job_free(pj);
+    pj = serve_scope(&f, 12, req, &cut, 1);       /* another tenant: nothing */
+    assert_int_equal(pj->n_exact, 0);
+    pic_plan_job_free(pj);
+    pj = serve_scope(&f, 11, req, &cut, 1);       /* the same tenant: all but the end */
+    assert_true(pj->n_exact >= pj->n_prompt - 8);
+    pic_plan_job_free(pj);
+    fx_free(&f);
+}
+
 /* --- ids --- */
 
 static void
@@ -414,6 +448,7 @@ main(void)
         cmocka_unit_test(test_agent_loop_is_exact_under_a_tight_budget),
         cmocka_unit_test(test_generated_answer_is_resumed_next_turn),
         cmocka_unit_test(test_shifted_documents_after_a_shared_prefix_use_pic),
+        cmocka_unit_test(test_scopes_do_not_share_prefixes),
         cmocka_unit_test(test_ids_are_the_whole_texts_however_it_is_cut),
     };
 
