@@ -523,31 +523,64 @@ pic_oai_stream_call_delta(pic_oai_ctx *c, int index, const char *id, const char 
     pic_oai_sse(c, doc);
 }
 
-/* Stream: a block whose function name is known opens its call now. */
+/* Stream: the open call's arguments as far as they are certain (complete:
+ * its block closed, body holds it). */
+static void
+pic_oai_stream_args(pic_oai_ctx *c, const char *body, size_t len, int complete,
+                    const char *fallback)
+{
+    pic_buf a;
+
+    pic_buf_init(&a);
+    if (pic_toolcall_stream_args(body, len, complete, c->tools, &a) != 0 || a.oom) {
+        /* no stream for this form: the parsed arguments, whole, at the end */
+        if (complete && c->args_sent == 0) {
+            pic_oai_stream_call_delta(c, c->n_stream_calls, NULL, NULL, fallback);
+        }
+    } else if (a.len > c->args_sent) {
+        pic_oai_stream_call_delta(c, c->n_stream_calls, NULL, NULL, a.data + c->args_sent);
+        c->args_sent = a.len;
+    }
+    pic_buf_free(&a);
+}
+
+/* Stream: a block whose function name is known opens its call, then its
+ * arguments grow as they come. */
 static void
 pic_oai_stream_call_open(pic_oai_ctx *c)
 {
-    char name[256];
+    char        name[256];
+    size_t      len;
+    const char *body;
 
-    if (c->header_open || !pic_toolstream_pending_name(&c->ts, name, sizeof(name))) {
-        return;
+    if (!c->header_open) {
+        if (!pic_toolstream_pending_name(&c->ts, name, sizeof(name))) {
+            return;
+        }
+        pic_toolcall_id(c->open_id, sizeof(c->open_id));
+        c->header_open = 1;
+        c->args_sent = 0;
+        pic_oai_stream_call_delta(c, c->n_stream_calls, c->open_id, name, "");
     }
-    pic_toolcall_id(c->open_id, sizeof(c->open_id));
-    c->header_open = 1;
-    pic_oai_stream_call_delta(c, c->n_stream_calls, c->open_id, name, "");
+    body = pic_toolstream_block(&c->ts, &len);
+    if (body != NULL) {
+        pic_oai_stream_args(c, body, len, 0, NULL);
+    }
 }
 
 /* Stream: one finished tool call: its opening delta unless sent already,
- * then its arguments. */
+ * then the rest of its arguments. */
 static void
 pic_oai_stream_call(pic_oai_ctx *c, const pic_toolcall_out *tc)
 {
     if (!c->header_open) {
         pic_toolcall_id(c->open_id, sizeof(c->open_id));
+        c->args_sent = 0;
         pic_oai_stream_call_delta(c, c->n_stream_calls, c->open_id, tc->name, "");
     }
+    pic_oai_stream_args(c, tc->body ? tc->body : "", tc->body_len, 1, tc->arguments);
     c->header_open = 0;
-    pic_oai_stream_call_delta(c, c->n_stream_calls++, NULL, NULL, tc->arguments);
+    c->n_stream_calls++;
 }
 
 /* --- output path --- */
@@ -608,8 +641,11 @@ pic_oai_output(pic_oai_ctx *c, const char *text, size_t len, int final)
         }
         if (c->header_open && !c->ts.in_block && n == 0) {
             /* the opened block did not parse (its text went to content):
-             * close the call that went out with empty arguments */
-            pic_oai_stream_call_delta(c, c->n_stream_calls++, NULL, NULL, "{}");
+             * the call that went out ends as far as it got ({} if empty) */
+            if (c->args_sent == 0) {
+                pic_oai_stream_call_delta(c, c->n_stream_calls, NULL, NULL, "{}");
+            }
+            c->n_stream_calls++;
             c->header_open = 0;
         }
         if (c->parse_tools && !final) {
@@ -1015,14 +1051,35 @@ pic_oai_job_params(pic_server *srv, pic_oai_ctx *c, const pic_request *r, pic_er
     if (r->kind != PIC_REQ_CHAT) {
         goto script;
     }
-    if (r->response_format != PIC_RESPONSE_TEXT) {
-        return pic_error_invalid(err, "response_format", "unsupported_parameter",
-                                 "Unsupported parameter: 'response_format' of type '%s' is "
-                                 "not supported yet (only 'text').",
-                                 r->response_format == PIC_RESPONSE_JSON_OBJECT
-                                 ? "json_object" : "json_schema");
-    }
     open_think = j->text != NULL && pic_think_prompt_open(j->text, j->text_len);
+    if (r->response_format != PIC_RESPONSE_TEXT && r->tool_choice != PIC_TOOL_CHOICE_REQUIRED
+        && r->tool_choice != PIC_TOOL_CHOICE_FUNCTION) {
+        /* constrained decoding of the answer (after any reasoning); with
+         * tools on offer a tool call may come instead */
+        char path[200], msg[256];
+
+        if (pic_grammar_check(r->json_schema, path, sizeof(path), msg, sizeof(msg)) != 0) {
+            pic_buf pb;
+            int     rc;
+
+            pic_buf_init(&pb);
+            pic_buf_printf(&pb, "response_format.json_schema.schema%s%s", path[0] ? "." : "",
+                           path);
+            rc = pb.oom ? pic_error_oom(err, __func__)
+                        : pic_error_invalid(err, pb.data, "unsupported_schema",
+                                            "Unsupported JSON schema at '%s': %s.", pb.data,
+                                            msg);
+            pic_buf_free(&pb);
+            return rc;
+        }
+        j->json = 1;
+        if (r->json_schema != NULL
+            && (j->json_schema = cJSON_Duplicate(r->json_schema, 1)) == NULL) {
+            return pic_error_oom(err, __func__);
+        }
+        j->json_after_think = open_think;
+        j->json_or_tool = r->tools != NULL && r->tool_choice == PIC_TOOL_CHOICE_AUTO;
+    }
     c->split_think = 1;
     pic_think_init(&c->think, open_think);
     c->one_call = !r->parallel_tool_calls;

@@ -4,6 +4,7 @@
  * forward per round (scheduler.h).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,10 @@ struct pic_seq {
     pic_token_logprob lp;       /* the chosen token's logprobs (job->logprobs) */
     int         *gen;           /* (n_gen) ids sampled so far, for the session state */
     int          n_gen, cap_gen;
+    pic_gstate  *gs;            /* job->json: the document so far, or NULL */
+    float       *masked;        /* (vocab) logits with refused tokens at -inf */
+    int          json_wait;     /* json: still before </think> */
+    int          json_off;      /* json: lifted by a tool call */
     char        *hold;          /* (n_hold) text held back for stop strings */
     size_t       n_hold, cap_hold;
 };
@@ -105,6 +110,7 @@ pic_job_free(pic_job *j)
     free(j->bias_id);
     free(j->bias);
     free(j->force);
+    cJSON_Delete(j->json_schema);
     free(j);
 }
 
@@ -303,6 +309,8 @@ pic_job_finish(pic_sched *s, pic_job *j, pic_finish fin, int status,
         }
         free(q->hold);
         free(q->gen);
+        free(q->gs);
+        free(q->masked);
         free(q);
         j->seq = NULL;
     }
@@ -401,6 +409,17 @@ sampler:
         return -1;
     }
     q->have_smp = 1;
+    if (j->json) {
+        q->gs = malloc(sizeof(*q->gs));
+        q->masked = malloc((size_t) V * sizeof(float));
+        if (q->gs == NULL || q->masked == NULL || s->o.tok == NULL) {
+            pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "%s",
+                           "out of memory");
+            return -1;
+        }
+        pic_gstate_init(q->gs, j->json_schema);
+        q->json_wait = j->json_after_think;
+    }
     if (s->o.tok != NULL) {
         pic_detok_init(&q->dt, s->o.tok, 1);
         q->have_dt = 1;
@@ -418,18 +437,74 @@ sampler:
     return 0;
 }
 
-/* The next id from a job's logits: a forced id while any is left, else
- * the sampler's; its logprobs noted for pic_seq_emit. */
+/* Can token id extend the JSON document of g?  (g unchanged) */
 static int
-pic_seq_choose(pic_job *j, const float *logits, int vocab)
+pic_seq_json_ok(const pic_tokenizer *tok, const pic_gstate *g, int id)
+{
+    pic_gstate  t;
+    size_t      n = 0;
+    const char *b;
+
+    if (pic_tokenizer_is_special(tok, id)
+        || (b = pic_tokenizer_token_bytes(tok, id, &n)) == NULL || n == 0) {
+        return 0;
+    }
+    t = *g;
+    return pic_gstate_feed(&t, b, n) == 0;
+}
+
+/* The sampler's choice among the tokens that keep the answer valid JSON
+ * (the sampled one when it does, else a draw with the others masked); the
+ * end of the answer once the document is complete. */
+static int
+pic_seq_choose_json(pic_sched *s, pic_job *j, const float *logits, int vocab)
+{
+    const pic_tokenizer *tok = s->o.tok;
+    pic_seq             *q = j->seq;
+    int                  id, tool = j->json_or_tool
+                                    ? pic_tokenizer_token_id(tok, "<tool_call>") : -1;
+    size_t               n = 0;
+    const char          *b;
+
+    if (pic_gstate_done(q->gs)) {
+        return s->o.model->cfg.eos_ids[0] >= 0 ? s->o.model->cfg.eos_ids[0] : 0;
+    }
+    id = pic_sampler_sample(&q->smp, logits);
+    if (id != tool && !pic_seq_json_ok(tok, q->gs, id)) {
+        for (int i = 0; i < vocab; i++) {
+            q->masked[i] = i == tool || pic_seq_json_ok(tok, q->gs, i) ? logits[i] : -INFINITY;
+        }
+        id = pic_sampler_sample(&q->smp, q->masked);
+        if (q->masked[id] == -INFINITY) {
+            return s->o.model->cfg.eos_ids[0] >= 0 ? s->o.model->cfg.eos_ids[0] : 0;
+        }
+    }
+    if (id == tool && tool >= 0) {
+        q->json_off = 1;            /* a tool call instead of the answer */
+    } else if ((b = pic_tokenizer_token_bytes(tok, id, &n)) != NULL) {
+        pic_gstate_feed(q->gs, b, n);
+    }
+    return id;
+}
+
+/* The next id from a job's logits: a forced id while any is left, else
+ * the sampler's (inside the JSON grammar when one applies); its logprobs
+ * noted for pic_seq_emit. */
+static int
+pic_seq_choose(pic_sched *s, pic_job *j, const float *logits, int vocab)
 {
     pic_seq *q = j->seq;
     int      id;
 
     if (q->n_forced < j->n_force) {
         id = j->force[q->n_forced++];
+    } else if (q->gs != NULL && !q->json_wait && !q->json_off) {
+        id = pic_seq_choose_json(s, j, logits, vocab);
     } else {
         id = pic_sampler_sample(&q->smp, logits);
+    }
+    if (q->json_wait && id == pic_tokenizer_token_id(s->o.tok, "</think>")) {
+        q->json_wait = 0;           /* the answer (JSON) starts now */
     }
     pic_sampler_accept(&q->smp, id);
     if (j->logprobs) {
@@ -771,7 +846,7 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
             goto released;
         }
     }
-    id = pic_seq_choose(j, w->logits, s->o.model->cfg.vocab);
+    id = pic_seq_choose(s, j, w->logits, s->o.model->cfg.vocab);
     if (pic_seq_emit(s, j, id)) {
         goto released;
     }
@@ -822,7 +897,7 @@ pic_worker_decode(pic_sched *s, pic_worker *w, int n)
     pthread_mutex_unlock(&s->stmu);
     for (int r = 0; r < nb; r++) {
         pic_job *j = w->run[w->dslot[r]];
-        int      id = pic_seq_choose(j, w->logits + (size_t) r * V, V);
+        int      id = pic_seq_choose(s, j, w->logits + (size_t) r * V, V);
 
         if (pic_seq_emit(s, j, id)) {
             pic_worker_release(s, w, w->dslot[r]);

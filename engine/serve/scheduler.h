@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "grammar.h"
 #include "sample.h"
 #include "tokenizer.h"
 
@@ -72,6 +73,12 @@ typedef struct pic_job {
                                      * owned */
     int                n_force;
     int                force_stop;  /* end (stop) once the forced ids are out */
+    int                json;        /* response_format: the answer is JSON
+                                     * (constrained decoding, grammar.h) */
+    cJSON             *json_schema; /* ... following this schema (owned), or NULL:
+                                     * any JSON object */
+    int                json_after_think;  /* constrain only after </think> */
+    int                json_or_tool;      /* a <tool_call> first lifts it */
     struct pic_plan_job *plan;      /* segments for the pools (owned), or NULL:
                                      * plain prefill of text / prompt */
     int                build_only;  /* a peer's prefill: frame every segment's

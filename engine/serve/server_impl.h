@@ -128,6 +128,7 @@ struct pic_oai_ctx {
     int                       header_open;      /* stream: the pending call's id +
                                                  * name went out already */
     char                      open_id[32];      /* ... with this id */
+    size_t                    args_sent;        /* ... and these argument bytes */
     char                      id[48];
     time_t                    created;
     int64_t                   t0_ns;

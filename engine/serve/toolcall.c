@@ -250,8 +250,11 @@ pic_toolcall_clear(pic_toolcall_out *c)
 {
     free(c->name);
     free(c->arguments);
+    free(c->body);
     c->name = NULL;
     c->arguments = NULL;
+    c->body = NULL;
+    c->body_len = 0;
 }
 
 void
@@ -382,6 +385,8 @@ pic_toolstream_feed(pic_toolstream *ts, const char *text, size_t len,
             }
             size_t blen = (size_t) (close - ts->buf);
             if (pic_toolcall_parse_body(ts->buf, blen, ts->tools, &c) == 0) {
+                c.body = pic_strndup(ts->buf, blen);    /* NULL: arguments whole */
+                c.body_len = c.body != NULL ? blen : 0;
                 if (pic_grow((void **) &ts->calls, &ts->cap_calls, (size_t) ts->n_calls + 1,
                              sizeof(*ts->calls)) != 0) {
                     pic_toolcall_clear(&c);
@@ -400,6 +405,218 @@ pic_toolstream_feed(pic_toolstream *ts, const char *text, size_t len,
         }
     }
     return 0;
+}
+
+/* --- streamed arguments --- */
+
+/* Length of the longest tail of s[0..n) that may start a value's end: a
+ * proper prefix of an end tag, optionally after the layout newline. */
+static size_t
+pic_value_tail(const char *s, size_t n)
+{
+    static const char *const ends[] = { "</parameter>", "<parameter=", "</function>" };
+    size_t best = n > 0 && s[n - 1] == '\n' ? 1 : 0;
+
+    for (size_t e = 0; e < 3; e++) {
+        size_t m = strlen(ends[e]);
+        for (size_t k = m - 1 < n ? m - 1 : n; k > best; k--) {
+            if (memcmp(s + n - k, ends[e], k) == 0) {
+                best = n - k > 0 && s[n - k - 1] == '\n' ? k + 1 : k;
+                break;
+            }
+        }
+    }
+    return best;
+}
+
+/* Append the JSON literal of a string without its quotes. */
+static void
+pic_escaped(pic_buf *out, const char *v, size_t n)
+{
+    pic_buf lit;
+
+    pic_buf_init(&lit);
+    pic_json_write_string(&lit, v, n);
+    if (lit.len >= 2) {
+        pic_buf_append(out, lit.data + 1, lit.len - 2);
+    }
+    pic_buf_free(&lit);
+}
+
+static int
+pic_stream_args_xml(const char *b, size_t len, int complete, const cJSON *tools,
+                    pic_buf *out)
+{
+    const char *end = b + len, *p = pic_find(b, len, "<function="), *gt;
+    char       *name;
+    int         first = 1;
+
+    if (p == NULL || (gt = memchr(p, '>', (size_t) (end - p))) == NULL) {
+        return 0;
+    }
+    p += strlen("<function=");
+    name = pic_strndup(p, (size_t) (gt - p));
+    if (name == NULL) {
+        return -1;
+    }
+    p = gt + 1;
+    for (;;) {
+        const char *v, *vend, *close, *next, *fend, *type;
+        size_t      rest;
+        char       *pname;
+
+        while (p < end && isspace((unsigned char) *p)) {
+            p++;
+        }
+        rest = (size_t) (end - p);
+        if (rest >= 11 && memcmp(p, "</function>", 11) == 0) {
+            pic_buf_appends(out, first ? "{}" : "}");
+            break;
+        }
+        if (rest < 11 && (memcmp(p, "</function>", rest) == 0
+                          || memcmp(p, "<parameter=", rest) == 0)) {
+            if (complete) {
+                pic_buf_appends(out, first ? "{}" : "}");
+            }
+            break;                      /* a tag still coming */
+        }
+        if (rest < 11 || memcmp(p, "<parameter=", 11) != 0
+            || (gt = memchr(p + 11, '>', rest - 11)) == NULL) {
+            break;                      /* not (yet) a parameter: no more is certain */
+        }
+        pname = pic_strndup(p + 11, (size_t) (gt - p - 11));
+        if (pname == NULL) {
+            break;
+        }
+        pic_buf_appends(out, first ? "{" : ",");
+        first = 0;
+        pic_json_write_string(out, pname, strlen(pname));
+        pic_buf_appendc(out, ':');
+        v = gt + 1;
+        close = pic_find(v, (size_t) (end - v), "</parameter>");
+        next = pic_find(v, (size_t) (end - v), "<parameter=");
+        fend = pic_find(v, (size_t) (end - v), "</function>");
+        vend = close;
+        if (next && (!vend || next < vend)) {
+            vend = next;
+        }
+        if (fend && (!vend || fend < vend)) {
+            vend = fend;
+        }
+        type = pic_schema_type(tools, name, pname);
+        free(pname);
+        if (vend == NULL) {
+            /* the value is still coming: a string grows, others wait */
+            if (type != NULL && strcmp(type, "string") == 0) {
+                size_t n = (size_t) (end - v);
+                if (n > 0 && v[0] == '\n') {
+                    v++;
+                    n--;
+                }
+                pic_buf_appendc(out, '"');
+                pic_escaped(out, v, n - pic_value_tail(v, n));
+            }
+            break;
+        }
+        p = vend == close ? close + strlen("</parameter>") : vend;
+        if (vend > v && v[0] == '\n') {
+            v++;
+        }
+        if (vend > v && vend[-1] == '\n') {
+            vend--;
+        }
+        {
+            size_t vlen = (size_t) (vend - v);
+            cJSON *item = NULL;
+            char  *txt;
+
+            if (type == NULL || strcmp(type, "string") != 0) {
+                item = cJSON_ParseWithLength(v, vlen);
+                if (item != NULL && vlen > 0 && isspace((unsigned char) v[0])) {
+                    cJSON_Delete(item);
+                    item = NULL;
+                }
+            }
+            if (item != NULL && (txt = cJSON_PrintUnformatted(item)) != NULL) {
+                pic_buf_appends(out, txt);
+                free(txt);
+            } else {
+                pic_json_write_string(out, v, vlen);
+            }
+            cJSON_Delete(item);
+        }
+    }
+    free(name);
+    return out->oom ? -1 : 0;
+}
+
+static int
+pic_stream_args_json(const char *b, size_t len, int complete, pic_buf *out)
+{
+    const char *end = b + len, *p = pic_find(b, len, "\"arguments\""), *v;
+    int         depth = 0, in_str = 0, esc = 0;
+
+    if (p == NULL) {
+        p = pic_find(b, len, "\"parameters\"");
+    }
+    if (p == NULL) {
+        return complete ? -1 : 0;
+    }
+    p = memchr(p + 1, '"', (size_t) (end - p - 1)) + 1;
+    while (p < end && isspace((unsigned char) *p)) {
+        p++;
+    }
+    if (p < end && *p != ':') {
+        return -1;
+    }
+    for (p++; p < end && isspace((unsigned char) *p); p++) {
+    }
+    if (p >= end) {
+        return complete ? -1 : 0;
+    }
+    if (*p != '{') {
+        return -1;                      /* a string or worse: the parser decides */
+    }
+    for (v = p; p < end; p++) {
+        if (in_str) {
+            esc = !esc && *p == '\\';
+            in_str = esc || *p != '"';
+            continue;
+        }
+        if (*p == '"') {
+            in_str = 1;
+        } else if (*p == '{' || *p == '[') {
+            depth++;
+        } else if ((*p == '}' || *p == ']') && --depth == 0) {
+            p++;
+            break;
+        }
+    }
+    pic_buf_append(out, v, (size_t) (p - v));
+    return out->oom ? -1 : 0;
+}
+
+int
+pic_toolcall_stream_args(const char *body, size_t len, int complete, const cJSON *tools,
+                         pic_buf *out)
+{
+    const char *b = body;
+
+    pic_trim(&b, &len);
+    if (len > 0 && b[0] == '{') {
+        return pic_stream_args_json(b, len, complete, out);
+    }
+    if (len >= 10 && memcmp(b, "<function=", 10) == 0) {
+        return pic_stream_args_xml(b, len, complete, tools, out);
+    }
+    return len < 10 && (memcmp(b, "<function=", len) == 0) && !complete ? 0 : -1;
+}
+
+const char *
+pic_toolstream_block(const pic_toolstream *ts, size_t *len)
+{
+    *len = ts->in_block ? ts->len : 0;
+    return ts->in_block ? ts->buf : NULL;
 }
 
 int

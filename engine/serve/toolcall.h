@@ -25,9 +25,13 @@
 
 #include <cjson/cJSON.h>
 
+#include "pic_buf.h"
+
 typedef struct {
     char *name;                 /* function name */
     char *arguments;            /* JSON object text (OpenAI: a string) */
+    char *body;                 /* the block's text between the tags (streams) */
+    size_t body_len;
 } pic_toolcall_out;
 
 typedef struct {
@@ -64,6 +68,20 @@ int pic_toolstream_feed(pic_toolstream *ts, const char *text, size_t len,
 /* The function name of the block being received, once its text names it
  * (`<function=NAME>` or `"name": "NAME"`): 1 and name filled, else 0. */
 int pic_toolstream_pending_name(const pic_toolstream *ts, char *name, size_t size);
+
+/* The arguments of a call block (body: the text after <tool_call>, len
+ * bytes) as far as they are certain, appended to out: for the JSON form
+ * the "arguments" object as written, for the XML form the JSON object
+ * built as the parser builds it, string-typed values growing as they
+ * come.  complete: the block has closed (out gets everything).  What one
+ * call appends is always a prefix of what a later call on a longer body
+ * appends, so fragments can be streamed.  0, or -1 when the block's form
+ * gives no stream (arguments as a JSON string, unknown syntax). */
+int pic_toolcall_stream_args(const char *body, size_t len, int complete,
+                             const cJSON *tools, pic_buf *out);
+
+/* The body of the block being received (NULL, 0 outside a block). */
+const char *pic_toolstream_block(const pic_toolstream *ts, size_t *len);
 
 /* Take the finished calls (caller frees each with pic_toolcall_clear and
  * the array with free()); returns how many. */
