@@ -1539,7 +1539,7 @@ done:
 void
 pic_oai_models(pic_server *srv, struct evhttp_request *req)
 {
-    cJSON *doc = cJSON_CreateObject(), *data, *m;
+    cJSON *doc = cJSON_CreateObject(), *data, *m, *pic;
 
     cJSON_AddStringToObject(doc, "object", "list");
     data = cJSON_AddArrayToObject(doc, "data");
@@ -1554,6 +1554,18 @@ pic_oai_models(pic_server *srv, struct evhttp_request *req)
         cJSON_AddNumberToObject(m, "max_model_len", srv->max_ctx);
         snprintf(fp, sizeof(fp), "%016llx", (unsigned long long) srv->model->fingerprint);
         cJSON_AddStringToObject(m, "fingerprint", fp);
+        cJSON_AddStringToObject(m, "chat_template", pic_template_dialect_name(srv->dialect));
+        pic = cJSON_AddObjectToObject(m, "pic");
+        cJSON_AddStringToObject(pic, "cache_mode", srv->pool ? pic_mode_name(srv->plan.mode)
+                                                             : "full");
+        if (srv->pool) {
+            cJSON_AddNumberToObject(pic, "seam", srv->plan.seam.w);
+            cJSON_AddStringToObject(pic, "entry_dtype",
+                                    srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32");
+            cJSON_AddNumberToObject(pic, "min_segment_bytes",
+                                    (double) srv->opts->min_segment);
+            cJSON_AddNumberToObject(pic, "pool_bytes", (double) srv->opts->pool_bytes);
+        }
         cJSON_AddItemToArray(data, m);
     }
     pic_reply_json(req, 200, doc);

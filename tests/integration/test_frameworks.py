@@ -25,6 +25,8 @@ import tempfile
 import pytest
 
 import harness
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")   # no network at import
 from test_gateway import gw_conf
 
 MODEL = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
@@ -35,6 +37,7 @@ SYSTEM = ("You are a weather assistant. Use get_weather for the weather of a cit
 QUESTION = "What is the weather in Paris, in Fahrenheit?"
 FINAL = "It is 69.8 F in Paris."
 SCRIPT = [
+    {"when": "(as json)", "reply": "Done.\n</think>\n\n{\"city\": \"Paris\", \"temp_f\": 69.8}"},
     {"when": "weather in Paris", "reply": "I need the weather first.\n</think>\n\n"
      "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
      "</function>\n</tool_call>"},
@@ -57,7 +60,9 @@ class Tools:
 
     def c_to_f(self, c: float) -> str:
         self.calls.append(("c_to_f", {"c": int(c) if float(c).is_integer() else c}))
-        return "temp_f=%.1f" % (float(c) * 9 / 5 + 32)
+        return "temp_f=%.1f" % (float(c) * 9 / 5 + 32) + self.suffix
+
+    suffix = ""
 
 
 TOOL_SCHEMAS = [
@@ -241,3 +246,65 @@ def test_litellm_tool_loop(gateway, stream):
             out = getattr(tools, t.function.name)(**json.loads(t.function.arguments))
             messages.append({"role": "tool", "tool_call_id": t.id, "content": out})
     check(tools, m.content, cached)
+
+
+# --- structured output (response_format json_schema) ---
+
+def test_openai_agents_structured_output_after_tools(gateway):
+    """output_type: the SDK sends response_format json_schema (its strict
+    pydantic schema is inside the supported subset) and the final answer,
+    after the two tool calls, is parsed into the model class."""
+    agents = pytest.importorskip("agents")
+    import pydantic
+    from openai import AsyncOpenAI
+
+    class Weather(pydantic.BaseModel):
+        city: str
+        temp_f: float
+
+    agents.set_tracing_disabled(True)
+    tools = Tools()
+    tools.suffix = " (as json)"
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """Current weather of a city."""
+        return tools.get_weather(city)
+
+    @agents.function_tool
+    def c_to_f(c: float) -> str:
+        """Celsius to Fahrenheit."""
+        return tools.c_to_f(c)
+
+    async def run():
+        client = AsyncOpenAI(base_url=gateway, api_key="none", max_retries=0, timeout=60)
+        model = agents.OpenAIChatCompletionsModel(model="m", openai_client=client)
+        agent = agents.Agent(name="weather", instructions=SYSTEM, model=model,
+                             tools=[get_weather, c_to_f], output_type=Weather)
+        return await agents.Runner.run(agent, QUESTION)
+
+    res = asyncio.run(run())
+    assert tools.calls == EXPECTED_CALLS
+    assert res.final_output == Weather(city="Paris", temp_f=69.8)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_langchain_structured_output_by_constrained_decoding(gateway, stream):
+    """No script matches: the random model samples, the grammar keeps it
+    inside the schema, LangChain parses the answer into the class."""
+    lc = pytest.importorskip("langchain_openai")
+    import typing
+
+    import pydantic
+
+    class Mood(pydantic.BaseModel):
+        mood: typing.Literal["happy", "sad", "meh"]
+        ok: bool
+
+    llm = lc.ChatOpenAI(model="m", base_url=gateway, api_key="none", max_retries=0,
+                        timeout=60, max_tokens=800, streaming=stream,
+                        extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    for seed in (1, 2):
+        out = llm.bind(seed=seed).with_structured_output(Mood, method="json_schema").invoke(
+            "How do you feel today?")
+        assert isinstance(out, Mood)

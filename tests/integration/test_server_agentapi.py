@@ -79,6 +79,16 @@ def msgs(text):
     return [{"role": "user", "content": text}]
 
 
+# --- operator view ---
+
+def test_models_lists_context_and_pic_settings(procs):
+    eng = engine(procs, extra=["--ctx", "4096", "--seam", "4"])
+    m = json.loads(harness.http("GET", eng.url + "/v1/models")[2])["data"][0]
+    assert m["max_model_len"] == 4096 and m["chat_template"] == "qwen3.5"
+    assert m["pic"]["cache_mode"] == "pic" and m["pic"]["seam"] == 4
+    assert m["pic"]["entry_dtype"] == "bf16" and m["pic"]["min_segment_bytes"] == 128
+
+
 # --- honest parameters ---
 
 @pytest.mark.parametrize("body,param", [
