@@ -279,6 +279,60 @@ test_stop_scan_streaming_equals_whole(void **unused)
     }
 }
 
+/* The arguments streamed from every prefix of a block body: each is a
+ * prefix of the next, the complete one parses to the parser's object, and
+ * a string value shows before its block closes. */
+static void
+expect_stream_args(const char *body, const cJSON *tools, const char *partial)
+{
+    size_t           n = strlen(body);
+    pic_buf          prev, cur;
+    pic_toolcall_out c;
+    cJSON           *a, *b;
+    int              saw_partial = 0;
+
+    pic_buf_init(&prev);
+    for (size_t k = 0; k <= n; k++) {
+        pic_buf_init(&cur);
+        assert_int_equal(pic_toolcall_stream_args(body, k, k == n, tools, &cur), 0);
+        assert_true(cur.len >= prev.len);
+        assert_memory_equal(cur.len ? cur.data : "", prev.len ? prev.data : "", prev.len);
+        if (k < n && cur.len > 0 && strstr(cur.data, partial) != NULL) {
+            saw_partial = 1;
+        }
+        pic_buf_free(&prev);
+        prev = cur;
+    }
+    assert_true(saw_partial);
+    assert_int_equal(pic_toolcall_parse_body(body, n, tools, &c), 0);
+    a = cJSON_Parse(prev.data);
+    b = cJSON_Parse(c.arguments);
+    assert_non_null(a);
+    assert_true(cJSON_Compare(a, b, 1));
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    pic_toolcall_clear(&c);
+    pic_buf_free(&prev);
+}
+
+static void
+test_stream_args_grow_as_prefixes(void **state)
+{
+    (void) state;
+    cJSON *tools = cJSON_Parse(
+        "[{\"type\":\"function\",\"function\":{\"name\":\"w\",\"parameters\":{\"type\":"
+        "\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"n\":{\"type\":"
+        "\"integer\"}}}}}]");
+
+    expect_stream_args("\n<function=w>\n<parameter=city>\nSan \"Francisco\"\n</parameter>\n"
+                       "<parameter=n>\n42\n</parameter>\n</function>\n", tools, "San \\\"Fr");
+    expect_stream_args("\n<function=w>\n<parameter=n>\n7\n</parameter>\n<parameter=city>\n"
+                       "a\nb</parameter>\n</function>", tools, "{\"n\":7,\"city\":\"a");
+    expect_stream_args("\n{\"name\": \"w\", \"arguments\": {\"city\": \"Paris\", \"n\": [1, "
+                       "{\"x\": \"}\"}]}}\n", tools, "\"Par");
+    cJSON_Delete(tools);
+}
+
 int
 main(void)
 {
@@ -292,6 +346,7 @@ main(void)
         cmocka_unit_test(test_stream_plain_text_and_lookalikes),
         cmocka_unit_test(test_stream_bad_block_stays_content),
         cmocka_unit_test(test_call_ids),
+        cmocka_unit_test(test_stream_args_grow_as_prefixes),
         cmocka_unit_test(test_stop_scan),
         cmocka_unit_test(test_stop_scan_streaming_equals_whole),
     };
