@@ -37,9 +37,9 @@ from common import QUICK, ServeEngine, machine, table, write_results  # noqa: E4
 from decode_batch import ensure_model  # noqa: E402
 
 MODEL = "demo" if QUICK else "mid"
-SESSIONS = 3 if QUICK else 5
+SESSIONS = 2 if QUICK else 5
 TURNS = 4 if QUICK else 6
-MIXED = 6 if QUICK else 16
+MIXED = 5 if QUICK else 16
 MODES = ["full", "prefix", "pic", "exact"]
 WORDS = ["agent", "tool", "result", "cache", "segment", "prefix", "engine", "token", "state",
          "nginx", "plan", "worker", "index", "memory", "document", "query"]
@@ -56,10 +56,10 @@ def text(seed, n):
 
 
 TOOLS = [{"type": "function", "function": {
-    "name": f"tool{i}", "description": text(50 + i, 1200 if QUICK else 3000),
+    "name": f"tool{i}", "description": text(50 + i, 600 if QUICK else 3000),
     "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
     for i in range(2)]
-SYSTEM = "You are a coding agent. " + text(7, 3000 if QUICK else 8000)
+SYSTEM = "You are a coding agent. " + text(7, 1500 if QUICK else 8000)
 
 
 def agent_requests():
@@ -75,13 +75,13 @@ def agent_requests():
                     {"id": cid, "type": "function",
                      "function": {"name": "tool0", "arguments": json.dumps({"q": str(k)})}}]})
                 msgs.append({"role": "tool", "tool_call_id": cid,
-                             "content": text(1000 + 31 * s + k, 800 if QUICK else 2500)})
+                             "content": text(1000 + 31 * s + k, 500 if QUICK else 2500)})
             out.append((f"s{s}t{t}", t, {"messages": msgs, "tools": TOOLS}))
     return out
 
 
 def mixed_requests():
-    docs = [text(300 + i, 1500 if QUICK else 4000) for i in range(4)]
+    docs = [text(300 + i, 1000 if QUICK else 4000) for i in range(4)]
     out = []
     for r in range(MIXED):
         pick = [docs[(r + k) % 4] for k in range(3)][::(1 if r % 2 else -1)]

@@ -291,9 +291,10 @@ pic_plan_door_seen(pic_plan_door *d, const char *key)
     return seen;
 }
 
-/* Exact-first resolution of segment i (past the exact prefix): only
- * entries that existed before this request are used; 1 if it took real
- * work (a build for the pool), 0 if cheap, PIC_PLAN_WAIT, -1 on error. */
+/* Exact-first resolution of segment i (past the exact prefix): entries
+ * that existed before this request, or one built now on the segment's
+ * second sighting; a worker's fresh prefill is pooled, not used.  1 if it
+ * took real work (a build), 0 if cheap, PIC_PLAN_WAIT, -1 on error. */
 static int
 pic_plan_resolve_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const pic_model *m,
                        char *err, size_t errlen)
@@ -336,9 +337,12 @@ pic_plan_resolve_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const p
         return -1;
     }
     if (e != NULL) {
+        /* content seen again at another place: PIC territory from now on
+         * (building it cost what recomputing it would) */
+        g->entry = e;
+        g->source = PIC_SRC_BUILT;
         pj->n_built++;
         pic_plan_keep(ctx, g, e);
-        pic_entry_unref(e);
     }
     return 1;
 }

@@ -27,11 +27,13 @@
  * exact).  The prompt's ids are looked up in the prefix tree first: the
  * request resumes from the deepest checkpoint c at or below the depth d it
  * shares (KV [0, c) and the checkpoint copied in).  Segments that start at
- * or after d are then resolved as above, but only entries that existed
- * before this request are composed (pool hits, pulls from holders): what a
- * request builds (here, on the second sighting of a segment outside any
- * exact prefix, or on a worker) is pooled for the requests after it and
- * the segment recomputed, so that cold tokens are always computed exactly.
+ * or after d are then resolved as above, but a segment seen for the first
+ * time outside any exact prefix is recomputed exactly (not built): an
+ * append-only agent loop never composes its fresh tool results.  Entries
+ * that existed before this request are composed (pool hits, pulls from
+ * holders), and so is one built here on the segment's second sighting
+ * outside an exact prefix (content that moves: PIC territory); a gateway
+ * worker's fresh prefill is pooled for the requests after it, not used.
  * Everything from c to the first composed interior's segment (x; the
  * prompt's end when none) is recomputed exactly, a scheduler step per
  * PIC_UBATCH tokens, cut at the planned checkpoint positions; assembly
