@@ -15,7 +15,7 @@ OPT        := -O1 -g
 else
 BUILD      ?= build
 SANFLAGS   :=
-OPT        := -O3 -g -march=native
+OPT        := -O3 -g -march=x86-64-v3 -mtune=generic
 endif
 
 VENV       := $(ROOT)/.venv

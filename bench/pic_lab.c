@@ -4,7 +4,7 @@
  * bench/ttft.py, bench/checkpoints.py).  Built from libpic.a into
  * $(BUILD)/pic-lab; not part of pic-engine.
  *
- *   pic-lab run --model DIR [--spec FILE] [--threads N]
+ *   pic-lab run --model DIR [--spec FILE] [--threads N] [--weights F]
  *       JSON spec on stdin (or FILE): documents, seam widths, requests made
  *       of documents + a query, modes to run; prints one JSON object with
  *       entry sizes and build times, and per request and mode the TTFT,
@@ -666,6 +666,14 @@ pic_pic_run(int argc, char **argv)
             spec = v;
         } else if (!strcmp(a, "--threads")) {
             threads = atoi(v);
+        } else if (!strcmp(a, "--weights")) {
+            pic_weights_format wf;
+
+            if (pic_weights_parse(v, &wf) != 0) {
+                fprintf(stderr, "pic-lab run: --weights must be auto, f32, bf16 or q8\n");
+                return 2;
+            }
+            setenv("PIC_WEIGHTS", v, 1);    /* read by pic_model_load */
         } else {
             fprintf(stderr, "pic-lab run: unknown option %s\n", a);
             return 2;
@@ -673,7 +681,7 @@ pic_pic_run(int argc, char **argv)
         i++;
     }
     if (dir == NULL) {
-        fprintf(stderr, "usage: pic-lab run --model DIR [--spec FILE] [--threads N]\n");
+        fprintf(stderr, "usage: pic-lab run --model DIR [--spec FILE] [--threads N] [--weights F]\n");
         return 2;
     }
     pic_kernels_set_threads(threads);
@@ -955,7 +963,7 @@ main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         fprintf(argc < 2 ? stderr : stdout,
-                "usage: pic-lab run --model DIR [--spec FILE] [--threads N]\n"
+                "usage: pic-lab run --model DIR [--spec FILE] [--threads N] [--weights F]\n"
                 "       pic-lab dp [FILE]\n"
                 "       pic-lab segment --model DIR [--marker M] < prompt\n");
         return argc < 2 ? 2 : 0;

@@ -11,6 +11,8 @@
 static const pic_backend pic_cpu_backend = {
     .name          = "cpu",
     .matmul        = pic_cpu_matmul,
+    .matmul_w      = pic_cpu_matmul_w,
+    .wmat_rows     = pic_cpu_wmat_rows,
     .rmsnorm       = pic_cpu_rmsnorm,
     .silu          = pic_cpu_silu,
     .sigmoid       = pic_cpu_sigmoid,

@@ -4,7 +4,8 @@
  * A backend is a table of function pointers, one per op, as in ggml's
  * backend split.  The CPU backend (kernels/cpu/) is the reference for every
  * op; a CUDA backend fills the same table for the hot ops later and is
- * tested against the CPU one.  All tensors are fp32, row-major, owned by the
+ * tested against the CPU one.  All tensors are fp32 (but the compact weight
+ * matrices, pic_wmat), row-major, owned by the
  * caller; every op checks its shapes on entry (PIC_OP_CHECK) and has a
  * one-line contract next to its slot.
  *
@@ -14,6 +15,7 @@
 #define PIC_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -55,12 +57,42 @@ typedef struct {
     int          ldo;
 } pic_gdn_args;
 
+/* --- compact weights --- */
+
+/* Storage of a projection matrix.  Activations, accumulators and every other
+ * tensor stay fp32; only the big [out, in] weight matrices may be compact. */
+typedef enum {
+    PIC_WTYPE_F32 = 0,          /* float, as computed in */
+    PIC_WTYPE_BF16,             /* bfloat16 (top 16 bits of the fp32) */
+    PIC_WTYPE_Q8,               /* int8 blocks of PIC_Q8_BLOCK + one fp16 scale */
+} pic_wtype;
+
+#define PIC_Q8_BLOCK 32
+
+/* A weight matrix W (rows, cols), y = W x, row-major.  Q8: value (r, c) =
+ * qs[r*cols + c] * fp16 scale[r*cols/32 + c/32] (Q8_0-like, 34 bytes per
+ * 32 values); cols % PIC_Q8_BLOCK == 0. */
+typedef struct {
+    pic_wtype       type;
+    int             rows, cols;
+    const void     *data;       /* F32 float / BF16 uint16_t / Q8 int8_t: (rows, cols) */
+    const uint16_t *scale;      /* Q8: fp16 (rows, cols/32); else NULL */
+} pic_wmat;
+
 typedef struct pic_backend {
     const char *name;
 
     /* y(n,out) = x(n,in) · W(out,in)ᵀ, plus the old y when accumulate != 0. */
     void (*matmul)(float *y, const float *x, const float *w, int n, int in,
                    int out, int accumulate);
+
+    /* y(n, w->rows) = x(n, w->cols) · Wᵀ (+ the old y when accumulate != 0)
+     * for W of any pic_wtype; accumulates in fp32. */
+    void (*matmul_w)(float *y, const float *x, const pic_wmat *w, int n,
+                     int accumulate);
+
+    /* dst(nr, w->cols) = rows [r0, r0+nr) of W as fp32. */
+    void (*wmat_rows)(float *dst, const pic_wmat *w, int r0, int nr);
 
     /* y(n,dim) = x / sqrt(mean(x²)+eps) · (1+w) if zero_centred, else · w;
      * w == NULL means no weight.  y may alias x. */
@@ -119,6 +151,37 @@ void pic_kernels_set_threads(int n);
 
 /* Threads the CPU ops use. */
 int pic_kernels_threads(void);
+
+/* An F32 view of p (rows, cols). */
+pic_wmat pic_wmat_f32(const float *p, int rows, int cols);
+
+/* Rows [r0, r0+nr) of w as a matrix of their own (no copy). */
+pic_wmat pic_wmat_view(const pic_wmat *w, int r0, int nr);
+
+/* Bytes of w's storage (data + scales). */
+size_t pic_wmat_bytes(const pic_wmat *w);
+
+/* Name of a pic_wtype ("f32", "bf16", "q8"). */
+const char *pic_wtype_name(pic_wtype t);
+
+/* dst(n) = src rounded to bfloat16 (nearest even; NaN stays NaN). */
+void pic_bf16_from_f32(uint16_t *dst, const float *src, size_t n);
+
+/* Quantise src(n), n % PIC_Q8_BLOCK == 0, into qs(n) and fp16 scale(n/32):
+ * per block d = max|x|/127 (rounded to fp16), q = round(x/d). */
+void pic_q8_from_f32(int8_t *qs, uint16_t *scale, const float *src, size_t n);
+
+/* fp16 bit pattern to fp32 (exact) and fp32 to fp16 (nearest even). */
+float    pic_half_to_f32(uint16_t h);
+uint16_t pic_f32_to_half(float f);
+
+/* SIMD path of the compact-weight kernels, chosen at run time: the best the
+ * CPU supports ("avx512", "avx2", "scalar"), or $PIC_SIMD when it names one
+ * the CPU has.  The binary itself only assumes the build baseline. */
+const char *pic_kernels_simd(void);
+
+/* Force a SIMD path by name; -1 when unknown or not supported here. */
+int pic_kernels_set_simd(const char *name);
 
 /* GDN chunk length used by gdn_chunked. */
 #define PIC_GDN_CHUNK 64

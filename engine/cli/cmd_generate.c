@@ -5,7 +5,7 @@
  *
  *   pic-engine generate --model DIR (--prompt TEXT | --chat JSON | --tokens IDS)
  *       [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
- *       [--threads N] [--ignore-eos] [--ids]
+ *       [--threads N] [--weights F] [--ignore-eos] [--ids]
  *
  * Temperature 0 (the default) is greedy decoding.  --ids prints the
  * generated token ids (comma-separated) instead of text; with --tokens the
@@ -36,11 +36,12 @@ pic_generate_usage(FILE *f)
     fprintf(f,
         "usage: pic-engine generate --model DIR (--prompt TEXT | --chat JSON | --tokens IDS)\n"
         "           [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
-        "           [--seed S] [--threads N] [--ignore-eos] [--ids]\n"
+        "           [--seed S] [--threads N] [--weights F] [--ignore-eos] [--ids]\n"
         "  --chat JSON   OpenAI messages array, or a chat request object (messages,\n"
         "                tools, chat_template_kwargs), rendered with the model's template\n"
         "  --tokens IDS  prompt as comma-separated token ids\n"
         "  --ids         print generated token ids instead of text\n"
+        "  --weights F   big matrices as auto (default), f32, bf16 or q8\n"
         "  temperature 0 (default) is greedy; stop tokens come from the config\n");
 }
 
@@ -166,6 +167,14 @@ pic_cmd_generate(int argc, char **argv)
             sp.seed = strtoull(v, NULL, 10);
         } else if (!strcmp(a, "--threads")) {
             threads = atoi(v);
+        } else if (!strcmp(a, "--weights")) {
+            pic_weights_format wf;
+
+            if (pic_weights_parse(v, &wf) != 0) {
+                fprintf(stderr, "pic-engine generate: --weights must be auto, f32, bf16 or q8\n");
+                return 2;
+            }
+            setenv("PIC_WEIGHTS", v, 1);    /* read by pic_model_load */
         } else {
             fprintf(stderr, "pic-engine generate: unknown option %s\n", a);
             pic_generate_usage(stderr);

@@ -25,7 +25,8 @@ static void
 pic_logits_usage(FILE *f)
 {
     fprintf(f, "usage: pic-engine logits --model DIR --tokens ID,ID,... --out FILE\n"
-               "                         [--decode-from N | --split-at N] [--threads N]\n");
+               "                         [--decode-from N | --split-at N] [--threads N]\n"
+               "                         [--weights auto|f32|bf16|q8]\n");
 }
 
 int
@@ -62,6 +63,14 @@ pic_cmd_logits(int argc, char **argv)
             split_at = atoi(v);
         } else if (!strcmp(a, "--threads")) {
             threads = atoi(v);
+        } else if (!strcmp(a, "--weights")) {
+            pic_weights_format wf;
+
+            if (pic_weights_parse(v, &wf) != 0) {
+                fprintf(stderr, "pic-engine logits: --weights must be auto, f32, bf16 or q8\n");
+                return 2;
+            }
+            setenv("PIC_WEIGHTS", v, 1);    /* read by pic_model_load */
         } else {
             fprintf(stderr, "pic-engine logits: unknown option %s\n", a);
             pic_logits_usage(stderr);

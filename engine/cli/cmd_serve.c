@@ -43,6 +43,8 @@ serve_usage(FILE *f)
         "  --checkpoints M         recurrent checkpoints planned per request (default 4)\n"
         "  --seam N                seam width of PIC entries (default 8)\n"
         "  --entry-dtype T         storage of PIC entries: bf16 (default) or f32\n"
+        "  --weights F             big matrices as auto (default: bf16 if the checkpoint\n"
+        "                          stores bf16, else f32), f32, bf16 or q8 (8-bit blocks)\n"
         "  --min-segment BYTES     shorter segments are recomputed (default 128)\n"
         "  --peer-timeout-ms N     deadline of a pull or remote prefill (default 30000)\n"
         "  --no-batch-decode       one forward per decode token instead of one per round\n"
@@ -74,7 +76,7 @@ pic_cmd_serve(int argc, char **argv)
     enum {
         OPT_NAME = 256, OPT_TEMPLATE, OPT_MARKER, OPT_WORKERS, OPT_BATCH, OPT_QUEUE,
         OPT_CTX, OPT_MAXTOK, OPT_TIMEOUT, OPT_MAXBODY, OPT_REDIS, OPT_ADVERTISE,
-        OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_MINSEG,
+        OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_WEIGHTS, OPT_MINSEG,
         OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT,
         OPT_PBYTES, OPT_PBLOCK, OPT_CKPT,
     };
@@ -103,6 +105,7 @@ pic_cmd_serve(int argc, char **argv)
         { "cache-mode", required_argument, NULL, OPT_MODE },
         { "seam", required_argument, NULL, OPT_SEAM },
         { "entry-dtype", required_argument, NULL, OPT_DTYPE },
+        { "weights", required_argument, NULL, OPT_WEIGHTS },
         { "min-segment", required_argument, NULL, OPT_MINSEG },
         { "peer-timeout-ms", required_argument, NULL, OPT_PEERTO },
         { "no-batch-decode", no_argument, NULL, OPT_NOBATCH },
@@ -144,6 +147,7 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_ADVERTISE: opts.advertise = optarg; continue;
         case OPT_MODE: opts.cache_mode = optarg; continue;
         case OPT_DTYPE: opts.entry_dtype = optarg; continue;
+        case OPT_WEIGHTS: opts.weights = optarg; continue;
         case OPT_NOBATCH: opts.no_batch_decode = 1; continue;
         case OPT_SECRET: opts.pool_secret_file = optarg; continue;
         case OPT_SCRIPT: opts.script = optarg; continue;

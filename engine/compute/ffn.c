@@ -24,10 +24,10 @@ static void
 pic_ffn_dense(const pic_backend *be, const pic_layer_weights *lw, int H,
               int I, pic_ws *w, int nb)
 {
-    be->matmul(w->fg, w->xn, lw->mlp_gate, nb, H, I, 0);
-    be->matmul(w->fu, w->xn, lw->mlp_up, nb, H, I, 0);
+    be->matmul_w(w->fg, w->xn, &lw->mlp_gate, nb, 0);
+    be->matmul_w(w->fu, w->xn, &lw->mlp_up, nb, 0);
     pic_swiglu(w->fg, w->fu, (size_t) nb * I);
-    be->matmul(w->x, w->fu, lw->mlp_down, nb, I, H, 1);
+    be->matmul_w(w->x, w->fu, &lw->mlp_down, nb, 1);
 }
 
 /* Route each row: softmax over E in fp32, top-k, optional renormalisation. */
@@ -86,11 +86,11 @@ pic_ffn_moe(const pic_model *m, const pic_backend *be,
     pic_moe_route(cfg, w, nb);
 
     /* shared expert first (reads xn only), gated by sigmoid(w_sg · x) */
-    if (Is > 0 && lw->shared.gate != NULL) {
-        be->matmul(w->fg, w->xn, lw->shared.gate, nb, H, Is, 0);
-        be->matmul(w->fu, w->xn, lw->shared.up, nb, H, Is, 0);
+    if (Is > 0 && lw->shared.gate.data != NULL) {
+        be->matmul_w(w->fg, w->xn, &lw->shared.gate, nb, 0);
+        be->matmul_w(w->fu, w->xn, &lw->shared.up, nb, 0);
         pic_swiglu(w->fg, w->fu, (size_t) nb * Is);
-        be->matmul(w->ed, w->fu, lw->shared.down, nb, Is, H, 0);
+        be->matmul_w(w->ed, w->fu, &lw->shared.down, nb, 0);
         for (int t = 0; t < nb; t++) {
             float sg = 1.0f;
             if (lw->shared_gate != NULL) {
@@ -126,10 +126,10 @@ pic_ffn_moe(const pic_model *m, const pic_backend *be,
             memcpy(w->xe + (size_t) r * H, w->xn + (size_t) w->rows[r] * H,
                    H * sizeof(float));
         }
-        be->matmul(w->eg, w->xe, ex->gate, cnt, H, Ie, 0);
-        be->matmul(w->eu, w->xe, ex->up, cnt, H, Ie, 0);
+        be->matmul_w(w->eg, w->xe, &ex->gate, cnt, 0);
+        be->matmul_w(w->eu, w->xe, &ex->up, cnt, 0);
         pic_swiglu(w->eg, w->eu, (size_t) cnt * Ie);
-        be->matmul(w->ed, w->eu, ex->down, cnt, Ie, H, 0);
+        be->matmul_w(w->ed, w->eu, &ex->down, cnt, 0);
         for (int r = 0; r < cnt; r++) {
             float *xr = w->x + (size_t) w->rows[r] * H, *er = w->ed + (size_t) r * H;
             for (int i = 0; i < H; i++) {

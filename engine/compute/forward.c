@@ -101,8 +101,8 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     int C = 2 * kd + vd;
 
     /* 1. projections */
-    be->matmul(w->qkv, w->xn, lw->in_qkv, nb, H, C, 0);
-    be->matmul(w->z, w->xn, lw->in_z, nb, H, vd, 0);
+    be->matmul_w(w->qkv, w->xn, &lw->in_qkv, nb, 0);
+    be->matmul_w(w->z, w->xn, &lw->in_z, nb, 0);
     be->matmul(w->beta, w->xn, lw->in_b, nb, H, Hv, 0);
     be->matmul(w->g, w->xn, lw->in_a, nb, H, Hv, 0);
 
@@ -168,7 +168,7 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     }
 
     /* 9. out_proj + residual */
-    be->matmul(w->x, w->lo, lw->out_proj, nb, vd, H, 1);
+    be->matmul_w(w->x, w->lo, &lw->out_proj, nb, 1);
 }
 
 /* --- gated full attention layer (MODEL.md §4) --- */
@@ -179,13 +179,13 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
 {
     const pic_config        *c = &m->cfg;
     const pic_layer_weights *lw = &m->w.layers[l];
-    int H = c->hidden, Hq = c->n_q_heads, Hkv = c->n_kv_heads, hd = c->head_dim;
+    int Hq = c->n_q_heads, Hkv = c->n_kv_heads, hd = c->head_dim;
     int qd = Hq * hd, kvd = Hkv * hd;
 
     /* 1. projections; q rows interleaved per head [q_h | gate_h] */
-    be->matmul(w->qp, w->xn, lw->wq, nb, H, 2 * qd, 0);
-    be->matmul(w->k, w->xn, lw->wk, nb, H, kvd, 0);
-    be->matmul(w->v, w->xn, lw->wv, nb, H, kvd, 0);
+    be->matmul_w(w->qp, w->xn, &lw->wq, nb, 0);
+    be->matmul_w(w->k, w->xn, &lw->wk, nb, 0);
+    be->matmul_w(w->v, w->xn, &lw->wv, nb, 0);
     for (int t = 0; t < nb; t++) {
         for (int h = 0; h < Hq; h++) {
             const float *src = w->qp + (size_t) t * 2 * qd + (size_t) h * 2 * hd;
@@ -234,7 +234,7 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     for (size_t i = 0; i < (size_t) nb * qd; i++) {
         w->ao[i] *= w->gate[i];
     }
-    be->matmul(w->x, w->ao, lw->wo, nb, qd, H, 1);
+    be->matmul_w(w->x, w->ao, &lw->wo, nb, 1);
 }
 
 /* --- the model --- */
@@ -278,7 +278,7 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
                  const pic_forward_hooks *hooks, char *err, size_t errlen)
 {
     const pic_config *c = &m->cfg;
-    const float      *lm = m->w.lm_head ? m->w.lm_head : m->w.embed;
+    const pic_wmat   *lm = m->w.lm_head.data ? &m->w.lm_head : &m->w.embed;
     int               H = c->hidden, V = c->vocab;
     int               cap = total < PIC_UBATCH ? total : PIC_UBATCH;
     int               end = runs[n_runs - 1].p0 + runs[n_runs - 1].n;
@@ -319,18 +319,17 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
             }
         }
         for (int t = 0; t < nb; t++) {
-            memcpy(w.x + (size_t) t * H, m->w.embed + (size_t) tokens[tok0 + t] * H,
-                   H * sizeof(float));
+            be->wmat_rows(w.x + (size_t) t * H, &m->w.embed, tokens[tok0 + t], 1);
         }
         pic_forward_layers(m, be, &w, nb, sp, ns, hooks);
 
         if (mode == PIC_LOGITS_ALL) {
             be->rmsnorm(w.xn, w.x, m->w.final_norm, nb, H, c->rms_eps, 1);
-            be->matmul(logits + (size_t) tok0 * V, w.xn, lm, nb, H, V, 0);
+            be->matmul_w(logits + (size_t) tok0 * V, w.xn, lm, nb, 0);
         } else if (mode == PIC_LOGITS_LAST && r == n_runs) {
             be->rmsnorm(w.xn, w.x + (size_t) (nb - 1) * H, m->w.final_norm, 1,
                         H, c->rms_eps, 1);
-            be->matmul(logits, w.xn, lm, 1, H, V, 0);
+            be->matmul_w(logits, w.xn, lm, 1, 0);
         }
         tok0 += nb;
     }

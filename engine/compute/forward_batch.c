@@ -56,7 +56,7 @@ pic_forward_batch(const pic_model *m, const pic_backend *be,
                   float *logits, char *err, size_t errlen)
 {
     const pic_config *c = &m->cfg;
-    const float      *lm = m->w.lm_head ? m->w.lm_head : m->w.embed;
+    const pic_wmat   *lm = m->w.lm_head.data ? &m->w.lm_head : &m->w.embed;
     int               H = c->hidden, V = c->vocab;
     int               nb_max = n_seq < PIC_UBATCH ? n_seq : PIC_UBATCH;
     pic_fwd_span     *sp;
@@ -85,13 +85,12 @@ pic_forward_batch(const pic_model *m, const pic_backend *be,
         for (int t = 0; t < nb; t++) {
             pic_state *s = states[u0 + t];
 
-            memcpy(w.x + (size_t) t * H, m->w.embed + (size_t) tokens[u0 + t] * H,
-                   H * sizeof(float));
+            be->wmat_rows(w.x + (size_t) t * H, &m->w.embed, tokens[u0 + t], 1);
             sp[t] = (pic_fwd_span) { .s = s, .row = t, .n = 1, .p0 = s->pos };
         }
         pic_forward_layers(m, be, &w, nb, sp, nb, NULL);
         be->rmsnorm(w.xn, w.x, m->w.final_norm, nb, H, c->rms_eps, 1);
-        be->matmul(logits + (size_t) u0 * V, w.xn, lm, nb, H, V, 0);
+        be->matmul_w(logits + (size_t) u0 * V, w.xn, lm, nb, 0);
         for (int t = 0; t < nb; t++) {
             states[u0 + t]->pos++;
         }

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pic_kernels.h"
+
 #define PIC_MAX_LAYERS 128
 
 typedef enum {
@@ -63,9 +65,9 @@ typedef struct {
 } pic_config;
 
 typedef struct {
-    float *gate;                /* (Ie, H) */
-    float *up;                  /* (Ie, H) */
-    float *down;                /* (H, Ie) */
+    pic_wmat gate;             /* (Ie, H) */
+    pic_wmat up;               /* (Ie, H) */
+    pic_wmat down;             /* (H, Ie) */
 } pic_expert_weights;
 
 typedef struct {
@@ -73,40 +75,40 @@ typedef struct {
     float *post_norm;           /* (H) */
 
     /* GDN (layer_type == PIC_LAYER_LINEAR) — Qwen3.5 layout */
-    float *in_qkv;              /* (2*Hk*dk + Hv*dv, H) rows [q | k | v], head-major */
-    float *in_z;                /* (Hv*dv, H) */
+    pic_wmat in_qkv;            /* (2*Hk*dk + Hv*dv, H) rows [q | k | v], head-major */
+    pic_wmat in_z;              /* (Hv*dv, H) */
     float *in_b;                /* (Hv, H) */
     float *in_a;                /* (Hv, H) */
     float *conv_w;              /* (C, K), C = 2*Hk*dk + Hv*dv */
     float *dt_bias;             /* (Hv) */
     float *A_log;               /* (Hv) */
     float *gdn_norm;            /* (dv) plain weight, shared by heads */
-    float *out_proj;            /* (H, Hv*dv) */
+    pic_wmat out_proj;          /* (H, Hv*dv) */
 
     /* full attention (layer_type == PIC_LAYER_FULL) */
-    float *wq;                  /* (Hq*2*hd, H) per head [q (hd) | gate (hd)] */
-    float *wk;                  /* (Hkv*hd, H) */
-    float *wv;                  /* (Hkv*hd, H) */
-    float *wo;                  /* (H, Hq*hd) */
+    pic_wmat wq;                /* (Hq*2*hd, H) per head [q (hd) | gate (hd)] */
+    pic_wmat wk;                /* (Hkv*hd, H) */
+    pic_wmat wv;                /* (Hkv*hd, H) */
+    pic_wmat wo;                /* (H, Hq*hd) */
     float *q_norm;              /* (hd) zero-centred */
     float *k_norm;              /* (hd) zero-centred */
 
     /* dense MLP (layer_is_moe == 0) */
-    float *mlp_gate;            /* (I, H) */
-    float *mlp_up;              /* (I, H) */
-    float *mlp_down;            /* (H, I) */
+    pic_wmat mlp_gate;          /* (I, H) */
+    pic_wmat mlp_up;            /* (I, H) */
+    pic_wmat mlp_down;          /* (H, I) */
 
     /* MoE (layer_is_moe == 1) */
     float *router;              /* (E, H) */
     pic_expert_weights *experts;/* [E] */
-    pic_expert_weights shared;  /* (Is, H)/(H, Is); NULL pointers if absent */
+    pic_expert_weights shared;  /* (Is, H)/(H, Is); data NULL if absent */
     float *shared_gate;         /* (1, H) or NULL */
 } pic_layer_weights;
 
 typedef struct {
-    float *embed;               /* (V, H) */
+    pic_wmat embed;             /* (V, H) */
     float *final_norm;          /* (H) zero-centred */
-    float *lm_head;             /* (V, H); == embed when tied */
+    pic_wmat lm_head;           /* (V, H); data == embed's when tied */
     pic_layer_weights layers[PIC_MAX_LAYERS];
 } pic_weights;
 
@@ -115,13 +117,31 @@ typedef struct pic_model {
     pic_weights w;
     char        dir[4096];      /* checkpoint directory */
     uint64_t    fingerprint;    /* xxh64 over config + tensor bytes + tokenizer */
-    size_t      weight_bytes;   /* fp32 bytes held for weights */
+    size_t      weight_bytes;   /* bytes held for weights (all formats) */
+    pic_wtype   wtype;          /* storage of the big matrices */
     void       *priv;           /* loader-owned storage (mmaps, buffers) */
 } pic_model;
 
-/* Load a checkpoint directory; NULL on error with a message naming the file
- * and tensor in err.  Never aborts on bad input. */
+/* How the big matrices are held (--weights). */
+typedef enum {
+    PIC_WEIGHTS_AUTO = 0,       /* bf16 when the checkpoint stores them all in
+                                   bf16 (exact), else f32 */
+    PIC_WEIGHTS_F32,
+    PIC_WEIGHTS_BF16,
+    PIC_WEIGHTS_Q8,             /* 8-bit blocks made at load (PIC_WTYPE_Q8) */
+} pic_weights_format;
+
+/* "auto", "f32", "bf16" or "q8" into *f; -1 for anything else. */
+int pic_weights_parse(const char *s, pic_weights_format *f);
+
+/* Load a checkpoint directory with format $PIC_WEIGHTS (auto when unset);
+ * NULL on error with a message
+ * naming the file and tensor in err.  Never aborts on bad input. */
 pic_model *pic_model_load(const char *dir, char *err, size_t errlen);
+
+/* pic_model_load with the big matrices held as f asks. */
+pic_model *pic_model_load_as(const char *dir, pic_weights_format f,
+                             char *err, size_t errlen);
 
 /* Release everything pic_model_load allocated (NULL is fine). */
 void pic_model_free(pic_model *m);

@@ -4,8 +4,11 @@
  * index) and tokenizer.json's stop tokens.
  *
  * Every tensor the config implies is looked up by name, its shape checked,
- * and converted into an owned fp32 buffer; the files are unmapped before
- * returning.  A Qwen3-Next in_proj_qkvz / in_proj_ba is unpacked into the
+ * and converted into an owned buffer: fp32 for norms, gates, conv and the
+ * like; the big projection matrices (pic_wmat) as the pic_weights_format
+ * asks — fp32, bf16 (a bf16 checkpoint's bytes as stored, never through a
+ * whole fp32 copy) or 8-bit blocks quantised at load, chunk by chunk.  The
+ * files are unmapped before returning.  A Qwen3-Next in_proj_qkvz / in_proj_ba is unpacked into the
  * Qwen3.5 layout (in_qkv, in_z, in_b, in_a) on the way.  MoE experts end up
  * in two blocks per layer whatever the checkpoint's layout:
  * gate_up (E, 2*Ie, H) with gate rows first and down (E, H, Ie).
@@ -25,6 +28,7 @@
 #define LD_MAX_CONFIG      (16u << 20)
 #define LD_MAX_TOKENIZER   (512u << 20)
 #define LD_PROGRESS_BYTES  (256ull << 20)
+#define LD_CHUNK           (64u * 1024)     /* floats converted at a time */
 
 
 /* loader-owned storage behind pic_model.priv */
@@ -44,6 +48,8 @@ typedef struct {
     uint64_t       done;
     int            report;          /* print progress (big checkpoint) */
     int            next_pct;
+    pic_wtype      wt;              /* storage of the big matrices */
+    float         *chunk;           /* (LD_CHUNK) conversion buffer */
     char          *err;
     size_t         errlen;
 } ld_ctx;
@@ -239,6 +245,94 @@ ld_name(ld_ctx *L, char *buf, size_t len, int layer, const char *fmt, ...)
 }
 
 
+/* --- compact matrices --- */
+
+/* A new matrix (rows, cols) in the load's format; Q8 needs cols % 32 == 0,
+ * another width falls back to bf16 (no released shape does). */
+static int
+ld_wmat_alloc(ld_ctx *L, int64_t rows, int64_t cols, pic_wmat *w)
+{
+    uint64_t  n = (uint64_t) rows * (uint64_t) cols;
+    pic_wtype t = L->wt;
+    void     *d;
+
+    if (rows <= 0 || cols <= 0 || rows > INT32_MAX || cols > INT32_MAX) {
+        ld_err(L, "%s: matrix (%lld, %lld) out of range", L->m->dir,
+               (long long) rows, (long long) cols);
+        return -1;
+    }
+    if (t == PIC_WTYPE_Q8 && cols % PIC_Q8_BLOCK != 0) {
+        t = PIC_WTYPE_BF16;
+    }
+    memset(w, 0, sizeof(*w));
+    w->type = t;
+    w->rows = (int) rows;
+    w->cols = (int) cols;
+    if (t == PIC_WTYPE_F32) {
+        d = ld_floats(L, n);
+        w->data = d;
+        return d ? 0 : -1;
+    }
+    if (t == PIC_WTYPE_BF16) {
+        d = ld_keep(L, (size_t) n * 2);
+        w->data = d;
+    } else {
+        d = ld_keep(L, (size_t) n);
+        w->data = d;
+        w->scale = d ? ld_keep(L, (size_t) (n / PIC_Q8_BLOCK) * 2) : NULL;
+        d = w->scale ? d : NULL;
+    }
+    if (d != NULL) {
+        L->m->weight_bytes += pic_wmat_bytes(w);
+    }
+    return d ? 0 : -1;
+}
+
+
+/* Elements [first, first+n) of t into w at element offset at, converted in
+ * chunks (Q8: first, n and at are whole rows, so whole blocks). */
+static int
+ld_wread(ld_ctx *L, const pic_st_tensor *t, uint64_t first, uint64_t n,
+         const pic_wmat *w, uint64_t at)
+{
+    uint64_t done, k;
+
+    if (w->type == PIC_WTYPE_F32) {
+        return ld_read(L, t, first, n, (float *) w->data + at);
+    }
+    for (done = 0; done < n; done += k) {
+        k = n - done < LD_CHUNK ? n - done : LD_CHUNK;
+        if (ld_read(L, t, first + done, k, L->chunk) != 0) {
+            return -1;
+        }
+        if (w->type == PIC_WTYPE_BF16) {
+            pic_bf16_from_f32((uint16_t *) w->data + at + done, L->chunk, k);
+        } else {
+            pic_q8_from_f32((int8_t *) w->data + at + done,
+                            (uint16_t *) w->scale + (at + done) / PIC_Q8_BLOCK,
+                            L->chunk, k);
+        }
+    }
+    return 0;
+}
+
+
+/* The 2-D tensor prefix+name with shape (rows, cols) as a matrix. */
+static int
+ld_wtensor(ld_ctx *L, const char *name, int64_t rows, int64_t cols,
+           pic_wmat *w)
+{
+    const pic_st_tensor *t;
+    int64_t              dims[2] = { rows, cols };
+
+    t = ld_expect(L, name, 2, dims);
+    if (t == NULL || ld_wmat_alloc(L, rows, cols, w) != 0) {
+        return -1;
+    }
+    return ld_wread(L, t, 0, t->numel, w, 0);
+}
+
+
 /* --- layers --- */
 
 /* Qwen3.5 layout: in_proj_qkv / z / b / a as stored. */
@@ -251,15 +345,13 @@ ld_gdn_qwen35(ld_ctx *L, pic_layer_weights *lw, int i)
     int64_t           vd = Hv * c->lin_v_dim;
     char              n[512];
 
-    lw->in_qkv = ld_tensor(L, ld_name(L, n, sizeof(n), i,
-                           "linear_attn.in_proj_qkv.weight"), 2,
-                           2 * kd + vd, H, 0);
-    if (lw->in_qkv == NULL) {
-        return -1;
-    }
-    lw->in_z = ld_tensor(L, ld_name(L, n, sizeof(n), i,
-                         "linear_attn.in_proj_z.weight"), 2, vd, H, 0);
-    if (lw->in_z == NULL) {
+    if (ld_wtensor(L, ld_name(L, n, sizeof(n), i,
+                   "linear_attn.in_proj_qkv.weight"), 2 * kd + vd, H,
+                   &lw->in_qkv) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i,
+                      "linear_attn.in_proj_z.weight"), vd, H,
+                      &lw->in_z) != 0)
+    {
         return -1;
     }
     lw->in_b = ld_tensor(L, ld_name(L, n, sizeof(n), i,
@@ -304,25 +396,28 @@ ld_gdn_qwen3next(ld_ctx *L, pic_layer_weights *lw, int i)
         return -1;
     }
 
-    lw->in_qkv = ld_floats(L, (uint64_t) (2 * Hk * dk + Hv * dv) * H);
-    lw->in_z = ld_floats(L, (uint64_t) (Hv * dv) * H);
+    if (ld_wmat_alloc(L, 2 * Hk * dk + Hv * dv, H, &lw->in_qkv) != 0
+        || ld_wmat_alloc(L, Hv * dv, H, &lw->in_z) != 0)
+    {
+        return -1;
+    }
     lw->in_b = ld_floats(L, (uint64_t) Hv * H);
     lw->in_a = ld_floats(L, (uint64_t) Hv * H);
-    if (!lw->in_qkv || !lw->in_z || !lw->in_b || !lw->in_a) {
+    if (!lw->in_b || !lw->in_a) {
         return -1;
     }
 
     for (g = 0; g < Hk; g++) {
         int64_t src = g * blk;              /* first source row of block g */
 
-        if (ld_read(L, qkvz, (src) * H, dk * H,
-                    lw->in_qkv + (g * dk) * H) != 0
-            || ld_read(L, qkvz, (src + dk) * H, dk * H,
-                       lw->in_qkv + (Hk * dk + g * dk) * H) != 0
-            || ld_read(L, qkvz, (src + 2 * dk) * H, r * dv * H,
-                       lw->in_qkv + (2 * Hk * dk + g * r * dv) * H) != 0
-            || ld_read(L, qkvz, (src + 2 * dk + r * dv) * H, r * dv * H,
-                       lw->in_z + (g * r * dv) * H) != 0
+        if (ld_wread(L, qkvz, (src) * H, dk * H, &lw->in_qkv,
+                     (g * dk) * H) != 0
+            || ld_wread(L, qkvz, (src + dk) * H, dk * H, &lw->in_qkv,
+                        (Hk * dk + g * dk) * H) != 0
+            || ld_wread(L, qkvz, (src + 2 * dk) * H, r * dv * H, &lw->in_qkv,
+                        (2 * Hk * dk + g * r * dv) * H) != 0
+            || ld_wread(L, qkvz, (src + 2 * dk + r * dv) * H, r * dv * H,
+                        &lw->in_z, (g * r * dv) * H) != 0
             || ld_read(L, ba, (g * 2 * r) * H, r * H,
                        lw->in_b + (g * r) * H) != 0
             || ld_read(L, ba, (g * 2 * r + r) * H, r * H,
@@ -385,10 +480,9 @@ ld_gdn(ld_ctx *L, pic_layer_weights *lw, int i)
     if (lw->gdn_norm == NULL) {
         return -1;
     }
-    lw->out_proj = ld_tensor(L, ld_name(L, n, sizeof(n), i,
-                             "linear_attn.out_proj.weight"), 2, H,
-                             Hv * c->lin_v_dim, 0);
-    return lw->out_proj ? 0 : -1;
+    return ld_wtensor(L, ld_name(L, n, sizeof(n), i,
+                      "linear_attn.out_proj.weight"), H, Hv * c->lin_v_dim,
+                      &lw->out_proj);
 }
 
 
@@ -401,14 +495,14 @@ ld_attn(ld_ctx *L, pic_layer_weights *lw, int i)
     int64_t           kv = (int64_t) c->n_kv_heads * hd;
     char              n[512];
 
-    if (!(lw->wq = ld_tensor(L, ld_name(L, n, sizeof(n), i,
-                             "self_attn.q_proj.weight"), 2, 2 * q, H, 0))
-        || !(lw->wk = ld_tensor(L, ld_name(L, n, sizeof(n), i,
-                                "self_attn.k_proj.weight"), 2, kv, H, 0))
-        || !(lw->wv = ld_tensor(L, ld_name(L, n, sizeof(n), i,
-                                "self_attn.v_proj.weight"), 2, kv, H, 0))
-        || !(lw->wo = ld_tensor(L, ld_name(L, n, sizeof(n), i,
-                                "self_attn.o_proj.weight"), 2, H, q, 0))
+    if (ld_wtensor(L, ld_name(L, n, sizeof(n), i, "self_attn.q_proj.weight"),
+                   2 * q, H, &lw->wq) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i,
+                      "self_attn.k_proj.weight"), kv, H, &lw->wk) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i,
+                      "self_attn.v_proj.weight"), kv, H, &lw->wv) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i,
+                      "self_attn.o_proj.weight"), H, q, &lw->wo) != 0
         || !(lw->q_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
                                     "self_attn.q_norm.weight"), 1, hd, 0, 0))
         || !(lw->k_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
@@ -427,12 +521,12 @@ ld_mlp(ld_ctx *L, pic_layer_weights *lw, int i)
     int64_t           H = c->hidden, I = c->intermediate;
     char              n[512];
 
-    if (!(lw->mlp_gate = ld_tensor(L, ld_name(L, n, sizeof(n), i,
-                                   "mlp.gate_proj.weight"), 2, I, H, 0))
-        || !(lw->mlp_up = ld_tensor(L, ld_name(L, n, sizeof(n), i,
-                                    "mlp.up_proj.weight"), 2, I, H, 0))
-        || !(lw->mlp_down = ld_tensor(L, ld_name(L, n, sizeof(n), i,
-                                      "mlp.down_proj.weight"), 2, H, I, 0)))
+    if (ld_wtensor(L, ld_name(L, n, sizeof(n), i, "mlp.gate_proj.weight"),
+                   I, H, &lw->mlp_gate) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i, "mlp.up_proj.weight"),
+                      I, H, &lw->mlp_up) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i, "mlp.down_proj.weight"),
+                      H, I, &lw->mlp_down) != 0)
     {
         return -1;
     }
@@ -449,13 +543,13 @@ ld_experts(ld_ctx *L, pic_layer_weights *lw, int i)
     const pic_st_tensor *t;
     int64_t              E = c->n_experts, Ie = c->moe_intermediate;
     int64_t              H = c->hidden, e, dims[3];
-    float               *gu, *down;
+    pic_wmat             gu, down;          /* (E*2*Ie, H), (E*H, Ie) */
     char                 n[512];
 
     lw->experts = ld_keep(L, (size_t) E * sizeof(*lw->experts));
-    gu = ld_floats(L, (uint64_t) (E * 2 * Ie) * H);
-    down = ld_floats(L, (uint64_t) (E * H) * Ie);
-    if (lw->experts == NULL || gu == NULL || down == NULL) {
+    if (lw->experts == NULL || ld_wmat_alloc(L, E * 2 * Ie, H, &gu) != 0
+        || ld_wmat_alloc(L, E * H, Ie, &down) != 0)
+    {
         return -1;
     }
 
@@ -466,32 +560,34 @@ ld_experts(ld_ctx *L, pic_layer_weights *lw, int i)
         dims[1] = 2 * Ie;
         dims[2] = H;
         t = ld_expect(L, n, 3, dims);
-        if (t == NULL || ld_read(L, t, 0, t->numel, gu) != 0) {
+        if (t == NULL || ld_wread(L, t, 0, t->numel, &gu, 0) != 0) {
             return -1;
         }
         dims[1] = H;
         dims[2] = Ie;
         t = ld_expect(L, ld_name(L, n, sizeof(n), i, "mlp.experts.down_proj"),
                       3, dims);
-        if (t == NULL || ld_read(L, t, 0, t->numel, down) != 0) {
+        if (t == NULL || ld_wread(L, t, 0, t->numel, &down, 0) != 0) {
             return -1;
         }
     } else {
         for (e = 0; e < E; e++) {
-            float *g = gu + e * 2 * Ie * H;
+            uint64_t g = (uint64_t) (e * 2 * Ie * H);  /* gate rows of e */
 
             dims[0] = Ie;
             dims[1] = H;
             t = ld_expect(L, ld_name(L, n, sizeof(n), i,
                           "mlp.experts.%lld.gate_proj.weight", (long long) e),
                           2, dims);
-            if (t == NULL || ld_read(L, t, 0, t->numel, g) != 0) {
+            if (t == NULL || ld_wread(L, t, 0, t->numel, &gu, g) != 0) {
                 return -1;
             }
             t = ld_expect(L, ld_name(L, n, sizeof(n), i,
                           "mlp.experts.%lld.up_proj.weight", (long long) e),
                           2, dims);
-            if (t == NULL || ld_read(L, t, 0, t->numel, g + Ie * H) != 0) {
+            if (t == NULL
+                || ld_wread(L, t, 0, t->numel, &gu, g + Ie * H) != 0)
+            {
                 return -1;
             }
             dims[0] = H;
@@ -500,7 +596,7 @@ ld_experts(ld_ctx *L, pic_layer_weights *lw, int i)
                           "mlp.experts.%lld.down_proj.weight", (long long) e),
                           2, dims);
             if (t == NULL
-                || ld_read(L, t, 0, t->numel, down + e * H * Ie) != 0)
+                || ld_wread(L, t, 0, t->numel, &down, e * H * Ie) != 0)
             {
                 return -1;
             }
@@ -508,9 +604,10 @@ ld_experts(ld_ctx *L, pic_layer_weights *lw, int i)
     }
 
     for (e = 0; e < E; e++) {
-        lw->experts[e].gate = gu + e * 2 * Ie * H;
-        lw->experts[e].up = gu + e * 2 * Ie * H + Ie * H;
-        lw->experts[e].down = down + e * H * Ie;
+        lw->experts[e].gate = pic_wmat_view(&gu, (int) (e * 2 * Ie), (int) Ie);
+        lw->experts[e].up = pic_wmat_view(&gu, (int) (e * 2 * Ie + Ie),
+                                          (int) Ie);
+        lw->experts[e].down = pic_wmat_view(&down, (int) (e * H), (int) H);
     }
     return 0;
 }
@@ -531,15 +628,15 @@ ld_moe(ld_ctx *L, pic_layer_weights *lw, int i)
     if (Is == 0) {
         return 0;
     }
-    if (!(lw->shared.gate = ld_tensor(L, ld_name(L, n, sizeof(n), i,
-                            "mlp.shared_expert.gate_proj.weight"), 2, Is, H,
-                            0))
-        || !(lw->shared.up = ld_tensor(L, ld_name(L, n, sizeof(n), i,
-                             "mlp.shared_expert.up_proj.weight"), 2, Is, H,
-                             0))
-        || !(lw->shared.down = ld_tensor(L, ld_name(L, n, sizeof(n), i,
-                               "mlp.shared_expert.down_proj.weight"), 2, H,
-                               Is, 0))
+    if (ld_wtensor(L, ld_name(L, n, sizeof(n), i,
+                   "mlp.shared_expert.gate_proj.weight"), Is, H,
+                   &lw->shared.gate) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i,
+                      "mlp.shared_expert.up_proj.weight"), Is, H,
+                      &lw->shared.up) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i,
+                      "mlp.shared_expert.down_proj.weight"), H, Is,
+                      &lw->shared.down) != 0
         || !(lw->shared_gate = ld_tensor(L, ld_name(L, n, sizeof(n), i,
                                "mlp.shared_expert_gate.weight"), 2, 1, H,
                                0)))
@@ -709,8 +806,72 @@ ld_warn_unused(ld_ctx *L)
 
 /* --- the loader --- */
 
+int
+pic_weights_parse(const char *s, pic_weights_format *f)
+{
+    static const char *names[] = { "auto", "f32", "bf16", "q8" };
+
+    for (int i = 0; i < 4; i++) {
+        if (s != NULL && strcmp(s, names[i]) == 0) {
+            *f = (pic_weights_format) i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+
+/* auto: bf16 when every text-model matrix (ndim >= 2) is stored in bf16,
+ * so that holding them as bf16 loses nothing; else f32. */
+static pic_wtype
+ld_pick_wtype(ld_ctx *L, pic_weights_format f)
+{
+    size_t i, n = pic_st_count(L->st);
+
+    switch (f) {
+    case PIC_WEIGHTS_F32:
+        return PIC_WTYPE_F32;
+    case PIC_WEIGHTS_BF16:
+        return PIC_WTYPE_BF16;
+    case PIC_WEIGHTS_Q8:
+        return PIC_WTYPE_Q8;
+    default:
+        break;
+    }
+    for (i = 0; i < n; i++) {
+        const pic_st_tensor *t = pic_st_get(L->st, i);
+
+        if (ld_is_skipped(t->name)
+            || (strncmp(t->name, L->prefix, strlen(L->prefix)) != 0
+                && strcmp(t->name, "lm_head.weight") != 0))
+        {
+            continue;
+        }
+        if (t->ndim >= 2 && t->dtype != PIC_ST_DTYPE_BF16) {
+            return PIC_WTYPE_F32;
+        }
+    }
+    return PIC_WTYPE_BF16;
+}
+
+
 pic_model *
 pic_model_load(const char *dir, char *err, size_t errlen)
+{
+    pic_weights_format f = PIC_WEIGHTS_AUTO;
+    const char        *env = getenv("PIC_WEIGHTS");
+
+    if (env != NULL && env[0] != '\0' && pic_weights_parse(env, &f) != 0) {
+        fprintf(stderr, "pic_model_load: PIC_WEIGHTS=%s is not auto, f32, "
+                "bf16 or q8; using auto\n", env);
+    }
+    return pic_model_load_as(dir, f, err, errlen);
+}
+
+
+pic_model *
+pic_model_load_as(const char *dir, pic_weights_format f, char *err,
+                  size_t errlen)
 {
     const pic_st_tensor *t;
     pic_config          *c;
@@ -809,11 +970,25 @@ pic_model_load(const char *dir, char *err, size_t errlen)
     if (ld_fingerprint(&L, config, config_len, tok, tok_len) != 0) {
         goto fail;
     }
+    L.wt = ld_pick_wtype(&L, f);
+    m->wtype = L.wt;
+    if (L.wt != ld_pick_wtype(&L, PIC_WEIGHTS_AUTO)) {
+        /* a lossy format is another model for cached entries (DESIGN §4.1) */
+        uint64_t mix[2] = { m->fingerprint, (uint64_t) L.wt };
+
+        m->fingerprint = XXH3_64bits(mix, sizeof(mix));
+    }
+    L.chunk = malloc(LD_CHUNK * sizeof(float));
+    if (L.chunk == NULL) {
+        ld_err(&L, "out of memory");
+        goto fail;
+    }
 
     /* embeddings, final norm, head */
-    m->w.embed = ld_tensor(&L, ld_name(&L, name, sizeof(name), -1,
-                           "embed_tokens.weight"), 2, c->vocab, c->hidden, 0);
-    if (m->w.embed == NULL) {
+    if (ld_wtensor(&L, ld_name(&L, name, sizeof(name), -1,
+                   "embed_tokens.weight"), c->vocab, c->hidden,
+                   &m->w.embed) != 0)
+    {
         goto fail;
     }
     m->w.final_norm = ld_tensor(&L, ld_name(&L, name, sizeof(name), -1,
@@ -830,9 +1005,9 @@ pic_model_load(const char *dir, char *err, size_t errlen)
                    "(tie_word_embeddings is false)", dir);
             goto fail;
         }
-        m->w.lm_head = ld_tensor(&L, "lm_head.weight", 2, c->vocab,
-                                 c->hidden, 0);
-        if (m->w.lm_head == NULL) {
+        if (ld_wtensor(&L, "lm_head.weight", c->vocab, c->hidden,
+                       &m->w.lm_head) != 0)
+        {
             goto fail;
         }
     }
@@ -845,11 +1020,12 @@ pic_model_load(const char *dir, char *err, size_t errlen)
 
     ld_warn_unused(&L);
     if (L.report) {
-        fprintf(stderr, "pic_model_load: %s: %.2f GB fp32 held, fingerprint "
-                "%016llx\n", dir, m->weight_bytes / 1e9,
+        fprintf(stderr, "pic_model_load: %s: %.2f GB held (%s), fingerprint "
+                "%016llx\n", dir, m->weight_bytes / 1e9, pic_wtype_name(L.wt),
                 (unsigned long long) m->fingerprint);
     }
     pic_st_close(L.st);
+    free(L.chunk);
     free(L.used);
     free(config);
     free(tok);
@@ -857,6 +1033,7 @@ pic_model_load(const char *dir, char *err, size_t errlen)
 
 fail:
     pic_st_close(L.st);
+    free(L.chunk);
     free(L.used);
     free(config);
     free(tok);

@@ -196,6 +196,8 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         snprintf(fp, sizeof(fp), "%016llx", (unsigned long long) srv->model->fingerprint);
         cJSON_AddStringToObject(o, "weights_fingerprint", fp);
         cJSON_AddNumberToObject(o, "layers", srv->model->cfg.n_layers);
+        cJSON_AddStringToObject(o, "weights", pic_wtype_name(srv->model->wtype));
+        cJSON_AddNumberToObject(o, "weight_bytes", (double) srv->model->weight_bytes);
         cJSON_AddNumberToObject(o, "context", srv->max_ctx);
         cJSON_AddStringToObject(o, "template", pic_template_dialect_name(srv->dialect));
         cJSON_AddNumberToObject(o, "weight_bytes", (double) srv->model->weight_bytes);
@@ -641,7 +643,18 @@ pic_server_load_model(pic_server *srv)
     const char            *base;
     int                    cores = (int) sysconf(_SC_NPROCESSORS_ONLN);
 
-    srv->model = pic_model_load(o->model_dir, err, sizeof(err));
+    if (o->weights != NULL) {
+        pic_weights_format wf;
+
+        if (pic_weights_parse(o->weights, &wf) != 0) {
+            fprintf(stderr, "pic-engine[%s]: --weights must be auto, f32, bf16 "
+                    "or q8\n", o->id);
+            return -1;
+        }
+        srv->model = pic_model_load_as(o->model_dir, wf, err, sizeof(err));
+    } else {
+        srv->model = pic_model_load(o->model_dir, err, sizeof(err));
+    }
     if (srv->model == NULL) {
         fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
         return -1;

@@ -101,7 +101,7 @@ tiny_model(void)
     float s = 1.0f / sqrtf((float) H);
     int   Cc = 2 * 2 * 8 + 4 * 12, vd = 4 * 12, qd = 4 * 16, kvd = 2 * 16;
 
-    m.w.embed = rnd((size_t) c->vocab * H, 1.0f);
+    m.w.embed = pic_wmat_f32(rnd((size_t) c->vocab * H, 1.0f), c->vocab, H);
     m.w.lm_head = m.w.embed;
     m.w.final_norm = rnd(H, 0.1f);
     for (int l = 0; l < c->n_layers; l++) {
@@ -109,20 +109,20 @@ tiny_model(void)
         w->input_norm = rnd(H, 0.1f);
         w->post_norm = rnd(H, 0.1f);
         if (lt[l] == PIC_LAYER_LINEAR) {
-            w->in_qkv = rnd((size_t) Cc * H, s);
-            w->in_z = rnd((size_t) vd * H, s);
+            w->in_qkv = pic_wmat_f32(rnd((size_t) Cc * H, s), Cc, H);
+            w->in_z = pic_wmat_f32(rnd((size_t) vd * H, s), vd, H);
             w->in_b = rnd((size_t) 4 * H, s);
             w->in_a = rnd((size_t) 4 * H, s);
             w->conv_w = rnd((size_t) Cc * 4, 0.5f);
             w->dt_bias = rnd(4, 1.0f);
             w->A_log = rnd(4, 1.0f);
             w->gdn_norm = rnd(12, 1.0f);
-            w->out_proj = rnd((size_t) H * vd, 1.0f / sqrtf((float) vd));
+            w->out_proj = pic_wmat_f32(rnd((size_t) H * vd, 1.0f / sqrtf((float) vd)), H, vd);
         } else {
-            w->wq = rnd((size_t) 2 * qd * H, s);
-            w->wk = rnd((size_t) kvd * H, s);
-            w->wv = rnd((size_t) kvd * H, s);
-            w->wo = rnd((size_t) H * qd, 1.0f / sqrtf((float) qd));
+            w->wq = pic_wmat_f32(rnd((size_t) 2 * qd * H, s), 2 * qd, H);
+            w->wk = pic_wmat_f32(rnd((size_t) kvd * H, s), kvd, H);
+            w->wv = pic_wmat_f32(rnd((size_t) kvd * H, s), kvd, H);
+            w->wo = pic_wmat_f32(rnd((size_t) H * qd, 1.0f / sqrtf((float) qd)), H, qd);
             w->q_norm = rnd(16, 0.1f);
             w->k_norm = rnd(16, 0.1f);
         }
@@ -130,18 +130,18 @@ tiny_model(void)
             w->router = rnd((size_t) 4 * H, s);
             w->experts = own(calloc(4, sizeof(pic_expert_weights)));
             for (int e = 0; e < 4; e++) {
-                w->experts[e].gate = rnd((size_t) 16 * H, s);
-                w->experts[e].up = rnd((size_t) 16 * H, s);
-                w->experts[e].down = rnd((size_t) H * 16, 0.25f);
+                w->experts[e].gate = pic_wmat_f32(rnd((size_t) 16 * H, s), 16, H);
+                w->experts[e].up = pic_wmat_f32(rnd((size_t) 16 * H, s), 16, H);
+                w->experts[e].down = pic_wmat_f32(rnd((size_t) H * 16, 0.25f), H, 16);
             }
-            w->shared.gate = rnd((size_t) 24 * H, s);
-            w->shared.up = rnd((size_t) 24 * H, s);
-            w->shared.down = rnd((size_t) H * 24, 0.2f);
+            w->shared.gate = pic_wmat_f32(rnd((size_t) 24 * H, s), 24, H);
+            w->shared.up = pic_wmat_f32(rnd((size_t) 24 * H, s), 24, H);
+            w->shared.down = pic_wmat_f32(rnd((size_t) H * 24, 0.2f), H, 24);
             w->shared_gate = rnd(H, s);
         } else {
-            w->mlp_gate = rnd((size_t) 48 * H, s);
-            w->mlp_up = rnd((size_t) 48 * H, s);
-            w->mlp_down = rnd((size_t) H * 48, 1.0f / sqrtf(48.0f));
+            w->mlp_gate = pic_wmat_f32(rnd((size_t) 48 * H, s), 48, H);
+            w->mlp_up = pic_wmat_f32(rnd((size_t) 48 * H, s), 48, H);
+            w->mlp_down = pic_wmat_f32(rnd((size_t) H * 48, 1.0f / sqrtf(48.0f)), H, 48);
         }
     }
     return &m;

@@ -4,9 +4,12 @@
  * (dense and MoE, Qwen3.5 and Qwen3-Next): sequences with different prompt
  * lengths (recurrent and chunked GDN prefill) prefilled separately, then
  * decode steps where sequences join late and finish at different steps;
- * every row's logits equal the solo logits within 1e-5 of the largest
+ * every row's logits equal the solo logits within TOL of the largest
  * |logit| (GEMM over several rows vs GEMV over one round differently), and
- * the states (S, conv, KV) end equal within 1e-5 relative.  One sequence
+ * the states (S, conv, KV) end equal within TOL relative.  TOL is 5e-5:
+ * f32 weights stay within 1e-5; compact ones (bf16/q8, $PIC_WEIGHTS or auto on a bf16
+ * checkpoint) run a hand GEMV against sgemm on converted tiles, whose fp32
+ * rounding differs a little more (up to 2.7e-5 seen on 549 MoE rows).  One sequence
  * alone is bitwise the solo decode.  Also more sequences than a micro-batch,
  * and refused batches leaving every state where it was.
  */
@@ -26,7 +29,7 @@
 #include "fixture_models.h"
 #include "state.h"
 
-#define TOL 1e-5
+#define TOL 5e-5
 
 /* token t of sequence `seq` (prompt and decode inputs alike) */
 static int

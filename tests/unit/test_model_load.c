@@ -599,7 +599,7 @@ load_ok(ckpt *c)
     pic_model *m;
 
     ckpt_write(c);
-    m = pic_model_load(c->dir, err, sizeof(err));
+    m = pic_model_load_as(c->dir, PIC_WEIGHTS_F32, err, sizeof(err));
     if (m == NULL) {
         fail_msg("load failed: %s", err);
     }
@@ -693,13 +693,13 @@ test_qwen35_wrapper_dense_tied(void **state)
     assert_int_equal(cf->layer_type[3], PIC_LAYER_FULL);
     assert_int_equal(cf->layer_is_moe[0] | cf->layer_is_moe[3], 0);
 
-    assert_ptr_equal(m->w.lm_head, m->w.embed);
-    check_all(&c, "model.language_model.embed_tokens.weight", m->w.embed);
+    assert_ptr_equal(m->w.lm_head.data, m->w.embed.data);
+    check_all(&c, "model.language_model.embed_tokens.weight", m->w.embed.data);
     check_all(&c, "model.language_model.norm.weight", m->w.final_norm);
     check_all(&c, "layers.0.linear_attn.in_proj_qkv.weight",
-              m->w.layers[0].in_qkv);
+              m->w.layers[0].in_qkv.data);
     check_all(&c, "layers.0.linear_attn.in_proj_z.weight",
-              m->w.layers[0].in_z);
+              m->w.layers[0].in_z.data);
     check_all(&c, "layers.1.linear_attn.in_proj_b.weight",
               m->w.layers[1].in_b);
     check_all(&c, "layers.1.linear_attn.in_proj_a.weight",
@@ -710,22 +710,22 @@ test_qwen35_wrapper_dense_tied(void **state)
     check_all(&c, "layers.2.linear_attn.A_log", m->w.layers[2].A_log);
     check_all(&c, "layers.2.linear_attn.norm.weight", m->w.layers[2].gdn_norm);
     check_all(&c, "layers.2.linear_attn.out_proj.weight",
-              m->w.layers[2].out_proj);
-    check_all(&c, "layers.3.self_attn.q_proj.weight", m->w.layers[3].wq);
-    check_all(&c, "layers.3.self_attn.k_proj.weight", m->w.layers[3].wk);
-    check_all(&c, "layers.3.self_attn.v_proj.weight", m->w.layers[3].wv);
-    check_all(&c, "layers.3.self_attn.o_proj.weight", m->w.layers[3].wo);
+              m->w.layers[2].out_proj.data);
+    check_all(&c, "layers.3.self_attn.q_proj.weight", m->w.layers[3].wq.data);
+    check_all(&c, "layers.3.self_attn.k_proj.weight", m->w.layers[3].wk.data);
+    check_all(&c, "layers.3.self_attn.v_proj.weight", m->w.layers[3].wv.data);
+    check_all(&c, "layers.3.self_attn.o_proj.weight", m->w.layers[3].wo.data);
     check_all(&c, "layers.3.self_attn.q_norm.weight", m->w.layers[3].q_norm);
     check_all(&c, "layers.3.self_attn.k_norm.weight", m->w.layers[3].k_norm);
     check_all(&c, "layers.3.input_layernorm.weight",
               m->w.layers[3].input_norm);
     check_all(&c, "layers.3.post_attention_layernorm.weight",
               m->w.layers[3].post_norm);
-    check_all(&c, "layers.3.mlp.gate_proj.weight", m->w.layers[3].mlp_gate);
-    check_all(&c, "layers.3.mlp.up_proj.weight", m->w.layers[3].mlp_up);
-    check_all(&c, "layers.3.mlp.down_proj.weight", m->w.layers[3].mlp_down);
-    assert_null(m->w.layers[0].wq);
-    assert_null(m->w.layers[3].in_qkv);
+    check_all(&c, "layers.3.mlp.gate_proj.weight", m->w.layers[3].mlp_gate.data);
+    check_all(&c, "layers.3.mlp.up_proj.weight", m->w.layers[3].mlp_up.data);
+    check_all(&c, "layers.3.mlp.down_proj.weight", m->w.layers[3].mlp_down.data);
+    assert_null(m->w.layers[0].wq.data);
+    assert_null(m->w.layers[3].in_qkv.data);
     assert_null(m->w.layers[0].router);
     assert_int_equal(m->weight_bytes, text_bytes(&c));
     assert_string_equal(m->dir, c.dir);
@@ -758,35 +758,35 @@ test_qwen3next_top_level_moe_untied(void **state)
     assert_int_equal(m->cfg.shared_intermediate, 6);
     assert_int_equal(m->cfg.norm_topk_prob, 1);
     assert_int_equal(m->cfg.tie_embeddings, 0);
-    assert_ptr_not_equal(m->w.lm_head, m->w.embed);
-    check_all(&c, "lm_head.weight", m->w.lm_head);
-    check_all(&c, "model.embed_tokens.weight", m->w.embed);
+    assert_ptr_not_equal(m->w.lm_head.data, m->w.embed.data);
+    check_all(&c, "lm_head.weight", m->w.lm_head.data);
+    check_all(&c, "model.embed_tokens.weight", m->w.embed.data);
     for (i = 0; i < 4; i++) {
         l = &m->w.layers[i];
         assert_int_equal(m->cfg.layer_is_moe[i], 1);
-        assert_null(l->mlp_gate);
+        assert_null(l->mlp_gate.data);
         snprintf(n, sizeof(n), "layers.%d.mlp.gate.weight", i);
         check_all(&c, n, l->router);
         for (e = 0; e < 3; e++) {
             snprintf(n, sizeof(n), "layers.%d.mlp.experts.%d.gate_proj.weight",
                      i, e);
-            check_all(&c, n, l->experts[e].gate);
+            check_all(&c, n, l->experts[e].gate.data);
             snprintf(n, sizeof(n), "layers.%d.mlp.experts.%d.up_proj.weight",
                      i, e);
-            check_all(&c, n, l->experts[e].up);
+            check_all(&c, n, l->experts[e].up.data);
             snprintf(n, sizeof(n), "layers.%d.mlp.experts.%d.down_proj.weight",
                      i, e);
-            check_all(&c, n, l->experts[e].down);
+            check_all(&c, n, l->experts[e].down.data);
         }
         snprintf(n, sizeof(n), "layers.%d.mlp.shared_expert.gate_proj.weight",
                  i);
-        check_all(&c, n, l->shared.gate);
+        check_all(&c, n, l->shared.gate.data);
         snprintf(n, sizeof(n), "layers.%d.mlp.shared_expert.up_proj.weight",
                  i);
-        check_all(&c, n, l->shared.up);
+        check_all(&c, n, l->shared.up.data);
         snprintf(n, sizeof(n), "layers.%d.mlp.shared_expert.down_proj.weight",
                  i);
-        check_all(&c, n, l->shared.down);
+        check_all(&c, n, l->shared.down.data);
         snprintf(n, sizeof(n), "layers.%d.mlp.shared_expert_gate.weight", i);
         check_all(&c, n, l->shared_gate);
     }
@@ -826,13 +826,13 @@ test_qwen3next_qkvz_ba_unpack(void **state)
 
         for (row = 0; row < 24; row++) {
             for (col = 0; col < H; col++) {
-                assert_true(l->in_qkv[row * H + col]
+                assert_true(((const float *) l->in_qkv.data)[row * H + col]
                             == (float) (qkv_src[row] * H + col));
             }
         }
         for (row = 0; row < 8; row++) {
             for (col = 0; col < H; col++) {
-                assert_true(l->in_z[row * H + col]
+                assert_true(((const float *) l->in_z.data)[row * H + col]
                             == (float) (z_src[row] * H + col));
             }
         }
@@ -848,7 +848,7 @@ test_qwen3next_qkvz_ba_unpack(void **state)
     /* conv1d [C,1,K] is (C,K) as stored; q_proj stays interleaved */
     check_all(&c, "layers.0.linear_attn.conv1d.weight",
               m->w.layers[0].conv_w);
-    check_all(&c, "layers.3.self_attn.q_proj.weight", m->w.layers[3].wq);
+    check_all(&c, "layers.3.self_attn.q_proj.weight", m->w.layers[3].wq.data);
     assert_int_equal(m->weight_bytes, text_bytes(&c));
     pic_model_free(m);
     ckpt_free(&c);
@@ -867,10 +867,10 @@ check_fused_experts(ckpt *c, const pic_model *m)
         snprintf(gu, sizeof(gu), "layers.%d.mlp.experts.gate_up_proj", i);
         snprintf(dn, sizeof(dn), "layers.%d.mlp.experts.down_proj", i);
         for (e = 0; e < 3; e++) {
-            check_vals(c, gu, e * 2 * Ie * H, l->experts[e].gate, Ie * H);
-            check_vals(c, gu, e * 2 * Ie * H + Ie * H, l->experts[e].up,
+            check_vals(c, gu, e * 2 * Ie * H, l->experts[e].gate.data, Ie * H);
+            check_vals(c, gu, e * 2 * Ie * H + Ie * H, l->experts[e].up.data,
                        Ie * H);
-            check_vals(c, dn, e * H * Ie, l->experts[e].down, H * Ie);
+            check_vals(c, dn, e * H * Ie, l->experts[e].down.data, H * Ie);
         }
     }
 }
@@ -929,11 +929,11 @@ test_bf16_and_f16_convert_exactly(void **state)
         ckpt_init(&c, &s);
         m = load_ok(&c);
         assert_int_equal(m->cfg.arch, PIC_ARCH_QWEN3_5);
-        check_all(&c, "model.embed_tokens.weight", m->w.embed);
-        check_all(&c, "lm_head.weight", m->w.lm_head);
+        check_all(&c, "model.embed_tokens.weight", m->w.embed.data);
+        check_all(&c, "lm_head.weight", m->w.lm_head.data);
         check_all(&c, "layers.0.linear_attn.in_proj_qkv.weight",
-                  m->w.layers[0].in_qkv);
-        check_all(&c, "layers.3.self_attn.o_proj.weight", m->w.layers[3].wo);
+                  m->w.layers[0].in_qkv.data);
+        check_all(&c, "layers.3.self_attn.o_proj.weight", m->w.layers[3].wo.data);
         pic_model_free(m);
         ckpt_free(&c);
     }
@@ -952,10 +952,10 @@ test_sharded_checkpoint(void **state)
     s.extras = 1;
     ckpt_init(&c, &s);
     m = load_ok(&c);
-    check_all(&c, "model.language_model.embed_tokens.weight", m->w.embed);
-    check_all(&c, "lm_head.weight", m->w.lm_head);
+    check_all(&c, "model.language_model.embed_tokens.weight", m->w.embed.data);
+    check_all(&c, "lm_head.weight", m->w.lm_head.data);
     check_all(&c, "layers.2.linear_attn.out_proj.weight",
-              m->w.layers[2].out_proj);
+              m->w.layers[2].out_proj.data);
     check_fused_experts(&c, m);
     assert_int_equal(m->weight_bytes, text_bytes(&c));
     pic_model_free(m);
@@ -980,7 +980,7 @@ test_layer_types_from_interval(void **state)
     assert_int_equal(m->cfg.layer_type[3], PIC_LAYER_FULL);
     assert_true(m->cfg.rope_theta == 2e6f);
     assert_int_equal(m->cfg.rotary_dim, 8);
-    check_all(&c, "layers.1.self_attn.q_proj.weight", m->w.layers[1].wq);
+    check_all(&c, "layers.1.self_attn.q_proj.weight", m->w.layers[1].wq.data);
     pic_model_free(m);
     ckpt_free(&c);
 
@@ -1013,9 +1013,9 @@ test_qwen3next_sparse_step_and_mlp_only(void **state)
     assert_int_equal(m->cfg.layer_is_moe[2], 0);
     assert_int_equal(m->cfg.layer_is_moe[3], 0);
     assert_int_equal(m->cfg.norm_topk_prob, 0);
-    check_all(&c, "layers.3.mlp.down_proj.weight", m->w.layers[3].mlp_down);
+    check_all(&c, "layers.3.mlp.down_proj.weight", m->w.layers[3].mlp_down.data);
     check_all(&c, "layers.1.mlp.experts.2.down_proj.weight",
-              m->w.layers[1].experts[2].down);
+              m->w.layers[1].experts[2].down.data);
     pic_model_free(m);
     ckpt_free(&c);
 }
@@ -1345,7 +1345,7 @@ test_loads_committed_fixture_models(void **state)
         assert_int_equal(m->cfg.head_dim, want[k].head_dim);
         assert_int_equal(m->cfg.rotary_dim, want[k].rotary_dim);
         assert_int_equal(m->cfg.tie_embeddings, want[k].tie);
-        assert_int_equal(m->w.lm_head == m->w.embed, want[k].tie);
+        assert_int_equal(m->w.lm_head.data == m->w.embed.data, want[k].tie);
         for (i = 0; i < m->cfg.n_layers; i++) {
             assert_int_equal(m->cfg.layer_type[i] == PIC_LAYER_FULL,
                              want[k].types[2 * i] == 'F');
