@@ -1,0 +1,268 @@
+/*
+ * test_wmat.c — the compact-weight ops (pic_wmat: bf16, q8) against a
+ * double-precision reference on the dequantised weights, on odd shapes
+ * (rows not a multiple of the thread slice, bf16 columns not a multiple of
+ * the vector width, n = 1..9 rows across the GEMV/GEMM switch), accumulate
+ * or not; every SIMD path this CPU has (PIC_SIMD names) against the scalar
+ * one; and the conversions (bf16 nearest-even, fp16 round trip, q8 error at
+ * most half a step of its block).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "pic_kernels.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static float
+frand(void)     /* uniform in [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float) ((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static float *
+frand_vec(size_t n, float scale)
+{
+    float *v = malloc(n * sizeof(float));
+
+    assert_non_null(v);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = frand() * scale;
+    }
+    return v;
+}
+
+/* A compact copy of w (rows, cols) in type t; storage in *store (free it). */
+static pic_wmat
+make_wmat(pic_wtype t, const float *w, int rows, int cols, void **store)
+{
+    size_t   n = (size_t) rows * cols;
+    pic_wmat m = { .type = t, .rows = rows, .cols = cols };
+
+    if (t == PIC_WTYPE_BF16) {
+        uint16_t *b = malloc(n * 2);
+
+        pic_bf16_from_f32(b, w, n);
+        m.data = b;
+        *store = b;
+    } else {
+        int8_t *q = malloc(n + n / PIC_Q8_BLOCK * 2);   /* scales behind */
+
+        pic_q8_from_f32(q, (uint16_t *) (q + n), w, n);
+        m.data = q;
+        m.scale = (const uint16_t *) (q + n);
+        *store = q;
+    }
+    return m;
+}
+
+static const char *simd_paths[] = { "avx512", "avx2", "scalar" };
+
+/* matmul_w == double reference over the dequantised W, on every path. */
+static void
+check_matmul(pic_wtype t, int rows, int cols)
+{
+    const pic_backend *be = pic_backend_cpu();
+    float             *w = frand_vec((size_t) rows * cols, 0.5f);
+    float             *wd = malloc((size_t) rows * cols * sizeof(float));
+    void              *store;
+    pic_wmat           m = make_wmat(t, w, rows, cols, &store);
+    const char        *saved = pic_kernels_simd();
+
+    be->wmat_rows(wd, &m, 0, rows);
+    for (size_t p = 0; p < sizeof(simd_paths) / sizeof(simd_paths[0]); p++) {
+        if (pic_kernels_set_simd(simd_paths[p]) != 0) {
+            continue;                           /* not on this CPU */
+        }
+        for (int n = 1; n <= 9; n += (n < 5 ? 1 : 4)) {
+            for (int acc = 0; acc <= 1; acc++) {
+                float *x = frand_vec((size_t) n * cols, 1.0f);
+                float *y = frand_vec((size_t) n * rows, 1.0f);
+                float *y0 = malloc((size_t) n * rows * sizeof(float));
+
+                memcpy(y0, y, (size_t) n * rows * sizeof(float));
+                be->matmul_w(y, x, &m, n, acc);
+                for (int r = 0; r < n; r++) {
+                    for (int o = 0; o < rows; o++) {
+                        double s = acc ? y0[r * rows + o] : 0.0, mag = fabs(s);
+
+                        for (int i = 0; i < cols; i++) {
+                            double q = (double) x[r * cols + i] * wd[(size_t) o * cols + i];
+                            s += q;
+                            mag += fabs(q);
+                        }
+                        if (fabs(y[r * rows + o] - s) > 2e-6 * mag + 1e-30) {
+                            fail_msg("%s %s (%d, %d) n=%d acc=%d: y[%d][%d] = %g, want %g",
+                                     simd_paths[p], pic_wtype_name(t), rows, cols, n,
+                                     acc, r, o, y[r * rows + o], s);
+                        }
+                    }
+                }
+                free(x); free(y); free(y0);
+            }
+        }
+    }
+    assert_int_equal(pic_kernels_set_simd(saved), 0);
+    free(w); free(wd); free(store);
+}
+
+static void
+test_bf16_matmul_odd_shapes(void **unused)
+{
+    check_matmul(PIC_WTYPE_BF16, 1, 7);
+    check_matmul(PIC_WTYPE_BF16, 37, 19);
+    check_matmul(PIC_WTYPE_BF16, 301, 133);     /* threaded, tails of 16/32 */
+    check_matmul(PIC_WTYPE_BF16, 700, 1024);    /* several GEMM tiles */
+}
+
+static void
+test_q8_matmul_odd_shapes(void **unused)
+{
+    check_matmul(PIC_WTYPE_Q8, 1, 32);
+    check_matmul(PIC_WTYPE_Q8, 37, 96);
+    check_matmul(PIC_WTYPE_Q8, 301, 160);
+    check_matmul(PIC_WTYPE_Q8, 700, 1024);
+}
+
+/* Every path the CPU has gives the scalar path's answer up to rounding,
+ * for wmat_rows exactly (conversion is exact). */
+static void
+test_simd_paths_match_scalar(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    const char        *saved = pic_kernels_simd();
+    int                rows = 129, cols = 224, n = 3, tried = 0;
+    float             *w = frand_vec((size_t) rows * cols, 1.0f);
+    float             *x = frand_vec((size_t) 8 * cols, 1.0f);
+
+    assert_int_equal(pic_kernels_set_simd("scalar"), 0);
+    assert_int_equal(pic_kernels_set_simd("no-such-path"), -1);
+    for (int t = PIC_WTYPE_BF16; t <= PIC_WTYPE_Q8; t++) {
+        void     *store;
+        pic_wmat  m = make_wmat((pic_wtype) t, w, rows, cols, &store);
+        float    *ref = malloc((size_t) rows * cols * sizeof(float));
+        float    *got = malloc((size_t) rows * cols * sizeof(float));
+        float     yr[8 * 129], yg[8 * 129];
+
+        assert_int_equal(pic_kernels_set_simd("scalar"), 0);
+        be->wmat_rows(ref, &m, 0, rows);
+        be->matmul_w(yr, x, &m, n, 0);
+        for (size_t p = 0; p < sizeof(simd_paths) / sizeof(simd_paths[0]); p++) {
+            if (pic_kernels_set_simd(simd_paths[p]) != 0) {
+                continue;
+            }
+            tried++;
+            assert_string_equal(pic_kernels_simd(), simd_paths[p]);
+            be->wmat_rows(got, &m, 0, rows);
+            assert_memory_equal(got, ref, (size_t) rows * cols * sizeof(float));
+            be->matmul_w(yg, x, &m, n, 0);
+            for (int i = 0; i < n * rows; i++) {
+                assert_true(fabsf(yg[i] - yr[i]) <= 1e-5f * (1.0f + fabsf(yr[i])));
+            }
+        }
+        free(store); free(ref); free(got);
+    }
+    assert_true(tried >= 2);                /* scalar and at least itself */
+    assert_int_equal(pic_kernels_set_simd(saved), 0);
+    free(w); free(x);
+}
+
+static void
+test_bf16_rounds_to_nearest_even(void **unused)
+{
+    /* 1 + 2^-8 is a tie between 1 and 1 + 2^-7: even is 1;
+     * 1 + 3*2^-8 ties between 1+2^-7 and 1+2^-6: even is 1 + 2^-6 */
+    float    src[5] = { 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-7f + 0x1p-20f,
+                        -2.5f, NAN };
+    uint16_t b[5];
+
+    pic_bf16_from_f32(b, src, 5);
+    assert_int_equal(b[0], 0x3f80);
+    assert_int_equal(b[1], 0x3f82);
+    assert_int_equal(b[2], 0x3f81);
+    assert_int_equal(b[3], 0xc020);
+    assert_true((b[4] & 0x7f80) == 0x7f80 && (b[4] & 0x7f) != 0);
+}
+
+static void
+test_half_round_trip(void **unused)
+{
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0) {
+            continue;                           /* NaN payloads */
+        }
+        assert_int_equal(pic_f32_to_half(pic_half_to_f32((uint16_t) h)), h);
+    }
+    assert_int_equal(pic_f32_to_half(1.0f + 0x1p-11f), 0x3c00);   /* tie to even */
+    assert_int_equal(pic_f32_to_half(65520.0f), 0x7c00);          /* overflow */
+}
+
+static void
+test_q8_error_is_half_a_step(void **unused)
+{
+    size_t    n = 32 * 64;
+    float    *x = frand_vec(n, 3.0f), *y = malloc(n * sizeof(float));
+    int8_t   *q = malloc(n);
+    uint16_t *s = malloc(n / 32 * 2);
+    pic_wmat  m = { .type = PIC_WTYPE_Q8, .rows = 64, .cols = 32, .data = q,
+                    .scale = s };
+
+    for (int i = 0; i < 32; i++) {
+        x[5 * 32 + i] = 0.0f;                   /* an all-zero block */
+    }
+    pic_q8_from_f32(q, s, x, n);
+    pic_backend_cpu()->wmat_rows(y, &m, 0, 64);
+    for (size_t b = 0; b < n / 32; b++) {
+        float d = pic_half_to_f32(s[b]);
+
+        for (int i = 0; i < 32; i++) {
+            assert_true(fabsf(y[b * 32 + i] - x[b * 32 + i]) <= 0.5f * d * 1.0001f);
+            assert_true(q[b * 32 + i] >= -127 && q[b * 32 + i] <= 127);
+        }
+    }
+    assert_true(y[5 * 32] == 0.0f && s[5] == 0);
+    free(x); free(y); free(q); free(s);
+}
+
+static void
+test_view_and_bytes(void **unused)
+{
+    float    *w = frand_vec(64 * 96, 1.0f);
+    void     *store;
+    pic_wmat  m = make_wmat(PIC_WTYPE_Q8, w, 64, 96, &store);
+    pic_wmat  v = pic_wmat_view(&m, 10, 7);
+    float     a[7 * 96], b[64 * 96];
+
+    assert_int_equal(pic_wmat_bytes(&m), 64 * 96 + 64 * 3 * 2);
+    pic_backend_cpu()->wmat_rows(a, &v, 0, 7);
+    pic_backend_cpu()->wmat_rows(b, &m, 0, 64);
+    assert_memory_equal(a, b + 10 * 96, sizeof(a));
+    free(store); free(w);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bf16_matmul_odd_shapes),
+        cmocka_unit_test(test_q8_matmul_odd_shapes),
+        cmocka_unit_test(test_simd_paths_match_scalar),
+        cmocka_unit_test(test_bf16_rounds_to_nearest_even),
+        cmocka_unit_test(test_half_round_trip),
+        cmocka_unit_test(test_q8_error_is_half_a_step),
+        cmocka_unit_test(test_view_and_bytes),
+    };
+
+    pic_kernels_set_threads(2);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
