@@ -14,15 +14,20 @@ Figures (all ratios of numbers taken side by side in one run):
     experts only) + causal attention scores and sums + the GDN recurrence at
     6 dk dv per value head and token (the minimal recurrent count; the chunked
     kernel does more work than it is credited for);
-  * decode tokens/s (median step) after a 512-token prefill over the weight-streaming
-    roofline = read bandwidth / fp32 weight bytes (every weight, lm_head
-    included, is read once per token).  read bandwidth = best streaming sum
-    over 512 MiB; the memcpy rate (bytes copied per second) is reported too;
-  * peak RSS over fp32 weight bytes (peak includes the loader's transient
+  * decode tokens/s (median step) after a 512-token prefill over the
+    weight-streaming roofline = read bandwidth / bytes one decode step reads
+    (every projection matrix once in the format held — lm_head included, the
+    embedding table through it when tied, else one row —, small fp32 weights,
+    GDN state and conv window read and written, KV up to the position).
+    read bandwidth = best streaming sum over 512 MiB by as many threads as
+    decode uses, each over its own share; the memcpy rate (one thread, bytes
+    copied per second) is reported too;
+  * peak RSS over the weight bytes held (peak includes the loader's transient
     mapping of the checkpoint), and RSS after load.
 
 Writes bench/results/forward.json with "summary", "machine", "config", "raw".
 Env: BUILD (default build), QUICK=1, THREADS (default: all cores),
+WEIGHTS (auto, f32, bf16, q8: pic-engine --weights; default auto),
 OMP_WAIT_POLICY (default passive here: a spinning OpenMP barrier on a shared
 2-core machine turns every preempted thread into a stall).
 """
@@ -74,6 +79,7 @@ def main():
     t0 = time.time()
     env = dict(os.environ)
     env.setdefault("OMP_WAIT_POLICY", "passive")   # idle threads sleep: robust on a shared machine
+    env["PIC_WEIGHTS"] = os.environ.get("WEIGHTS", "auto")
     r = subprocess.run([HELPER, MODEL, ",".join(map(str, lens)), str(steps), str(THREADS), str(reps)],
                        capture_output=True, text=True, env=env)
     if r.returncode != 0:
@@ -84,8 +90,9 @@ def main():
     sgemm = raw["sgemm_gflops_best"]      # best of the runs before and after the model
     by_n = {p["tokens"]: p for p in raw["prefill"]}
     wb = raw["weight_bytes"]
-    roof = raw["read_gbps"] * 1e9 / wb
-    roof_memcpy = raw["memcpy_gbps"] * 1e9 / wb
+    db = raw["decode_bytes_per_token"]
+    roof = raw["read_gbps"] * 1e9 / db
+    roof_memcpy = raw["memcpy_gbps"] * 1e9 / db
     dec = raw["decode"]["tok_s"]
     summary = {
         "prefill_flops_over_sgemm_2k": round(by_n[2048]["gflops"] / sgemm, 4),
@@ -95,6 +102,8 @@ def main():
         "prefill_gflops": {str(n): round(p["gflops"], 2) for n, p in sorted(by_n.items())},
         "decode_tok_s": round(dec, 3),
         "decode_roofline_tok_s": round(roof, 3),
+        "weights": raw["weights"],
+        "decode_bytes_per_token": int(db),
         "peak_rss_over_weight_bytes": round(raw["peak_rss_bytes"] / wb, 3),
         "rss_after_load_over_weight_bytes": round(raw["rss_after_load_bytes"] / wb, 3),
         "goals": {"prefill_flops_over_sgemm_2k": 0.6, "decode_over_roofline": 0.6},
@@ -114,7 +123,8 @@ def main():
                    "decode_context": raw["decode"]["context"], "quick": QUICK,
                    "prefill_repeats": reps, "decode_figure": "median step",
                    "omp_wait_policy": env["OMP_WAIT_POLICY"],
-                   "weight_bytes_fp32": wb, "logits": "last position only",
+                   "weights": raw["weights"], "weight_bytes": wb,
+                   "decode_bytes_per_token": db, "logits": "last position only",
                    "wall_seconds": round(wall, 1)},
         "raw": raw,
     }
@@ -122,8 +132,8 @@ def main():
     with open(os.path.join(ROOT, "bench", "results", "forward.json"), "w") as f:
         json.dump(out, f, indent=1)
 
-    print("forward bench: %s, %d threads, mid model (%.2f GB fp32)"
-          % (cpu_model(), raw["threads"], wb / 1e9))
+    print("forward bench: %s, %d threads, mid model (%.2f GB %s; decode reads %.2f GB/token)"
+          % (cpu_model(), raw["threads"], wb / 1e9, raw["weights"], db / 1e9))
     print("  anchors: sgemm %.1f GFLOP/s (OpenBLAS threads %s, column split %s), "
           "memcpy %.1f GB/s, read %.1f GB/s"
           % (sgemm, "/".join("%.0f" % x for x in raw["openblas_threaded_gflops"]),
@@ -136,7 +146,7 @@ def main():
     print("  %-14s %10.2f %10s %10s   roofline %.2f tok/s -> %.3f (memcpy-based %.3f)"
           % ("decode @%d" % raw["decode"]["context"], dec, "-", "-", roof,
              dec / roof, dec / roof_memcpy))
-    print("  peak RSS %.2f GB = %.2fx fp32 weights (after load %.2fx)"
+    print("  peak RSS %.2f GB = %.2fx weight bytes (after load %.2fx)"
           % (raw["peak_rss_bytes"] / 1e9, summary["peak_rss_over_weight_bytes"],
              summary["rss_after_load_over_weight_bytes"]))
     print("  summary: prefill_flops_over_sgemm_2k=%.3f decode_over_roofline=%.3f (goals 0.6)"

@@ -7,6 +7,7 @@
  *   forward_bench MODEL_DIR PREFILL_LENS(comma) DECODE_STEPS [THREADS [REPS]]
  */
 #include <cblas.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,7 +97,9 @@ bench_memcpy(void)
     return best / 1e9;
 }
 
-/* Best-of-5 read of a 512 MiB buffer (sum): bytes read per second. */
+/* Best-of-5 read of a 512 MiB buffer (sum) by the engine's OpenMP threads,
+ * each streaming its own contiguous share, as decode's matmuls split W:
+ * bytes read per second. */
 static double
 bench_read(void)
 {
@@ -105,24 +108,61 @@ bench_read(void)
     double  best = 0.0;
     volatile float sink;
 
+    #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < nf; i++) {
         a[i] = (float) (i & 7);
     }
     for (int r = 0; r < 5; r++) {
         double t0 = pic_now_s();
-        float  s[16] = { 0 };
-        for (size_t i = 0; i < nf; i += 16) {
-            for (int j = 0; j < 16; j++) {
-                s[j] += a[i + j];
+        float  tot = 0.0f;
+        #pragma omp parallel reduction(+:tot)
+        {
+            int    t = omp_get_thread_num(), T = omp_get_num_threads();
+            size_t per = (nf / T + 15) & ~(size_t) 15;
+            size_t i0 = (size_t) t * per, i1 = i0 + per < nf ? i0 + per : nf;
+            float  s[16] = { 0 };
+
+            for (size_t i = i0; i + 16 <= i1; i += 16) {
+                for (int j = 0; j < 16; j++) {
+                    s[j] += a[i + j];
+                }
             }
+            tot += s[0] + s[15];
         }
         double dt = pic_now_s() - t0;
-        sink = s[0] + s[15];
+        sink = tot;
         best = n / dt > best ? n / dt : best;
     }
     (void) sink;
     free(a);
     return best / 1e9;
+}
+
+/* Bytes one decode step at position pos reads: every projection matrix
+ * once (the embedding table only through the head when tied, else one row),
+ * the small fp32 weights, the GDN state and conv window (read and written),
+ * and the KV cache up to pos at the attention layers. */
+static double
+decode_bytes(const pic_model *m, int pos)
+{
+    const pic_config *c = &m->cfg;
+    double            b = (double) m->weight_bytes;
+
+    if (m->w.lm_head.data != m->w.embed.data) {
+        b -= (double) pic_wmat_bytes(&m->w.embed) - pic_wmat_bytes(&m->w.embed) / c->vocab;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+            double C = 2.0 * c->lin_k_heads * c->lin_k_dim
+                       + (double) c->lin_v_heads * c->lin_v_dim;
+
+            b += 2.0 * 4 * ((double) c->lin_v_heads * c->lin_k_dim * c->lin_v_dim
+                            + C * (c->conv_kernel - 1));
+        } else {
+            b += 4.0 * 2 * c->n_kv_heads * c->head_dim * (double) (pos + 1);
+        }
+    }
+    return b;
 }
 
 /* Resident set size now, from /proc/self/statm. */
@@ -260,11 +300,13 @@ main(int argc, char **argv)
     getrusage(RUSAGE_SELF, &ru);
     printf("], \"decode\": {\"context\": %d, \"steps\": %d, \"seconds\": %.4f, "
            "\"tok_s\": %.4f, \"mean_tok_s\": %.4f}, \"peak_rss_bytes\": %ld, \"rss_end_bytes\": %ld, "
-           "\"state_bytes\": %zu, \"sgemm_gflops_best\": %.3f, "
+           "\"state_bytes\": %zu, \"weights\": \"%s\", \"decode_bytes_per_token\": %.0f, "
+           "\"sgemm_gflops_best\": %.3f, "
            "\"openblas_threaded_gflops\": [%.3f, %.3f], "
            "\"engine_split_gemm_gflops\": [%.3f, %.3f]}\n",
            keep_n, steps, dd, med > 0 ? 1.0 / med : 0.0, steps / dd, ru.ru_maxrss * 1024L, rss_now(),
-           pic_state_bytes(keep), best, sgemm, sgemm2, egemm, egemm2);
+           pic_state_bytes(keep), pic_wtype_name(m->wtype),
+           decode_bytes(m, keep_n + steps / 2), best, sgemm, sgemm2, egemm, egemm2);
     pic_state_free(keep);
     pic_model_free(m);
     free(logits);
