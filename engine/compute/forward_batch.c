@@ -59,7 +59,7 @@ pic_forward_batch(const pic_model *m, const pic_backend *be,
     const pic_wmat   *lm = m->w.lm_head.data ? &m->w.lm_head : &m->w.embed;
     int               H = c->hidden, V = c->vocab;
     int               nb_max = n_seq < PIC_UBATCH ? n_seq : PIC_UBATCH;
-    pic_fwd_span     *sp;
+    pic_fwd_span      sp[PIC_UBATCH];   /* one micro-batch; no per-step malloc */
     pic_ws            w;
 
     if (be == NULL) {
@@ -72,9 +72,7 @@ pic_forward_batch(const pic_model *m, const pic_backend *be,
     if (pic_forward_batch_check(m, states, tokens, n_seq, err, errlen) != 0) {
         return -1;
     }
-    sp = malloc((size_t) nb_max * sizeof(*sp));
-    if (sp == NULL || pic_ws_get(c, states[0], nb_max, &w) != 0) {
-        free(sp);
+    if (pic_ws_get(c, states[0], nb_max, &w) != 0) {  /* grows once, then reused */
         snprintf(err, errlen, "%s: out of memory for the workspace", __func__);
         return -1;
     }
@@ -95,6 +93,5 @@ pic_forward_batch(const pic_model *m, const pic_backend *be,
             states[u0 + t]->pos++;
         }
     }
-    free(sp);
     return 0;
 }
