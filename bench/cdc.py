@@ -2,7 +2,7 @@
 """cdc.py — CDC + keying throughput of the shared core, and the gateway-side
 pipeline cost per request (DESIGN §2.1, §5).
 
-Builds bench/cdc_bench.c against $BUILD/libpic.a (-O3 -march=native, as the
+Builds bench/cdc_bench.c against $BUILD/libpic.a (-O3 -march=x86-64-v3, as the
 Makefile builds the core) and runs it on one core.  Figures, all taken side
 by side in one run (best of R interleaved rounds; medians too):
   * memcpy GB/s on the same buffer (the machine anchor for this run);
@@ -75,7 +75,7 @@ def main():
         "pipeline_us_64k_median": next(p["us_median"] for p in pipe
                                        if 60000 < p["body_bytes"] < 70000),
     }
-    config = {"corpus_mib": MB, "rounds": REPS, "cflags": "-O3 -march=native",
+    config = {"corpus_mib": MB, "rounds": REPS, "cflags": "-O3 -march=x86-64-v3",
               "chunking": ["256/1024/4096 nudge 32", "1024/4096/16384 nudge 32"],
               "key": "xxh3-128 over u32le|fp|, fp, u32le|scope|, scope, bytes",
               "pinned_core": cmd[2] if cmd[0] == "taskset" else None}

@@ -5,7 +5,7 @@
  * state to the stack and feeds the segment.  xxHash is used in its
  * documented header-only mode (XXH_INLINE_ALL, Debian's libxxhash-dev
  * header): the state's size is known for the stack copy, and the compiler
- * may use the build's vector extensions (-march=native: AVX2/AVX-512),
+ * may use the build's vector extensions (the x86-64-v3 baseline: AVX2),
  * which roughly doubles keying throughput for ~1 KiB segments over the
  * generic shared library.  The digest is the same either way.
  */
