@@ -117,7 +117,7 @@ def ensure_build(src):
          "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
          "-DGGML_OPENMP=ON"], cwd=CMAKE_DIR, stdout=subprocess.DEVNULL)
     run(["nice", "-n", "10", "cmake", "--build", ".", "--config", "Release",
-         "-j%d" % (os.cpu_count() or 2), "--target", "llama-bench", "llama-server"],
+         "-j%d" % (os.cpu_count() or 2), "--target", "llama-bench"],
         cwd=CMAKE_DIR, stdout=subprocess.DEVNULL)
     return bench
 
