@@ -136,8 +136,18 @@ def ensure_gguf(src, fmt):
     os.makedirs(GGUF_DIR, exist_ok=True)
     out = os.path.join(GGUF_DIR, "mid-%s.gguf" % FORMATS[fmt])
     if not os.path.exists(out):
-        run([VPY, os.path.join(src, "convert_hf_to_gguf.py"), MODEL, "--outtype", FORMATS[fmt],
-             "--outfile", out + ".part"], stdout=subprocess.DEVNULL)
+        # The project's generated tokenizer is not in the converter's table of
+        # known pre-tokenizers (it hashes a test string's tokens); it is a
+        # byte-level BPE with Qwen3.5's split regex, so name it "qwen35" for
+        # the converter (llama-bench feeds random ids: no text is tokenized).
+        # --no-mtp: the generated checkpoint has no multi-token-prediction head.
+        shim = ("import runpy, sys; sys.path.insert(0, %r); "
+                "import conversion.base as b; "
+                "b.TextModel.get_vocab_base_pre = lambda self, tok: 'qwen35'; "
+                "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+                % src)
+        run([VPY, "-c", shim, os.path.join(src, "convert_hf_to_gguf.py"), MODEL, "--no-mtp",
+             "--outtype", FORMATS[fmt], "--outfile", out + ".part"], stdout=subprocess.DEVNULL)
         os.rename(out + ".part", out)
     return out
 
