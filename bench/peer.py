@@ -29,7 +29,8 @@ ours / theirs), decode_ratio_vs_llamacpp, rss_ratio_vs_llamacpp (ours /
 theirs), and the lowest of each over formats.  Writes bench/results/peer.json.
 The agentic TTFT comparison through both servers is not done here (yet).
 
-Env: QUICK=1, THREADS=N, PEER_FORMATS=f32,bf16,q8 (a subset), PEER_REBUILD=1.
+Env: QUICK=1, THREADS=N, PEER_FORMATS=f32,bf16,q8 (a subset), PEER_LENS=512,2048
+(prefill lengths), PEER_REBUILD=1.
 """
 import glob
 import json
@@ -59,7 +60,8 @@ CONVERT_REQS = ["torch==2.15.0", "transformers==5.23.0", "numpy", "sentencepiece
 # our --weights name -> GGUF outtype, llama-bench type name
 FORMATS = {"f32": "f32", "bf16": "bf16", "q8": "q8_0"}
 THREADS = int(os.environ.get("THREADS", "0") or 0) or os.cpu_count()
-LENS = [512, 2048] if QUICK else [512, 2048, 8192]
+LENS = [int(x) for x in os.environ["PEER_LENS"].split(",")] if os.environ.get("PEER_LENS") \
+    else [512, 2048] if QUICK else [512, 2048, 8192]
 DECODE = 32
 
 
