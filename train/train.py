@@ -3,7 +3,8 @@
 
 Seeded and resumable.  The run directory (--run, default train/run/) holds:
   state.pt        fp32 weights + AdamW state + counters (resume point; not committed)
-  log.jsonl       one line per log step (loss) and per evaluation (held-out accuracy)
+  log.jsonl       one line per log step (loss) and per evaluation (held-out accuracy);
+                  copied to OUT/train_log.jsonl with every release checkpoint
 The release checkpoint (--out, default models/pic-qa/) is written at every
 evaluation in the released Qwen3.5 layout (train/ckpt.py) together with
 train_state.json (counters); --resume-from-release continues from it when no
@@ -22,7 +23,7 @@ import argparse
 import json
 import math
 import os
-import random
+import shutil
 import sys
 import time
 
@@ -175,7 +176,11 @@ def main(argv=None):
     n_params = sum(p.numel() for p in model.parameters())
     print("train: %d parameters, %s, %d threads" % (n_params, device, a.threads), flush=True)
 
-    logf = open(os.path.join(a.run, "log.jsonl"), "a")
+    log_path = os.path.join(a.run, "log.jsonl")
+    rel_log = os.path.join(a.out, "train_log.jsonl")
+    if not os.path.exists(log_path) and os.path.exists(rel_log):
+        shutil.copyfile(rel_log, log_path)     # a fresh machine: the history goes on
+    logf = open(log_path, "a")
 
     def log(rec):
         rec["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -192,11 +197,16 @@ def main(argv=None):
             st["best"] = mean
             ckpt.write_json_files(a.out)
             ckpt.save_weights(model, a.out)
+            args = dict(vars(a))
+            for k in ("run", "out"):
+                args[k] = os.path.relpath(args[k], ROOT)
             with open(os.path.join(a.out, "train_state.json"), "w") as f:
                 json.dump({"state": st, "heldout": acc,
                            "level": level_of(st["tokens"], schedule),
-                           "args": vars(a)}, f, indent=1, sort_keys=True)
+                           "args": args}, f, indent=1, sort_keys=True)
                 f.write("\n")
+            shutil.copyfile(os.path.join(a.run, "log.jsonl"),
+                            os.path.join(a.out, "train_log.jsonl"))
             print("train: release checkpoint written to %s" % a.out, flush=True)
 
     if a.until:
