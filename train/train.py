@@ -236,7 +236,12 @@ def main(argv=None):
         loss, _ = batch_loss(model, seqs, a.ans_w, device)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if not (torch.isfinite(loss) and torch.isfinite(gn)):
+            # skip the batch rather than poison the weights and the moments
+            log({"step": st["step"], "tokens": st["tokens"], "skipped": "non-finite",
+                 "loss": float(loss)})
+            continue
         opt.step()
         st["step"] += 1
         st["tokens"] += ntok
