@@ -14,6 +14,7 @@
 
 #include "pic_buf.h"
 #include "pic_error.h"
+#include "pic_lpt.h"
 #include "pic_plan.h"
 #include "pic_segment.h"
 
@@ -31,7 +32,6 @@ typedef struct {
     ngx_uint_t                   load;
     size_t                       local;        /* hit bytes held here */
     size_t                       home;         /* miss bytes homed here */
-    size_t                       assigned;     /* LPT: bytes given so far */
 } ngx_http_pic_cand_t;
 
 
@@ -39,7 +39,7 @@ static ngx_int_t ngx_http_pic_route_pick(ngx_http_pic_ctx_t *ctx,
     ngx_http_pic_cand_t *cand, ngx_uint_t n, ngx_uint_t imbalance);
 static ngx_uint_t ngx_http_pic_route_home(u_char *key,
     ngx_http_pic_cand_t *cand, ngx_uint_t n);
-static void ngx_http_pic_route_misses(ngx_http_request_t *r,
+static ngx_int_t ngx_http_pic_route_misses(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand, ngx_uint_t n,
     ngx_uint_t imbalance, size_t unit);
 static ngx_int_t ngx_http_pic_route_rewrite(ngx_http_request_t *r,
@@ -186,9 +186,12 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 
     ctx->cdc_avg = plcf->cdc_avg;
 
-    if (ctx->fallback) {
-        ngx_http_pic_route_misses(r, ctx, cand, n, plcf->imbalance,
-                                  plcf->cdc_avg);
+    if (ctx->fallback
+        && ngx_http_pic_route_misses(r, ctx, cand, n, plcf->imbalance,
+                                     plcf->cdc_avg)
+           != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     /* a plan id: unique enough to find one request in the logs */
@@ -337,22 +340,39 @@ ngx_http_pic_route_home(u_char *key, ngx_http_pic_cand_t *cand, ngx_uint_t n)
 }
 
 
-/* LPT: misses longest first, each to the engine with the least work so
- * far (queue depth counted as unit bytes per queued request); without
- * redis, to the rendezvous home unless that engine is overloaded */
+/* without redis: LPT over the misses (pic_lpt.h: token estimates, a queued
+ * request weighs one average chunk), each pinned to its rendezvous home
+ * unless that engine is overloaded; the sink and the query stay on the
+ * combine node, hits are pulled */
 
-static void
+static ngx_int_t
 ngx_http_pic_route_misses(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     ngx_http_pic_cand_t *cand, ngx_uint_t n, ngx_uint_t imbalance,
     size_t unit)
 {
-    size_t               work, best_work;
-    ngx_uint_t           i, j, k, m, best, home, min_load, *order;
-    ngx_http_pic_segment_t *s;
+    uint32_t                *pin, *assign;
+    uint64_t                *w, *load0;
+    pic_error                err;
+    ngx_uint_t               i, k, m, home, min_load, *order;
+    ngx_http_pic_segment_t  *s;
 
     order = ngx_palloc(r->pool, (ctx->nsegs + 1) * sizeof(ngx_uint_t));
-    if (order == NULL) {
-        return;
+    w = ngx_palloc(r->pool, (ctx->nsegs + 1) * sizeof(uint64_t));
+    pin = ngx_palloc(r->pool, (ctx->nsegs + 1) * sizeof(uint32_t));
+    assign = ngx_palloc(r->pool, (ctx->nsegs + 1) * sizeof(uint32_t));
+    load0 = ngx_palloc(r->pool, n * sizeof(uint64_t));
+
+    if (order == NULL || w == NULL || pin == NULL || assign == NULL
+        || load0 == NULL)
+    {
+        return NGX_ERROR;
+    }
+
+    min_load = NGX_MAX_INT_T_VALUE;
+
+    for (i = 0; i < n; i++) {
+        load0[i] = (uint64_t) cand[i].load * pic_segment_token_estimate(unit);
+        min_load = ngx_min(min_load, cand[i].load);
     }
 
     m = 0;
@@ -364,54 +384,33 @@ ngx_http_pic_route_misses(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
         if (s->flags & (NGX_HTTP_PIC_SEG_HIT|NGX_HTTP_PIC_SEG_DYNAMIC
                         |NGX_HTTP_PIC_SEG_FIRST))
         {
-            /* hits are pulled, the sink and the query computed in place */
             continue;
         }
 
-        /* insertion sort by length, longest first: n is small */
-        for (j = m; j > 0 && ctx->segs[order[j - 1]].len < s->len; j--) {
-            order[j] = order[j - 1];
-        }
+        home = ngx_http_pic_route_home(s->key, cand, n);
 
-        order[j] = i;
+        order[m] = i;
+        w[m] = pic_segment_token_estimate(s->len);
+        pin[m] = cand[home].load <= min_load + imbalance ? (uint32_t) home
+                                                         : PIC_LPT_FREE;
         m++;
     }
 
-    min_load = NGX_MAX_INT_T_VALUE;
+    if (m == 0) {
+        return NGX_OK;
+    }
 
-    for (i = 0; i < n; i++) {
-        cand[i].assigned = cand[i].load * unit;
-        min_load = ngx_min(min_load, cand[i].load);
+    if (pic_lpt_assign(w, m, load0, n, pin, assign, NULL, &err) != 0) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "pic: %s", err.message);
+        return NGX_ERROR;
     }
 
     for (k = 0; k < m; k++) {
-        s = &ctx->segs[order[k]];
-
-        if (ctx->fallback) {
-            home = ngx_http_pic_route_home(s->key, cand, n);
-
-            if (cand[home].load <= min_load + imbalance) {
-                s->worker = cand[home].slot;
-                cand[home].assigned += s->len;
-                continue;
-            }
-        }
-
-        best = 0;
-        best_work = (size_t) -1;
-
-        for (i = 0; i < n; i++) {
-            work = cand[i].assigned;
-
-            if (work < best_work) {
-                best = i;
-                best_work = work;
-            }
-        }
-
-        s->worker = cand[best].slot;
-        cand[best].assigned += s->len;
+        ctx->segs[order[k]].worker = cand[assign[k]].slot;
     }
+
+    return NGX_OK;
 }
 
 

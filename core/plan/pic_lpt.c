@@ -23,7 +23,8 @@ pic_lpt_cmp(const void *a, const void *b)
 
 int
 pic_lpt_assign(const uint64_t *w, size_t n, const uint64_t *load0, size_t m,
-               uint32_t *assign, uint64_t *loads_out, pic_error *err)
+               const uint32_t *pin, uint32_t *assign, uint64_t *loads_out,
+               pic_error *err)
 {
     if (n == 0) {
         for (size_t k = 0; loads_out && k < m; k++) {
@@ -54,9 +55,13 @@ pic_lpt_assign(const uint64_t *w, size_t n, const uint64_t *load0, size_t m,
     int rc = 0;
     for (size_t j = 0; j < n; j++) {
         size_t best = 0;
-        for (size_t k = 1; k < m; k++) {
-            if (load[k] < load[best]) {
-                best = k;
+        if (pin && pin[jobs[j].i] < m) {
+            best = pin[jobs[j].i];
+        } else {
+            for (size_t k = 1; k < m; k++) {
+                if (load[k] < load[best]) {
+                    best = k;
+                }
             }
         }
         if (__builtin_add_overflow(load[best], jobs[j].w, &load[best])) {

@@ -235,7 +235,7 @@ pic_plan_assign_lpt(pic_plan *p, const int32_t *workers, const uint64_t *loads, 
             idx[n++] = i;
         }
     }
-    if (pic_lpt_assign(w, n, loads, m, a, NULL, err) != 0) {
+    if (pic_lpt_assign(w, n, loads, m, NULL, a, NULL, err) != 0) {
         goto done;
     }
     for (size_t j = 0; j < n; j++) {

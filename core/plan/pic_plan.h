@@ -93,7 +93,8 @@ int pic_plan_from_segmentation(pic_plan *p, const pic_segmentation *s,
 
 /* Assigns every PIC or PREFIX segment with no holder to one of m workers
  * (engine indices workers[0..m), initial loads loads[0..m) or NULL) by LPT
- * over token estimates.  Returns 0, or -1 with err set. */
+ * over token estimates (pic_lpt.h: the weight).  Returns 0, or -1 with err
+ * set. */
 int pic_plan_assign_lpt(pic_plan *p, const int32_t *workers, const uint64_t *loads,
                         size_t m, pic_error *err);
 

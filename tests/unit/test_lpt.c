@@ -60,7 +60,7 @@ run_instances(int with_loads)
         for (size_t k = 0; k < m; k++) {
             l0[k] = with_loads ? rnd(500) : 0;
         }
-        assert_int_equal(pic_lpt_assign(w, n, l0, m, a, loads, NULL), 0);
+        assert_int_equal(pic_lpt_assign(w, n, l0, m, NULL, a, loads, NULL), 0);
 
         /* replay the rule: heaviest (then lowest index) job to the least
          * loaded (then lowest index) worker */
@@ -125,7 +125,7 @@ test_lpt_graham_tight_instance(void **state)
     uint64_t w[5] = { 3, 3, 2, 2, 2 };
     uint32_t a[5];
     uint64_t loads[2];
-    assert_int_equal(pic_lpt_assign(w, 5, NULL, 2, a, loads, NULL), 0);
+    assert_int_equal(pic_lpt_assign(w, 5, NULL, 2, NULL, a, loads, NULL), 0);
     assert_int_equal(pic_lpt_makespan(w, 5, NULL, 2, a), 7);
     assert_int_equal(brute_opt(w, 5, NULL, 2), 6);
     assert_int_equal(a[0], 0);
@@ -139,9 +139,53 @@ test_lpt_avoids_loaded_worker(void **state)
     (void) state;
     uint64_t w[4] = { 10, 10, 10, 10 }, l0[3] = { 1000, 0, 0 };
     uint32_t a[4];
-    assert_int_equal(pic_lpt_assign(w, 4, l0, 3, a, NULL, NULL), 0);
+    assert_int_equal(pic_lpt_assign(w, 4, l0, 3, NULL, a, NULL, NULL), 0);
     for (int i = 0; i < 4; i++) {
         assert_int_not_equal(a[i], 0);
+    }
+}
+
+/* Pinned jobs (the gateway's rendezvous homes) take their turn in weight
+ * order on their own worker; the free ones see the load they added. */
+static void
+test_lpt_pinned_jobs_take_their_turn(void **state)
+{
+    (void) state;
+    for (int t = 0; t < 400; t++) {
+        size_t   m = 1 + rnd(4), n = rnd(10);
+        uint64_t w[16], l0[8], loads[8], cur[8];
+        uint32_t a[16], pin[16];
+        int      done[16] = { 0 };
+        for (size_t i = 0; i < n; i++) {
+            w[i] = 1 + rnd(100);
+            pin[i] = rnd(2) ? (uint32_t) rnd(m) : PIC_LPT_FREE;
+        }
+        for (size_t k = 0; k < m; k++) {
+            l0[k] = cur[k] = rnd(200);
+        }
+        assert_int_equal(pic_lpt_assign(w, n, l0, m, pin, a, loads, NULL), 0);
+        for (size_t step = 0; step < n; step++) {
+            size_t j = SIZE_MAX;
+            for (size_t i = 0; i < n; i++) {
+                if (!done[i] && (j == SIZE_MAX || w[i] > w[j])) {
+                    j = i;
+                }
+            }
+            size_t best = 0;
+            if (pin[j] != PIC_LPT_FREE) {
+                best = pin[j];
+            } else {
+                for (size_t k = 1; k < m; k++) {
+                    if (cur[k] < cur[best]) {
+                        best = k;
+                    }
+                }
+            }
+            assert_int_equal(a[j], best);
+            cur[best] += w[j];
+            done[j] = 1;
+        }
+        assert_memory_equal(cur, loads, m * sizeof(uint64_t));
     }
 }
 
@@ -152,12 +196,12 @@ test_lpt_edge_cases(void **state)
     pic_error err;
     uint32_t  a[2];
     uint64_t  loads[2] = { 7, 7 }, w[2] = { 1, UINT64_MAX };
-    assert_int_equal(pic_lpt_assign(NULL, 0, NULL, 2, a, loads, NULL), 0);
+    assert_int_equal(pic_lpt_assign(NULL, 0, NULL, 2, NULL, a, loads, NULL), 0);
     assert_int_equal(loads[0], 0);
-    assert_int_equal(pic_lpt_assign(w, 2, NULL, 0, a, NULL, &err), -1);  /* no worker */
+    assert_int_equal(pic_lpt_assign(w, 2, NULL, 0, NULL, a, NULL, &err), -1);  /* no worker */
     assert_int_equal(err.status, 400);
     uint64_t l0 = 5;
-    assert_int_equal(pic_lpt_assign(w, 2, &l0, 1, a, NULL, &err), -1);   /* overflow */
+    assert_int_equal(pic_lpt_assign(w, 2, &l0, 1, NULL, a, NULL, &err), -1);   /* overflow */
 }
 
 int
@@ -168,6 +212,7 @@ main(void)
         cmocka_unit_test(test_lpt_vs_brute_force_initial_loads),
         cmocka_unit_test(test_lpt_graham_tight_instance),
         cmocka_unit_test(test_lpt_avoids_loaded_worker),
+        cmocka_unit_test(test_lpt_pinned_jobs_take_their_turn),
         cmocka_unit_test(test_lpt_edge_cases),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
