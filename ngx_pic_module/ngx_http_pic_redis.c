@@ -19,6 +19,8 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 
+#include "pic_key.h"
+
 #include "ngx_http_pic_module.h"
 #include "ngx_http_pic_index.h"
 #include "ngx_http_pic_redis.h"
@@ -575,8 +577,9 @@ ngx_http_pic_redis_event(redisAsyncContext *ac, void *r, void *privdata)
 
     u_char                *p, *end, *id, *arg;
     size_t                 verb, id_len, arg_len;
-    ngx_int_t              slot, hi, lo;
-    ngx_uint_t             i, add;
+    pic_key                pk;
+    ngx_int_t              slot;
+    ngx_uint_t             add;
     u_char                 key[NGX_HTTP_PIC_KEY_LEN];
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY
@@ -627,16 +630,11 @@ ngx_http_pic_redis_event(redisAsyncContext *ac, void *r, void *privdata)
         return;
     }
 
-    for (i = 0; i < NGX_HTTP_PIC_KEY_LEN; i++) {
-        hi = ngx_hextoi(&arg[2 * i], 1);
-        lo = ngx_hextoi(&arg[2 * i + 1], 1);
-
-        if (hi == NGX_ERROR || lo == NGX_ERROR) {
-            return;
-        }
-
-        key[i] = (u_char) (hi << 4 | lo);
+    if (pic_key_parse_hex(&pk, (char *) arg, arg_len) != 0) {
+        return;
     }
+
+    pic_key_to_bytes(&pk, key);
 
     ngx_http_pic_index_holder(rd->zc, key, slot, add);
 }

@@ -32,7 +32,7 @@ ngx_int_t
 ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     ngx_http_pic_loc_conf_t *plcf, pic_request *req)
 {
-    size_t                     i, k, at;
+    size_t                     i, at;
     uint64_t                   t0;
     pic_segment               *ps;
     pic_error                  err;
@@ -113,10 +113,8 @@ ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
         s = &ctx->segs[i];
 
         /* XXH128's canonical (big-endian) bytes: hex-dumped, the key's hex */
-        for (k = 0; k < 8; k++) {
-            s->key[k] = (u_char) (ps->key.hi >> (56 - 8 * k));
-            s->key[8 + k] = (u_char) (ps->key.lo >> (56 - 8 * k));
-        }
+        pic_key_to_bytes(&ps->key, s->key);
+
         s->off = (uint32_t) ps->start;
         s->len = (uint32_t) ps->len;
         s->worker = -1;
@@ -175,7 +173,7 @@ ngx_int_t
 ngx_http_pic_segment_windows(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     ngx_http_pic_loc_conf_t *plcf)
 {
-    size_t               i, j, k, n, cap, win;
+    size_t               i, j, n, cap, win;
     u_char              *text;
     pic_cdc_window      *out;
     ngx_http_pic_segment_t *s, *w;
@@ -234,11 +232,7 @@ ngx_http_pic_segment_windows(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
         for (j = 0; j < n; j++) {
             w = &ctx->wins[ctx->nwins++];
 
-            for (k = 0; k < 8; k++) {
-                w->key[k] = (u_char) (out[j].key.hi >> (56 - 8 * k));
-                w->key[8 + k] = (u_char) (out[j].key.lo >> (56 - 8 * k));
-            }
-
+            pic_key_to_bytes(&out[j].key, w->key);
             w->off = s->off + out[j].off;
             w->len = out[j].len;
             w->flags = NGX_HTTP_PIC_SEG_S1;

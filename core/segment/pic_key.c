@@ -111,6 +111,27 @@ pic_key_parse_hex(pic_key *out, const char *hex, size_t n)
     return 0;
 }
 
+void
+pic_key_to_bytes(const pic_key *k, uint8_t out[16])
+{
+    for (int i = 0; i < 8; i++) {
+        out[i] = (uint8_t) (k->hi >> (56 - 8 * i));
+        out[8 + i] = (uint8_t) (k->lo >> (56 - 8 * i));
+    }
+}
+
+void
+pic_key_from_bytes(pic_key *out, const uint8_t in[16])
+{
+    out->hi = 0;
+    out->lo = 0;
+    for (int i = 0; i < 8; i++) {
+        out->hi = (out->hi << 8) | in[i];
+        out->lo = (out->lo << 8) | in[8 + i];
+    }
+    pic_key_fill_hex(out);
+}
+
 int
 pic_key_equal(const pic_key *a, const pic_key *b)
 {

@@ -49,8 +49,16 @@ void pic_key_compute(const pic_key_ctx *ctx, const void *bytes, size_t len,
                      pic_key *out);
 
 /* Parses 32 lowercase hex digits (exactly n == 32) into out->hi/lo/hex;
- * out->len is left as is.  Returns 0, or -1 if malformed. */
+ * out->len is left as is.  Returns 0, or -1 if malformed.  The one hex-key
+ * parser of the tree (the module, the registry and the frames use it). */
 int pic_key_parse_hex(pic_key *out, const char *hex, size_t n);
+
+/* Writes k's hash as 16 bytes in canonical order (hi then lo, big-endian:
+ * the bytes its hex spells), the form of the module's index and of frames. */
+void pic_key_to_bytes(const pic_key *k, uint8_t out[16]);
+
+/* Sets out->hi/lo/hex from 16 canonical bytes; out->len is left as is. */
+void pic_key_from_bytes(pic_key *out, const uint8_t in[16]);
 
 /* 1 if a and b name the same segment (hash and length), else 0. */
 int pic_key_equal(const pic_key *a, const pic_key *b);

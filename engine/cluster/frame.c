@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "frame.h"
+#include "pic_key.h"
 
 /* --- little-endian access --- */
 
@@ -315,38 +316,6 @@ pic_frame_decode(const void *buf, size_t len, const pic_frame_expect *x, pic_fra
     return 0;
 }
 
-/* --- keys --- */
-
-int
-pic_frame_key_parse(const char *hex, uint8_t key[16])
-{
-    for (int i = 0; i < 32; i++) {
-        char c = hex[i];
-        int  v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (v < 0) {
-            return -1;
-        }
-        if (i % 2 == 0) {
-            key[i / 2] = (uint8_t) (v << 4);
-        } else {
-            key[i / 2] |= (uint8_t) v;
-        }
-    }
-    return hex[32] == '\0' ? 0 : -1;
-}
-
-void
-pic_frame_key_format(const uint8_t key[16], char *out)
-{
-    static const char hx[] = "0123456789abcdef";
-
-    for (int i = 0; i < 16; i++) {
-        out[2 * i] = hx[key[i] >> 4];
-        out[2 * i + 1] = hx[key[i] & 15];
-    }
-    out[32] = '\0';
-}
-
 /* --- entries --- */
 
 /* The frame descriptors of e's tensors, as placed by pic_entry_serialize
@@ -396,6 +365,7 @@ void *
 pic_frame_from_entry(const pic_entry *e, const char *key_hex, uint64_t seg_bytes,
                      size_t *len)
 {
+    pic_key         k;
     pic_frame       f;
     pic_frame_desc *desc = NULL;
     void           *payload = NULL, *out = NULL;
@@ -403,9 +373,10 @@ pic_frame_from_entry(const pic_entry *e, const char *key_hex, uint64_t seg_bytes
     int             nd;
 
     memset(&f, 0, sizeof(f));
-    if (pic_frame_key_parse(key_hex, f.key) != 0) {
+    if (pic_key_parse_hex(&k, key_hex, strlen(key_hex)) != 0) {
         return NULL;
     }
+    pic_key_to_bytes(&k, f.key);
     payload = malloc(plen ? plen : 1);
     desc = malloc(PIC_FRAME_MAX_DESC * sizeof(*desc));
     if (payload == NULL || desc == NULL || pic_entry_serialize(e, payload, plen) != plen) {
@@ -464,6 +435,7 @@ pic_frame_to_entry(const pic_model *m, const void *buf, size_t len, const char *
     pic_frame_desc  *desc = malloc(PIC_FRAME_MAX_DESC * sizeof(*desc));
     pic_frame_desc  *mine = malloc(PIC_FRAME_MAX_DESC * sizeof(*mine));
     pic_entry       *e = NULL;
+    pic_key          k;
     uint8_t          key[16];
     int              nd;
 
@@ -472,10 +444,11 @@ pic_frame_to_entry(const pic_model *m, const void *buf, size_t len, const char *
         goto fail;
     }
     if (key_hex != NULL) {
-        if (pic_frame_key_parse(key_hex, key) != 0) {
+        if (pic_key_parse_hex(&k, key_hex, strlen(key_hex)) != 0) {
             snprintf(err, errlen, "%s: malformed key", __func__);
             goto fail;
         }
+        pic_key_to_bytes(&k, key);
         x.key = key;
     }
     if (pic_frame_decode(buf, len, &x, &f, desc, PIC_FRAME_MAX_DESC, err, errlen) != 0) {

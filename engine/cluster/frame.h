@@ -105,11 +105,6 @@ int pic_frame_decode(const void *buf, size_t len, const pic_frame_expect *x,
                      pic_frame *out, pic_frame_desc *descbuf, uint32_t max_desc,
                      char *err, size_t errlen);
 
-/* 32 lowercase hex chars → 16 bytes; 0 or -1. */
-int pic_frame_key_parse(const char *hex, uint8_t key[16]);
-
-/* 16 bytes → 32 lowercase hex chars + NUL (out ≥ 33). */
-void pic_frame_key_format(const uint8_t key[16], char *out);
 
 /* --- entries --- */
 

@@ -19,6 +19,7 @@
 #include <hiredis/adapters/libevent.h>
 
 #include "pic_buf.h"
+#include "pic_key.h"
 #include "pic_time.h"
 #include "registry.h"
 
@@ -36,7 +37,7 @@ typedef enum {
 
 /* open-addressing set of segment keys */
 typedef struct {
-    char   (*keys)[PIC_SEG_KEY_LEN + 1];    /* [cap]; "" empty, "-" tombstone */
+    char   (*keys)[PIC_KEY_HEX + 1];    /* [cap]; "" empty, "-" tombstone */
     size_t   cap, n, used;                  /* used = n + tombstones */
 } pic_keyset;
 
@@ -65,7 +66,7 @@ struct pic_registry {
     int                  err_logged;        /* one error line per connection */
     time_t               started;
     pic_keyset           segs;
-    char               (*pending)[PIC_SEG_KEY_LEN + 1];    /* evictions to replay */
+    char               (*pending)[PIC_KEY_HEX + 1];    /* evictions to replay */
     size_t               n_pending;
 
     /* changes posted by other threads, applied on the loop */
@@ -112,15 +113,9 @@ pic_reg_log(const pic_registry *r, const char *fmt, ...)
 static int
 pic_key_valid(const char *k)
 {
-    size_t i;
+    pic_key parsed;
 
-    for (i = 0; i < PIC_SEG_KEY_LEN; i++) {
-        char c = k[i];
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
-            return 0;
-        }
-    }
-    return k[i] == '\0';
+    return pic_key_parse_hex(&parsed, k, strnlen(k, PIC_KEY_HEX + 1)) == 0;
 }
 
 static uint64_t
@@ -128,7 +123,7 @@ pic_key_hash(const char *k)
 {
     uint64_t h = 1469598103934665603ull;
 
-    for (int i = 0; i < PIC_SEG_KEY_LEN; i++) {
+    for (int i = 0; i < PIC_KEY_HEX; i++) {
         h = (h ^ (unsigned char) k[i]) * 1099511628211ull;
     }
     return h;
@@ -150,7 +145,7 @@ pic_keyset_find(const pic_keyset *s, const char *k, int *found)
             if (tomb == (size_t) -1) {
                 tomb = i;
             }
-        } else if (memcmp(slot, k, PIC_SEG_KEY_LEN) == 0) {
+        } else if (memcmp(slot, k, PIC_KEY_HEX) == 0) {
             *found = 1;
             return i;
         }
@@ -175,7 +170,7 @@ pic_keyset_grow(pic_keyset *s)
         int found;
         if (s->keys[i][0] != '\0' && s->keys[i][0] != '-') {
             size_t j = pic_keyset_find(&ns, s->keys[i], &found);
-            memcpy(ns.keys[j], s->keys[i], PIC_SEG_KEY_LEN + 1);
+            memcpy(ns.keys[j], s->keys[i], PIC_KEY_HEX + 1);
             ns.n++;
             ns.used++;
         }
@@ -202,7 +197,7 @@ pic_keyset_add(pic_keyset *s, const char *k)
     if (s->keys[i][0] == '\0') {
         s->used++;
     }
-    memcpy(s->keys[i], k, PIC_SEG_KEY_LEN + 1);
+    memcpy(s->keys[i], k, PIC_KEY_HEX + 1);
     s->n++;
     return 1;
 }
@@ -236,14 +231,14 @@ static void pic_reg_drop(pic_registry *r, const char *why);
 static char pic_reg_tag_hb;
 
 typedef struct {
-    char key[PIC_SEG_KEY_LEN + 1];
+    char key[PIC_KEY_HEX + 1];
 } pic_reg_evict_rec;
 
 static void
 pic_reg_requeue_evict(pic_registry *r, const char *key)
 {
     if (r->n_pending < PIC_REG_PENDING_MAX) {
-        memcpy(r->pending[r->n_pending++], key, PIC_SEG_KEY_LEN + 1);
+        memcpy(r->pending[r->n_pending++], key, PIC_KEY_HEX + 1);
     } else {
         r->evictions_dropped++;     /* the gateway's fetch will miss and recover */
     }
@@ -360,7 +355,7 @@ pic_reg_send_evict(pic_registry *r, const char *key)
         pic_reg_requeue_evict(r, key);
         return;
     }
-    memcpy(rec->key, key, PIC_SEG_KEY_LEN + 1);
+    memcpy(rec->key, key, PIC_KEY_HEX + 1);
     if (pic_reg_cmd(r, rec, "SREM pic:seg:%s %s", key, r->id) != 0) {
         free(rec);
         pic_reg_requeue_evict(r, key);
@@ -408,7 +403,7 @@ pic_reg_register(pic_registry *r)
     size_t n = r->n_pending;
     r->n_pending = 0;
     for (size_t i = 0; i < n; i++) {
-        char key[PIC_SEG_KEY_LEN + 1];
+        char key[PIC_KEY_HEX + 1];
         memcpy(key, r->pending[i], sizeof(key));
         pic_reg_send_evict(r, key);
     }
@@ -827,7 +822,7 @@ pic_registry_seg_evict(pic_registry *r, const char *key)
     return 0;
 }
 
-#define PIC_REG_POST_REC (1 + PIC_SEG_KEY_LEN)
+#define PIC_REG_POST_REC (1 + PIC_KEY_HEX)
 
 static int
 pic_registry_post(pic_registry *r, char op, const char *key)
@@ -844,7 +839,7 @@ pic_registry_post(pic_registry *r, char op, const char *key)
     if (rc == 0) {
         char *rec = r->posts + r->n_posts++ * PIC_REG_POST_REC;
         rec[0] = op;
-        memcpy(rec + 1, key, PIC_SEG_KEY_LEN);
+        memcpy(rec + 1, key, PIC_KEY_HEX);
     }
     pthread_mutex_unlock(&r->post_mu);
     if (rc == 0) {
@@ -872,7 +867,7 @@ pic_reg_on_posts(evutil_socket_t fd, short what, void *arg)
     pic_registry *r = arg;
     char         *recs;
     size_t        n;
-    char          key[PIC_SEG_KEY_LEN + 1];
+    char          key[PIC_KEY_HEX + 1];
 
     (void) fd;
     (void) what;
@@ -885,8 +880,8 @@ pic_reg_on_posts(evutil_socket_t fd, short what, void *arg)
     pthread_mutex_unlock(&r->post_mu);
     for (size_t i = 0; i < n; i++) {
         const char *rec = recs + i * PIC_REG_POST_REC;
-        memcpy(key, rec + 1, PIC_SEG_KEY_LEN);
-        key[PIC_SEG_KEY_LEN] = '\0';
+        memcpy(key, rec + 1, PIC_KEY_HEX);
+        key[PIC_KEY_HEX] = '\0';
         if (rec[0] == 'a') {
             pic_registry_seg_add(r, key);
         } else {

@@ -49,7 +49,7 @@
 
 #include <cjson/cJSON.h>
 
-#define PIC_SEG_KEY_LEN 32          /* hex chars of a segment key */
+#include "pic_key.h"
 
 typedef struct pic_registry pic_registry;
 

@@ -20,10 +20,24 @@
 #include "entry.h"
 #include "frame.h"
 #include "model.h"
+#include "pic_key.h"
 
 #define FP 0x1122334455667788ull
 
 static const char *KEY = "00112233445566778899aabbccddeeff";
+
+/* KEY's 16 canonical bytes, through the core's one hex-key parser. */
+static int
+key_bytes(const char *hex, uint8_t out[16])
+{
+    pic_key k;
+
+    if (pic_key_parse_hex(&k, hex, strlen(hex)) != 0) {
+        return -1;
+    }
+    pic_key_to_bytes(&k, out);
+    return 0;
+}
 
 /* A small synthetic frame: 3 tensors in a 100-byte payload. */
 static unsigned char *
@@ -46,7 +60,7 @@ make_frame(size_t *len)
                               .ndim = 1, .shape = { 16 }, .offset = 68, .bytes = 32 };
     memset(&f, 0, sizeof(f));
     f.fingerprint = FP;
-    assert_int_equal(pic_frame_key_parse(KEY, f.key), 0);
+    assert_int_equal(key_bytes(KEY, f.key), 0);
     f.seg_bytes = 1234;
     f.n_tokens = 40;
     f.h = 8;
@@ -70,7 +84,7 @@ decode(const unsigned char *buf, size_t len, char *err, size_t errlen)
     pic_frame        f;
     pic_frame_desc   d[8];
 
-    pic_frame_key_parse(KEY, key);
+    key_bytes(KEY, key);
     return pic_frame_decode(buf, len, &x, &f, d, 8, err, errlen);
 }
 
@@ -93,15 +107,16 @@ test_round_trip(void **unused)
     pic_frame_expect x = { .fingerprint = FP, .key = key, .seg_bytes = 1234, .n_layers = 2 };
     pic_frame        f;
     pic_frame_desc   d[3];
-    char             err[256], hex[33];
+    char             err[256];
+    pic_key          k;
 
-    pic_frame_key_parse(KEY, key);
+    key_bytes(KEY, key);
     assert_int_equal(pic_frame_decode(buf, len, &x, &f, d, 3, err, sizeof(err)), 0);
     assert_int_equal(len, 72 + 3 * 40 + 100 + 8);
     assert_memory_equal(buf, "PICF", 4);
     assert_true(f.fingerprint == FP);
-    pic_frame_key_format(f.key, hex);
-    assert_string_equal(hex, KEY);
+    pic_key_from_bytes(&k, f.key);
+    assert_string_equal(k.hex, KEY);
     assert_int_equal(f.n_tokens, 40);
     assert_int_equal(f.h, 8);
     assert_int_equal(f.n_desc, 3);

@@ -109,6 +109,27 @@ test_key_hex_parse_round_trip(void **state)
     assert_int_equal(pic_key_parse_hex(&p, "0123456789abcdef0123456789abcdeg", 32), -1);
 }
 
+/* The 16 canonical bytes are what the hex spells, in order (the module's
+ * index and the frames keep them), and they round-trip. */
+static void
+test_key_bytes_are_the_hex_in_order(void **state)
+{
+    (void) state;
+    pic_key k, p;
+    uint8_t b[16];
+    char    hex[PIC_KEY_HEX + 1];
+    key_of("fp", "t", "segment bytes", 13, &k);
+    pic_key_to_bytes(&k, b);
+    for (int i = 0; i < 16; i++) {
+        snprintf(hex + 2 * i, 3, "%02x", b[i]);
+    }
+    assert_string_equal(hex, k.hex);
+    p.len = k.len;
+    pic_key_from_bytes(&p, b);
+    assert_true(pic_key_equal(&k, &p));
+    assert_string_equal(p.hex, k.hex);
+}
+
 static void
 test_key_ctx_limits(void **state)
 {
@@ -180,6 +201,7 @@ main(void)
         cmocka_unit_test(test_key_framing_unambiguous),
         cmocka_unit_test(test_key_scope_separates_tenants),
         cmocka_unit_test(test_key_hex_parse_round_trip),
+        cmocka_unit_test(test_key_bytes_are_the_hex_in_order),
         cmocka_unit_test(test_key_ctx_limits),
         cmocka_unit_test(test_key_matches_xxh128sum_live),
     };

@@ -200,7 +200,7 @@ hget(fixture *f, const char *field, char *out, size_t n)
 static void
 key_of(int i, char *out)
 {
-    snprintf(out, PIC_SEG_KEY_LEN + 1, "%016x%016x", 0x5e6u, (unsigned) i);
+    snprintf(out, PIC_KEY_HEX + 1, "%016x%016x", 0x5e6u, (unsigned) i);
 }
 
 static int
