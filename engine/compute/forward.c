@@ -26,7 +26,7 @@ static size_t
 pic_ws_layout(const pic_config *c, int nb, float *base, pic_ws *w)
 {
     size_t off = 0;
-    int    C = 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
+    int    C = pic_config_conv_ch(c);
     int    vd = c->lin_v_heads * c->lin_v_dim;
     int    qd = c->n_q_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     int    I = c->intermediate > c->shared_intermediate ? c->intermediate
@@ -405,7 +405,7 @@ double
 pic_forward_flops(const pic_config *c, int n, int p0, pic_logits_mode mode)
 {
     double H = c->hidden, f = 0.0;
-    double C = 2.0 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
+    double C = pic_config_conv_ch(c);
     double vd = (double) c->lin_v_heads * c->lin_v_dim;
     double qd = (double) c->n_q_heads * c->head_dim;
     double kvd = (double) c->n_kv_heads * c->head_dim;

@@ -24,9 +24,8 @@ pic_state_init(const pic_config *cfg, int max_ctx, char *err, size_t errlen)
     s->Hv = cfg->lin_v_heads;
     s->dk = cfg->lin_k_dim;
     s->dv = cfg->lin_v_dim;
-    s->conv_ch = 2 * cfg->lin_k_heads * cfg->lin_k_dim
-                 + cfg->lin_v_heads * cfg->lin_v_dim;
-    s->conv_k1 = cfg->conv_kernel > 0 ? cfg->conv_kernel - 1 : 0;
+    s->conv_ch = pic_config_conv_ch(cfg);
+    s->conv_k1 = pic_config_conv_k1(cfg);
     s->Hkv = cfg->n_kv_heads;
     s->hd = cfg->head_dim;
 

@@ -64,6 +64,20 @@ typedef struct {
     int      eos_ids[4];        /* stop tokens from config (-1 unused) */
 } pic_config;
 
+/* GDN conv channels C = 2*Hk*dk + Hv*dv: q, k and v go through the conv. */
+static inline int
+pic_config_conv_ch(const pic_config *c)
+{
+    return 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
+}
+
+/* GDN conv state width K-1: the past inputs the causal conv keeps per channel. */
+static inline int
+pic_config_conv_k1(const pic_config *c)
+{
+    return c->conv_kernel > 0 ? c->conv_kernel - 1 : 0;
+}
+
 typedef struct {
     pic_wmat gate;             /* (Ie, H) */
     pic_wmat up;               /* (Ie, H) */

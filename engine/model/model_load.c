@@ -435,8 +435,7 @@ ld_gdn(ld_ctx *L, pic_layer_weights *lw, int i)
 {
     const pic_config *c = &L->m->cfg;
     int64_t           H = c->hidden, Hv = c->lin_v_heads;
-    int64_t           C = 2 * (int64_t) c->lin_k_heads * c->lin_k_dim
-                          + Hv * c->lin_v_dim;
+    int64_t           C = pic_config_conv_ch(c);
     char              n[512];
     int               rc;
 

@@ -75,7 +75,7 @@ pic_entry_store(void *dst, const float *src, size_t n, pic_dtype dtype)
 int
 pic_entry_head(const pic_config *cfg, int w)
 {
-    int k1 = cfg->conv_kernel > 0 ? cfg->conv_kernel - 1 : 0;
+    int k1 = pic_config_conv_k1(cfg);
 
     return w > k1 ? w : k1;
 }
@@ -84,7 +84,7 @@ int
 pic_entry_worth(const pic_config *cfg, int n, const pic_entry_opts *o)
 {
     int mi = o->min_interior > 0 ? o->min_interior : PIC_ENTRY_MIN_INTERIOR;
-    int k1 = cfg->conv_kernel > 0 ? cfg->conv_kernel - 1 : 0;
+    int k1 = pic_config_conv_k1(cfg);
 
     if (mi < k1) {
         mi = k1;        /* the conv tail must lie inside the interior */
@@ -117,8 +117,8 @@ pic_entry_alloc(const pic_model *m, const int *tokens, int L, int h, int w,
     e->Hv = c->lin_v_heads;
     e->dk = c->lin_k_dim;
     e->dv = c->lin_v_dim;
-    e->conv_ch = 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
-    e->conv_k1 = c->conv_kernel > 0 ? c->conv_kernel - 1 : 0;
+    e->conv_ch = pic_config_conv_ch(c);
+    e->conv_k1 = pic_config_conv_k1(c);
     e->Hkv = c->n_kv_heads;
     e->hd = c->head_dim;
     memcpy(e->layer_type, c->layer_type, sizeof(e->layer_type));
@@ -611,11 +611,9 @@ done:
 static int
 pic_entry_shapes_ok(const pic_entry *e, const pic_config *c)
 {
-    int C = 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
-
     if (e->n_layers != c->n_layers || e->Hv != c->lin_v_heads
-        || e->dk != c->lin_k_dim || e->dv != c->lin_v_dim || e->conv_ch != C
-        || e->conv_k1 != (c->conv_kernel > 0 ? c->conv_kernel - 1 : 0)
+        || e->dk != c->lin_k_dim || e->dv != c->lin_v_dim
+        || e->conv_ch != pic_config_conv_ch(c) || e->conv_k1 != pic_config_conv_k1(c)
         || e->Hkv != c->n_kv_heads || e->hd != c->head_dim) {
         return 0;
     }
@@ -818,10 +816,9 @@ pic_entry_deserialize(const pic_model *m, const void *buf, size_t len,
         hdr[i] = (int) pic_get_u32(p + 16 + 4 * i);
     }
     int L = hdr[0], h = hdr[1], w = hdr[2], nl = hdr[3], has_T = p[7];
-    int C = 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
     if (nl != c->n_layers || hdr[4] != c->lin_v_heads || hdr[5] != c->lin_k_dim
-        || hdr[6] != c->lin_v_dim || hdr[7] != C
-        || hdr[8] != (c->conv_kernel > 0 ? c->conv_kernel - 1 : 0)
+        || hdr[6] != c->lin_v_dim || hdr[7] != pic_config_conv_ch(c)
+        || hdr[8] != pic_config_conv_k1(c)
         || hdr[9] != c->n_kv_heads || hdr[10] != c->head_dim) {
         snprintf(err, errlen, "%s: shapes differ from the model's", __func__);
         return NULL;

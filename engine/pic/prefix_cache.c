@@ -140,8 +140,8 @@ pic_prefix_cache_init(const pic_model *m, const pic_prefix_opts *o, char *err,
     pc->block = co.block;
     pc->mmax = co.m > 0 ? co.m : 4;
     pc->st.budget = o->budget;
-    int C = 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
-    int K1 = c->conv_kernel > 0 ? c->conv_kernel - 1 : 0;
+    int C = pic_config_conv_ch(c);
+    int K1 = pic_config_conv_k1(c);
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_type[l] == PIC_LAYER_LINEAR) {
             pc->ck_floats += (size_t) c->lin_v_heads * c->lin_k_dim * c->lin_v_dim
