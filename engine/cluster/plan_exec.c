@@ -51,10 +51,10 @@ pic_plan_job_free(pic_plan_job *pj)
 
 /* Tokenize the whole prompt once and give each token to the segment its
  * first byte lies in (DESIGN §3.4: the ids never depend on the cuts); 0,
- * or -1 + err (*status set). */
+ * or -1 + err (*why set). */
 static int
 pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
-                  size_t text_len, int *status, char *err, size_t errlen)
+                  size_t text_len, pic_job_error *why, char *err, size_t errlen)
 {
     int32_t  *ids = NULL;
     size_t    n = 0, at = 0, byte = 0, t = 0;
@@ -65,7 +65,7 @@ pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
         const pic_job_segment *g = &pj->segs[i];
 
         if (g->offset != at || g->len > text_len - at) {
-            *status = 400;
+            *why = PIC_JOB_ERROR_INPUT;
             snprintf(err, errlen, "segment %d [%zu, +%zu) does not continue the prompt "
                      "(%zu bytes)", i, g->offset, g->len, text_len);
             return -1;
@@ -73,7 +73,7 @@ pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
         at += g->len;
     }
     if (at != text_len) {
-        *status = 400;
+        *why = PIC_JOB_ERROR_INPUT;
         snprintf(err, errlen, "the segments cover %zu of the prompt's %zu bytes", at,
                  text_len);
         return -1;
@@ -81,7 +81,7 @@ pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
     rc = pic_tokenizer_encode(tok, text, text_len, &ids, &n);
     if (rc != PIC_TOKENIZER_OK || n > 0x7fffffff) {
         free(ids);
-        *status = rc == PIC_TOKENIZER_EUTF8 ? 400 : 500;
+        *why = rc == PIC_TOKENIZER_EUTF8 ? PIC_JOB_ERROR_INPUT : PIC_JOB_ERROR_INTERNAL;
         snprintf(err, errlen, "cannot tokenize the prompt (%s)",
                  rc == PIC_TOKENIZER_EUTF8 ? "invalid UTF-8" : "tokenizer error");
         return -1;
@@ -89,7 +89,7 @@ pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
     pj->ids = malloc((n ? n : 1) * sizeof(int));
     if (pj->ids == NULL) {
         free(ids);
-        *status = 500;
+        *why = PIC_JOB_ERROR_INTERNAL;
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -116,7 +116,7 @@ pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
         g->ids = malloc((g->n_ids ? (size_t) g->n_ids : 1) * sizeof(int));
         if (g->ids == NULL) {
             free(ids);
-            *status = 500;
+            *why = PIC_JOB_ERROR_INTERNAL;
             snprintf(err, errlen, "out of memory");
             return -1;
         }
@@ -350,19 +350,20 @@ pic_plan_resolve_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const p
 int
 pic_plan_build_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
                     const pic_tokenizer *tok, const char *text, size_t text_len,
-                    int *index, pic_entry **e, int *status, char *err, size_t errlen)
+                    int *index, pic_entry **e, pic_job_error *why, char *err,
+                    size_t errlen)
 {
     int rc;
 
-    *status = 500;
+    *why = PIC_JOB_ERROR_INTERNAL;
     *e = NULL;
     if (!pj->tokenized) {
-        if (pic_plan_tokenize(pj, tok, text, text_len, status, err, errlen) != 0) {
+        if (pic_plan_tokenize(pj, tok, text, text_len, why, err, errlen) != 0) {
             return PIC_PLAN_ERROR;
         }
         pj->tokenized = 1;
         if (ctx->max_ctx > 0 && pj->n_prompt >= ctx->max_ctx) {
-            *status = 422;
+            *why = PIC_JOB_ERROR_TOO_LONG;
             snprintf(err, errlen, "the segments have %d tokens; the context is %d tokens",
                      pj->n_prompt, ctx->max_ctx);
             return PIC_PLAN_ERROR;
@@ -386,8 +387,8 @@ pic_plan_build_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
 /* Exact first (plan_exec.h): one unit of work per call, as pic_plan_step. */
 static int
 pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
-                    const pic_tokenizer *tok, pic_state *s, float *logits, int *status,
-                    char *err, size_t errlen)
+                    const pic_tokenizer *tok, pic_state *s, float *logits,
+                    pic_job_error *why, char *err, size_t errlen)
 {
     pic_prefix_cache *pc = ctx->prefix;
     int               n = pj->n_prompt, rc;
@@ -534,7 +535,7 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
     pj->n_exact = pj->resume;
     pj->n_pic = pj->as.n_reused;
     pj->n_cached = pj->n_exact + pj->n_pic;
-    *status = 200;
+    *why = PIC_JOB_ERROR_NONE;
     return PIC_PLAN_DONE;
 }
 
@@ -553,21 +554,22 @@ pic_plan_keep_session(const pic_plan_ctx *ctx, const pic_plan_job *pj,
 int
 pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
               const pic_tokenizer *tok, const char *text, size_t text_len,
-              pic_state *s, float *logits, int *status, char *err, size_t errlen)
+              pic_state *s, float *logits, pic_job_error *why, char *err,
+              size_t errlen)
 {
     pic_asm_segment *segs;
     int          rc;
 
-    *status = 500;
+    *why = PIC_JOB_ERROR_INTERNAL;
     if (!pj->tokenized) {
-        if (pic_plan_tokenize(pj, tok, text, text_len, status, err, errlen) != 0) {
+        if (pic_plan_tokenize(pj, tok, text, text_len, why, err, errlen) != 0) {
             return PIC_PLAN_ERROR;
         }
         pj->tokenized = 1;
         return PIC_PLAN_MORE;
     }
     if (ctx->prefix != NULL) {
-        return pic_plan_step_exact(ctx, pj, m, tok, s, logits, status, err, errlen);
+        return pic_plan_step_exact(ctx, pj, m, tok, s, logits, why, err, errlen);
     }
     while (pj->next < pj->n_segs) {
         rc = pic_plan_resolve(ctx, pj, pj->next, m, 0, err, errlen);

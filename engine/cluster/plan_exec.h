@@ -155,6 +155,17 @@ enum {
     PIC_PLAN_WAIT = 2,                  /* blocked on a pending remote entry */
 };
 
+/* Why a job failed.  The engine's HTTP layer (engine/serve/server.c) maps a
+ * reason to a status and an OpenAI error; nothing below it speaks HTTP. */
+typedef enum {
+    PIC_JOB_ERROR_NONE = 0,
+    PIC_JOB_ERROR_INPUT,        /* the prompt or its segments are malformed */
+    PIC_JOB_ERROR_TOO_LONG,     /* the prompt leaves no room in the context */
+    PIC_JOB_ERROR_UNAVAILABLE,  /* this engine cannot run the job (no tokenizer, no plans) */
+    PIC_JOB_ERROR_TIMEOUT,      /* the job ran past its deadline */
+    PIC_JOB_ERROR_INTERNAL,     /* out of memory, a failed forward or build */
+} pic_job_error;
+
 /* Allocate a job for n segments (zeroed); NULL on ENOMEM. */
 pic_plan_job *pic_plan_job_new(int n);
 
@@ -163,11 +174,12 @@ void pic_plan_job_free(pic_plan_job *pj);
 
 /* Advance the job by one unit of work (see above); text is the rendered
  * prompt the segments cut.  On DONE, s holds the prompt's state (reset
- * first) and logits (V) the last token's.  ERROR: err, with *status the
- * HTTP status to answer (400 bad text, 500 otherwise). */
+ * first) and logits (V) the last token's.  ERROR: err, with *why the
+ * reason (PIC_JOB_ERROR_INPUT for text the segments do not fit). */
 int pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
                   const pic_tokenizer *tok, const char *text, size_t text_len,
-                  pic_state *s, float *logits, int *status, char *err, size_t errlen);
+                  pic_state *s, float *logits, pic_job_error *why, char *err,
+                  size_t errlen);
 
 /* Session continuation: after the request of pj ended with s holding
  * tokens (n: the prompt's ids then the generated ids fed since) exactly,
@@ -180,9 +192,10 @@ void pic_plan_keep_session(const pic_plan_ctx *ctx, const pic_plan_job *pj,
  * next segment (pool hit or build: whole entry for PREFIX, seam entry for
  * PIC) and hand it out.  MORE: *index = the segment, *e = a new reference
  * or NULL (not buildable: the caller reports it failed); DONE: every
- * segment was handed out; ERROR: err, *status. */
+ * segment was handed out; ERROR: err, *why. */
 int pic_plan_build_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
                         const pic_tokenizer *tok, const char *text, size_t text_len,
-                        int *index, pic_entry **e, int *status, char *err, size_t errlen);
+                        int *index, pic_entry **e, pic_job_error *why, char *err,
+                        size_t errlen);
 
 #endif /* PIC_PLAN_EXEC_H */

@@ -701,7 +701,8 @@ pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
         return;
     }
     if (u->finish == PIC_FINISH_ERROR || u->finish == PIC_FINISH_CANCELLED) {
-        int         status = u->finish == PIC_FINISH_CANCELLED ? 503 : u->err_status;
+        int         status = u->finish == PIC_FINISH_CANCELLED
+                             ? 503 : pic_job_error_status(u->error);
         const char *msg = u->finish == PIC_FINISH_CANCELLED ? "the server is shutting down"
                                                             : u->err_msg;
         if (status == 504) {
@@ -875,7 +876,8 @@ pic_oai_binary(pic_oai_ctx *c, const pic_job_update *u)
     if (c->headers_sent) {
         evhttp_send_reply_end(c->req);      /* missing records mean failed segments */
     } else if (u->finish == PIC_FINISH_ERROR || u->finish == PIC_FINISH_CANCELLED) {
-        pic_reply_error(srv, c->req, u->finish == PIC_FINISH_CANCELLED ? 503 : u->err_status,
+        pic_reply_error(srv, c->req, u->finish == PIC_FINISH_CANCELLED
+                                     ? 503 : pic_job_error_status(u->error),
                         NULL, u->finish == PIC_FINISH_CANCELLED ? "the server is shutting down"
                                                                 : u->err_msg);
     } else {

@@ -163,8 +163,7 @@ pic_job_take(pic_job *j, pic_job_update *u)
     u->started = j->t_first_ns != 0;
     u->done = j->done;
     u->finish = j->finish;
-    u->err_status = j->err_status;
-    u->err_type = j->err_type;
+    u->error = j->error;
     u->err_msg = j->err_msg;
     pthread_mutex_unlock(&j->mu);
     return changed;
@@ -248,13 +247,13 @@ pic_seq_keep_session(pic_sched *s, pic_job *j)
 
 /* Last touch of a job by the scheduler: text, finish reason, done. */
 static void
-pic_job_finish(pic_sched *s, pic_job *j, pic_finish fin, int status,
-               const char *type, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
+pic_job_finish(pic_sched *s, pic_job *j, pic_finish fin, pic_job_error why,
+               const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 static void
-pic_job_finish(pic_sched *s, pic_job *j, pic_finish fin, int status,
-               const char *type, const char *fmt, ...)
+pic_job_finish(pic_sched *s, pic_job *j, pic_finish fin, pic_job_error why,
+               const char *fmt, ...)
 {
     pic_seq *q = j->seq;
     va_list  ap;
@@ -274,7 +273,7 @@ pic_job_finish(pic_sched *s, pic_job *j, pic_finish fin, int status,
         break;
     }
     case PIC_FINISH_ERROR:
-        if (status == 504) {
+        if (why == PIC_JOB_ERROR_TIMEOUT) {
             s->st.expired++;
         } else {
             s->st.failed++;
@@ -315,8 +314,7 @@ pic_job_finish(pic_sched *s, pic_job *j, pic_finish fin, int status,
         j->seq = NULL;
     }
     j->finish = fin;
-    j->err_status = status;
-    snprintf(j->err_type, sizeof(j->err_type), "%s", type ? type : "");
+    j->error = why;
     if (fmt != NULL) {
         va_start(ap, fmt);
         vsnprintf(j->err_msg, sizeof(j->err_msg), fmt, ap);
@@ -343,7 +341,7 @@ pic_seq_begin(pic_sched *s, pic_job *j)
     if (j->plan != NULL) {
         /* plan_exec tokenizes the segments; the checks follow there */
         if (s->o.tok == NULL || s->o.plan_ctx == NULL) {
-            pic_job_finish(s, j, PIC_FINISH_ERROR, 503, "server_error", "%s",
+            pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_UNAVAILABLE, "%s",
                            "the engine cannot execute plans");
             return -1;
         }
@@ -361,14 +359,15 @@ pic_seq_begin(pic_sched *s, pic_job *j)
         int      rc;
 
         if (s->o.tok == NULL) {
-            pic_job_finish(s, j, PIC_FINISH_ERROR, 503, "server_error", "%s",
+            pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_UNAVAILABLE, "%s",
                            "the engine has no tokenizer");
             return -1;
         }
         rc = pic_tokenizer_encode(s->o.tok, j->text, j->text_len, &ids, &n);
         if (rc != PIC_TOKENIZER_OK) {
-            pic_job_finish(s, j, PIC_FINISH_ERROR, rc == PIC_TOKENIZER_EUTF8 ? 400 : 500,
-                           "invalid_request_error", "cannot tokenize the prompt (%s)",
+            pic_job_finish(s, j, PIC_FINISH_ERROR, rc == PIC_TOKENIZER_EUTF8
+                           ? PIC_JOB_ERROR_INPUT : PIC_JOB_ERROR_INTERNAL,
+                           "cannot tokenize the prompt (%s)",
                            rc == PIC_TOKENIZER_EUTF8 ? "invalid UTF-8" : "tokenizer error");
             return -1;
         }
@@ -381,19 +380,19 @@ pic_seq_begin(pic_sched *s, pic_job *j)
         j->n_prompt = (int) n;
     }
     if (j->n_prompt <= 0) {
-        pic_job_finish(s, j, PIC_FINISH_ERROR, 400, "invalid_request_error", "%s",
+        pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_INPUT, "%s",
                        "the prompt is empty");
         return -1;
     }
     for (int i = 0; i < j->n_prompt; i++) {
         if (j->prompt[i] < 0 || j->prompt[i] >= V) {
-            pic_job_finish(s, j, PIC_FINISH_ERROR, 400, "invalid_request_error",
+            pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_INPUT,
                            "token id %d is outside the vocabulary (%d)", j->prompt[i], V);
             return -1;
         }
     }
     if (j->n_prompt >= s->o.max_ctx) {
-        pic_job_finish(s, j, PIC_FINISH_ERROR, 422, "invalid_request_error",
+        pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_TOO_LONG,
                        "the prompt has %d tokens; this model's context is %d tokens "
                        "(room is needed for at least one generated token)",
                        j->n_prompt, s->o.max_ctx);
@@ -405,7 +404,7 @@ pic_seq_begin(pic_sched *s, pic_job *j)
     }
 sampler:
     if (pic_sampler_init(&q->smp, &j->sample, V) != 0) {
-        pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "%s", "out of memory");
+        pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_INTERNAL, "%s", "out of memory");
         return -1;
     }
     q->have_smp = 1;
@@ -413,7 +412,7 @@ sampler:
         q->gs = malloc(sizeof(*q->gs));
         q->masked = malloc((size_t) V * sizeof(float));
         if (q->gs == NULL || q->masked == NULL || s->o.tok == NULL) {
-            pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "%s",
+            pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_INTERNAL, "%s",
                            "out of memory");
             return -1;
         }
@@ -539,7 +538,7 @@ pic_seq_emit(pic_sched *s, pic_job *j, int id)
     int         matched = 0;
 
     if (!j->ignore_eos && pic_sample_is_stop(&s->o.model->cfg, id)) {
-        pic_job_finish(s, j, PIC_FINISH_STOP, 0, NULL, NULL);
+        pic_job_finish(s, j, PIC_FINISH_STOP, PIC_JOB_ERROR_NONE, NULL);
         return 1;
     }
     pic_sched_count(s, &s->st.gen_tokens, 1);
@@ -564,7 +563,7 @@ pic_seq_emit(pic_sched *s, pic_job *j, int id)
     if (q->have_dt) {
         txt = pic_detok_feed(&q->dt, id, &len);
         if (txt == NULL) {
-            pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "%s",
+            pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_INTERNAL, "%s",
                            "out of memory");
             return 1;
         }
@@ -574,7 +573,7 @@ pic_seq_emit(pic_sched *s, pic_job *j, int id)
     } else {
         /* stop strings: keep back any tail that may start one */
         if (pic_grow((void **) &q->hold, &q->cap_hold, q->n_hold + len + 1, 1) != 0) {
-            pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "%s",
+            pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_INTERNAL, "%s",
                            "out of memory");
             return 1;
         }
@@ -586,7 +585,7 @@ pic_seq_emit(pic_sched *s, pic_job *j, int id)
         if (matched) {
             q->n_hold = 0;
             q->stop_matched = 1;
-            pic_job_finish(s, j, PIC_FINISH_STOP, 0, NULL, NULL);
+            pic_job_finish(s, j, PIC_FINISH_STOP, PIC_JOB_ERROR_NONE, NULL);
             return 1;
         }
         memmove(q->hold, q->hold + emit, q->n_hold - emit);
@@ -594,11 +593,11 @@ pic_seq_emit(pic_sched *s, pic_job *j, int id)
     }
     q->last = id;
     if (j->force_stop && q->n_forced >= j->n_force) {
-        pic_job_finish(s, j, PIC_FINISH_STOP, 0, NULL, NULL);
+        pic_job_finish(s, j, PIC_FINISH_STOP, PIC_JOB_ERROR_NONE, NULL);
         return 1;
     }
     if (j->n_gen >= q->max_gen) {
-        pic_job_finish(s, j, PIC_FINISH_LENGTH, 0, NULL, NULL);
+        pic_job_finish(s, j, PIC_FINISH_LENGTH, PIC_JOB_ERROR_NONE, NULL);
         return 1;
     }
     return 0;
@@ -612,20 +611,20 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
 {
     pic_seq      *q = j->seq;
     pic_plan_job *pj = j->plan;
-    int           was_tokenized = pj->tokenized, status, rc;
+    int           was_tokenized = pj->tokenized, rc;
+    pic_job_error why;
     char          err[256];
 
     int64_t t0 = pic_now_ns();
     rc = pic_plan_step(s->o.plan_ctx, pj, s->o.model, s->o.tok, j->text, j->text_len, q->st,
-                       w->logits, &status, err, sizeof(err));
+                       w->logits, &why, err, sizeof(err));
     if (rc == PIC_PLAN_MORE && was_tokenized) {
         pthread_mutex_lock(&s->stmu);
         s->st.build_s += (double) (pic_now_ns() - t0) * 1e-9;
         pthread_mutex_unlock(&s->stmu);
     }
     if (rc == PIC_PLAN_ERROR) {
-        pic_job_finish(s, j, PIC_FINISH_ERROR, status,
-                       status >= 500 ? "server_error" : "invalid_request_error", "%s", err);
+        pic_job_finish(s, j, PIC_FINISH_ERROR, why, "%s", err);
         return -1;
     }
     if (rc == PIC_PLAN_WAIT) {
@@ -636,12 +635,12 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
     *progress = 1;
     if (!was_tokenized) {
         if (pj->n_prompt <= 0) {
-            pic_job_finish(s, j, PIC_FINISH_ERROR, 400, "invalid_request_error", "%s",
+            pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_INPUT, "%s",
                            "the prompt is empty");
             return -1;
         }
         if (pj->n_prompt >= s->o.max_ctx) {
-            pic_job_finish(s, j, PIC_FINISH_ERROR, 422, "invalid_request_error",
+            pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_TOO_LONG,
                            "the prompt has %d tokens; this model's context is %d tokens "
                            "(room is needed for at least one generated token)",
                            pj->n_prompt, s->o.max_ctx);
@@ -701,22 +700,22 @@ pic_seq_build_step(pic_sched *s, pic_job *j)
     unsigned char hdr[PIC_RECORD_HDR];
     void         *frame = NULL;
     size_t        flen = 0;
-    int           idx = 0, status, rc;
+    int           idx = 0, rc;
+    pic_job_error why;
     char          err[256];
 
     int64_t t0 = pic_now_ns();
     rc = pic_plan_build_step(s->o.plan_ctx, pj, s->o.model, s->o.tok, j->text, j->text_len,
-                             &idx, &e, &status, err, sizeof(err));
+                             &idx, &e, &why, err, sizeof(err));
     pthread_mutex_lock(&s->stmu);
     s->st.build_s += (double) (pic_now_ns() - t0) * 1e-9;
     pthread_mutex_unlock(&s->stmu);
     if (rc == PIC_PLAN_ERROR) {
-        pic_job_finish(s, j, PIC_FINISH_ERROR, status,
-                       status >= 500 ? "server_error" : "invalid_request_error", "%s", err);
+        pic_job_finish(s, j, PIC_FINISH_ERROR, why, "%s", err);
         return -1;
     }
     if (rc == PIC_PLAN_DONE) {
-        pic_job_finish(s, j, PIC_FINISH_STOP, 0, NULL, NULL);
+        pic_job_finish(s, j, PIC_FINISH_STOP, PIC_JOB_ERROR_NONE, NULL);
         return -1;
     }
     if (e != NULL) {
@@ -758,17 +757,17 @@ static int
 pic_seq_expired(pic_sched *s, pic_job *j)
 {
     if (pic_job_cancelled(j)) {
-        pic_job_finish(s, j, PIC_FINISH_CANCELLED, 499, "cancelled", "%s",
+        pic_job_finish(s, j, PIC_FINISH_CANCELLED, PIC_JOB_ERROR_NONE, "%s",
                        "the client went away");
         return 1;
     }
     if (j->deadline_ns != 0 && pic_now_ns() > j->deadline_ns) {
-        pic_job_finish(s, j, PIC_FINISH_ERROR, 504, "timeout", "%s",
+        pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_TIMEOUT, "%s",
                        "the request ran past its deadline");
         return 1;
     }
     if (__atomic_load_n(&j->stop_asked, __ATOMIC_ACQUIRE)) {
-        pic_job_finish(s, j, PIC_FINISH_STOP, 0, NULL, NULL);
+        pic_job_finish(s, j, PIC_FINISH_STOP, PIC_JOB_ERROR_NONE, NULL);
         return 1;
     }
     return 0;
@@ -827,7 +826,7 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
                          err, sizeof(err));
         pic_sched_count(s, &s->st.prefill_steps, 1);
         if (rc != 0) {
-            pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "forward: %s", err);
+            pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_INTERNAL, "forward: %s", err);
             goto released;
         }
         q->n_fed += n;
@@ -842,7 +841,7 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
         s->st.decode_batches++;
         pthread_mutex_unlock(&s->stmu);
         if (rc != 0) {
-            pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "forward: %s", err);
+            pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_INTERNAL, "forward: %s", err);
             goto released;
         }
     }
@@ -936,11 +935,11 @@ pic_queue_reap_locked(pic_sched *s)
         next = j->qnext;
         if (pic_job_cancelled(j) || s->stopping) {
             pic_queue_remove_locked(s, prev, j);
-            pic_job_finish(s, j, PIC_FINISH_CANCELLED, 499, "cancelled", "%s",
+            pic_job_finish(s, j, PIC_FINISH_CANCELLED, PIC_JOB_ERROR_NONE, "%s",
                            "cancelled while queued");
         } else if (j->deadline_ns != 0 && now > j->deadline_ns) {
             pic_queue_remove_locked(s, prev, j);
-            pic_job_finish(s, j, PIC_FINISH_ERROR, 504, "timeout", "%s",
+            pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_TIMEOUT, "%s",
                            "the request waited in the queue past its deadline");
         } else {
             prev = j;
@@ -1037,7 +1036,7 @@ pic_worker_main(void *arg)
             pic_queue_remove_locked(s, NULL, j);
             j->seq = calloc(1, sizeof(pic_seq));
             if (j->seq == NULL) {
-                pic_job_finish(s, j, PIC_FINISH_ERROR, 500, "server_error", "%s",
+                pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_INTERNAL, "%s",
                                "out of memory");
                 continue;
             }

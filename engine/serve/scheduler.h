@@ -12,9 +12,9 @@
  * it.  Every running request therefore advances by one token per round, a
  * long prefill never stalls the others for more than one chunk, and a
  * cancelled or expired job is dropped before its next step ("within one
- * step").  Jobs
- * wait in one bounded FIFO shared by the workers; pic_sched_submit refuses
- * when it is full (the server answers 429).
+ * step").  Jobs wait in one bounded FIFO shared by the workers;
+ * pic_sched_submit refuses when it is full.  A failed job ends with a reason
+ * (pic_job_error, plan_exec.h) that the HTTP layer maps to a status.
  *
  * Threads and ownership.  The submitter fills the input fields, then only
  * touches a job through pic_job_take / pic_job_cancel until take reports
@@ -36,6 +36,7 @@
 
 #include "model.h"
 #include "grammar.h"
+#include "plan_exec.h"
 #include "sample.h"
 #include "tokenizer.h"
 
@@ -46,7 +47,7 @@ typedef enum {
     PIC_FINISH_STOP,                /* stop token or stop string */
     PIC_FINISH_LENGTH,              /* max_tokens or the context is full */
     PIC_FINISH_CANCELLED,           /* pic_job_cancel (client went away) */
-    PIC_FINISH_ERROR,               /* err_status / err_msg say why */
+    PIC_FINISH_ERROR,               /* error / err_msg say why */
 } pic_finish;
 
 typedef struct pic_seq pic_seq;     /* worker-side run state (scheduler.c) */
@@ -100,8 +101,7 @@ typedef struct pic_job {
     int                n_lp, cap_lp;
     int                done;        /* the scheduler has let go of the job */
     pic_finish         finish;
-    int                err_status;  /* HTTP status for PIC_FINISH_ERROR */
-    char               err_type[40];
+    pic_job_error      error;       /* why, for PIC_FINISH_ERROR */
     char               err_msg[256];
     int64_t            t_submit_ns, t_start_ns, t_first_ns, t_done_ns;
 
@@ -126,9 +126,8 @@ typedef struct {
     int         started;            /* the first token exists (t_first_ns set) */
     int         done;
     pic_finish  finish;
-    int         err_status;
-    const char *err_type;           /* valid while the job lives */
-    const char *err_msg;
+    pic_job_error error;            /* PIC_FINISH_ERROR: why */
+    const char *err_msg;            /* valid while the job lives */
 } pic_job_update;
 
 typedef struct {
@@ -182,8 +181,8 @@ void pic_sched_wake(pic_sched *s);
  * next submit. */
 int pic_sched_has_room(pic_sched *s);
 
-/* Queue a job: 0, or -1 when the wait queue is full (answer 429), or -2
- * when the scheduler is shutting down. */
+/* Queue a job: 0, or -1 when the wait queue is full, or -2 when the
+ * scheduler is shutting down. */
 int pic_sched_submit(pic_sched *s, pic_job *j);
 
 /* Counters and gauges (a consistent snapshot of the counters). */

@@ -70,6 +70,18 @@ pic_reply_json(struct evhttp_request *req, int code, cJSON *doc)
     free(s);
 }
 
+int
+pic_job_error_status(pic_job_error why)
+{
+    switch (why) {
+    case PIC_JOB_ERROR_INPUT: return 400;
+    case PIC_JOB_ERROR_TOO_LONG: return 422;
+    case PIC_JOB_ERROR_UNAVAILABLE: return 503;
+    case PIC_JOB_ERROR_TIMEOUT: return 504;
+    default: return 500;
+    }
+}
+
 static const char *
 pic_error_type_for(int code)
 {

@@ -113,12 +113,13 @@ serve_scope(fx *f, uint64_t scope, const char *text, const size_t *cut, int nc)
 {
     pic_plan_job *pj = job(text, cut, nc);
     char          err[256];
-    int           status, rc, steps = 0;
+    int           rc, steps = 0;
+    pic_job_error why;
 
     pj->scope = scope;
     do {
         rc = pic_plan_step(&f->ctx, pj, f->m, f->tok, text, strlen(text), f->s, f->lg,
-                           &status, err, sizeof(err));
+                           &why, err, sizeof(err));
         if (rc == PIC_PLAN_ERROR) {
             fail_msg("plan step: %s", err);
         }
