@@ -15,7 +15,8 @@
  *   pic-lab dp
  *       checkpoint placement (checkpoint_dp.h) for a JSON op stream on stdin.
  *   pic-lab segment --model DIR [--marker M] (prompt on stdin)
- *       split a marked prompt into segments and token ids (segmenter.h).
+ *       split a marked prompt into segments and token ids (PIC_SEPARATOR,
+ *       the section "segment" below).
  *
  * Spec of `run` (every key optional except docs and requests):
  *   { "dtype": "f32"|"bf16", "ws": [8], "whole": true, "repeat": 1,
@@ -44,8 +45,8 @@
 #include "model.h"
 #include "pic_buf.h"
 #include "pic_kernels.h"
+#include "pic_marker.h"
 #include "pic_time.h"
-#include "segmenter.h"
 #include "state.h"
 #include "tokenizer.h"
 
@@ -891,7 +892,122 @@ done:
     return rc;
 }
 
-/* --- segment --- */
+/* --- segment: the PIC_SEPARATOR split ---
+ *
+ * HYPIC's PIC_SEPARATOR prompts, kept as an experiment of this harness (the
+ * engine and the gateway segment through the core pipeline, pic_segment.h):
+ * a plain prompt containing the separator marker is split at the markers,
+ * and each segment is tokenized on its own, so a document yields the same
+ * ids wherever it appears.  The markers themselves are removed.  A prompt
+ * that is exactly marker + one document + marker is a cache-warming request
+ * (warm_only).  The marker is the core's (pic_marker.h: default
+ * "<|pic_sep|>", any 2..64-byte marker it accepts).
+ */
+
+typedef struct {
+    size_t  offset;         /* the segment's bytes in the prompt */
+    size_t  length;
+    int    *ids;            /* (n_ids) its tokens, encoded alone */
+    size_t  n_ids;
+} pic_split_segment;
+
+typedef struct {
+    pic_split_segment *seg;   /* (n) non-empty pieces in prompt order */
+    int                  n;
+    int                  marked;    /* the prompt contained the marker */
+    int                  warm_only; /* marker + one document + marker */
+} pic_segmented;
+
+/* Free what pic_segmenter_split put in s (s itself is the caller's). */
+static void
+pic_segmented_free(pic_segmented *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    for (int i = 0; i < s->n; i++) {
+        free(s->seg[i].ids);
+    }
+    free(s->seg);
+    memset(s, 0, sizeof(*s));
+}
+
+/* Tokenize text[off, off+len) into piece p. */
+static int
+pic_segmenter_encode(const pic_tokenizer *tok, const char *text, size_t off,
+                     size_t len, pic_split_segment *p, char *err, size_t errlen)
+{
+    int32_t *ids = NULL;
+    size_t   n = 0;
+    int      rc = pic_tokenizer_encode(tok, text + off, len, &ids, &n);
+
+    if (rc != PIC_TOKENIZER_OK) {
+        snprintf(err, errlen, "%s: segment at byte %zu: %s", __func__, off,
+                 rc == PIC_TOKENIZER_EUTF8 ? "invalid UTF-8" : "tokenizer error");
+        return -1;
+    }
+    p->offset = off;
+    p->length = len;
+    p->n_ids = n;
+    p->ids = malloc((n > 0 ? n : 1) * sizeof(int));
+    if (p->ids == NULL) {
+        free(ids);
+        snprintf(err, errlen, "%s: out of memory", __func__);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        p->ids[i] = (int) ids[i];
+    }
+    free(ids);
+    return 0;
+}
+
+/* Split text (len bytes) at marker (NULL: PIC_MARKER_DEFAULT) into out and
+ * tokenize each piece with tok; a prompt without the marker is one
+ * segment.  -1 + err on a bad marker, invalid UTF-8 or OOM (out is then
+ * empty). */
+static int
+pic_segmenter_split(const pic_tokenizer *tok, const char *marker,
+                    const char *text, size_t len, pic_segmented *out,
+                    char *err, size_t errlen)
+{
+    pic_marker mk;
+    pic_error  perr;
+    size_t     pos = 0, start, end, cap = 8;
+
+    memset(out, 0, sizeof(*out));
+    if (pic_marker_init(&mk, marker, marker != NULL ? strlen(marker) : 0, &perr) != 0) {
+        snprintf(err, errlen, "%s: %s", __func__, perr.message);
+        return -1;
+    }
+    out->seg = calloc(cap, sizeof(*out->seg));
+    if (out->seg == NULL) {
+        snprintf(err, errlen, "%s: out of memory", __func__);
+        return -1;
+    }
+    out->marked = pic_marker_find(&mk, text, len, 0) < len;
+    while (pic_marker_next(&mk, text, len, &pos, &start, &end)) {
+        if (end == start) {
+            continue;
+        }
+        if (pic_grow((void **) &out->seg, &cap, (size_t) out->n + 1, sizeof(*out->seg)) != 0) {
+            snprintf(err, errlen, "%s: out of memory", __func__);
+            pic_segmented_free(out);
+            return -1;
+        }
+        if (pic_segmenter_encode(tok, text, start, end - start, &out->seg[out->n],
+                                 err, errlen) != 0) {
+            pic_segmented_free(out);
+            return -1;
+        }
+        out->n++;
+    }
+    /* warm-only: marker first, marker last, one document between */
+    out->warm_only = out->marked && out->n == 1 && len >= 2 * mk.len
+                     && memcmp(text, mk.str, mk.len) == 0
+                     && memcmp(text + len - mk.len, mk.str, mk.len) == 0;
+    return 0;
+}
 
 static int
 pic_pic_segment(int argc, char **argv)

@@ -1,5 +1,5 @@
-"""test_pic_segmenter.py — the standalone PIC_SEPARATOR interface (engine/pic/segmenter.h)
-through `pic-lab segment`, against the `tokenizers` library: a marked
+"""test_pic_segmenter.py — the PIC_SEPARATOR split of `pic-lab segment`
+(bench/pic_lab.c), against the `tokenizers` library: a marked
 prompt is split at the markers (removed), each segment is tokenized on its
 own (the same ids as tokenizers gives for that piece alone), empty pieces
 are dropped, a lone marked document is a cache-warming request, a prompt
