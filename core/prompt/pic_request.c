@@ -25,18 +25,6 @@ pic_request_limits_default(pic_request_limits *lim)
     lim->max_prompt_tokens = 1u << 20;
 }
 
-const char *
-pic_role_name(pic_role role)
-{
-    switch (role) {
-    case PIC_ROLE_SYSTEM:    return "system";
-    case PIC_ROLE_USER:      return "user";
-    case PIC_ROLE_ASSISTANT: return "assistant";
-    case PIC_ROLE_TOOL:      return "tool";
-    }
-    return "unknown";
-}
-
 /* --- small helpers --- */
 
 static const char *

@@ -156,7 +156,4 @@ int pic_request_parse(pic_request *req, pic_req_kind kind, const char *body,
 /* Releases everything req owns; req becomes empty.  Safe on an empty req. */
 void pic_request_free(pic_request *req);
 
-/* The wire name of a role: "system", "user", "assistant", "tool". */
-const char *pic_role_name(pic_role role);
-
 #endif /* PIC_REQUEST_H */
