@@ -190,11 +190,20 @@ extern ngx_module_t  ngx_http_pic_module;
 
 
 /* ngx_http_pic_handler.c */
+
+/* installs the precontent and log phase handlers and the header and body
+ * filters */
 ngx_int_t ngx_http_pic_handler_init(ngx_conf_t *cf);
+
+/* registers the $pic_* variables */
 ngx_int_t ngx_http_pic_add_variables(ngx_conf_t *cf);
+
+/* log phase: counters, TTFT, engine load and health for the request */
 ngx_int_t ngx_http_pic_log_handler(ngx_http_request_t *r);
 
 /* ngx_http_pic_status.c */
+
+/* content handler of pic_status: JSON, Prometheus text or the dashboard */
 ngx_int_t ngx_http_pic_status_handler(ngx_http_request_t *r);
 
 

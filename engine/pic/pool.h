@@ -92,6 +92,7 @@ pic_private_pool *pic_private_pool_init(size_t budget, uint64_t fingerprint,
 /* Free the pool and every state in it (NULL is fine); no callbacks. */
 void pic_private_pool_free(pic_private_pool *p);
 
+/* Call fn(user, ...) for every state the pool evicts (NULL: none). */
 void pic_private_pool_set_evict_cb(pic_private_pool *p, pic_pool_evict_fn fn,
                                    void *user);
 
@@ -107,6 +108,7 @@ int pic_private_pool_put(pic_private_pool *p, const char *id, const int *tokens,
 pic_state *pic_private_pool_take(pic_private_pool *p, const char *id,
                                  const int *tokens, int n, int *n_match);
 
+/* Counters and gauges of the pool (a consistent snapshot). */
 void pic_private_pool_stats_get(pic_private_pool *p, pic_pool_stats *st);
 
 #endif /* PIC_POOL_H */

@@ -5,19 +5,21 @@
  *   POST /v1/chat/completions, POST /v1/completions, GET /v1/models
  *
  * Request life (loop thread):
- *   parse + validate (shared core pic_request) → render (pic_template, the
- *   same code the gateway uses; markers removed) → job → pic_sched_submit
- *   (429 when the queue is full) → on each wake: take the job's new text →
- *   tool-call filter → SSE chunks (headers go out with the first token, so
- *   an error before it is a plain HTTP status) → finish reason, usage, [DONE].
+ *   parse + validate (shared core pic_request) → segment (the gateway's plan
+ *   in the body's "pic" when it fits the prompt we render, else the shared
+ *   pipeline, pic_segment.h) → job (a plan job when segments can come from
+ *   the pools, else a plain prefill) → pic_sched_submit (429 when the queue
+ *   is full) → on each wake: take the job's new text → tool-call filter →
+ *   SSE chunks (headers go out with the first token, so an error before it
+ *   is a plain HTTP status) → finish reason, usage, [DONE].
  *
  * Client gone.  evhttp only notices a dead client when a write fails, so
  * every request also watches its socket for EOF (a MSG_PEEK read); either
  * way the job is cancelled and the worker drops it before its next step.
  * The context lives until the scheduler reports the job done.
  *
- * Until the PIC state engine lands, every prompt is a plain prefill:
- * usage.prompt_tokens_details.cached_tokens is what the job reports (0).
+ * usage.prompt_tokens_details.cached_tokens is what the job reports: the
+ * prompt tokens served from cached segment entries.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * server.c — pic-engine's HTTP server on libevent: start-up, routing,
+ * server.c — pic-engine's HTTP server on libevent: start-up, request dispatch,
  * health, status, metrics, shutdown.
  *
  * The event loop never computes: model work runs on the scheduler's worker

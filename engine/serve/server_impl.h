@@ -155,11 +155,11 @@ void pic_reply_error(pic_server *srv, struct evhttp_request *req, int code,
 void pic_reply_pic_error(pic_server *srv, struct evhttp_request *req,
                          const pic_error *err);
 
-/* The OpenAI error object for status/type/message (caller owns it). */
 /* The HTTP status that answers a job failed for reason why (400 input, 422
  * too long, 503 unavailable, 504 timeout, 500 otherwise). */
 int pic_job_error_status(pic_job_error why);
 
+/* The OpenAI error object for status/type/message (caller owns it). */
 cJSON *pic_error_doc(int status, const char *type, const char *param,
                      const char *code, const char *message);
 

@@ -4,10 +4,8 @@
  *
  * Build and run (from the repository root; clang with libFuzzer):
  *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -Ingx_pic_module \
- *       tests/fuzz/fuzz_core.c ngx_pic_module/pic_*.c -lcjson -lxxhash -lm \
- *       -o build/fuzz_core
- *   mkdir -p build/fuzz-corpus && build/fuzz_core -max_total_time=60 build/fuzz-corpus
+ *   make build/fuzz/fuzz_core    (clang -fsanitize=fuzzer over the core's pic_*.c)
+ *   mkdir -p build/fuzz-corpus && build/fuzz/fuzz_core -max_total_time=60 build/fuzz-corpus
  *
  * The first input byte picks the target; the rest is the input:
  *   0-2  chat body:       parse, segment in both dialects (markers, small
