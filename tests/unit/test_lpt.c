@@ -47,6 +47,40 @@ brute_opt(const uint64_t *w, size_t n, const uint64_t *l0, size_t m)
     }
 }
 
+/* Replays the rule and checks a and loads against it: heaviest (then
+ * lowest index) job to the least loaded (then lowest index) worker, or to
+ * its pinned worker (pin NULL: none). */
+static void
+check_replay(const uint64_t *w, size_t n, const uint64_t *l0, size_t m,
+             const uint32_t *pin, const uint32_t *a, const uint64_t *loads)
+{
+    uint64_t cur[8];
+    int      done[16] = { 0 };
+    memcpy(cur, l0, m * sizeof(uint64_t));
+    for (size_t step = 0; step < n; step++) {
+        size_t j = SIZE_MAX;
+        for (size_t i = 0; i < n; i++) {
+            if (!done[i] && (j == SIZE_MAX || w[i] > w[j])) {
+                j = i;
+            }
+        }
+        size_t best = 0;
+        if (pin && pin[j] != PIC_LPT_FREE) {
+            best = pin[j];
+        } else {
+            for (size_t k = 1; k < m; k++) {
+                if (cur[k] < cur[best]) {
+                    best = k;
+                }
+            }
+        }
+        assert_int_equal(a[j], best);
+        cur[best] += w[j];
+        done[j] = 1;
+    }
+    assert_memory_equal(cur, loads, m * sizeof(uint64_t));
+}
+
 static void
 run_instances(int with_loads)
 {
@@ -61,30 +95,7 @@ run_instances(int with_loads)
             l0[k] = with_loads ? rnd(500) : 0;
         }
         assert_int_equal(pic_lpt_assign(w, n, l0, m, NULL, a, loads, NULL), 0);
-
-        /* replay the rule: heaviest (then lowest index) job to the least
-         * loaded (then lowest index) worker */
-        uint64_t cur[8];
-        int      done[16] = { 0 };
-        memcpy(cur, l0, sizeof(cur));
-        for (size_t step = 0; step < n; step++) {
-            size_t j = SIZE_MAX;
-            for (size_t i = 0; i < n; i++) {
-                if (!done[i] && (j == SIZE_MAX || w[i] > w[j])) {
-                    j = i;
-                }
-            }
-            size_t best = 0;
-            for (size_t k = 1; k < m; k++) {
-                if (cur[k] < cur[best]) {
-                    best = k;
-                }
-            }
-            assert_int_equal(a[j], best);
-            cur[best] += w[j];
-            done[j] = 1;
-        }
-        assert_memory_equal(cur, loads, m * sizeof(uint64_t));
+        check_replay(w, n, l0, m, NULL, a, loads);
 
         uint64_t span = pic_lpt_makespan(w, n, l0, m, a);
         uint64_t opt = brute_opt(w, n, l0, m);
@@ -153,39 +164,17 @@ test_lpt_pinned_jobs_take_their_turn(void **state)
     (void) state;
     for (int t = 0; t < 400; t++) {
         size_t   m = 1 + rnd(4), n = rnd(10);
-        uint64_t w[16], l0[8], loads[8], cur[8];
+        uint64_t w[16], l0[8], loads[8];
         uint32_t a[16], pin[16];
-        int      done[16] = { 0 };
         for (size_t i = 0; i < n; i++) {
             w[i] = 1 + rnd(100);
             pin[i] = rnd(2) ? (uint32_t) rnd(m) : PIC_LPT_FREE;
         }
         for (size_t k = 0; k < m; k++) {
-            l0[k] = cur[k] = rnd(200);
+            l0[k] = rnd(200);
         }
         assert_int_equal(pic_lpt_assign(w, n, l0, m, pin, a, loads, NULL), 0);
-        for (size_t step = 0; step < n; step++) {
-            size_t j = SIZE_MAX;
-            for (size_t i = 0; i < n; i++) {
-                if (!done[i] && (j == SIZE_MAX || w[i] > w[j])) {
-                    j = i;
-                }
-            }
-            size_t best = 0;
-            if (pin[j] != PIC_LPT_FREE) {
-                best = pin[j];
-            } else {
-                for (size_t k = 1; k < m; k++) {
-                    if (cur[k] < cur[best]) {
-                        best = k;
-                    }
-                }
-            }
-            assert_int_equal(a[j], best);
-            cur[best] += w[j];
-            done[j] = 1;
-        }
-        assert_memory_equal(cur, loads, m * sizeof(uint64_t));
+        check_replay(w, n, l0, m, pin, a, loads);
     }
 }
 
