@@ -352,14 +352,9 @@ pic_oai_keep_logprobs(pic_oai_ctx *c, const pic_token_logprob *lp, int n)
     if (n <= 0) {
         return;
     }
-    if (c->n_lps + n > c->cap_lps) {
-        int                cap = (c->n_lps + n) * 2;
-        pic_token_logprob *p = realloc(c->lps, (size_t) cap * sizeof(*p));
-        if (p == NULL) {
-            return;
-        }
-        c->lps = p;
-        c->cap_lps = cap;
+    if (pic_grow((void **) &c->lps, &c->cap_lps, (size_t) c->n_lps + (size_t) n,
+                 sizeof(*c->lps)) != 0) {
+        return;
     }
     memcpy(c->lps + c->n_lps, lp, (size_t) n * sizeof(*lp));
     c->n_lps += n;

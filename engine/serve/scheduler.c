@@ -39,7 +39,8 @@ struct pic_seq {
     int          n_forced;      /* forced ids generated so far */
     pic_token_logprob lp;       /* the chosen token's logprobs (job->logprobs) */
     int         *gen;           /* (n_gen) ids sampled so far, for the session state */
-    int          n_gen, cap_gen;
+    int          n_gen;
+    size_t       cap_gen;
     pic_gstate  *gs;            /* job->json: the document so far, or NULL */
     float       *masked;        /* (vocab) logits with refused tokens at -inf */
     int          json_wait;     /* json: still before </think> */
@@ -516,14 +517,8 @@ pic_seq_choose(pic_sched *s, pic_job *j, const float *logits, int vocab)
 static void
 pic_job_add_lp_locked(pic_job *j, const pic_token_logprob *lp)
 {
-    if (j->n_lp == j->cap_lp) {
-        int                cap = j->cap_lp ? 2 * j->cap_lp : 16;
-        pic_token_logprob *p = realloc(j->lp, (size_t) cap * sizeof(*p));
-        if (p == NULL) {
-            return;                 /* logprobs are best effort under OOM */
-        }
-        j->lp = p;
-        j->cap_lp = cap;
+    if (pic_grow((void **) &j->lp, &j->cap_lp, (size_t) j->n_lp + 1, sizeof(*j->lp)) != 0) {
+        return;                     /* logprobs are best effort under OOM */
     }
     j->lp[j->n_lp++] = *lp;
 }
@@ -548,15 +543,8 @@ pic_seq_emit(pic_sched *s, pic_job *j, int id)
         pthread_mutex_unlock(&j->mu);
     }
     if (j->plan != NULL && q->n_gen < (1 << 24)) {
-        if (q->n_gen == q->cap_gen) {
-            int  cap = q->cap_gen ? 2 * q->cap_gen : 64;
-            int *p = realloc(q->gen, (size_t) cap * sizeof(int));
-            if (p != NULL) {
-                q->gen = p;
-                q->cap_gen = cap;
-            }
-        }
-        if (q->n_gen < q->cap_gen) {
+        if (pic_grow((void **) &q->gen, &q->cap_gen, (size_t) q->n_gen + 1,
+                     sizeof(*q->gen)) == 0) {
             q->gen[q->n_gen++] = id;
         }
     }

@@ -98,7 +98,8 @@ typedef struct pic_job {
     int                n_pic;       /* of which composed from PIC entries */
     int                n_gen;       /* tokens generated so far */
     pic_token_logprob *lp;          /* (n_lp) logprobs since the last take */
-    int                n_lp, cap_lp;
+    int                n_lp;
+    size_t             cap_lp;
     int                done;        /* the scheduler has let go of the job */
     pic_finish         finish;
     pic_job_error      error;       /* why, for PIC_FINISH_ERROR */

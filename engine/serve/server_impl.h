@@ -123,7 +123,8 @@ struct pic_oai_ctx {
     pic_buf                   reasoning;        /* non-stream: the reasoning so far */
     int                       logprobs;         /* answer with logprobs */
     pic_token_logprob        *lps;              /* (n_lps) not yet sent */
-    int                       n_lps, cap_lps;
+    int                       n_lps;
+    size_t                    cap_lps;
     int                       one_call;         /* parallel_tool_calls: false */
     int                       header_open;      /* stream: the pending call's id +
                                                  * name went out already */
