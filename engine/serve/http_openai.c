@@ -645,8 +645,8 @@ pic_oai_output(pic_oai_ctx *c, const char *text, size_t len, int final)
             c->n_stream_calls++;
             c->header_open = 0;
         }
-        if (c->parse_tools && !final) {
-            pic_oai_stream_call_open(c);
+        if (c->parse_tools && !final && !(c->one_call && c->ts.total_calls > 0)) {
+            pic_oai_stream_call_open(c);    /* never a second call's header */
         }
     } else {
         if (len > 0) {
