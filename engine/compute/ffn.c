@@ -21,8 +21,8 @@ pic_swiglu(float *fg, float *fu, size_t n)
 }
 
 static void
-pic_ffn_dense(const pic_backend *be, const pic_layer_weights *lw, int H,
-              int I, pic_ws *w, int nb)
+pic_ffn_dense(const pic_backend *be, const pic_layer_weights *lw, int I,
+              pic_ws *w, int nb)
 {
     be->matmul_w(w->fg, w->xn, &lw->mlp_gate, nb, 0);
     be->matmul_w(w->fu, w->xn, &lw->mlp_up, nb, 0);
@@ -149,6 +149,6 @@ pic_ffn_forward(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     if (cfg->layer_is_moe[l]) {
         pic_ffn_moe(m, be, lw, w, nb);
     } else {
-        pic_ffn_dense(be, lw, cfg->hidden, cfg->intermediate, w, nb);
+        pic_ffn_dense(be, lw, cfg->intermediate, w, nb);
     }
 }

@@ -1,5 +1,5 @@
 /*
- * pool.c — public and private state pools (pool.h) over one LRU map:
+ * pool.c — the public pool of segment entries (pool.h) over one LRU map:
  * chained hash on xxh64(key, len), a recency list, a byte budget;
  * evicted items are unlinked under the lock and announced / freed after it.
  */
@@ -19,9 +19,7 @@ typedef struct pic_lru_item {
     struct pic_lru_item *prev, *next;   /* recency: head = most recent */
     uint64_t             h, len;
     size_t               bytes;
-    void                *val;           /* pic_entry * or pic_state * */
-    int                 *tokens;        /* (n_tokens) private pool only */
-    int                  n_tokens;
+    void                *val;           /* pic_entry * */
     char                 key[PIC_POOL_KEY_MAX + 1];
 } pic_lru_item;
 
@@ -63,7 +61,6 @@ static void
 pic_lru_item_free(pic_lru *L, pic_lru_item *it)
 {
     L->free_val(it->val);
-    free(it->tokens);
     free(it);
 }
 
@@ -175,8 +172,7 @@ pic_lru_bury(pic_lru *L, pic_lru_item *dead, pic_pool_evict_fn cb, void *user)
 
 /* Insert val under (key, len): 0, or -1 when it cannot fit (val untouched). */
 static int
-pic_lru_put(pic_lru *L, const char *key, uint64_t len, void *val, size_t bytes,
-            int *tokens, int n_tokens)
+pic_lru_put(pic_lru *L, const char *key, uint64_t len, void *val, size_t bytes)
 {
     pic_lru_item     *it, *old, *dead = NULL;
     pic_pool_evict_fn cb;
@@ -198,8 +194,6 @@ pic_lru_put(pic_lru *L, const char *key, uint64_t len, void *val, size_t bytes,
     it->h = pic_lru_hash(key, len);
     it->val = val;
     it->bytes = bytes + sizeof(*it);
-    it->tokens = tokens;
-    it->n_tokens = n_tokens;
 
     pthread_mutex_lock(&L->mu);
     if (it->bytes > L->st.budget) {
@@ -322,7 +316,7 @@ pic_pool_put(pic_pool *p, const char *key, uint64_t len, pic_entry *e)
         return -1;
     }
     pic_entry_ref(e);
-    if (pic_lru_put(&p->lru, key, len, e, e->bytes, NULL, 0) != 0) {
+    if (pic_lru_put(&p->lru, key, len, e, e->bytes) != 0) {
         pic_entry_unref(e);
         return -1;
     }
@@ -380,113 +374,6 @@ pic_pool_set_budget(pic_pool *p, size_t budget)
 
 void
 pic_pool_stats_get(pic_pool *p, pic_pool_stats *st)
-{
-    pthread_mutex_lock(&p->lru.mu);
-    *st = p->lru.st;
-    pthread_mutex_unlock(&p->lru.mu);
-}
-
-/* --- private pool --- */
-
-struct pic_private_pool {
-    pic_lru lru;
-};
-
-static void
-pic_private_free_state(void *v)
-{
-    pic_state_free(v);
-}
-
-pic_private_pool *
-pic_private_pool_init(size_t budget, uint64_t fingerprint, char *err, size_t errlen)
-{
-    pic_private_pool *p = calloc(1, sizeof(*p));
-
-    if (p == NULL
-        || pic_lru_init(&p->lru, budget, fingerprint, pic_private_free_state) != 0) {
-        free(p);
-        snprintf(err, errlen, "%s: out of memory", __func__);
-        return NULL;
-    }
-    return p;
-}
-
-void
-pic_private_pool_free(pic_private_pool *p)
-{
-    if (p != NULL) {
-        pic_lru_destroy(&p->lru);
-        free(p);
-    }
-}
-
-void
-pic_private_pool_set_evict_cb(pic_private_pool *p, pic_pool_evict_fn fn, void *user)
-{
-    pthread_mutex_lock(&p->lru.mu);
-    p->lru.cb = fn;
-    p->lru.user = user;
-    pthread_mutex_unlock(&p->lru.mu);
-}
-
-int
-pic_private_pool_put(pic_private_pool *p, const char *id, const int *tokens, int n,
-                     pic_state *s)
-{
-    int *tok = NULL;
-
-    if (s == NULL || n != s->pos || n < 0 || (n > 0 && tokens == NULL)
-        || (tok = malloc((size_t) (n > 0 ? n : 1) * sizeof(int))) == NULL) {
-        pthread_mutex_lock(&p->lru.mu);
-        p->lru.st.rejected++;
-        pthread_mutex_unlock(&p->lru.mu);
-        pic_state_free(s);
-        return -1;
-    }
-    if (n > 0) {
-        memcpy(tok, tokens, (size_t) n * sizeof(int));
-    }
-    size_t bytes = pic_state_bytes(s) + (size_t) n * sizeof(int) + sizeof(*s);
-    if (pic_lru_put(&p->lru, id, 0, s, bytes, tok, n) != 0) {
-        free(tok);
-        pic_state_free(s);
-        return -1;
-    }
-    return 0;
-}
-
-pic_state *
-pic_private_pool_take(pic_private_pool *p, const char *id, const int *tokens, int n,
-                      int *n_match)
-{
-    pic_lru_item *it;
-    pic_state    *s = NULL;
-
-    *n_match = 0;
-    if (id == NULL) {
-        return NULL;
-    }
-    pthread_mutex_lock(&p->lru.mu);
-    it = pic_lru_find_locked(&p->lru, id, 0, pic_lru_hash(id, 0));
-    if (it != NULL && it->n_tokens <= n
-        && (it->n_tokens == 0 || memcmp(it->tokens, tokens,
-                                        (size_t) it->n_tokens * sizeof(int)) == 0)) {
-        pic_lru_detach_locked(&p->lru, it);
-        p->lru.st.hits++;
-        s = it->val;
-        *n_match = it->n_tokens;
-        free(it->tokens);
-        free(it);
-    } else {
-        p->lru.st.misses++;
-    }
-    pthread_mutex_unlock(&p->lru.mu);
-    return s;
-}
-
-void
-pic_private_pool_stats_get(pic_private_pool *p, pic_pool_stats *st)
 {
     pthread_mutex_lock(&p->lru.mu);
     *st = p->lru.st;

@@ -1,5 +1,6 @@
 /*
- * pool.h — the engine's two state pools (DESIGN.md §2.3).
+ * pool.h — the engine's public pool of segment entries (DESIGN.md §2.3).
+ * (Session states live in the prefix tree, prefix_cache.h.)
  *
  * Public pool: segment entries (entry.h) shared by all requests, keyed by
  * the segment key of DESIGN §4.1 (32 hex chars) plus the segment's byte
@@ -7,12 +8,7 @@
  * hands out a new reference, so an entry evicted while a request composes
  * it stays alive until that request drops it.
  *
- * Private pool: per-request run states kept after the request for session
- * reuse, keyed by a caller id (conversation / session) with the token
- * sequence the state has consumed; take() removes the state and gives it
- * to the caller only if its tokens are a prefix of the new request's.
- *
- * Both: a byte budget with LRU eviction, counters (hits, misses,
+ * A byte budget with LRU eviction, counters (hits, misses,
  * insertions, evictions, rejects, bytes), and an eviction callback (for the
  * Redis index) called after the pool's lock is released, once per evicted
  * key, from the thread whose insert caused it.
@@ -27,7 +23,6 @@
 #include <stdint.h>
 
 #include "entry.h"
-#include "state.h"
 
 #define PIC_POOL_KEY_MAX 64         /* longest key accepted (DESIGN keys are 32 hex) */
 
@@ -80,35 +75,5 @@ void pic_pool_set_budget(pic_pool *p, size_t budget);
 
 /* Snapshot of the counters. */
 void pic_pool_stats_get(pic_pool *p, pic_pool_stats *st);
-
-/* --- private pool: per-request states for session reuse --- */
-
-typedef struct pic_private_pool pic_private_pool;
-
-/* New pool of budget bytes for states of the model with fingerprint. */
-pic_private_pool *pic_private_pool_init(size_t budget, uint64_t fingerprint,
-                                        char *err, size_t errlen);
-
-/* Free the pool and every state in it (NULL is fine); no callbacks. */
-void pic_private_pool_free(pic_private_pool *p);
-
-/* Call fn(user, ...) for every state the pool evicts (NULL: none). */
-void pic_private_pool_set_evict_cb(pic_private_pool *p, pic_pool_evict_fn fn,
-                                   void *user);
-
-/* Keep state s (ownership passes to the pool) that consumed tokens (n,
- * n == s->pos) under id, replacing an older one.  -1 (s freed, counted as
- * rejected) if it does not fit the budget or n != s->pos. */
-int pic_private_pool_put(pic_private_pool *p, const char *id, const int *tokens,
-                         int n, pic_state *s);
-
-/* Remove and return the state under id if the tokens it consumed are a
- * prefix of tokens (n); *n_match = how many (the caller continues from
- * there).  NULL on a miss (a state whose tokens diverge stays pooled). */
-pic_state *pic_private_pool_take(pic_private_pool *p, const char *id,
-                                 const int *tokens, int n, int *n_match);
-
-/* Counters and gauges of the pool (a consistent snapshot). */
-void pic_private_pool_stats_get(pic_private_pool *p, pic_pool_stats *st);
 
 #endif /* PIC_POOL_H */

@@ -1,10 +1,9 @@
 /*
- * test_pool.c — the public and private state pools (engine/pic/pool.h): hits
+ * test_pool.c — the public pool of segment entries (engine/pic/pool.h): hits
  * and misses by (key, length), model fingerprint check, LRU order under a
  * byte budget, eviction callbacks (after the lock: a callback may call the
  * pool), an evicted entry staying alive while a request holds it, budget
- * changes, session states taken back only by a request that extends them,
- * and many threads at once.
+ * changes, and many threads at once.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -20,7 +19,6 @@
 #include "entry.h"
 #include "model.h"
 #include "pool.h"
-#include "state.h"
 
 #define FP 0x1234abcdULL
 
@@ -163,73 +161,6 @@ test_lru_budget_and_callbacks(void **unused)
     }
 }
 
-static pic_state *
-small_state(int pos)
-{
-    static pic_config c;
-    char              err[128];
-
-    memset(&c, 0, sizeof(c));
-    c.n_layers = 2;
-    c.layer_type[0] = PIC_LAYER_LINEAR;
-    c.layer_type[1] = PIC_LAYER_FULL;
-    c.lin_k_heads = 1; c.lin_v_heads = 2; c.lin_k_dim = 4; c.lin_v_dim = 4;
-    c.conv_kernel = 4; c.n_kv_heads = 1; c.head_dim = 8;
-    pic_state *s = pic_state_init(&c, 1024, err, sizeof(err));
-    assert_non_null(s);
-    assert_int_equal(pic_state_reserve(s, pos > 0 ? pos : 1, err, sizeof(err)), 0);
-    s->pos = pos;
-    s->S[0][3] = (float) pos;
-    return s;
-}
-
-static void
-test_private_pool_session_reuse(void **unused)
-{
-    char              err[128];
-    int               toks[10] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 }, n_match;
-    pic_private_pool *p = pic_private_pool_init(1 << 20, FP, err, sizeof(err));
-    evict_log         log = { .n = 0 };
-    pic_pool_stats    st;
-
-    pic_private_pool_set_evict_cb(p, on_evict, &log);
-    assert_int_equal(pic_private_pool_put(p, "conv-1", toks, 6, small_state(6)), 0);
-    /* a diverging request misses and leaves the state pooled */
-    int other[8] = { 1, 2, 3, 9, 9, 9, 9, 9 };
-    assert_null(pic_private_pool_take(p, "conv-1", other, 8, &n_match));
-    assert_null(pic_private_pool_take(p, "conv-2", toks, 10, &n_match));
-    assert_null(pic_private_pool_take(p, "conv-1", toks, 5, &n_match));    /* shorter */
-    pic_state *s = pic_private_pool_take(p, "conv-1", toks, 10, &n_match);
-    assert_non_null(s);
-    assert_int_equal(n_match, 6);
-    assert_int_equal(s->pos, 6);
-    assert_true(s->S[0][3] == 6.0f);
-    assert_null(pic_private_pool_take(p, "conv-1", toks, 10, &n_match));  /* taken */
-    pic_state_free(s);
-    assert_int_equal(pic_private_pool_put(p, "x", toks, 5, small_state(6)), -1);
-    pic_private_pool_stats_get(p, &st);
-    assert_int_equal(st.hits, 1);
-    assert_int_equal(st.misses, 4);
-    assert_int_equal(st.rejected, 1);
-    assert_int_equal(st.items, 0);
-
-    /* budget: two states fit, a third evicts the oldest */
-    pic_state *probe = small_state(4);
-    size_t     one = pic_state_bytes(probe) + sizeof(pic_state) + 512;
-    pic_state_free(probe);
-    pic_private_pool_free(p);
-    p = pic_private_pool_init(2 * one + one / 2, FP, err, sizeof(err));
-    pic_private_pool_set_evict_cb(p, on_evict, &log);
-    assert_int_equal(pic_private_pool_put(p, "s1", toks, 4, small_state(4)), 0);
-    assert_int_equal(pic_private_pool_put(p, "s2", toks, 4, small_state(4)), 0);
-    assert_int_equal(pic_private_pool_put(p, "s3", toks, 4, small_state(4)), 0);
-    assert_string_equal(log.keys[log.n - 1], "s1");
-    pic_private_pool_stats_get(p, &st);
-    assert_int_equal(st.items, 2);
-    assert_int_equal(st.evictions, 1);
-    pic_private_pool_free(p);
-}
-
 typedef struct {
     pic_pool *p;
     int       id;
@@ -293,7 +224,6 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hits_misses_and_fingerprint),
         cmocka_unit_test(test_lru_budget_and_callbacks),
-        cmocka_unit_test(test_private_pool_session_reuse),
         cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
