@@ -214,5 +214,6 @@ bench-%: all ## run benchmark bench/NAME (QUICK=1 for a short run)
 clean: ## remove build outputs
 	rm -rf build build-asan
 
-distclean: clean ## also remove the venv, generated models and results
-	rm -rf .venv models bench/results run
+distclean: clean ## also remove the venv, generated models and results (not the committed models/pic-qa)
+	rm -rf .venv bench/results run
+	find models -mindepth 1 -maxdepth 1 ! -name pic-qa -exec rm -rf {} + 2>/dev/null || true
