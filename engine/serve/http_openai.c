@@ -1199,34 +1199,34 @@ pic_oai_job_from_request(pic_server *srv, pic_oai_ctx *c, const pic_request *r,
     return 0;
 }
 
-/* A plan job from segments (offset, len, kind, key) when any of them can
- * come from a pool or the prefix tree (always) is on; NULL when all are
- * dynamic (the plain path then tokenizes the whole text: the same ids). */
+/* A plan job for n segments, useful of which can come from a pool or the
+ * prefix tree (always: the tree is on); NULL when none can (the plain path
+ * then tokenizes the whole text: the same ids) or, with err, out of memory.
+ * The caller fills each segment with pic_oai_plan_seg. */
 static pic_plan_job *
-pic_oai_plan_job(size_t n, const size_t *off, const size_t *len, const pic_seg_kind *kind,
-                 const char *const *key, int always, pic_error *err)
+pic_oai_plan_job(size_t n, size_t useful, int always, pic_error *err)
 {
     pic_plan_job *pj;
-    size_t        useful = 0;
 
-    for (size_t i = 0; i < n; i++) {
-        useful += kind[i] != PIC_SEG_DYNAMIC;
-    }
     if ((useful == 0 && !always) || n == 0 || n > 0x7fffffff) {
         return NULL;
     }
     pj = pic_plan_job_new((int) n);
     if (pj == NULL) {
         pic_error_oom(err, __func__);
-        return NULL;
-    }
-    for (size_t i = 0; i < n; i++) {
-        pj->segs[i].offset = off[i];
-        pj->segs[i].len = len[i];
-        pj->segs[i].kind = kind[i];
-        snprintf(pj->segs[i].key, sizeof(pj->segs[i].key), "%s", key[i]);
     }
     return pj;
+}
+
+/* Segment i of pj: bytes [off, off + len) of the prompt, its kind and key. */
+static void
+pic_oai_plan_seg(pic_plan_job *pj, size_t i, size_t off, size_t len, pic_seg_kind kind,
+                 const char *key)
+{
+    pj->segs[i].offset = off;
+    pj->segs[i].len = len;
+    pj->segs[i].kind = kind;
+    snprintf(pj->segs[i].key, sizeof(pj->segs[i].key), "%s", key);
 }
 
 /* Segments for the pools: the gateway's plan when it fits the prompt we
@@ -1271,27 +1271,16 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
             covered += plan.segs[i].key.len;
         }
         if (covered == seg.render.text.len && plan.n_segs > 0) {
-            size_t       *off = malloc(plan.n_segs * sizeof(size_t));
-            size_t       *len = malloc(plan.n_segs * sizeof(size_t));
-            pic_seg_kind *kind = malloc(plan.n_segs * sizeof(pic_seg_kind));
-            const char  **key = malloc(plan.n_segs * sizeof(char *));
+            size_t useful = 0;
 
-            if (off && len && kind && key) {
-                for (size_t i = 0; i < plan.n_segs; i++) {
-                    off[i] = plan.segs[i].offset;
-                    len[i] = plan.segs[i].key.len;
-                    kind[i] = plan.segs[i].kind;
-                    key[i] = plan.segs[i].key.hex;
-                }
-                *pj = pic_oai_plan_job(plan.n_segs, off, len, kind, key,
-                                       srv->prefix != NULL, err);
-            } else {
-                pic_error_oom(err, __func__);
+            for (size_t i = 0; i < plan.n_segs; i++) {
+                useful += plan.segs[i].kind != PIC_SEG_DYNAMIC;
             }
-            free(off);
-            free(len);
-            free(kind);
-            free(key);
+            *pj = pic_oai_plan_job(plan.n_segs, useful, srv->prefix != NULL, err);
+            for (size_t i = 0; *pj != NULL && i < plan.n_segs; i++) {
+                pic_oai_plan_seg(*pj, i, plan.segs[i].offset, plan.segs[i].key.len,
+                                 plan.segs[i].kind, plan.segs[i].key.hex);
+            }
             if (*pj == NULL && err->status != 0) {
                 goto done;
             }
@@ -1327,27 +1316,16 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
         goto done;
     }
     if (seg.n_segs > 0) {
-        size_t       *off = malloc(seg.n_segs * sizeof(size_t));
-        size_t       *len = malloc(seg.n_segs * sizeof(size_t));
-        pic_seg_kind *kind = malloc(seg.n_segs * sizeof(pic_seg_kind));
-        const char  **key = malloc(seg.n_segs * sizeof(char *));
+        size_t useful = 0;
 
-        if (off && len && kind && key) {
-            for (size_t i = 0; i < seg.n_segs; i++) {
-                off[i] = seg.segs[i].start;
-                len[i] = seg.segs[i].len;
-                kind[i] = seg.segs[i].kind;
-                key[i] = seg.segs[i].key.hex;
-            }
-            *pj = pic_oai_plan_job(seg.n_segs, off, len, kind, key,
-                                       srv->prefix != NULL, err);
-        } else {
-            pic_error_oom(err, __func__);
+        for (size_t i = 0; i < seg.n_segs; i++) {
+            useful += seg.segs[i].kind != PIC_SEG_DYNAMIC;
         }
-        free(off);
-        free(len);
-        free(kind);
-        free(key);
+        *pj = pic_oai_plan_job(seg.n_segs, useful, srv->prefix != NULL, err);
+        for (size_t i = 0; *pj != NULL && i < seg.n_segs; i++) {
+            pic_oai_plan_seg(*pj, i, seg.segs[i].start, seg.segs[i].len, seg.segs[i].kind,
+                             seg.segs[i].key.hex);
+        }
         if (*pj == NULL && err->status != 0) {
             goto done;
         }
