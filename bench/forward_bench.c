@@ -188,6 +188,8 @@ main(int argc, char **argv)
     int         lens[16], nl = 0, steps, threads;
     const char *p;
 
+    pic_kernels_process_env(argv);
+
     if (argc < 4) {
         fprintf(stderr, "usage: forward_bench MODEL_DIR LENS DECODE_STEPS [THREADS [REPS]]\n");
         return 2;

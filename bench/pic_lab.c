@@ -1077,6 +1077,8 @@ done:
 int
 main(int argc, char **argv)
 {
+    pic_kernels_process_env(argv);
+
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         fprintf(argc < 2 ? stderr : stdout,
                 "usage: pic-lab run --model DIR [--spec FILE] [--threads N] [--weights F]\n"

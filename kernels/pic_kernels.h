@@ -152,6 +152,16 @@ void pic_kernels_set_threads(int n);
 /* Threads the CPU ops use. */
 int pic_kernels_threads(void);
 
+/* Call first thing in main(): sets the run-time defaults that libgomp and
+ * OpenBLAS read when they load (OMP_WAIT_POLICY=passive; OPENBLAS_CORETYPE
+ * from our own cpuid where OpenBLAS's detection falls back to an older
+ * core) and re-executes the process once when it changed one; a variable
+ * the user set is never touched. */
+void pic_kernels_process_env(char **argv);
+
+/* The OpenBLAS core the CPU ops run on ("SkylakeX", ...), for logs. */
+const char *pic_kernels_blas_core(void);
+
 /* An F32 view of p (rows, cols). */
 pic_wmat pic_wmat_f32(const float *p, int rows, int cols);
 

@@ -98,7 +98,8 @@ pic_cmd_sysinfo(int argc, char **argv)
     double bw = sysinfo_memcpy_gbps((size_t) 256 << 20, quick ? 3 : 5);
 
     printf("{\"cores\":%ld,\"threads\":%d,\"cpu\":\"%s\",\"sgemm_shape\":%d,"
-           "\"sgemm_gflops\":%.2f,\"memcpy_gbps\":%.2f}\n",
-           sysconf(_SC_NPROCESSORS_ONLN), pic_kernels_threads(), cpu, s, gf, bw);
+           "\"sgemm_gflops\":%.2f,\"memcpy_gbps\":%.2f,\"blas_core\":\"%s\"}\n",
+           sysconf(_SC_NPROCESSORS_ONLN), pic_kernels_threads(), cpu, s, gf, bw,
+           pic_kernels_blas_core());
     return 0;
 }

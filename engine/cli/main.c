@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "pic_kernels.h"
 #include "pic_buf.h"
 
 typedef struct {
@@ -65,30 +66,12 @@ usage(FILE *f)
     }
 }
 
-/*
- * OpenMP threads that spin while waiting stall decode on a shared machine
- * (measured: 4 tok/s instead of 17 with one busy neighbour).  libgomp reads
- * OMP_WAIT_POLICY when it loads, before main, so when the user has not set
- * it we set "passive" and re-exec ourselves once.  Export
- * OMP_WAIT_POLICY=active on a dedicated machine to get spinning back.
- */
-static void
-pic_default_wait_policy(char **argv)
-{
-    if (getenv("OMP_WAIT_POLICY") != NULL) {
-        return;
-    }
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);
-    /* exec failed: carry on with libgomp's default */
-}
-
 int
 main(int argc, char **argv)
 {
     size_t i;
 
-    pic_default_wait_policy(argv);
+    pic_kernels_process_env(argv);
 
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
