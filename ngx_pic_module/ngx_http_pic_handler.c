@@ -49,6 +49,10 @@ static ngx_int_t ngx_http_pic_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static void ngx_http_pic_default_error(ngx_http_request_t *r,
     ngx_uint_t status, pic_error *err);
+static void ngx_http_pic_usage_scan(ngx_http_pic_ctx_t *ctx, u_char *p,
+    u_char *last);
+static void ngx_http_pic_history(ngx_http_request_t *r,
+    ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_ctx_t *ctx);
 
 static ngx_int_t ngx_http_pic_variable_combine(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
@@ -62,6 +66,16 @@ static ngx_int_t ngx_http_pic_variable_plan_id(ngx_http_request_t *r,
 #define NGX_HTTP_PIC_VAR_HIT_BYTES     1
 #define NGX_HTTP_PIC_VAR_PREFIX_BYTES  2
 #define NGX_HTTP_PIC_VAR_TOTAL_BYTES   3
+
+
+/*
+ * The engine's usage.pic as cJSON prints it ('#' stands for a number); it
+ * cannot occur inside a JSON string (the quotes would be escaped), so a
+ * match anywhere in a JSON answer, an SSE data line or the engine's
+ * ": usage" comment line is the real thing.
+ */
+static u_char  ngx_http_pic_usage_pattern[] =
+    "\"pic\":{\"exact_tokens\":#,\"pic_tokens\":#,\"recomputed_tokens\":#}";
 
 
 static ngx_http_variable_t  ngx_http_pic_vars[] = {
@@ -991,7 +1005,65 @@ ngx_http_pic_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         }
     }
 
+    if (ctx->planned || ctx->observed) {
+
+        for (cl = in; cl; cl = cl->next) {
+            if (ngx_buf_in_memory(cl->buf)) {
+                ngx_http_pic_usage_scan(ctx, cl->buf->pos, cl->buf->last);
+            }
+        }
+    }
+
     return ngx_http_next_body_filter(r, in);
+}
+
+
+/* Find usage.pic in the answer, whatever buffers cut it; the last wins. */
+static void
+ngx_http_pic_usage_scan(ngx_http_pic_ctx_t *ctx, u_char *p, u_char *last)
+{
+    u_char  c, want;
+
+    for ( /* void */ ; p < last; p++) {
+        c = *p;
+        want = ngx_http_pic_usage_pattern[ctx->usage_pos];
+
+        if (want == '#') {
+
+            if (c >= '0' && c <= '9') {
+                if (ctx->usage_val[ctx->usage_field] < 1000000000) {
+                    ctx->usage_val[ctx->usage_field] =
+                        ctx->usage_val[ctx->usage_field] * 10 + (c - '0');
+                }
+
+                ctx->usage_digits = 1;
+                continue;
+            }
+
+            if (ctx->usage_digits) {
+                ctx->usage_field++;
+                ctx->usage_digits = 0;
+                want = ngx_http_pic_usage_pattern[++ctx->usage_pos];
+            }
+        }
+
+        if (c == want && want != '#') {
+            if (ngx_http_pic_usage_pattern[++ctx->usage_pos] != '\0') {
+                continue;
+            }
+
+            ngx_memcpy(ctx->usage, ctx->usage_val, sizeof(ctx->usage));
+            ctx->usage_seen = 1;
+            c = '\0';
+        }
+
+        /* start over; this byte may open the pattern again */
+
+        ctx->usage_pos = (c == ngx_http_pic_usage_pattern[0]);
+        ctx->usage_field = 0;
+        ctx->usage_digits = 0;
+        ngx_memzero(ctx->usage_val, sizeof(ctx->usage_val));
+    }
 }
 
 
@@ -1042,6 +1114,10 @@ ngx_http_pic_log_handler(ngx_http_request_t *r)
         ngx_http_pic_index_ttft(zc, ctx->ttft);
     }
 
+    if (ctx->planned || ctx->observed) {
+        ngx_http_pic_history(r, zc, ctx);
+    }
+
     if (ctx->inflight) {
         (void) ngx_atomic_fetch_add(&zc->sh->engines[ctx->combine].inflight,
                                     -1);
@@ -1053,6 +1129,43 @@ ngx_http_pic_log_handler(ngx_http_request_t *r)
     }
 
     return NGX_OK;
+}
+
+
+static void
+ngx_http_pic_history(ngx_http_request_t *r, ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_ctx_t *ctx)
+{
+    ngx_time_t              *tp;
+    ngx_http_pic_history_t   h;
+
+    ngx_memzero(&h, sizeof(ngx_http_pic_history_t));
+
+    tp = ngx_timeofday();
+
+    h.at_ms = (uint64_t) tp->sec * 1000 + tp->msec;
+    h.status = (uint16_t) r->headers_out.status;
+    h.planned = ctx->planned;
+    h.engine = ctx->planned ? (int16_t) ctx->combine : -1;
+    h.prompt_bytes = (uint32_t) ngx_min(ctx->total_bytes, 0xffffffff);
+
+    if (ctx->first_byte && r->headers_out.status < NGX_HTTP_BAD_REQUEST) {
+        h.has_ttft = 1;
+        h.ttft_ms = (uint32_t) ngx_min(ctx->ttft, 0xffffffff);
+    }
+
+    if (ctx->usage_seen) {
+        h.exact = (int32_t) ctx->usage[0];
+        h.pic = (int32_t) ctx->usage[1];
+        h.recomputed = (int32_t) ctx->usage[2];
+
+    } else {
+        h.exact = -1;
+        h.pic = -1;
+        h.recomputed = -1;
+    }
+
+    ngx_http_pic_index_history(zc, &h);
 }
 
 

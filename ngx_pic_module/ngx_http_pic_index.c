@@ -578,6 +578,30 @@ ngx_http_pic_index_seen(ngx_http_pic_zone_ctx_t *zc,
 
 
 void
+ngx_http_pic_index_history(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_history_t *h)
+{
+    ngx_http_pic_stats_t  *st;
+
+    st = &zc->sh->stats;
+
+    if (h->exact >= 0) {
+        (void) ngx_atomic_fetch_add(&st->usage_reports, 1);
+        (void) ngx_atomic_fetch_add(&st->tokens_exact, h->exact);
+        (void) ngx_atomic_fetch_add(&st->tokens_pic, h->pic);
+        (void) ngx_atomic_fetch_add(&st->tokens_recomputed, h->recomputed);
+    }
+
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    zc->sh->history[zc->sh->history_count % NGX_HTTP_PIC_HISTORY] = *h;
+    zc->sh->history_count++;
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
+}
+
+
+void
 ngx_http_pic_index_ttft(ngx_http_pic_zone_ctx_t *zc, ngx_msec_t ms)
 {
     ngx_uint_t             i;

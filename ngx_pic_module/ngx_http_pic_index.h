@@ -22,6 +22,7 @@
 
 
 #define NGX_HTTP_PIC_TTFT_BUCKETS     12
+#define NGX_HTTP_PIC_HISTORY          64       /* recent requests kept */
 
 #define NGX_HTTP_PIC_NODE_SEGMENT     1        /* engines hold this segment */
 #define NGX_HTTP_PIC_NODE_SEEN        2        /* observe: segment seen */
@@ -99,7 +100,27 @@ typedef struct {
     ngx_atomic_t                 ttft[NGX_HTTP_PIC_TTFT_BUCKETS];
     ngx_atomic_t                 ttft_count;
     ngx_atomic_t                 ttft_sum_ms;
+
+    ngx_atomic_t                 usage_reports; /* answers with usage.pic */
+    ngx_atomic_t                 tokens_exact;  /* their prompt tokens: */
+    ngx_atomic_t                 tokens_pic;
+    ngx_atomic_t                 tokens_recomputed;
 } ngx_http_pic_stats_t;
+
+
+/* one finished request of the recent history */
+typedef struct {
+    uint64_t                     at_ms;        /* end, ms since the epoch */
+    uint32_t                     ttft_ms;
+    uint32_t                     prompt_bytes;
+    int32_t                      exact;        /* usage.pic tokens, or -1 */
+    int32_t                      pic;
+    int32_t                      recomputed;
+    uint16_t                     status;
+    int16_t                      engine;       /* combine slot, or -1 */
+    uint8_t                      has_ttft;
+    uint8_t                      planned;      /* 0: observed */
+} ngx_http_pic_history_t;
 
 
 typedef struct {
@@ -116,6 +137,9 @@ typedef struct {
     ngx_queue_t                  lru;
     ngx_uint_t                   nodes;
     ngx_atomic_t                 evictions;
+
+    ngx_uint_t                   history_count; /* recorded ever */
+    ngx_http_pic_history_t       history[NGX_HTTP_PIC_HISTORY]; /* ring */
 } ngx_http_pic_shctx_t;
 
 
@@ -168,6 +192,11 @@ void ngx_http_pic_index_seen(ngx_http_pic_zone_ctx_t *zc,
 
 /* Add one TTFT sample (ms) to the histogram. */
 void ngx_http_pic_index_ttft(ngx_http_pic_zone_ctx_t *zc, ngx_msec_t ms);
+
+/* Record a finished request in the history ring, and its usage.pic tokens
+ * (exact >= 0) in the totals. */
+void ngx_http_pic_index_history(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_history_t *h);
 
 /* Engine slot with this name (registering it when add); -1 when full. */
 ngx_int_t ngx_http_pic_engine_slot_locked(ngx_http_pic_shctx_t *sh,

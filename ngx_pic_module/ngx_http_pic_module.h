@@ -174,6 +174,12 @@ typedef struct {
 
     ngx_msec_t                   ttft;         /* first body byte, ms */
 
+    /* usage.pic found in the answer (ngx_http_pic_usage_scan) */
+    ngx_uint_t                   usage_pos;    /* bytes of the pattern met */
+    ngx_uint_t                   usage_field;  /* number being read */
+    uint64_t                     usage_val[3];
+    uint64_t                     usage[3];     /* exact, pic, recomputed */
+
     ngx_http_pic_zone_ctx_t     *zc;           /* set with inflight */
 
     unsigned                     planned:1;
@@ -183,6 +189,8 @@ typedef struct {
     unsigned                     first_byte:1;
     unsigned                     replace_body:1;
     unsigned                     rejected:1;
+    unsigned                     usage_digits:1;
+    unsigned                     usage_seen:1;
 } ngx_http_pic_ctx_t;
 
 

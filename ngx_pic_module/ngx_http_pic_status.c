@@ -42,6 +42,8 @@ typedef struct {
     ngx_str_t                    redis;
     ngx_msec_t                   redis_ok_ago;
     ngx_uint_t                   redis_ok_known;
+    ngx_uint_t                   history_count;
+    ngx_http_pic_history_t       history[NGX_HTTP_PIC_HISTORY];
 } ngx_http_pic_status_snapshot_t;
 
 
@@ -54,6 +56,8 @@ static ngx_buf_t *ngx_http_pic_status_json(ngx_http_request_t *r,
 static ngx_buf_t *ngx_http_pic_status_prometheus(ngx_http_request_t *r,
     ngx_http_pic_status_snapshot_t *s);
 static ngx_buf_t *ngx_http_pic_status_html(ngx_http_request_t *r);
+static u_char *ngx_http_pic_status_history(u_char *p,
+    ngx_http_pic_status_snapshot_t *s);
 
 
 ngx_int_t
@@ -214,6 +218,8 @@ ngx_http_pic_status_snapshot(ngx_http_request_t *r,
                s->nengines * sizeof(ngx_http_pic_engine_sh_t));
     s->nodes = zc->sh->nodes;
     s->generation = zc->sh->generation;
+    s->history_count = zc->sh->history_count;
+    ngx_memcpy(s->history, zc->sh->history, sizeof(s->history));
 
     ngx_shmtx_unlock(&zc->shpool->mutex);
 
@@ -251,7 +257,9 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
            + NGX_HTTP_PIC_TTFT_BUCKETS * 2 * NGX_ATOMIC_T_LEN
            + s->nengines * (512 + 6 * NGX_SOCKADDR_STRLEN
                             + 6 * NGX_HTTP_PIC_ENGINE_ID_LEN
-                            + 12 * NGX_ATOMIC_T_LEN);
+                            + 12 * NGX_ATOMIC_T_LEN)
+           + NGX_HTTP_PIC_HISTORY * (256 + 6 * NGX_SOCKADDR_STRLEN
+                                     + 8 * NGX_INT64_LEN);
 
     b = ngx_create_temp_buf(r->pool, size);
     if (b == NULL) {
@@ -371,11 +379,87 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
                         e->probes, e->probe_failures);
     }
 
-    p = ngx_cpymem(p, "]}\n", 3);
+    p = ngx_cpymem(p, "]", 1);
+
+    p = ngx_http_pic_status_history(p, s);
+
+    p = ngx_cpymem(p, "}\n", 2);
 
     b->last = p;
 
     return b;
+}
+
+
+/*
+ * ,"tokens":{usage.pic totals},"history":{"size":N,"requests":[oldest ..
+ * newest]}: each recent request's end, status, engine, TTFT and prompt
+ * tokens by source (null where the answer carried no usage.pic).
+ */
+static u_char *
+ngx_http_pic_status_history(u_char *p, ngx_http_pic_status_snapshot_t *s)
+{
+    ngx_uint_t               i, n, first;
+    ngx_http_pic_history_t  *h;
+
+    p = ngx_sprintf(p, ",\"tokens\":{\"requests\":%uA,\"exact\":%uA,"
+                    "\"pic\":%uA,\"recomputed\":%uA}",
+                    s->st.usage_reports, s->st.tokens_exact, s->st.tokens_pic,
+                    s->st.tokens_recomputed);
+
+    p = ngx_sprintf(p, ",\"history\":{\"size\":%d,\"recorded\":%ui,"
+                    "\"requests\":[", NGX_HTTP_PIC_HISTORY, s->history_count);
+
+    n = ngx_min(s->history_count, NGX_HTTP_PIC_HISTORY);
+    first = 1;
+
+    for (i = s->history_count - n; i < s->history_count; i++) {
+        h = &s->history[i % NGX_HTTP_PIC_HISTORY];
+
+        if (!first) {
+            *p++ = ',';
+        }
+
+        first = 0;
+
+        p = ngx_sprintf(p, "{\"at_ms\":%uL,\"status\":%ui,\"mode\":\"%s\","
+                        "\"engine\":", h->at_ms, (ngx_uint_t) h->status,
+                        h->planned ? "planned" : "observed");
+
+        if (h->engine >= 0 && (ngx_uint_t) h->engine < s->nengines) {
+            *p++ = '"';
+            p = (u_char *) ngx_escape_json(p, s->engines[h->engine].name,
+                                           s->engines[h->engine].name_len);
+            *p++ = '"';
+
+        } else {
+            p = ngx_cpymem(p, "null", 4);
+        }
+
+        p = ngx_sprintf(p, ",\"prompt_bytes\":%uD,\"ttft_ms\":",
+                        h->prompt_bytes);
+
+        if (h->has_ttft) {
+            p = ngx_sprintf(p, "%uD", h->ttft_ms);
+
+        } else {
+            p = ngx_cpymem(p, "null", 4);
+        }
+
+        if (h->exact >= 0) {
+            p = ngx_sprintf(p, ",\"exact_tokens\":%D,\"pic_tokens\":%D,"
+                            "\"recomputed_tokens\":%D}",
+                            h->exact, h->pic, h->recomputed);
+
+        } else {
+            p = ngx_cpymem(p, ",\"exact_tokens\":null,\"pic_tokens\":null,"
+                           "\"recomputed_tokens\":null}",
+                           sizeof(",\"exact_tokens\":null,\"pic_tokens\":null,"
+                                  "\"recomputed_tokens\":null}") - 1);
+        }
+    }
+
+    return ngx_cpymem(p, "]}", 2);
 }
 
 
@@ -489,6 +573,15 @@ ngx_http_pic_status_prometheus(ngx_http_request_t *r,
     p = ngx_http_pic_prom(p, "pic_index_evictions_total", "counter",
                           "Entries evicted from the shm index (LRU).",
                           s->evictions);
+    p = ngx_http_pic_prom(p, "pic_usage_reports_total", "counter",
+                          "Answers that reported usage.pic.",
+                          st->usage_reports);
+    p = ngx_sprintf(p, "# HELP pic_prompt_tokens_total Prompt tokens of those "
+                    "answers by source.\n# TYPE pic_prompt_tokens_total "
+                    "counter\npic_prompt_tokens_total{source=\"exact\"} %uA\n"
+                    "pic_prompt_tokens_total{source=\"pic\"} %uA\n"
+                    "pic_prompt_tokens_total{source=\"recomputed\"} %uA\n",
+                    st->tokens_exact, st->tokens_pic, st->tokens_recomputed);
 
     p = ngx_cpymem(p, "# HELP pic_ttft_milliseconds Time to first byte of "
                    "the answer.\n# TYPE pic_ttft_milliseconds histogram\n",

@@ -18,7 +18,8 @@ serve_usage(FILE *f)
         "  --host IP               listen address (default 127.0.0.1)\n"
         "  --port N                listen port (default 8000; 0 picks a free port)\n"
         "  --id NAME               engine id for status and the index (default engine-PORT)\n"
-        "  --port-file PATH        write the bound port to PATH once listening\n"
+        "  --port-file PATH        write the bound port to PATH once ready (the model\n"
+        "                          loaded; /healthz answers 503 \"loading\" until then)\n"
         "  --served-model-name S   model id in responses (default: the directory's name)\n"
         "  --template NAME         chat template: qwen3 or qwen3.5 (default: from the model)\n"
         "  --marker S              document delimiter in prompts (default <|pic_sep|>)\n"
@@ -54,7 +55,9 @@ serve_usage(FILE *f)
         "  --script FILE           scripted replies for tests and demos of models that cannot\n"
         "                          decide (JSON [{\"when\": S, \"reply\": T}]: a request whose\n"
         "                          last message contains S generates T, token by token through\n"
-        "                          the model, then stops)\n");
+        "                          the model, then stops)\n"
+        "  --load-hold FILE        tests: pause the model load after its first tensor\n"
+        "                          while FILE exists\n");
 }
 
 /* Parse a non-negative integer no larger than max; -1 on error. */
@@ -78,7 +81,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_CTX, OPT_MAXTOK, OPT_TIMEOUT, OPT_MAXBODY, OPT_REDIS, OPT_ADVERTISE,
         OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_WEIGHTS, OPT_MINSEG,
         OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT,
-        OPT_PBYTES, OPT_PBLOCK, OPT_CKPT,
+        OPT_PBYTES, OPT_PBLOCK, OPT_CKPT, OPT_HOLD,
     };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -115,6 +118,7 @@ pic_cmd_serve(int argc, char **argv)
         { "prefix-bytes", required_argument, NULL, OPT_PBYTES },
         { "prefix-block", required_argument, NULL, OPT_PBLOCK },
         { "checkpoints", required_argument, NULL, OPT_CKPT },
+        { "load-hold", required_argument, NULL, OPT_HOLD },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -151,6 +155,7 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_NOBATCH: opts.no_batch_decode = 1; continue;
         case OPT_SECRET: opts.pool_secret_file = optarg; continue;
         case OPT_SCRIPT: opts.script = optarg; continue;
+        case OPT_HOLD: opts.load_hold = optarg; continue;
         case 'h': serve_usage(stdout); return 0;
         case 'p': case 't': case OPT_WORKERS: case OPT_BATCH: case OPT_QUEUE: case OPT_CTX:
         case OPT_MAXTOK: case OPT_TIMEOUT: case OPT_MAXBODY: case OPT_HEARTBEAT:

@@ -157,6 +157,31 @@ pic_model *pic_model_load(const char *dir, char *err, size_t errlen);
 pic_model *pic_model_load_as(const char *dir, pic_weights_format f,
                              char *err, size_t errlen);
 
+/* What a load has done so far (pic_model_load_progress): the loading
+ * thread writes the counters, any thread may read them with
+ * pic_load_progress_get; another thread sets cancel to make the load fail
+ * at its next tensor.  Totals cover the text model's tensors as the
+ * safetensors headers list them (vision and MTP tensors are skipped). */
+typedef struct {
+    uint64_t    bytes_done, bytes_total;
+    uint32_t    tensors_done, tensors_total;
+    int         cancel;         /* atomic: set to stop the load */
+    const char *hold;           /* tests: after the first tensor, wait while
+                                 * this file exists (NULL: never) */
+} pic_load_progress;
+
+/* pic_model_load_as that reports into p (NULL: as pic_model_load_as) and
+ * prints progress lines to stderr: the totals, at most one line per
+ * PIC_LOAD_LINE_MS while loading, and the counts at the end. */
+pic_model *pic_model_load_progress(const char *dir, pic_weights_format f,
+                                   pic_load_progress *p, char *err,
+                                   size_t errlen);
+
+#define PIC_LOAD_LINE_MS 250
+
+/* A consistent-enough snapshot of p's counters into out (any thread). */
+void pic_load_progress_get(const pic_load_progress *p, pic_load_progress *out);
+
 /* Release everything pic_model_load allocated (NULL is fine). */
 void pic_model_free(pic_model *m);
 

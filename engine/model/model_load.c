@@ -16,6 +16,7 @@
 #include "model.h"
 #include "model_config.h"
 #include "pic_buf.h"
+#include "pic_time.h"
 #include "safetensors.h"
 
 #include <stdarg.h>
@@ -23,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #define LD_MAX_CONFIG      (16u << 20)
@@ -46,8 +49,13 @@ typedef struct {
     unsigned char *used;            /* [pic_st_count] tensor consumed */
     uint64_t       total;           /* bytes of text-model tensors */
     uint64_t       done;
-    int            report;          /* print progress (big checkpoint) */
-    int            next_pct;
+    uint64_t      *got;             /* [pic_st_count] bytes read per tensor */
+    uint32_t       n_tensors;       /* text-model tensors */
+    uint32_t       n_done;          /* ... read whole (or tied, not needed) */
+    int            report;          /* print progress (big checkpoint, serve) */
+    int            held;            /* the test hold was passed */
+    int64_t        t0, t_line;      /* load start, last progress line (ns) */
+    pic_load_progress *prog;        /* shared counters, or NULL */
     pic_wtype      wt;              /* storage of the big matrices */
     float         *chunk;           /* (LD_CHUNK) conversion buffer */
     char          *err;
@@ -108,23 +116,61 @@ ld_floats(ld_ctx *L, uint64_t n)
 
 /* --- tensors --- */
 
+/* One progress line: tensors and bytes done / total. */
 static void
-ld_progress(ld_ctx *L, uint64_t bytes)
+ld_line(ld_ctx *L, const char *what)
 {
-    int pct;
+    L->t_line = pic_now_ns();
+    fprintf(stderr, "pic_model_load: %s %u/%u tensors, %llu/%llu bytes "
+            "(%.0f%%, %.1f s)\n", what, L->n_done, L->n_tensors,
+            (unsigned long long) L->done, (unsigned long long) L->total,
+            L->total ? 100.0 * (double) L->done / (double) L->total : 100.0,
+            (double) (L->t_line - L->t0) * 1e-9);
+}
+
+
+/* bytes more of tensor t are in (t NULL: none); publish, print at most one
+ * line per PIC_LOAD_LINE_MS, honour cancel and the test hold; -1 when the
+ * load was cancelled. */
+static int
+ld_progress(ld_ctx *L, const pic_st_tensor *t, uint64_t bytes)
+{
+    pic_load_progress *p = L->prog;
+    size_t             i;
 
     L->done += bytes;
-    if (!L->report || L->total == 0) {
-        return;
-    }
-    pct = (int) (100.0 * (double) L->done / (double) L->total);
-    if (pct >= L->next_pct) {
-        fprintf(stderr, "pic_model_load: %3d%% (%.2f / %.2f GB)\n", pct,
-                L->done / 1e9, L->total / 1e9);
-        while (L->next_pct <= pct) {
-            L->next_pct += 10;
+    if (t != NULL) {
+        i = (size_t) (t - pic_st_get(L->st, 0));
+        L->got[i] += bytes;
+        if (L->got[i] == t->nbytes && bytes > 0) {
+            L->n_done++;
         }
     }
+    if (p != NULL) {
+        __atomic_store_n(&p->bytes_done, L->done, __ATOMIC_RELAXED);
+        __atomic_store_n(&p->tensors_done, L->n_done, __ATOMIC_RELAXED);
+        if (__atomic_load_n(&p->cancel, __ATOMIC_RELAXED)) {
+            ld_err(L, "%s: load cancelled", L->m->dir);
+            return -1;
+        }
+        if (p->hold != NULL && !L->held && L->n_done >= 1) {
+            struct timespec ts = { 0, 10 * 1000000 };
+
+            L->held = 1;
+            ld_line(L, "held at");
+            while (access(p->hold, F_OK) == 0
+                   && !__atomic_load_n(&p->cancel, __ATOMIC_RELAXED))
+            {
+                nanosleep(&ts, NULL);
+            }
+        }
+    }
+    if (L->report
+        && pic_now_ns() - L->t_line >= (int64_t) PIC_LOAD_LINE_MS * 1000000)
+    {
+        ld_line(L, "loading");
+    }
+    return 0;
 }
 
 
@@ -200,8 +246,7 @@ ld_read(ld_ctx *L, const pic_st_tensor *t, uint64_t first, uint64_t n,
         ld_err(L, "%s", e);
         return -1;
     }
-    ld_progress(L, n * (t->nbytes / (t->numel ? t->numel : 1)));
-    return 0;
+    return ld_progress(L, t, n * (t->nbytes / (t->numel ? t->numel : 1)));
 }
 
 
@@ -757,7 +802,7 @@ ld_fingerprint(ld_ctx *L, const char *config, size_t config_len,
     for (i = 0; i < nf; i++) {
         const uint8_t *p = pic_st_file_bytes(L->st, i, &len);
 
-        if (L->report) {
+        if (L->report && len > LD_PROGRESS_BYTES) {
             fprintf(stderr, "pic_model_load: hashing %s (%zu/%zu, %.2f GB)\n",
                     pic_st_file_path(L->st, i), i + 1, nf, len / 1e9);
         }
@@ -872,6 +917,25 @@ pic_model *
 pic_model_load_as(const char *dir, pic_weights_format f, char *err,
                   size_t errlen)
 {
+    return pic_model_load_progress(dir, f, NULL, err, errlen);
+}
+
+
+void
+pic_load_progress_get(const pic_load_progress *p, pic_load_progress *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->bytes_total = __atomic_load_n(&p->bytes_total, __ATOMIC_RELAXED);
+    out->tensors_total = __atomic_load_n(&p->tensors_total, __ATOMIC_RELAXED);
+    out->bytes_done = __atomic_load_n(&p->bytes_done, __ATOMIC_RELAXED);
+    out->tensors_done = __atomic_load_n(&p->tensors_done, __ATOMIC_RELAXED);
+}
+
+
+pic_model *
+pic_model_load_progress(const char *dir, pic_weights_format f,
+                        pic_load_progress *p, char *err, size_t errlen)
+{
     const pic_st_tensor *t;
     pic_config          *c;
     pic_model           *m;
@@ -880,9 +944,11 @@ pic_model_load_as(const char *dir, pic_weights_format f, char *err,
     size_t               config_len, tok_len, i, n, len;
     char                *config = NULL, *tok = NULL, name[512], e[1024];
     char                 path[4096 + 64];
-    int                  bad, li;
+    int                  bad, li, big;
 
     memset(&L, 0, sizeof(L));
+    L.prog = p;
+    L.t0 = pic_now_ns();
     L.err = err;
     L.errlen = errlen;
     if (err != NULL && errlen > 0) {
@@ -937,7 +1003,8 @@ pic_model_load_as(const char *dir, pic_weights_format f, char *err,
     }
     n = pic_st_count(L.st);
     L.used = calloc(n ? n : 1, 1);
-    if (L.used == NULL) {
+    L.got = calloc(n ? n : 1, sizeof(*L.got));
+    if (L.used == NULL || L.got == NULL) {
         ld_err(&L, "out of memory");
         goto fail;
     }
@@ -946,8 +1013,8 @@ pic_model_load_as(const char *dir, pic_weights_format f, char *err,
         pic_st_file_bytes(L.st, i, &len);
         file_bytes += len;
     }
-    L.report = file_bytes > LD_PROGRESS_BYTES;
-    L.next_pct = 10;
+    big = file_bytes > LD_PROGRESS_BYTES;
+    L.report = big || p != NULL;
 
     /* Qwen3.5 wrappers nest the text model under model.language_model. */
     L.prefix = pic_st_find(L.st, "model.language_model.embed_tokens.weight")
@@ -959,12 +1026,19 @@ pic_model_load_as(const char *dir, pic_weights_format f, char *err,
                 || strcmp(t->name, "lm_head.weight") == 0))
         {
             L.total += t->nbytes;
+            L.n_tensors++;
         }
+    }
+    if (p != NULL) {
+        __atomic_store_n(&p->bytes_total, L.total, __ATOMIC_RELAXED);
+        __atomic_store_n(&p->tensors_total, L.n_tensors, __ATOMIC_RELAXED);
     }
     if (L.report) {
         fprintf(stderr, "pic_model_load: %s: %s, %d layers, %zu files, "
-                "%.2f GB of tensors\n", dir, c->model_type, c->n_layers,
-                pic_st_file_count(L.st), L.total / 1e9);
+                "%u tensors, %llu bytes of tensors\n", dir, c->model_type,
+                c->n_layers, pic_st_file_count(L.st), L.n_tensors,
+                (unsigned long long) L.total);
+        L.t_line = pic_now_ns();
     }
     if (ld_fingerprint(&L, config, config_len, tok, tok_len) != 0) {
         goto fail;
@@ -997,7 +1071,10 @@ pic_model_load_as(const char *dir, pic_weights_format f, char *err,
     }
     if (c->tie_embeddings) {
         m->w.lm_head = m->w.embed;
-        ld_find(&L, "lm_head.weight");      /* present or not, unused */
+        t = ld_find(&L, "lm_head.weight");  /* present or not, unused */
+        if (t != NULL && ld_progress(&L, t, t->nbytes) != 0) {
+            goto fail;
+        }
     } else {
         if (pic_st_find(L.st, "lm_head.weight") == NULL) {
             ld_err(&L, "%s: missing tensor 'lm_head.weight' "
@@ -1019,6 +1096,7 @@ pic_model_load_as(const char *dir, pic_weights_format f, char *err,
 
     ld_warn_unused(&L);
     if (L.report) {
+        ld_line(&L, "loaded");
         fprintf(stderr, "pic_model_load: %s: %.2f GB held (%s), fingerprint "
                 "%016llx\n", dir, m->weight_bytes / 1e9, pic_wtype_name(L.wt),
                 (unsigned long long) m->fingerprint);
@@ -1026,6 +1104,7 @@ pic_model_load_as(const char *dir, pic_weights_format f, char *err,
     pic_st_close(L.st);
     free(L.chunk);
     free(L.used);
+    free(L.got);
     free(config);
     free(tok);
     return m;
@@ -1034,6 +1113,7 @@ fail:
     pic_st_close(L.st);
     free(L.chunk);
     free(L.used);
+    free(L.got);
     free(config);
     free(tok);
     pic_model_free(m);

@@ -755,6 +755,23 @@ pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
             cJSON_AddArrayToObject(doc, "choices");
             cJSON_AddItemToObject(doc, "usage", pic_oai_usage(u));
             pic_oai_sse(c, doc);
+        } else if (c->from_gateway) {
+            /* the gateway's per-request history reads usage.pic; clients
+             * ignore SSE comments */
+            pic_buf line;
+            char   *s;
+
+            doc = cJSON_CreateObject();
+            cJSON_AddItemToObject(doc, "usage", pic_oai_usage(u));
+            s = cJSON_PrintUnformatted(doc);
+            cJSON_Delete(doc);
+            pic_buf_init(&line);
+            pic_buf_printf(&line, ": %s\n\n", s ? s : "{}");
+            if (s != NULL && !line.oom) {
+                pic_oai_sse_raw(c, line.data);
+            }
+            pic_buf_free(&line);
+            free(s);
         }
         pic_oai_release_conn(c);
         pic_oai_sse_raw(c, "data: [DONE]\n\n");
@@ -1482,6 +1499,7 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     c->authenticated = authenticated;
     c->stream = r.stream;
     c->include_usage = r.stream && r.include_usage;
+    c->from_gateway = cJSON_GetObjectItemCaseSensitive(r.root, "pic") != NULL;
     pic_oai_make_id(c->id, sizeof(c->id), kind == PIC_REQ_CHAT ? "chatcmpl-" : "cmpl-");
     if (kind == PIC_REQ_CHAT && r.tools != NULL && r.tool_choice != PIC_TOOL_CHOICE_NONE) {
         c->tools = cJSON_Duplicate(r.tools, 1);

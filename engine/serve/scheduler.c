@@ -170,7 +170,36 @@ pic_job_take(pic_job *j, pic_job_update *u)
     return changed;
 }
 
+void
+pic_job_progress_get(pic_job *j, pic_job_progress *p)
+{
+    pthread_mutex_lock(&j->mu);
+    p->started = j->started;
+    p->n_prompt = j->n_prompt_tokens;
+    p->n_prefilled = j->n_prefilled;
+    p->n_cached = j->n_cached;
+    p->n_gen = j->n_gen;
+    pthread_mutex_unlock(&j->mu);
+}
+
 /* --- publishing (worker side) --- */
+
+/* Prefill progress: n prompt positions are in the job's state. */
+static void
+pic_job_prefilled(pic_job *j, int n)
+{
+    pthread_mutex_lock(&j->mu);
+    j->n_prefilled = n;
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Prompt positions a plan job has in its state: restored from the tree,
+ * then the exact run's; the rest arrives with the assembly (DONE). */
+static int
+pic_plan_job_prefilled(const pic_plan_job *pj)
+{
+    return pj->phase >= 2 ? pj->pos : pj->phase == 1 ? pj->resume : 0;
+}
 
 static void
 pic_sched_count(pic_sched *s, uint64_t *field, uint64_t n)
@@ -640,6 +669,7 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
         pthread_mutex_unlock(&j->mu);
     }
     if (rc == PIC_PLAN_MORE) {
+        pic_job_prefilled(j, pic_plan_job_prefilled(pj));
         pic_sched_count(s, &s->st.prefill_steps, 1);
         return 0;
     }
@@ -655,6 +685,7 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
         q->max_gen = j->max_tokens;
     }
     pthread_mutex_lock(&j->mu);
+    j->n_prefilled = pj->n_prompt;
     j->n_cached = pj->n_cached;
     j->n_exact = pj->n_exact;
     j->n_pic = pj->n_pic;
@@ -818,6 +849,7 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
             goto released;
         }
         q->n_fed += n;
+        pic_job_prefilled(j, q->n_fed);
         if (!last) {
             return 1;
         }
@@ -1031,6 +1063,9 @@ pic_worker_main(void *arg)
             pic_state_reset(w->st[k]);
             j->seq->st = w->st[k];
             j->seq->slot = k;
+            pthread_mutex_lock(&j->mu);     /* lock order: qmu, then mu */
+            j->started = 1;
+            pthread_mutex_unlock(&j->mu);
             j->t_start_ns = pic_now_ns();
             w->run[k] = j;
             s->running++;

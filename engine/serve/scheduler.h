@@ -97,6 +97,9 @@ typedef struct pic_job {
     int                n_exact;     /* of which resumed exactly from the prefix tree */
     int                n_pic;       /* of which composed from PIC entries */
     int                n_gen;       /* tokens generated so far */
+    int                n_prefilled; /* prompt positions in the state so far (restored
+                                     * from a cache or computed): prefill progress */
+    int                started;     /* a worker took it from the queue */
     pic_token_logprob *lp;          /* (n_lp) logprobs since the last take */
     int                n_lp;
     size_t             cap_lp;
@@ -205,6 +208,17 @@ void pic_job_stop(pic_job *j);
 /* Move the job's news into u; returns 1 if anything changed since the last
  * take, else 0.  u->text and u->lp must be freed by the caller. */
 int pic_job_take(pic_job *j, pic_job_update *u);
+
+/* Where a job stands, for /status (any thread; takes nothing). */
+typedef struct {
+    int started;                    /* out of the wait queue */
+    int n_prompt;                   /* prompt tokens, 0 until tokenized */
+    int n_prefilled;                /* of which in the state so far */
+    int n_cached;                   /* of which from caches (once assembled) */
+    int n_gen;                      /* tokens generated */
+} pic_job_progress;
+
+void pic_job_progress_get(pic_job *j, pic_job_progress *p);
 
 
 #endif /* PIC_SCHEDULER_H */

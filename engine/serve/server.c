@@ -7,9 +7,15 @@
  * thread-safe after evthread_use_pthreads); the OpenAI endpoints live in
  * http_openai.c, the Redis registration in registry.c.
  *
+ * Start-up: the socket is bound first, then a loader thread loads the
+ * model (progress lines on stderr, counters in srv->load) while the loop
+ * answers /healthz and /status with 503 "loading" and everything else with
+ * an OpenAI-shaped 503 model_loading; once it is done the loop joins it,
+ * registers in Redis, writes the port file and serves.
+ *
  * Routes:
  *   POST /v1/chat/completions, POST /v1/completions, GET /v1/models
- *   GET  /healthz   liveness: {"status":"ok"}
+ *   GET  /healthz   {"status":"ok"} once ready, 503 {"status":"loading"} before
  *   GET  /status    JSON: model, scheduler, HTTP counters, registration
  *   GET  /metrics   Prometheus text
  *   GET  /v1/pic/segments/{key}, POST /v1/pic/prefill   engine to engine (http_peer.c)
@@ -36,6 +42,7 @@
 #include <xxhash.h>
 
 #include "pic_kernels.h"
+#include "pic_time.h"
 #include "server_impl.h"
 
 /* --- responses --- */
@@ -167,15 +174,66 @@ pic_server_load(void *arg, pic_registry_load *out)
     out->queued = st.queued;
 }
 
+/* The load's progress as {"tensors_done", ..., "seconds"}. */
+static cJSON *
+pic_server_loading_doc(pic_server *srv)
+{
+    cJSON             *o = cJSON_CreateObject();
+    pic_load_progress  p;
+
+    pic_load_progress_get(&srv->load, &p);
+    cJSON_AddNumberToObject(o, "tensors_done", p.tensors_done);
+    cJSON_AddNumberToObject(o, "tensors_total", p.tensors_total);
+    cJSON_AddNumberToObject(o, "bytes_done", (double) p.bytes_done);
+    cJSON_AddNumberToObject(o, "bytes_total", (double) p.bytes_total);
+    cJSON_AddNumberToObject(o, "seconds", (double) (time(NULL) - srv->started));
+    return o;
+}
+
 static void
 pic_endpoint_healthz(pic_server *srv, struct evhttp_request *req)
 {
     cJSON *doc = cJSON_CreateObject();
 
-    cJSON_AddStringToObject(doc, "status", "ok");
+    cJSON_AddStringToObject(doc, "status", srv->loading ? "loading" : "ok");
     cJSON_AddStringToObject(doc, "id", srv->opts->id);
-    cJSON_AddBoolToObject(doc, "model_loaded", srv->model != NULL);
-    pic_reply_json(req, 200, doc);
+    cJSON_AddBoolToObject(doc, "model_loaded", !srv->loading && srv->model != NULL);
+    if (srv->loading) {
+        cJSON_AddItemToObject(doc, "loading", pic_server_loading_doc(srv));
+    }
+    pic_reply_json(req, srv->loading ? 503 : 200, doc);
+}
+
+/* Each request in flight: where its job stands (prefill done / total). */
+static cJSON *
+pic_server_live_doc(pic_server *srv)
+{
+    cJSON            *arr = cJSON_CreateArray(), *o, *p;
+    pic_job_progress  jp;
+    int64_t           now = pic_now_ns();
+
+    for (pic_oai_ctx *c = srv->live; c != NULL; c = c->next) {
+        if (c->job == NULL) {
+            continue;
+        }
+        pic_job_progress_get(c->job, &jp);
+        o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", c->id);
+        cJSON_AddStringToObject(o, "kind", c->binary ? "peer_prefill"
+                                : c->kind == PIC_REQ_CHAT ? "chat" : "completion");
+        cJSON_AddBoolToObject(o, "stream", c->stream);
+        cJSON_AddStringToObject(o, "state", !jp.started ? "queued"
+                                : jp.n_prompt == 0 || jp.n_prefilled < jp.n_prompt
+                                ? "prefill" : "decode");
+        p = cJSON_AddObjectToObject(o, "prefill");
+        cJSON_AddNumberToObject(p, "done", jp.n_prefilled);
+        cJSON_AddNumberToObject(p, "total", jp.n_prompt);
+        cJSON_AddNumberToObject(o, "cached_tokens", jp.n_cached);
+        cJSON_AddNumberToObject(o, "generated_tokens", jp.n_gen);
+        cJSON_AddNumberToObject(o, "age_ms", (double) (now - c->t0_ns) * 1e-6);
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
 }
 
 static void
@@ -198,6 +256,15 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
     }
     cJSON_AddNumberToObject(doc, "requests", (double) srv->hs.requests);
     cJSON_AddNumberToObject(doc, "errors", (double) srv->hs.errors);
+    cJSON_AddStringToObject(doc, "status", srv->loading ? "loading" : "ok");
+    if (srv->loading) {
+        /* nothing below exists yet: the gateway's probe sees a 503 and
+         * keeps the engine out of rotation until it is ready */
+        cJSON_AddItemToObject(doc, "loading", pic_server_loading_doc(srv));
+        cJSON_AddNullToObject(doc, "model");
+        pic_reply_json(req, 503, doc);
+        return;
+    }
 
     if (srv->model) {
         o = cJSON_AddObjectToObject(doc, "model");
@@ -328,6 +395,8 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         cJSON_AddNumberToObject(o, "budget", (double) px.budget);
     }
 
+    cJSON_AddItemToObject(doc, "requests_in_flight", pic_server_live_doc(srv));
+
     if (srv->reg) {
         cJSON_AddItemToObject(doc, "registry", pic_registry_status(srv->reg));
     } else {
@@ -366,6 +435,18 @@ pic_endpoint_metrics(pic_server *srv, struct evhttp_request *req)
                "Clients gone before the end of their answer.", "%llu",
                (unsigned long long) srv->hs.disconnects);
     PIC_METRIC("pic_engine_in_flight", "gauge", "Requests in flight.", "%d", srv->n_live);
+    PIC_METRIC("pic_engine_loading", "gauge", "1 while the model loads.", "%d",
+               srv->loading);
+    if (srv->loading) {
+        pic_load_progress p;
+
+        pic_load_progress_get(&srv->load, &p);
+        PIC_METRIC("pic_engine_load_bytes_done", "gauge", "Tensor bytes loaded.", "%llu",
+                   (unsigned long long) p.bytes_done);
+        PIC_METRIC("pic_engine_load_bytes_total", "gauge", "Tensor bytes to load.", "%llu",
+                   (unsigned long long) p.bytes_total);
+        goto send;
+    }
     if (srv->sched) {
         pic_sched_stats_get(srv->sched, &st);
         PIC_METRIC("pic_engine_running", "gauge", "Sequences computing.", "%d", st.running);
@@ -413,6 +494,7 @@ pic_endpoint_metrics(pic_server *srv, struct evhttp_request *req)
                    "Segments registered in the index.", "%zu",
                    pic_registry_seg_count(srv->reg));
     }
+send:
 #undef PIC_METRIC
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4; charset=utf-8");
@@ -441,6 +523,11 @@ pic_dispatch(struct evhttp_request *req, void *arg)
         pic_endpoint_status(srv, req);
     } else if (!strcmp(path, "/metrics") && get) {
         pic_endpoint_metrics(srv, req);
+    } else if (srv->loading) {
+        pic_count_error(srv, 503);
+        pic_reply_json(req, 503, pic_error_doc(503, "server_error", NULL, "model_loading",
+                                               "the model is still loading; retry when "
+                                               "/healthz answers 200"));
     } else if (!strcmp(path, "/v1/models") && get) {
         pic_oai_models(srv, req);
     } else if (!strcmp(path, "/v1/chat/completions") && cmd == EVHTTP_REQ_POST) {
@@ -655,18 +742,20 @@ pic_server_load_model(pic_server *srv)
     const char            *base;
     int                    cores = (int) sysconf(_SC_NPROCESSORS_ONLN);
 
-    if (o->weights != NULL) {
-        pic_weights_format wf;
+    pic_weights_format     wf = PIC_WEIGHTS_AUTO;
+    const char            *wname = o->weights ? o->weights : getenv("PIC_WEIGHTS");
 
-        if (pic_weights_parse(o->weights, &wf) != 0) {
+    if (wname != NULL && wname[0] != '\0' && pic_weights_parse(wname, &wf) != 0) {
+        if (o->weights != NULL) {
             fprintf(stderr, "pic-engine[%s]: --weights must be auto, f32, bf16 "
                     "or q8\n", o->id);
             return -1;
         }
-        srv->model = pic_model_load_as(o->model_dir, wf, err, sizeof(err));
-    } else {
-        srv->model = pic_model_load(o->model_dir, err, sizeof(err));
+        fprintf(stderr, "pic-engine[%s]: PIC_WEIGHTS=%s is not auto, f32, bf16 or q8; "
+                "using auto\n", o->id, wname);
     }
+    srv->load.hold = o->load_hold;
+    srv->model = pic_model_load_progress(o->model_dir, wf, &srv->load, err, sizeof(err));
     if (srv->model == NULL) {
         fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
         return -1;
@@ -747,6 +836,75 @@ pic_server_load_model(pic_server *srv)
 
 /* --- run --- */
 
+/* Ready to serve (model loaded or none asked for): register in Redis, write
+ * the port file; 0 or -1. */
+static int
+pic_server_ready(pic_server *srv)
+{
+    const pic_server_opts *opts = srv->opts;
+
+    if (opts->redis) {
+        pic_registry_opts ro;
+        char              err[256];
+
+        memset(&ro, 0, sizeof(ro));
+        ro.redis = opts->redis;
+        ro.id = opts->id;
+        ro.addr = srv->addr;
+        ro.version = PIC_ENGINE_VERSION;
+        ro.model_fp = srv->model ? strtoull(srv->key_fp, NULL, 16) : 0;
+        ro.heartbeat_ms = opts->heartbeat_ms;
+        ro.ttl_s = opts->registry_ttl_s;
+        ro.load = pic_server_load;
+        ro.load_arg = srv;
+        srv->reg = pic_registry_init(srv->base, &ro, err, sizeof(err));
+        if (srv->reg == NULL) {
+            fprintf(stderr, "pic-engine[%s]: %s\n", opts->id, err);
+            return -1;
+        }
+        srv->plan.reg = srv->reg;   /* before any request: workers read it */
+    }
+
+    if (opts->port_file) {
+        FILE *f = fopen(opts->port_file, "w");
+        if (f == NULL || fprintf(f, "%d\n", srv->port) < 0 || fclose(f) != 0) {
+            fprintf(stderr, "%s: cannot write %s\n", __func__, opts->port_file);
+            return -1;
+        }
+    }
+    fprintf(stderr, "pic-engine[%s]: ready on http://%s:%d\n", opts->id, opts->host,
+            srv->port);
+    return 0;
+}
+
+/* The loader thread: the model, then the loop's wake-up. */
+static void *
+pic_server_loader(void *arg)
+{
+    pic_server *srv = arg;
+
+    srv->load_rc = pic_server_load_model(srv);
+    event_active(srv->loaded, EV_READ, 0);
+    return NULL;
+}
+
+/* The loader finished (loop thread): serve, or stop on failure. */
+static void
+pic_on_loaded(evutil_socket_t fd, short what, void *arg)
+{
+    pic_server *srv = arg;
+
+    (void) fd;
+    (void) what;
+    pthread_join(srv->loader, NULL);
+    srv->loader_started = 0;
+    srv->loading = 0;
+    if (srv->load_rc != 0 || pic_server_ready(srv) != 0) {
+        srv->failed = 1;
+        event_base_loopexit(srv->base, NULL);
+    }
+}
+
 int
 pic_server_run(const pic_server_opts *opts)
 {
@@ -788,9 +946,6 @@ pic_server_run(const pic_server_opts *opts)
         fprintf(stderr, "pic-engine[%s]: no --pool-secret-file: peer endpoints and plans "
                 "are unauthenticated (trusted network only)\n", opts->id);
     }
-    if (opts->model_dir != NULL && pic_server_load_model(&srv) != 0) {
-        goto done;
-    }
     srv.transport = pic_transport_tcp_new(srv.base, &srv.auth, opts->max_frame_bytes);
 
     bs = evhttp_bind_socket_with_handle(srv.http, opts->host, (ev_uint16_t) opts->port);
@@ -806,36 +961,6 @@ pic_server_run(const pic_server_opts *opts)
         snprintf(srv.addr, sizeof(srv.addr), "%s:%d", opts->host, srv.port);
     }
 
-    if (opts->redis) {
-        pic_registry_opts ro;
-        char              err[256];
-
-        memset(&ro, 0, sizeof(ro));
-        ro.redis = opts->redis;
-        ro.id = opts->id;
-        ro.addr = srv.addr;
-        ro.version = PIC_ENGINE_VERSION;
-        ro.model_fp = srv.model ? strtoull(srv.key_fp, NULL, 16) : 0;
-        ro.heartbeat_ms = opts->heartbeat_ms;
-        ro.ttl_s = opts->registry_ttl_s;
-        ro.load = pic_server_load;
-        ro.load_arg = &srv;
-        srv.reg = pic_registry_init(srv.base, &ro, err, sizeof(err));
-        if (srv.reg == NULL) {
-            fprintf(stderr, "pic-engine[%s]: %s\n", opts->id, err);
-            goto done;
-        }
-        srv.plan.reg = srv.reg;     /* before any request: workers read it */
-    }
-
-    if (opts->port_file) {
-        FILE *f = fopen(opts->port_file, "w");
-        if (f == NULL || fprintf(f, "%d\n", srv.port) < 0 || fclose(f) != 0) {
-            fprintf(stderr, "%s: cannot write %s\n", __func__, opts->port_file);
-            goto done;
-        }
-    }
-
     sigint = evsignal_new(srv.base, SIGINT, pic_on_signal, &srv);
     sigterm = evsignal_new(srv.base, SIGTERM, pic_on_signal, &srv);
     event_add(sigint, NULL);
@@ -843,10 +968,29 @@ pic_server_run(const pic_server_opts *opts)
 
     fprintf(stderr, "pic-engine[%s]: listening on http://%s:%d\n", opts->id, opts->host,
             srv.port);
+    if (opts->model_dir != NULL) {
+        srv.loaded = event_new(srv.base, -1, 0, pic_on_loaded, &srv);
+        srv.loading = 1;
+        if (srv.loaded == NULL
+            || pthread_create(&srv.loader, NULL, pic_server_loader, &srv) != 0) {
+            fprintf(stderr, "%s: cannot start the model loader\n", __func__);
+            srv.loading = 0;
+            goto done;
+        }
+        srv.loader_started = 1;
+    } else if (pic_server_ready(&srv) != 0) {
+        goto done;
+    }
     event_base_dispatch(srv.base);
-    rc = 0;
+    rc = srv.failed;
 
 done:
+    if (srv.loader_started) {
+        /* stopped while loading: the load fails at its next tensor */
+        __atomic_store_n(&srv.load.cancel, 1, __ATOMIC_RELAXED);
+        pthread_join(srv.loader, NULL);
+        srv.loading = 0;
+    }
     srv.stopping = 1;
     pic_sched_free(srv.sched);          /* every job ends (cancelled) */
     srv.sched = NULL;
@@ -871,6 +1015,9 @@ done:
     }
     if (srv.wake) {
         event_free(srv.wake);
+    }
+    if (srv.loaded) {
+        event_free(srv.loaded);
     }
     if (srv.base) {
         event_base_free(srv.base);

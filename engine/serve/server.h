@@ -15,7 +15,8 @@ typedef struct {
     const char *model_name;     /* served model id; NULL: the directory's name */
     const char *template_name;  /* chat template dialect; NULL: from the model */
     const char *marker;         /* document delimiter in prompts; NULL: default */
-    const char *port_file;      /* write the bound port here when set */
+    const char *port_file;      /* write the bound port here once ready (model
+                                 * loaded) when set */
     int         threads;        /* OpenMP threads per worker; 0: cores / workers */
     int         workers;        /* compute threads; 0: 1 */
     int         max_batch;      /* running sequences per worker; 0: 8 */
@@ -43,6 +44,8 @@ typedef struct {
     uint64_t    max_frame_bytes;/* largest entry frame accepted from a peer */
     const char *script;         /* scripted replies (JSON file, tests and demos of
                                  * random-weight models); NULL: none */
+    const char *load_hold;      /* tests: the model load waits after its first
+                                 * tensor while this file exists; NULL: never */
 } pic_server_opts;
 
 /* Run the server until SIGINT/SIGTERM; returns a process exit status. */

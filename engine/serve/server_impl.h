@@ -6,6 +6,7 @@
 #ifndef PIC_SERVER_IMPL_H
 #define PIC_SERVER_IMPL_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -68,7 +69,17 @@ typedef struct pic_server {
     int                    stopping;
     char                   addr[128];       /* advertised host:port */
 
-    pic_model             *model;           /* NULL: no model (503 for inference) */
+    int                    loading;         /* the loader thread runs: only health,
+                                             * status and metrics answer (503) */
+    pic_load_progress      load;            /* its progress (any thread reads) */
+    pthread_t              loader;
+    int                    loader_started;  /* not yet joined */
+    int                    load_rc;         /* the loader's result, after the join */
+    int                    failed;          /* the load or start-up failed: exit 1 */
+    struct event          *loaded;          /* the loader finished */
+    pic_model             *model;           /* NULL: no model (503 for inference); the
+                                             * loader fills this and what follows
+                                             * until ready, read only once loaded */
     pic_tokenizer         *tok;
     char                   model_name[256]; /* served model id */
     pic_template_dialect   dialect;
@@ -106,6 +117,9 @@ struct pic_oai_ctx {
     pic_req_kind              kind;
     int                       stream;
     int                       include_usage;
+    int                       from_gateway;     /* the body carried a "pic" plan: a
+                                                 * stream without usage still ends
+                                                 * with a ": usage" SSE comment */
     int                       headers_sent;
     int                       gone;             /* the client went away */
     int                       detached;         /* evhttp dropped the connection */

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -144,3 +145,109 @@ def test_browser_accept_header_gets_the_dashboard(procs):
     code, hdrs, body = harness.http("GET", ngx.url + "/pic/status",
                                     headers={"Accept": "application/openmetrics-text"})
     assert hdrs["Content-Type"].startswith("text/plain") and b"pic_requests_total" in body
+
+
+class Cols(html.parser.HTMLParser):
+    """The history chart's columns: attributes of each div.col, by chart id."""
+
+    def __init__(self):
+        super().__init__()
+        self.cols, self.stack = {}, []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get("id"):
+            self.stack.append(a["id"])
+        elif tag == "div" and "col" in (a.get("class") or "").split() and self.stack:
+            self.cols.setdefault(self.stack[-1], []).append(a)
+
+    def handle_endtag(self, tag):
+        pass
+
+
+TINY = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
+
+
+def sse_usage(raw):
+    """usage.pic of a streamed answer: from a data chunk, else the comment line."""
+    found = None
+    for line in raw.decode().splitlines():
+        if line.startswith("data: {"):
+            u = json.loads(line[6:]).get("usage")
+            found = u["pic"] if u else found
+        elif line.startswith(": {"):
+            found = json.loads(line[2:])["usage"]["pic"]
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir(TINY), reason="fixture models missing")
+def test_dashboard_history_chart_matches_the_json(procs, logdir):
+    """Real requests through nginx to an engine: each answer's usage.pic is
+    collected per request (non-streamed JSON, streamed usage chunk, and the
+    engine's ': usage' comment when the client asked for no usage); the JSON
+    history equals what the clients saw, and the page draws exactly that."""
+    if not CHROMIUM:
+        pytest.skip("chromium is not installed")
+    eng = procs.engine(model=TINY)
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{eng.port}"]))
+    system = {"role": "system", "content": "You answer from the documents. " * 40}
+    msgs = [system, {"role": "user", "content": "first question about the documents"}]
+    seen = []
+    for i, mode in enumerate(["json", "json", "usage", "bare", "json"]):
+        body = {"model": "m", "messages": msgs, "max_tokens": 4}
+        if mode != "json":
+            body["stream"] = True
+        if mode == "usage":
+            body["stream_options"] = {"include_usage": True}
+        code, _, raw = harness.http("POST", ngx.url + "/v1/chat/completions", body=body)
+        assert code == 200, raw
+        if mode == "json":
+            answer = json.loads(raw)
+            usage, text = answer["usage"]["pic"], answer["choices"][0]["message"]["content"]
+        else:
+            usage, text = sse_usage(raw), "streamed"
+            assert (mode == "bare") == (b"\n: {" in raw)    # the comment only without usage
+        seen.append(usage)
+        msgs = msgs + [{"role": "assistant", "content": text or "ok"},
+                       {"role": "user", "content": f"question {i + 2}"}]
+    harness.wait_for(lambda: json.loads(harness.http("GET", ngx.url + "/pic/status")[2])
+                     ["history"]["recorded"] == 5, timeout=5, what="log phase")
+    d = json.loads(harness.http("GET", ngx.url + "/pic/status")[2])
+
+    hist = d["history"]["requests"]
+    assert [{k: h[k + "_tokens"] for k in ("exact", "pic", "recomputed")} for h in hist] \
+        == [{"exact": u["exact_tokens"], "pic": u["pic_tokens"],
+             "recomputed": u["recomputed_tokens"]} for u in seen]
+    assert all(h["status"] == 200 and h["mode"] == "planned" and h["ttft_ms"] is not None
+               and h["engine"] == f"127.0.0.1:{eng.port}" for h in hist)
+    for k in ("exact", "pic", "recomputed"):
+        assert d["tokens"][k] == sum(u[k + "_tokens"] for u in seen)
+    assert d["tokens"]["requests"] == 5 and d["tokens"]["exact"] > 0   # later turns resume
+    prom = harness.http("GET", ngx.url + "/pic/status?format=prometheus")[2].decode()
+    assert f'pic_prompt_tokens_total{{source="exact"}} {d["tokens"]["exact"]}' in prom
+
+    r = chromium(ngx.url + "/pic/status?format=html", logdir, "--dump-dom")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert console_lines(r.stderr) == []
+    p = Ids()
+    p.feed(r.stdout)
+    for k in ("exact", "pic", "recomputed", "requests"):
+        assert num(p.text["tokens-" + k]) == d["tokens"][k]
+    assert num(p.text["history-shown"]) == len(hist) == 5
+    c = Cols()
+    c.feed(r.stdout)
+    bars, ttft = c.cols["history-tokens"], c.cols["history-ttft"]
+    assert [(int(b["data-exact"]), int(b["data-pic"]), int(b["data-recomputed"]),
+             int(b["data-status"]), b["data-engine"]) for b in bars] \
+        == [(h["exact_tokens"], h["pic_tokens"], h["recomputed_tokens"], h["status"],
+             h["engine"]) for h in hist]
+    assert [int(t["data-ttft"]) for t in ttft] == [h["ttft_ms"] for h in hist]
+
+    shot = os.path.join(logdir, "dashboard-history.png")
+    r = chromium(ngx.url + "/pic/status?format=html", logdir, f"--screenshot={shot}",
+                 "--window-size=1280,1400")
+    assert console_lines(r.stderr) == []
+    with open(shot, "rb") as f:
+        png = f.read()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20000
+    assert struct.unpack(">II", png[16:24]) == (1280, 1400)     # IHDR width, height
