@@ -5,10 +5,13 @@
  * only knows it is complete when a byte that cannot continue it arrives,
  * which is then handed to the frame below.
  */
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "grammar.h"
+#include "pic_buf.h"
 
 typedef enum {
     PIC_GF_VALUE = 0,           /* a value is expected */
@@ -17,7 +20,33 @@ typedef enum {
     PIC_GF_STRING,              /* prop: PIC_GS_* mode */
     PIC_GF_NUMBER,
     PIC_GF_LITERAL,             /* prop: 0 true, 1 false, 2 null; st: bytes matched */
+    PIC_GF_CALL,                /* a tool call: st pic_gcall_state, syn, lit; schema
+                                 * the functions, then the parameters */
 } pic_gframe_kind;
+
+/* tool-call states (PIC_GF_CALL) */
+enum {
+    PIC_GC_LIT = 0,             /* matching pic_gcall_lit[lit], g->nbuf bytes so far */
+    PIC_GC_NAME,                /* the function's name (buf) */
+    PIC_GC_START,               /* XML: "<parameter=" or the end (buf) */
+    PIC_GC_KEY,                 /* XML: a parameter's name (buf) */
+    PIC_GC_RAW,                 /* XML: a string value; nbuf bytes of its end tag */
+    PIC_GC_ENUM,                /* XML: an enum value (buf) */
+};
+
+/* the literals of a call, and what follows each */
+enum {
+    PIC_GL_XFN = 0, PIC_GL_NAMENL, PIC_GL_KEYNL, PIC_GL_VEND, PIC_GL_PEND,
+    PIC_GL_JOPEN, PIC_GL_JARGS, PIC_GL_JEND,
+};
+
+static const char *const pic_gcall_lit[] = {
+    "<function=", "\n", "\n", "\n</parameter>\n", "</parameter>\n",
+    "{\"name\": \"", ", \"arguments\": ", "}\n</tool_call>",
+};
+
+#define PIC_GC_PARAM  "<parameter="
+#define PIC_GC_END    "</function>\n</tool_call>"
 
 enum { PIC_GO_FIRST = 0, PIC_GO_KEY, PIC_GO_COLON, PIC_GO_AFTER };     /* object */
 enum { PIC_GA_FIRST = 0, PIC_GA_NEXT, PIC_GA_AFTER };                  /* array */
@@ -227,6 +256,8 @@ pic_gpop(pic_gstate *g)
 {
     if (--g->depth == 0) {
         g->done = 1;
+    } else if (g->stack[g->depth - 1].kind == PIC_GF_CALL) {
+        g->nbuf = 0;                /* a call's value ended: its literal starts */
     }
 }
 
@@ -275,6 +306,34 @@ pic_gclosed(const cJSON *s)
     return s != NULL && cJSON_GetObjectItemCaseSensitive(s, "properties") != NULL;
 }
 
+/* Does some enum (or const) string of schema start with g->buf (exact:
+ * equal it)?  Its index or -1. */
+static int
+pic_genum(const pic_gstate *g, const cJSON *schema, int exact)
+{
+    const cJSON *e, *v;
+    int          i = 0;
+
+    e = cJSON_GetObjectItemCaseSensitive(schema, "enum");
+    if (e == NULL) {
+        e = cJSON_GetObjectItemCaseSensitive(schema, "const");
+        if (cJSON_IsString(e)) {
+            size_t n = strlen(e->valuestring);
+            return (size_t) g->nbuf <= n && memcmp(e->valuestring, g->buf, (size_t) g->nbuf) == 0
+                   && (!exact || n == (size_t) g->nbuf) ? 0 : -1;
+        }
+    }
+    cJSON_ArrayForEach(v, e) {
+        size_t n = strlen(v->valuestring);
+        if ((size_t) g->nbuf <= n && memcmp(v->valuestring, g->buf, (size_t) g->nbuf) == 0
+            && (!exact || n == (size_t) g->nbuf)) {
+            return i;
+        }
+        i++;
+    }
+    return -1;
+}
+
 /* Does some candidate string start with buf[0..n) (exact: equal it)?
  * Returns the candidate's index or -1. */
 static int
@@ -296,25 +355,7 @@ pic_gmatch(const pic_gstate *g, const pic_gframe *f, int exact)
         }
         return -1;
     }
-    e = cJSON_GetObjectItemCaseSensitive(f->schema, "enum");
-    if (e == NULL) {
-        e = cJSON_GetObjectItemCaseSensitive(f->schema, "const");
-        if (cJSON_IsString(e)) {
-            size_t n = strlen(e->valuestring);
-            return (size_t) g->nbuf <= n && memcmp(e->valuestring, g->buf, (size_t) g->nbuf) == 0
-                   && (!exact || n == (size_t) g->nbuf) ? 0 : -1;
-        }
-    }
-    const cJSON *v;
-    cJSON_ArrayForEach(v, e) {
-        size_t n = strlen(v->valuestring);
-        if ((size_t) g->nbuf <= n && memcmp(v->valuestring, g->buf, (size_t) g->nbuf) == 0
-            && (!exact || n == (size_t) g->nbuf)) {
-            return i;
-        }
-        i++;
-    }
-    return -1;
+    return pic_genum(g, f->schema, exact);
 }
 
 /* Start a value with byte c in frame f (kind VALUE); 0 or -1. */
@@ -367,6 +408,217 @@ pic_gvalue(pic_gstate *g, int c)
 #undef PIC_GALLOW
 }
 
+/* --- tool calls --- */
+
+/* A JSON value right after an XML call's "<parameter=KEY>\n": no leading
+ * white space (the call parser would read " 42" as a string). */
+static int
+pic_gbare(const pic_gstate *g)
+{
+    return g->depth >= 2 && g->stack[g->depth - 1].kind == PIC_GF_VALUE
+           && g->stack[g->depth - 2].kind == PIC_GF_CALL
+           && g->stack[g->depth - 2].syn == PIC_GCALL_XML;
+}
+
+/* Every declared property of a closed object schema given already? */
+static int
+pic_gall_seen(const pic_gframe *f)
+{
+    int n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(f->schema, "properties"));
+
+    return n >= 64 ? f->seen == ~0ull : f->seen == (1ull << n) - 1;
+}
+
+/* The function (key 0: among f->schema's {"name"} items) or the unseen
+ * declared parameter (key 1) whose name starts with g->buf (exact: equals
+ * it); its index or -1. */
+static int
+pic_gcall_match(const pic_gstate *g, const pic_gframe *f, int key, int exact)
+{
+    const cJSON *e, *list = key ? cJSON_GetObjectItemCaseSensitive(f->schema, "properties")
+                                : f->schema;
+    int          i = 0;
+
+    cJSON_ArrayForEach(e, list) {
+        const cJSON *nm = key ? NULL : cJSON_GetObjectItemCaseSensitive(e, "name");
+        const char  *s = key ? e->string : cJSON_IsString(nm) ? nm->valuestring : NULL;
+        size_t       n = s ? strlen(s) : 0;
+
+        if (s != NULL && !(key && (f->seen & (1ull << i))) && (size_t) g->nbuf <= n
+            && memcmp(s, g->buf, (size_t) g->nbuf) == 0 && (!exact || n == (size_t) g->nbuf)) {
+            return i;
+        }
+        i++;
+    }
+    return -1;
+}
+
+/* After "<parameter=KEY>\n": the value's form from the parameter's schema. */
+static int
+pic_gcall_value(pic_gstate *g, pic_gframe *f)
+{
+    const cJSON *ps = f->prop >= 0 && pic_gclosed(f->schema) ? pic_gprop(f->schema, f->prop)
+                                                             : NULL;
+    const char  *t = pic_gtype(ps);
+
+    g->nbuf = 0;
+    if (t == NULL || strcmp(t, "string") == 0) {
+        f->st = PIC_GC_RAW;
+        return 0;
+    }
+    if (strcmp(t, "enum") == 0) {
+        f->st = PIC_GC_ENUM;
+        return 0;
+    }
+    f->st = PIC_GC_LIT;
+    f->lit = PIC_GL_VEND;
+    return pic_gpush(g, PIC_GF_VALUE, ps, 0);
+}
+
+/* A literal of the call is complete: what follows it. */
+static int
+pic_gcall_next(pic_gstate *g, pic_gframe *f)
+{
+    g->nbuf = 0;
+    switch (f->lit) {
+    case PIC_GL_XFN:
+    case PIC_GL_JOPEN:
+        f->st = PIC_GC_NAME;
+        return 0;
+    case PIC_GL_NAMENL:
+    case PIC_GL_VEND:
+    case PIC_GL_PEND:
+        f->st = PIC_GC_START;
+        return 0;
+    case PIC_GL_KEYNL:
+        return pic_gcall_value(g, f);
+    case PIC_GL_JARGS:
+        f->lit = PIC_GL_JEND;
+        if (pic_gpush(g, PIC_GF_VALUE, f->schema, 0) != 0) {
+            return -1;
+        }
+        g->stack[g->depth - 1].st = 1;          /* an object */
+        return 0;
+    default:                                    /* PIC_GL_JEND */
+        pic_gpop(g);
+        return 0;
+    }
+}
+
+/* One byte of a tool call (frame f, kind CALL); 0 or -1. */
+static int
+pic_gcall_byte(pic_gstate *g, pic_gframe *f, int c)
+{
+    const char *lit;
+    int         i;
+
+    switch (f->st) {
+    case PIC_GC_LIT:
+        lit = pic_gcall_lit[f->lit];
+        if (c != (unsigned char) lit[g->nbuf]) {
+            return -1;
+        }
+        return lit[++g->nbuf] != '\0' ? 0 : pic_gcall_next(g, f);
+
+    case PIC_GC_NAME:
+    case PIC_GC_KEY: {
+        int key = f->st == PIC_GC_KEY, closed = !key || pic_gclosed(f->schema);
+        int end = !key && f->syn == PIC_GCALL_JSON ? '"' : '>';
+
+        if (c == end && g->nbuf > 0) {
+            i = closed ? pic_gcall_match(g, f, key, 1) : -1;
+            if (closed && i < 0) {
+                return -1;
+            }
+            if (key) {
+                f->seen |= i >= 0 ? 1ull << i : 0;
+                f->prop = (int16_t) i;
+                f->lit = PIC_GL_KEYNL;
+            } else {
+                const cJSON *ps = cJSON_GetObjectItemCaseSensitive(
+                    cJSON_GetArrayItem(f->schema, i), "parameters");
+                f->schema = cJSON_IsObject(ps) ? ps : NULL;
+                f->seen = 0;
+                f->lit = f->syn == PIC_GCALL_JSON ? PIC_GL_JARGS : PIC_GL_NAMENL;
+            }
+            f->st = PIC_GC_LIT;
+            g->nbuf = 0;
+            return 0;
+        }
+        if (c == '"' || c == '\\' || c == '<' || c == '>' || c < 0x20
+            || g->nbuf >= (int) sizeof(g->buf)) {
+            return -1;
+        }
+        g->buf[g->nbuf++] = (char) c;
+        return !closed || pic_gcall_match(g, f, key, 0) >= 0 ? 0 : -1;
+    }
+
+    case PIC_GC_START: {
+        size_t np = strlen(PIC_GC_PARAM), ne = strlen(PIC_GC_END);
+
+        if (g->nbuf >= (int) sizeof(g->buf)) {
+            return -1;
+        }
+        g->buf[g->nbuf++] = (char) c;
+        if ((size_t) g->nbuf <= np && memcmp(g->buf, PIC_GC_PARAM, (size_t) g->nbuf) == 0) {
+            if (g->nbuf == 2 && pic_gclosed(f->schema) && pic_gall_seen(f)) {
+                return -1;
+            }
+            if ((size_t) g->nbuf == np) {
+                f->st = PIC_GC_KEY;
+                g->nbuf = 0;
+            }
+            return 0;
+        }
+        if ((size_t) g->nbuf <= ne && memcmp(g->buf, PIC_GC_END, (size_t) g->nbuf) == 0) {
+            if (g->nbuf == 2 && !pic_grequired_ok(f)) {
+                return -1;
+            }
+            if ((size_t) g->nbuf == ne) {
+                pic_gpop(g);
+            }
+            return 0;
+        }
+        return -1;
+    }
+
+    case PIC_GC_RAW:
+        lit = pic_gcall_lit[PIC_GL_VEND];       /* "\n</parameter>\n" */
+        if (c == (unsigned char) lit[g->nbuf]) {
+            if (lit[++g->nbuf] == '\0') {
+                f->st = PIC_GC_START;
+                g->nbuf = 0;
+            }
+            return 0;
+        }
+        if (lit[g->nbuf + 1] == '\0') {
+            return -1;                          /* "</parameter>" ends the value */
+        }
+        g->nbuf = c == '\n';
+        return 0;
+
+    case PIC_GC_ENUM: {
+        const cJSON *ps = pic_gprop(f->schema, f->prop);
+
+        if (c == '\n') {
+            if (pic_genum(g, ps, 1) < 0) {
+                return -1;
+            }
+            f->st = PIC_GC_LIT;
+            f->lit = PIC_GL_PEND;
+            g->nbuf = 0;
+            return 0;
+        }
+        if (c == '"' || c == '\\' || c < 0x20 || g->nbuf >= (int) sizeof(g->buf)) {
+            return -1;
+        }
+        g->buf[g->nbuf++] = (char) c;
+        return pic_genum(g, ps, 0) >= 0 ? 0 : -1;
+    }
+    }
+    return -1;
+}
+
 /* One byte; 0 or -1. */
 static int
 pic_gbyte(pic_gstate *g, int c)
@@ -378,7 +630,8 @@ again:
         return pic_gws(c) && ++g->ws <= PIC_GRAMMAR_MAX_WS ? 0 : -1;
     }
     f = &g->stack[g->depth - 1];
-    if (f->kind != PIC_GF_STRING && f->kind != PIC_GF_NUMBER && f->kind != PIC_GF_LITERAL) {
+    if (f->kind != PIC_GF_STRING && f->kind != PIC_GF_NUMBER && f->kind != PIC_GF_LITERAL
+        && f->kind != PIC_GF_CALL && !pic_gbare(g)) {
         if (pic_gws(c)) {
             return ++g->ws <= PIC_GRAMMAR_MAX_WS ? 0 : -1;
         }
@@ -546,6 +799,9 @@ again:
         }
         return 0;
     }
+
+    case PIC_GF_CALL:
+        return pic_gcall_byte(g, f, c);
     }
     return -1;
 }
@@ -559,4 +815,234 @@ pic_gstate_feed(pic_gstate *g, const char *s, size_t n)
         }
     }
     return 0;
+}
+
+void
+pic_gstate_init_call(pic_gstate *g, pic_gcall_syntax syn, const cJSON *fns,
+                     const cJSON *params)
+{
+    pic_gframe *f = &g->stack[0];
+
+    memset(g, 0, sizeof(*g));
+    g->depth = 1;
+    f->kind = PIC_GF_CALL;
+    f->syn = (uint8_t) syn;
+    f->prop = -1;
+    f->st = PIC_GC_LIT;
+    if (fns != NULL) {
+        f->schema = fns;
+        f->lit = syn == PIC_GCALL_JSON ? PIC_GL_JOPEN : PIC_GL_XFN;
+        return;
+    }
+    f->schema = params;
+    if (syn == PIC_GCALL_XML) {
+        f->st = PIC_GC_START;
+        return;
+    }
+    f->lit = PIC_GL_JEND;
+    pic_gpush(g, PIC_GF_VALUE, params, 0);
+    g->stack[1].st = 1;                         /* the arguments: an object */
+}
+
+void
+pic_gstate_copy(pic_gstate *dst, const pic_gstate *src)
+{
+    memcpy(dst->stack, src->stack, (size_t) src->depth * sizeof(src->stack[0]));
+    dst->depth = src->depth;
+    dst->done = src->done;
+    dst->ws = src->ws;
+    dst->nbuf = src->nbuf;
+    memcpy(dst->buf, src->buf, (size_t) src->nbuf);
+}
+
+/* --- masking over the vocabulary --- */
+
+struct pic_gvocab {
+    int       n_ids;            /* the tokenizer's id slots */
+    int       n_nodes;
+    int       max_depth;        /* longest token, bytes */
+    uint8_t  *byte;             /* (n_nodes) byte entering each node, depth-first */
+    uint16_t *depth;            /* (n_nodes) its depth, 1 at the root's children */
+    int32_t  *end;              /* (n_nodes) first node after its subtree */
+    int32_t  *tok;              /* (n_nodes) a token ending there, or -1 */
+    int32_t  *next_tok;         /* (n_ids) the next token with the same bytes, or -1 */
+};
+
+static const pic_tokenizer *pic_gv_sort_tok;    /* qsort has no context argument */
+
+static int
+pic_gv_cmp(const void *a, const void *b)
+{
+    size_t      na, nb;
+    const char *sa = pic_tokenizer_token_bytes(pic_gv_sort_tok, *(const int32_t *) a, &na);
+    const char *sb = pic_tokenizer_token_bytes(pic_gv_sort_tok, *(const int32_t *) b, &nb);
+    int         c = memcmp(sa, sb, na < nb ? na : nb);
+
+    return c != 0 ? c : na < nb ? -1 : na > nb ? 1 : 0;
+}
+
+void
+pic_gvocab_free(pic_gvocab *v)
+{
+    if (v == NULL) {
+        return;
+    }
+    free(v->byte);
+    free(v->depth);
+    free(v->end);
+    free(v->tok);
+    free(v->next_tok);
+    free(v);
+}
+
+pic_gvocab *
+pic_gvocab_new(const pic_tokenizer *tok)
+{
+    static pthread_mutex_t sort_mu = PTHREAD_MUTEX_INITIALIZER;
+    pic_gvocab *v = calloc(1, sizeof(*v));
+    int32_t    *ids = NULL, *path = NULL, *node = NULL;
+    size_t      cap_b = 0, cap_d = 0, len, plen = 0;
+    int         n = 0, sp = 0;
+    const char *b, *prev = NULL;
+
+    if (v == NULL) {
+        return NULL;
+    }
+    v->n_ids = (int) pic_tokenizer_vocab_size(tok);
+    ids = malloc((size_t) (v->n_ids ? v->n_ids : 1) * sizeof(*ids));
+    node = malloc((size_t) (v->n_ids ? v->n_ids : 1) * sizeof(*node));
+    v->next_tok = malloc((size_t) (v->n_ids ? v->n_ids : 1) * sizeof(*v->next_tok));
+    if (ids == NULL || node == NULL || v->next_tok == NULL) {
+        goto fail;
+    }
+    for (int32_t id = 0; id < v->n_ids; id++) {
+        v->next_tok[id] = -1;
+        b = pic_tokenizer_token_bytes(tok, id, &len);
+        if (b != NULL && len > 0 && len < 65535 && !pic_tokenizer_is_special(tok, id)) {
+            ids[n++] = id;
+            v->max_depth = (int) len > v->max_depth ? (int) len : v->max_depth;
+        }
+    }
+    pthread_mutex_lock(&sort_mu);
+    pic_gv_sort_tok = tok;
+    qsort(ids, (size_t) n, sizeof(*ids), pic_gv_cmp);
+    pthread_mutex_unlock(&sort_mu);
+
+    /* depth-first order: each token adds the nodes past its common prefix
+     * with the previous one (sorted, so that prefix is on the path) */
+    path = malloc((size_t) (v->max_depth + 1) * sizeof(*path));
+    if (path == NULL) {
+        goto fail;
+    }
+    for (int k = 0; k < n; k++) {
+        size_t lcp = 0, need;
+
+        b = pic_tokenizer_token_bytes(tok, ids[k], &len);
+        while (prev != NULL && lcp < len && lcp < plen && b[lcp] == prev[lcp]) {
+            lcp++;
+        }
+        need = (size_t) v->n_nodes + len - lcp;
+        if (pic_grow((void **) &v->byte, &cap_b, need, sizeof(*v->byte)) != 0
+            || pic_grow((void **) &v->depth, &cap_d, need, sizeof(*v->depth)) != 0) {
+            goto fail;
+        }
+        for (size_t d = lcp; d < len; d++) {
+            v->byte[v->n_nodes] = (uint8_t) b[d];
+            v->depth[v->n_nodes] = (uint16_t) (d + 1);
+            path[d] = v->n_nodes++;
+        }
+        node[k] = path[len - 1];            /* where ids[k] ends */
+        prev = b;
+        plen = len;
+    }
+    v->end = malloc((size_t) (v->n_nodes ? v->n_nodes : 1) * sizeof(*v->end));
+    v->tok = malloc((size_t) (v->n_nodes ? v->n_nodes : 1) * sizeof(*v->tok));
+    if (v->end == NULL || v->tok == NULL) {
+        goto fail;
+    }
+    for (int i = 0; i < v->n_nodes; i++) {
+        v->tok[i] = -1;
+    }
+    for (int k = 0; k < n; k++) {
+        v->next_tok[ids[k]] = v->tok[node[k]];
+        v->tok[node[k]] = ids[k];
+    }
+    /* a node's subtree ends at the next node no deeper (path as a stack) */
+    for (int i = 0; i < v->n_nodes; i++) {
+        while (sp > 0 && v->depth[path[sp - 1]] >= v->depth[i]) {
+            v->end[path[--sp]] = i;
+        }
+        path[sp++] = i;
+    }
+    while (sp > 0) {
+        v->end[path[--sp]] = v->n_nodes;
+    }
+    free(ids);
+    free(node);
+    free(path);
+    return v;
+
+fail:
+    free(ids);
+    free(node);
+    free(path);
+    pic_gvocab_free(v);
+    return NULL;
+}
+
+/* Would byte c leave g exactly as it is?  (free string content, XML raw
+ * values away from their end tag) */
+static int
+pic_gsame(const pic_gstate *g, int c)
+{
+    const pic_gframe *f;
+
+    if (g->done || g->depth == 0) {
+        return 0;
+    }
+    f = &g->stack[g->depth - 1];
+    if (f->kind == PIC_GF_STRING) {
+        return (f->prop == PIC_GS_FREE || f->prop == PIC_GS_FREEKEY) && f->st == 0
+               && c >= 0x20 && c != '"' && c != '\\';
+    }
+    return f->kind == PIC_GF_CALL && f->st == PIC_GC_RAW && g->nbuf == 0 && c != '\n';
+}
+
+int
+pic_gvocab_mask(const pic_gvocab *v, const pic_gstate *g, uint8_t *ok)
+{
+    pic_gstate        *st = malloc((size_t) (v->max_depth + 1) * sizeof(*st));
+    const pic_gstate **cur = malloc((size_t) (v->max_depth + 1) * sizeof(*cur));
+    int                n = 0;
+
+    if (st == NULL || cur == NULL) {
+        free(st);
+        free(cur);
+        return -1;
+    }
+    memset(ok, 0, (size_t) v->n_ids);
+    cur[0] = g;
+    for (int i = 0; i < v->n_nodes; ) {
+        int               d = v->depth[i], c = v->byte[i];
+        const pic_gstate *p = cur[d - 1];
+
+        if (pic_gsame(p, c)) {
+            cur[d] = p;
+        } else {
+            pic_gstate_copy(&st[d], p);
+            if (pic_gbyte(&st[d], c) != 0) {
+                i = v->end[i];                  /* no token below extends g */
+                continue;
+            }
+            cur[d] = &st[d];
+        }
+        for (int32_t t = v->tok[i]; t >= 0; t = v->next_tok[t]) {
+            ok[t] = 1;
+            n++;
+        }
+        i++;
+    }
+    free(st);
+    free(cur);
+    return n;
 }

@@ -16,6 +16,19 @@
  * keyword's path.  Object keys and enum strings have no escapes.  Runs of
  * white space are capped (PIC_GRAMMAR_MAX_WS) so that a model cannot pad
  * forever.
+ *
+ * Tool calls (tool_choice "required" or a named function): the same
+ * recognizer follows a whole call in either Qwen syntax from right after
+ * "<tool_call>\n" (pic_gstate_init_call): the function name among the
+ * tools, then its arguments by the function's parameters schema — in the
+ * XML syntax each <parameter=KEY> once, a declared key, a string's value
+ * raw, an enum's one of its strings, any other type a JSON value of that
+ * schema — and "</tool_call>" at the end.
+ *
+ * Masking (pic_gvocab): the vocabulary's byte strings as a trie walked
+ * depth first from the current state; a byte the grammar refuses prunes its
+ * subtree, and a byte that leaves the state as it is (free string content)
+ * shares its parent's state instead of copying it.
  */
 #ifndef PIC_GRAMMAR_H
 #define PIC_GRAMMAR_H
@@ -25,6 +38,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "tokenizer.h"
+
 #define PIC_GRAMMAR_DEPTH   32      /* nesting of the generated document */
 #define PIC_GRAMMAR_MAX_WS  16      /* consecutive white-space bytes (room for
                                      * pretty-printed nesting) */
@@ -33,6 +48,8 @@
 typedef struct {
     uint8_t      kind;          /* pic_gframe_kind (grammar.c) */
     uint8_t      st;            /* state inside the frame */
+    uint8_t      syn;           /* call: pic_gcall_syntax */
+    uint8_t      lit;           /* call: the literal being matched */
     int16_t      prop;          /* object: property whose key/value is parsed */
     const cJSON *schema;        /* this value's schema; NULL: any JSON */
     uint64_t     seen;          /* object: properties given so far (bit i) */
@@ -61,5 +78,38 @@ int pic_gstate_feed(pic_gstate *g, const char *s, size_t n);
 
 /* 1 once the document is complete. */
 int pic_gstate_done(const pic_gstate *g);
+
+/* The two tool-call syntaxes of the Qwen templates. */
+typedef enum {
+    PIC_GCALL_XML = 0,          /* <function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n
+                                 * ...</function>\n</tool_call> (Qwen3.5) */
+    PIC_GCALL_JSON,             /* {"name": "NAME", "arguments": {...}}\n</tool_call>
+                                 * (Qwen3) */
+} pic_gcall_syntax;
+
+/* Start a tool call right after "<tool_call>\n".  fns: an array of
+ * {"name": S, "parameters": schema or null} to pick from; or, with fns NULL,
+ * the function whose opening ("<function=NAME>\n", or {"name": "NAME",
+ * "arguments": ) was generated already and its parameters schema params.
+ * A NULL schema means any object (XML: any keys, raw values).  Schemas must
+ * have passed pic_grammar_check; names hold no quote, backslash, '<', '>'
+ * or newline.  Done after "</tool_call>". */
+void pic_gstate_init_call(pic_gstate *g, pic_gcall_syntax syn, const cJSON *fns,
+                          const cJSON *params);
+
+/* Copy src into dst (only the frames and bytes in use). */
+void pic_gstate_copy(pic_gstate *dst, const pic_gstate *src);
+
+typedef struct pic_gvocab pic_gvocab;
+
+/* The tokenizer's non-special token byte strings as a trie; NULL on ENOMEM. */
+pic_gvocab *pic_gvocab_new(const pic_tokenizer *tok);
+
+/* Free (NULL is fine). */
+void pic_gvocab_free(pic_gvocab *v);
+
+/* ok[id] = 1 for every token whose bytes extend g, else 0, for ids below
+ * the tokenizer's vocab size (ok holds that many); returns how many. */
+int pic_gvocab_mask(const pic_gvocab *v, const pic_gstate *g, uint8_t *ok);
 
 #endif /* PIC_GRAMMAR_H */

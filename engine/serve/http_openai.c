@@ -1024,6 +1024,63 @@ pic_oai_force_text(pic_server *srv, pic_job *j, const char *text, size_t len, in
     return 0;
 }
 
+/* The grammar of a forced call (tool_choice "required" or named) in syntax
+ * syn: the functions to pick from as [{"name", "parameters"}], or the named
+ * one's parameters (NULL: any arguments).  A schema outside the grammar's
+ * subset constrains only the arguments' JSON shape, and a function whose
+ * name a call could not carry is left out (no function left: only the
+ * opening is forced).  0 or -1 (ENOMEM). */
+static int
+pic_oai_call_grammar(const pic_request *r, pic_gcall_syntax syn, pic_job *j)
+{
+    const cJSON *t;
+    char         path[200], msg[256];
+    int          named = r->tool_choice == PIC_TOOL_CHOICE_FUNCTION, found = 0;
+
+    if (!named && (j->call_fns = cJSON_CreateArray()) == NULL) {
+        return -1;
+    }
+    cJSON_ArrayForEach(t, r->tools) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        cJSON       *item;
+
+        if (!cJSON_IsString(nm) || nm->valuestring[0] == '\0'
+            || strpbrk(nm->valuestring, "\"\\<>\n\r\t") != NULL
+            || (named && strcmp(nm->valuestring, r->tool_choice_name.ptr) != 0)) {
+            continue;
+        }
+        if (ps != NULL && pic_grammar_check(ps, path, sizeof(path), msg, sizeof(msg)) != 0) {
+            ps = NULL;
+        }
+        found++;
+        if (named) {
+            if (ps != NULL && (j->call_fns = cJSON_Duplicate(ps, 1)) == NULL) {
+                return -1;
+            }
+            break;
+        }
+        item = cJSON_CreateObject();
+        if (item == NULL || cJSON_AddStringToObject(item, "name", nm->valuestring) == NULL
+            || (ps != NULL ? !cJSON_AddItemToObject(item, "parameters", cJSON_Duplicate(ps, 1))
+                           : cJSON_AddNullToObject(item, "parameters") == NULL)) {
+            cJSON_Delete(item);
+            return -1;
+        }
+        cJSON_AddItemToArray(j->call_fns, item);
+    }
+    if (found == 0) {
+        cJSON_Delete(j->call_fns);
+        j->call_fns = NULL;
+        return 0;
+    }
+    j->json = 1;
+    j->call = 1 + (int) syn;
+    j->call_named = named;
+    return 0;
+}
+
 /* Penalties, bias, logprobs, tool_choice, scripted replies and the output
  * splitters of a job; 0 or -1 with err (400 naming the parameter). */
 static int
@@ -1124,6 +1181,12 @@ pic_oai_job_params(pic_server *srv, pic_oai_ctx *c, const pic_request *r, pic_er
         pic_buf_free(&f);
         if (rc != 0) {
             return -1;
+        }
+        /* and the rest of the call follows the tool's schema */
+        if (pic_oai_call_grammar(r, srv->dialect == PIC_TEMPLATE_QWEN3_5 ? PIC_GCALL_XML
+                                                                       : PIC_GCALL_JSON,
+                                 j) != 0) {
+            return pic_error_oom(err, __func__);
         }
     }
 script:

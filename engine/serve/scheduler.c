@@ -43,6 +43,7 @@ struct pic_seq {
     size_t       cap_gen;
     pic_gstate  *gs;            /* job->json: the document so far, or NULL */
     float       *masked;        /* (vocab) logits with refused tokens at -inf */
+    uint8_t     *ok;            /* (tokenizer ids) tokens the grammar allows */
     int          json_wait;     /* json: still before </think> */
     int          json_off;      /* json: lifted by a tool call */
     char        *hold;          /* (n_hold) text held back for stop strings */
@@ -73,6 +74,10 @@ struct pic_sched {
     pic_worker      *w;
     pthread_mutex_t  stmu;
     pic_sched_stats  st;
+    pthread_mutex_t  gvmu;
+    pic_gvocab      *gv;        /* the vocabulary trie, made by the first
+                                 * constrained job (under gvmu) */
+    int              gv_failed;
 };
 
 /* --- jobs --- */
@@ -112,6 +117,7 @@ pic_job_free(pic_job *j)
     free(j->bias);
     free(j->force);
     cJSON_Delete(j->json_schema);
+    cJSON_Delete(j->call_fns);
     free(j);
 }
 
@@ -340,6 +346,7 @@ pic_job_finish(pic_sched *s, pic_job *j, pic_finish fin, pic_job_error why,
         free(q->gen);
         free(q->gs);
         free(q->masked);
+        free(q->ok);
         free(q);
         j->seq = NULL;
     }
@@ -446,7 +453,13 @@ sampler:
                            "out of memory");
             return -1;
         }
-        pic_gstate_init(q->gs, j->json_schema);
+        if (j->call) {
+            pic_gstate_init_call(q->gs, (pic_gcall_syntax) (j->call - 1),
+                                 j->call_named ? NULL : j->call_fns,
+                                 j->call_named ? j->call_fns : NULL);
+        } else {
+            pic_gstate_init(q->gs, j->json_schema);
+        }
         q->json_wait = j->json_after_think;
     }
     if (s->o.tok != NULL) {
@@ -482,6 +495,42 @@ pic_seq_json_ok(const pic_tokenizer *tok, const pic_gstate *g, int id)
     return pic_gstate_feed(&t, b, n) == 0;
 }
 
+/* The vocabulary trie, made once; NULL when it could not be. */
+static const pic_gvocab *
+pic_sched_gvocab(pic_sched *s)
+{
+    pthread_mutex_lock(&s->gvmu);
+    if (s->gv == NULL && !s->gv_failed) {
+        s->gv = pic_gvocab_new(s->o.tok);
+        s->gv_failed = s->gv == NULL;
+    }
+    pthread_mutex_unlock(&s->gvmu);
+    return s->gv;
+}
+
+/* logits into q->masked with every token the grammar refuses at -inf (but
+ * keep, the <tool_call> of json_or_tool). */
+static void
+pic_seq_mask(pic_sched *s, pic_seq *q, const float *logits, int vocab, int keep)
+{
+    const pic_gvocab *gv = pic_sched_gvocab(s);
+    int               n_ids = (int) pic_tokenizer_vocab_size(s->o.tok);
+
+    if (gv != NULL && q->ok == NULL) {
+        q->ok = malloc((size_t) (n_ids ? n_ids : 1));
+    }
+    if (gv != NULL && q->ok != NULL && pic_gvocab_mask(gv, q->gs, q->ok) >= 0) {
+        for (int i = 0; i < vocab; i++) {
+            q->masked[i] = i == keep || (i < n_ids && q->ok[i]) ? logits[i] : -INFINITY;
+        }
+        return;
+    }
+    for (int i = 0; i < vocab; i++) {   /* no memory for the trie: one by one */
+        q->masked[i] = i == keep || pic_seq_json_ok(s->o.tok, q->gs, i) ? logits[i]
+                                                                        : -INFINITY;
+    }
+}
+
 /* The sampler's choice among the tokens that keep the answer valid JSON
  * (the sampled one when it does, else a draw with the others masked); the
  * end of the answer once the document is complete. */
@@ -500,16 +549,21 @@ pic_seq_choose_json(pic_sched *s, pic_job *j, const float *logits, int vocab)
     }
     id = pic_sampler_sample(&q->smp, logits);
     if (id != tool && !pic_seq_json_ok(tok, q->gs, id)) {
-        for (int i = 0; i < vocab; i++) {
-            q->masked[i] = i == tool || pic_seq_json_ok(tok, q->gs, i) ? logits[i] : -INFINITY;
-        }
+        pic_seq_mask(s, q, logits, vocab, tool);
         id = pic_sampler_sample(&q->smp, q->masked);
         if (q->masked[id] == -INFINITY) {
             return s->o.model->cfg.eos_ids[0] >= 0 ? s->o.model->cfg.eos_ids[0] : 0;
         }
     }
     if (id == tool && tool >= 0) {
-        q->json_off = 1;            /* a tool call instead of the answer */
+        /* a tool call instead of the answer: the grammar's buffers go */
+        q->json_off = 1;
+        free(q->gs);
+        free(q->masked);
+        free(q->ok);
+        q->gs = NULL;
+        q->masked = NULL;
+        q->ok = NULL;
     } else if ((b = pic_tokenizer_token_bytes(tok, id, &n)) != NULL) {
         pic_gstate_feed(q->gs, b, n);
     }
@@ -1150,6 +1204,7 @@ pic_sched_init(const pic_sched_opts *opts, char *err, size_t errlen)
     pthread_mutex_init(&s->qmu, NULL);
     pthread_cond_init(&s->qcv, NULL);
     pthread_mutex_init(&s->stmu, NULL);
+    pthread_mutex_init(&s->gvmu, NULL);
     s->w = calloc((size_t) opts->workers, sizeof(pic_worker));
     if (s->w == NULL) {
         snprintf(err, errlen, "%s: out of memory", __func__);
@@ -1213,6 +1268,8 @@ pic_sched_free(pic_sched *s)
         free(w->dtok);
     }
     free(s->w);
+    pic_gvocab_free(s->gv);
+    pthread_mutex_destroy(&s->gvmu);
     pthread_mutex_destroy(&s->qmu);
     pthread_cond_destroy(&s->qcv);
     pthread_mutex_destroy(&s->stmu);

@@ -80,6 +80,13 @@ typedef struct pic_job {
                                      * any JSON object */
     int                json_after_think;  /* constrain only after </think> */
     int                json_or_tool;      /* a <tool_call> first lifts it */
+    int                call;        /* with json: the answer is one tool call after
+                                     * the forced "<tool_call>\n..." (tool_choice);
+                                     * 1 + pic_gcall_syntax, 0: not a call */
+    cJSON             *call_fns;    /* owned: [{"name", "parameters"}] to pick from,
+                                     * or (call_named) the parameters schema; NULL
+                                     * for a named function: any arguments */
+    int                call_named;  /* the forced ids named the function */
     struct pic_plan_job *plan;      /* segments for the pools (owned), or NULL:
                                      * plain prefill of text / prompt */
     int                build_only;  /* a peer's prefill: frame every segment's

@@ -440,6 +440,59 @@ def test_tool_choice_required_opens_a_call(procs):
     assert m.tool_calls or m.content.startswith("<tool_call>\n")
 
 
+SET_MODE = {"type": "function", "function": {
+    "name": "set_mode", "description": "Pick a mode",
+    "parameters": {"type": "object", "additionalProperties": False,
+                   "properties": {"mode": {"enum": ["fast", "slow"]}, "on": {"type": "boolean"},
+                                  "n": {"type": "null"}},
+                   "required": ["mode", "on"]}}}
+TOGGLE = {"type": "function", "function": {
+    "name": "toggle", "parameters": {"type": "object", "properties": {
+        "flag": {"type": "boolean"}}, "required": ["flag"]}}}
+
+
+def args_valid(name, args):
+    """The two bounded schemas above, checked by hand (the oracle)."""
+    if name == "toggle":
+        return set(args) == {"flag"} and isinstance(args["flag"], bool)
+    return (name == "set_mode" and {"mode", "on"} <= set(args) <= {"mode", "on", "n"}
+            and args["mode"] in ("fast", "slow") and isinstance(args["on"], bool)
+            and args.get("n") is None)
+
+
+@pytest.mark.parametrize("model", [TINY, TINY_NEXT])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_tool_choice_named_arguments_follow_the_schema(procs, model, seed):
+    """Forced tool_choice constrains the whole call, not just its opening: a
+    random model, sampled, still calls the named function with arguments of
+    its schema (XML syntax on Qwen3.5, JSON on Qwen3-Next), then stops."""
+    eng = engine(procs, model=model)
+    r = client(eng).chat.completions.create(
+        model="m", messages=msgs("hi"), tools=[WEATHER, SET_MODE], temperature=1.0, seed=seed,
+        tool_choice={"type": "function", "function": {"name": "set_mode"}}, max_tokens=800)
+    ch = r.choices[0]
+    assert ch.finish_reason == "tool_calls", ch.message.content
+    [call] = ch.message.tool_calls
+    assert call.function.name == "set_mode"
+    assert args_valid("set_mode", json.loads(call.function.arguments)), call.function.arguments
+
+
+@pytest.mark.parametrize("model", [TINY, TINY_NEXT])
+def test_tool_choice_required_picks_a_tool_and_follows_its_schema(procs, model):
+    eng = engine(procs, model=model)
+    c = client(eng)
+    kw = dict(model="m", messages=msgs("hi"), tools=[SET_MODE, TOGGLE], temperature=1.0,
+              seed=3, tool_choice="required", max_tokens=800)
+    r = c.chat.completions.create(**kw).choices[0]
+    assert r.finish_reason == "tool_calls", r.message.content
+    [call] = r.message.tool_calls
+    assert args_valid(call.function.name, json.loads(call.function.arguments))
+    deltas, finish = stream_calls(c, **kw)
+    [g] = assemble(deltas)
+    assert finish == "tool_calls" and (g["name"], json.loads(g["arguments"])) == (
+        call.function.name, json.loads(call.function.arguments))
+
+
 def test_tool_choice_none_leaves_calls_as_text(procs):
     eng = engine(procs, script=True)
     c = client(eng)

@@ -2,7 +2,9 @@
  * test_grammar.c — the JSON recognizer of constrained decoding: documents
  * the strict parser (pic_json_parse) accepts as objects are accepted byte by
  * byte, what it refuses is refused, schemas restrict keys, types, enums and required properties,
- * and the schema subset check names the unsupported keyword.
+ * and the schema subset check names the unsupported keyword; tool calls in
+ * both Qwen syntaxes follow their function's schema; the vocabulary trie
+ * masks exactly the tokens a byte-by-byte feed of each one accepts.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +17,7 @@
 
 #include "grammar.h"
 #include "pic_json.h"
+#include "tokenizer.h"
 
 /* 1 if s is a complete document for schema (NULL: any object). */
 static int
@@ -122,10 +125,163 @@ test_schema_subset_check_names_the_keyword(void **unused)
     cJSON_Delete(any);
 }
 
+/* 1 if s, fed after "<tool_call>\n" (and any forced opening), is a
+ * complete call. */
+static int
+call_ok(pic_gcall_syntax syn, const cJSON *fns, const cJSON *params, const char *s,
+        int complete)
+{
+    pic_gstate g;
+
+    pic_gstate_init_call(&g, syn, fns, params);
+    for (size_t i = 0; s[i]; i++) {
+        if (pic_gstate_feed(&g, s + i, 1) != 0) {
+            return 0;
+        }
+    }
+    return !complete || pic_gstate_done(&g);
+}
+
+#define MODE_PARAMS "{\"type\":\"object\",\"properties\":{" \
+    "\"mode\":{\"enum\":[\"fast\",\"slow\"]},\"on\":{\"type\":\"boolean\"}," \
+    "\"note\":{\"type\":\"string\"},\"n\":{\"type\":\"integer\"}}," \
+    "\"required\":[\"mode\",\"on\"]}"
+
+static void
+test_xml_call_follows_the_schema(void **unused)
+{
+    cJSON *p = cJSON_Parse(MODE_PARAMS);
+    cJSON *fns = cJSON_Parse("[{\"name\":\"set_mode\",\"parameters\":" MODE_PARAMS "},"
+                             "{\"name\":\"ping\",\"parameters\":null}]");
+    const char *end = "</function>\n</tool_call>";
+    char        buf[512];
+
+    /* named: the opening "<function=set_mode>\n" was forced */
+    snprintf(buf, sizeof(buf), "<parameter=on>\ntrue\n</parameter>\n<parameter=mode>\n"
+             "slow\n</parameter>\n<parameter=note>\nraw <b>text</b>, \"quotes\"\nlines\n"
+             "</parameter>\n%s", end);
+    assert_true(call_ok(PIC_GCALL_XML, NULL, p, buf, 1));
+    snprintf(buf, sizeof(buf), "<parameter=mode>\nfast\n</parameter>\n%s", end);
+    assert_false(call_ok(PIC_GCALL_XML, NULL, p, buf, 0));          /* "on" required */
+    assert_false(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=speed>", 0));  /* unknown */
+    assert_false(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=mode>\nmedium", 0));
+    assert_false(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=on>\n yes", 0));
+    assert_false(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=on>\n true", 0)); /* bare */
+    assert_false(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=n>\n4.5", 0));
+    assert_false(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=on>\ntrue\n</parameter>\n"
+                                                 "<parameter=on>", 0));      /* once */
+    assert_false(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=note>\nx\n</parameter>y", 0));
+    /* required: the function is picked first, then its own schema applies */
+    snprintf(buf, sizeof(buf), "<function=set_mode>\n<parameter=mode>\nfast\n</parameter>\n"
+             "<parameter=on>\nfalse\n</parameter>\n%s", end);
+    assert_true(call_ok(PIC_GCALL_XML, fns, NULL, buf, 1));
+    snprintf(buf, sizeof(buf), "<function=ping>\n<parameter=any>\nthing\n</parameter>\n%s",
+             end);
+    assert_true(call_ok(PIC_GCALL_XML, fns, NULL, buf, 1));         /* no schema: free */
+    assert_false(call_ok(PIC_GCALL_XML, fns, NULL, "<function=pong", 0));
+    assert_false(call_ok(PIC_GCALL_XML, fns, NULL, "<function=set_mode>\n<parameter=x", 0));
+    cJSON_Delete(p);
+    cJSON_Delete(fns);
+}
+
+static void
+test_json_call_follows_the_schema(void **unused)
+{
+    cJSON *p = cJSON_Parse(MODE_PARAMS);
+    cJSON *fns = cJSON_Parse("[{\"name\":\"set_mode\",\"parameters\":" MODE_PARAMS "}]");
+
+    assert_true(call_ok(PIC_GCALL_JSON, NULL, p,
+                        "{\"mode\": \"fast\", \"on\": true}}\n</tool_call>", 1));
+    assert_false(call_ok(PIC_GCALL_JSON, NULL, p, "{\"mode\": \"fast\"}", 0));
+    assert_false(call_ok(PIC_GCALL_JSON, NULL, p, "[", 0));
+    assert_true(call_ok(PIC_GCALL_JSON, NULL, NULL, "{\"x\": [1]}}\n</tool_call>", 1));
+    assert_true(call_ok(PIC_GCALL_JSON, fns, NULL,
+                        "{\"name\": \"set_mode\", \"arguments\": {\"on\": false, "
+                        "\"mode\": \"slow\"}}\n</tool_call>", 1));
+    assert_false(call_ok(PIC_GCALL_JSON, fns, NULL, "{\"name\": \"other\"", 0));
+    assert_false(call_ok(PIC_GCALL_JSON, fns, NULL,
+                         "{\"name\": \"set_mode\", \"arguments\": {\"zz", 0));
+    cJSON_Delete(p);
+    cJSON_Delete(fns);
+}
+
+/* The trie's mask equals feeding every token alone, in many states. */
+static void
+test_vocab_mask_equals_feeding_each_token(void **unused)
+{
+    const char    *base = getenv("PIC_FIXTURES");
+    char           path[1024], err[256];
+    pic_tokenizer *tok;
+    pic_gvocab    *v;
+    cJSON         *schema = cJSON_Parse(
+        "{\"type\":\"object\",\"properties\":{\"mood\":{\"enum\":[\"happy\",\"sad\"]},"
+        "\"n\":{\"type\":\"number\"},\"s\":{\"type\":\"string\"}}}");
+    cJSON         *p = cJSON_Parse(MODE_PARAMS);
+    static const char *const prefixes[] = {
+        "", "{", "{\"", "{\"mo", "{\"mood\": \"ha", "{\"n\": -1", "{\"n\": 2.5e", "{\"s\": \"ab",
+        "{\"s\": \"a\\", "{\"s\": \"x\", ", "{\"mood\":\"sad\"}",
+    };
+    static const char *const calls[] = {
+        "", "<par", "<parameter=mo", "<parameter=note>\nsome text", "<parameter=note>\nx\n</",
+        "<parameter=on>\n", "<parameter=mode>\nfa",
+    };
+    size_t         n_ids;
+    uint8_t       *ok;
+
+    snprintf(path, sizeof(path), "%s/tiny-qwen35/tokenizer.json",
+             base ? base : "tests/fixtures/models");
+    tok = pic_tokenizer_load(path, err, sizeof(err));
+    assert_non_null(tok);
+    v = pic_gvocab_new(tok);
+    assert_non_null(v);
+    n_ids = pic_tokenizer_vocab_size(tok);
+    ok = malloc(n_ids);
+    for (size_t k = 0; k < sizeof(prefixes) / sizeof(prefixes[0])
+                       + sizeof(calls) / sizeof(calls[0]); k++) {
+        pic_gstate g, t;
+        int        n = 0, want = 0;
+
+        if (k < sizeof(prefixes) / sizeof(prefixes[0])) {
+            pic_gstate_init(&g, schema);
+            assert_int_equal(pic_gstate_feed(&g, prefixes[k], strlen(prefixes[k])), 0);
+        } else {
+            const char *c = calls[k - sizeof(prefixes) / sizeof(prefixes[0])];
+            pic_gstate_init_call(&g, PIC_GCALL_XML, NULL, p);
+            assert_int_equal(pic_gstate_feed(&g, c, strlen(c)), 0);
+        }
+        n = pic_gvocab_mask(v, &g, ok);
+        for (size_t id = 0; id < n_ids; id++) {
+            size_t      len = 0;
+            const char *b = pic_tokenizer_token_bytes(tok, (int32_t) id, &len);
+            int         yes = 0;
+
+            if (b != NULL && len > 0 && !pic_tokenizer_is_special(tok, (int32_t) id)) {
+                t = g;
+                yes = pic_gstate_feed(&t, b, len) == 0;
+            }
+            if (yes != ok[id]) {
+                print_error("state %zu, token %zu: mask %d, feed %d\n", k, id, ok[id], yes);
+            }
+            assert_int_equal(yes, ok[id]);
+            want += yes;
+        }
+        assert_int_equal(n, want);
+        assert_true(want > 0);
+    }
+    free(ok);
+    pic_gvocab_free(v);
+    pic_tokenizer_free(tok);
+    cJSON_Delete(schema);
+    cJSON_Delete(p);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_xml_call_follows_the_schema),
+        cmocka_unit_test(test_json_call_follows_the_schema),
+        cmocka_unit_test(test_vocab_mask_equals_feeding_each_token),
         cmocka_unit_test(test_any_object_agrees_with_cjson),
         cmocka_unit_test(test_schema_restricts_keys_types_enums_required),
         cmocka_unit_test(test_schema_subset_check_names_the_keyword),
