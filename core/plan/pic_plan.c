@@ -205,10 +205,10 @@ pic_plan_from_segmentation(pic_plan *p, const pic_segmentation *s, const char *i
 
 int
 pic_plan_assign_lpt(pic_plan *p, const int32_t *workers, const uint64_t *loads, size_t m,
-                    pic_error *err)
+                    size_t from, pic_error *err)
 {
     size_t n = 0;
-    for (size_t i = 0; i < p->n_segs; i++) {
+    for (size_t i = from; i < p->n_segs; i++) {
         n += p->segs[i].kind != PIC_SEG_DYNAMIC && p->segs[i].n_holders == 0;
     }
     if (n == 0) {
@@ -229,7 +229,7 @@ pic_plan_assign_lpt(pic_plan *p, const int32_t *workers, const uint64_t *loads, 
         goto done;
     }
     n = 0;
-    for (size_t i = 0; i < p->n_segs; i++) {
+    for (size_t i = from; i < p->n_segs; i++) {
         if (p->segs[i].kind != PIC_SEG_DYNAMIC && p->segs[i].n_holders == 0) {
             w[n] = p->segs[i].tokens;
             idx[n++] = i;

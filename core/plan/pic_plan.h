@@ -91,12 +91,15 @@ int32_t pic_plan_engine(pic_plan *p, const char *id, pic_error *err);
 int pic_plan_from_segmentation(pic_plan *p, const pic_segmentation *s,
                                const char *id, const char *scope, pic_error *err);
 
-/* Assigns every PIC or PREFIX segment with no holder to one of m workers
- * (engine indices workers[0..m), initial loads loads[0..m) or NULL) by LPT
- * over token estimates (pic_lpt.h: the weight).  Returns 0, or -1 with err
+/* Assigns every PIC or PREFIX segment with no holder, from index `from` on,
+ * to one of m workers (engine indices workers[0..m), initial loads
+ * loads[0..m) or NULL) by LPT over token estimates (pic_lpt.h: the weight).
+ * Segments before `from` keep worker -1: an exact-first combine engine
+ * recomputes them itself (the extension of its exact prefix up to the
+ * first segment it composes; docs/ROUTING.md).  Returns 0, or -1 with err
  * set. */
 int pic_plan_assign_lpt(pic_plan *p, const int32_t *workers, const uint64_t *loads,
-                        size_t m, pic_error *err);
+                        size_t m, size_t from, pic_error *err);
 
 /* Appends p as compact JSON (the wire format above).  Validates p first:
  * returns 0, or -1 with err set (an invalid plan, or OOM). */

@@ -83,7 +83,7 @@ check_segmentation(fuzz_env *env, const pic_segmentation *s)
     if (pic_plan_from_segmentation(&p, s, "fuzz", "", &err) == 0) {
         p.combine = pic_plan_engine(&p, "c", &err);
         int32_t wk = pic_plan_engine(&p, "w", &err);
-        CHECK(pic_plan_assign_lpt(&p, &wk, NULL, 1, &err) == 0);
+        CHECK(pic_plan_assign_lpt(&p, &wk, NULL, 1, 0, &err) == 0);
         pic_buf out;
         pic_buf_init(&out);
         CHECK(pic_plan_encode(&p, &out, &err) == 0);

@@ -152,8 +152,8 @@ test_plan_rejects_malformed_and_deep_json(void **state)
 }
 
 /* Built from a real segmentation, LPT spreads the cold pic segments over
- * the workers, leaves held and dynamic ones alone, and survives a round
- * trip through the wire. */
+ * the workers, leaves held and dynamic ones alone (and those before
+ * `from`), and survives a round trip through the wire. */
 static void
 test_plan_from_segmentation_with_lpt(void **state)
 {
@@ -187,7 +187,7 @@ test_plan_from_segmentation_with_lpt(void **state)
     p.segs[1].holders[0] = (uint16_t) p.combine;         /* one segment already cached */
     p.segs[1].n_holders = 1;
     uint64_t loads[3] = { 0, 0, 5000 };                  /* w3 is busy */
-    assert_int_equal(pic_plan_assign_lpt(&p, w, loads, 3, &err), 0);
+    assert_int_equal(pic_plan_assign_lpt(&p, w, loads, 3, 0, &err), 0);
     size_t per[3] = { 0, 0, 0 }, cold = 0;
     for (size_t i = 0; i < p.n_segs; i++) {
         const pic_plan_segment *g = &p.segs[i];
@@ -202,6 +202,25 @@ test_plan_from_segmentation_with_lpt(void **state)
     assert_true(cold >= 4);
     assert_true(per[0] > 0 && per[1] > 0);
     assert_int_equal(per[2], 0);                          /* 5000 tokens of backlog */
+
+    /* from: the segments before it (an exact-first combine's own) get no
+     * worker, the same LPT spreads the rest */
+    size_t from = 3;
+    for (size_t i = 0; i < p.n_segs; i++) {
+        p.segs[i].worker = -1;
+    }
+    assert_int_equal(pic_plan_assign_lpt(&p, w, loads, 3, from, &err), 0);
+    cold = 0;
+    for (size_t i = 0; i < p.n_segs; i++) {
+        if (i < from) {
+            assert_int_equal(p.segs[i].worker, -1);
+        } else if (p.segs[i].kind != PIC_SEG_DYNAMIC && !p.segs[i].n_holders) {
+            assert_true(p.segs[i].worker >= w[0] && p.segs[i].worker <= w[1]);
+            cold++;
+        }
+    }
+    assert_true(cold >= 1);
+    assert_int_equal(pic_plan_assign_lpt(&p, w, loads, 3, p.n_segs + 5, &err), 0);
 
     pic_buf out;
     pic_buf_init(&out);
