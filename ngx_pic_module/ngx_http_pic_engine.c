@@ -930,7 +930,8 @@ ngx_http_pic_probe_read(ngx_event_t *rev)
 /*
  * What a probe teaches, from the engine's GET /status (pic-engine) or any
  * JSON with the same fields: "id", "uptime_s", "model": {"fingerprint",
- * "template"}, and the load as "load" or "scheduler": {"running", "queued"}.
+ * "template"}, "cache": {"mode"}, and the load as "load" or "scheduler":
+ * {"running", "queued"}.
  * Returns 1 when the engine at this address changed or restarted.
  */
 
@@ -991,6 +992,28 @@ ngx_http_pic_probe_learn_locked(ngx_http_pic_engine_sh_t *e, cJSON *doc)
             && pic_template_dialect_parse(item->valuestring, &d) == 0)
         {
             e->dialect = d;
+        }
+    }
+
+    obj = cJSON_GetObjectItemCaseSensitive(doc, "cache");
+    item = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, "mode")
+                               : NULL;
+
+    if (cJSON_IsString(item)) {
+        if (ngx_strcmp(item->valuestring, "exact") == 0) {
+            e->cache = NGX_HTTP_PIC_CACHE_EXACT;
+
+        } else if (ngx_strcmp(item->valuestring, "pic") == 0) {
+            e->cache = NGX_HTTP_PIC_CACHE_PIC;
+
+        } else if (ngx_strcmp(item->valuestring, "prefix") == 0) {
+            e->cache = NGX_HTTP_PIC_CACHE_PREFIX;
+
+        } else if (ngx_strcmp(item->valuestring, "full") == 0) {
+            e->cache = NGX_HTTP_PIC_CACHE_FULL;
+
+        } else {
+            e->cache = NGX_HTTP_PIC_CACHE_UNKNOWN;
         }
     }
 

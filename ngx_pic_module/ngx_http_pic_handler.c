@@ -66,6 +66,8 @@ static ngx_int_t ngx_http_pic_variable_plan_id(ngx_http_request_t *r,
 #define NGX_HTTP_PIC_VAR_HIT_BYTES     1
 #define NGX_HTTP_PIC_VAR_PREFIX_BYTES  2
 #define NGX_HTTP_PIC_VAR_TOTAL_BYTES   3
+#define NGX_HTTP_PIC_VAR_EXACT_BYTES   4
+#define NGX_HTTP_PIC_VAR_EXACT_END     5
 
 
 /*
@@ -94,6 +96,12 @@ static ngx_http_variable_t  ngx_http_pic_vars[] = {
 
     { ngx_string("pic_prompt_bytes"), NULL, ngx_http_pic_variable_number,
       NGX_HTTP_PIC_VAR_TOTAL_BYTES, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("pic_exact_bytes"), NULL, ngx_http_pic_variable_number,
+      NGX_HTTP_PIC_VAR_EXACT_BYTES, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("pic_exact_end"), NULL, ngx_http_pic_variable_number,
+      NGX_HTTP_PIC_VAR_EXACT_END, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
     { ngx_string("pic_plan_id"), NULL, ngx_http_pic_variable_plan_id,
       0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
@@ -491,13 +499,17 @@ ngx_http_pic_prepare(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     /* the shm index first, redis for what it does not know */
 
     ngx_http_pic_index_lookup(zc, ctx->segs, ctx->nsegs);
+    ngx_http_pic_index_lookup_prefix(zc, ctx->chains, ctx->nsegs);
 
     if (!ngx_http_pic_redis_ready()) {
         ctx->fallback = 1;
         return ngx_http_pic_route(r, ctx);
     }
 
-    idx = ngx_palloc(r->pool, ctx->nsegs * sizeof(ngx_uint_t) + 1);
+    /* segments nobody is known to hold, then prefixes likewise (index
+     * nsegs + i: chain i) */
+
+    idx = ngx_palloc(r->pool, 2 * ctx->nsegs * sizeof(ngx_uint_t) + 1);
     if (idx == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -509,6 +521,14 @@ ngx_http_pic_prepare(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
             && !(ctx->segs[i].flags & NGX_HTTP_PIC_SEG_DYNAMIC))
         {
             idx[n++] = i;
+        }
+    }
+
+    for (i = 0; i < ctx->nsegs; i++) {
+        if (ctx->chains[i].holders == 0
+            && !(ctx->chains[i].flags & NGX_HTTP_PIC_SEG_DYNAMIC))
+        {
+            idx[n++] = ctx->nsegs + i;
         }
     }
 
@@ -1126,6 +1146,7 @@ ngx_http_pic_log_handler(ngx_http_request_t *r)
 
     if (ctx->planned) {
         ngx_http_pic_engine_account(r, zc, ctx);
+        ngx_http_pic_route_served(r, ctx);
     }
 
     return NGX_OK;
@@ -1241,6 +1262,14 @@ ngx_http_pic_variable_number(ngx_http_request_t *r,
 
     case NGX_HTTP_PIC_VAR_PREFIX_BYTES:
         n = ctx->prefix_bytes;
+        break;
+
+    case NGX_HTTP_PIC_VAR_EXACT_BYTES:
+        n = ctx->exact_bytes;
+        break;
+
+    case NGX_HTTP_PIC_VAR_EXACT_END:
+        n = ctx->exact_end;
         break;
 
     default: /* NGX_HTTP_PIC_VAR_TOTAL_BYTES */

@@ -11,8 +11,6 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
-#include <xxhash.h>
-
 #include "ngx_http_pic_module.h"
 #include "ngx_http_pic_index.h"
 
@@ -492,41 +490,26 @@ ngx_http_pic_index_forget_engine(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t slot)
 
 size_t
 ngx_http_pic_index_prefix(ngx_http_pic_zone_ctx_t *zc,
-    ngx_http_pic_segment_t *segs, ngx_uint_t n, ngx_uint_t record_seen)
+    ngx_http_pic_segment_t *segs, ngx_http_pic_segment_t *chains,
+    ngx_uint_t n, ngx_uint_t record_seen)
 {
-    size_t                      prefix, off;
+    size_t                      prefix;
     ngx_uint_t                  i, deepest;
-    XXH128_hash_t               h;
-    u_char                      chain[NGX_HTTP_PIC_KEY_LEN];
-    u_char                      buf[2 * NGX_HTTP_PIC_KEY_LEN];
     ngx_http_pic_index_node_t  *node;
 
     prefix = 0;
-    off = 0;
     deepest = 0;
-
-    ngx_memzero(chain, NGX_HTTP_PIC_KEY_LEN);
 
     ngx_shmtx_lock(&zc->shpool->mutex);
 
     for (i = 0; i < n; i++) {
 
-        /* chain_i = xxh3_128(chain_{i-1} || key_i): names the whole prefix */
-        ngx_memcpy(buf, chain, NGX_HTTP_PIC_KEY_LEN);
-        ngx_memcpy(buf + NGX_HTTP_PIC_KEY_LEN, segs[i].key,
-                   NGX_HTTP_PIC_KEY_LEN);
-        h = XXH3_128bits(buf, sizeof(buf));
-        ngx_memcpy(chain, &h.high64, 8);
-        ngx_memcpy(chain + 8, &h.low64, 8);
-
-        off += segs[i].len;
-
         if (deepest == i
-            && ngx_http_pic_index_find_locked(zc->sh, chain,
+            && ngx_http_pic_index_find_locked(zc->sh, chains[i].key,
                                               NGX_HTTP_PIC_NODE_PREFIX))
         {
             deepest = i + 1;
-            prefix = off;
+            prefix = chains[i].len;
         }
 
         if (record_seen && !(segs[i].flags & NGX_HTTP_PIC_SEG_DYNAMIC)) {
@@ -541,14 +524,92 @@ ngx_http_pic_index_prefix(ngx_http_pic_zone_ctx_t *zc,
                                                  segs[i].len);
         }
 
-        (void) ngx_http_pic_index_add_locked(zc, chain,
+        (void) ngx_http_pic_index_add_locked(zc, chains[i].key,
                                              NGX_HTTP_PIC_NODE_PREFIX,
-                                             (uint32_t) off);
+                                             chains[i].len);
     }
 
     ngx_shmtx_unlock(&zc->shpool->mutex);
 
     return prefix;
+}
+
+
+void
+ngx_http_pic_index_lookup_prefix(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_segment_t *chains, ngx_uint_t n)
+{
+    ngx_uint_t                  i;
+    ngx_http_pic_index_node_t  *node;
+
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    for (i = 0; i < n; i++) {
+        node = ngx_http_pic_index_find_locked(zc->sh, chains[i].key,
+                                              NGX_HTTP_PIC_NODE_PREFIX);
+
+        if (node == NULL || node->len != chains[i].len || !node->engines) {
+            continue;
+        }
+
+        chains[i].holders |= node->engines;
+
+        ngx_queue_remove(&node->queue);
+        ngx_queue_insert_head(&zc->sh->lru, &node->queue);
+        node->used = ngx_current_msec;
+    }
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
+}
+
+
+ngx_uint_t
+ngx_http_pic_index_learn_prefix(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_segment_t *chains, ngx_uint_t n, ngx_int_t slot)
+{
+    uint64_t                    mask;
+    ngx_uint_t                  i, fresh;
+    ngx_http_pic_index_node_t  *node;
+
+    fresh = 0;
+
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    for (i = 0; i < n; i++) {
+
+        if (chains[i].flags & NGX_HTTP_PIC_SEG_DYNAMIC) {
+            continue;
+        }
+
+        mask = (slot >= 0) ? (uint64_t) 1 << slot : chains[i].holders;
+
+        if (mask == 0) {
+            continue;
+        }
+
+        node = ngx_http_pic_index_add_locked(zc, chains[i].key,
+                                             NGX_HTTP_PIC_NODE_PREFIX,
+                                             chains[i].len);
+        if (node == NULL) {
+            break;
+        }
+
+        if (node->len != chains[i].len) {
+            node->len = chains[i].len;
+            node->engines = 0;
+        }
+
+        if ((node->engines & mask) != mask) {
+            chains[i].flags |= NGX_HTTP_PIC_SEG_NEW;
+            fresh++;
+        }
+
+        node->engines |= mask;
+    }
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
+
+    return fresh;
 }
 
 

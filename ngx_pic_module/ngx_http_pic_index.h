@@ -24,9 +24,17 @@
 #define NGX_HTTP_PIC_TTFT_BUCKETS     12
 #define NGX_HTTP_PIC_HISTORY          64       /* recent requests kept */
 
+/* an engine's cache mode, from its /status "cache": {"mode"} */
+#define NGX_HTTP_PIC_CACHE_UNKNOWN    0        /* composes from segment 0 */
+#define NGX_HTTP_PIC_CACHE_EXACT      1        /* exact prefix, then PIC */
+#define NGX_HTTP_PIC_CACHE_PIC        2        /* PIC only, no prefix tree */
+#define NGX_HTTP_PIC_CACHE_PREFIX     3        /* prefix tree only, no PIC */
+#define NGX_HTTP_PIC_CACHE_FULL       4        /* no cache */
+
 #define NGX_HTTP_PIC_NODE_SEGMENT     1        /* engines hold this segment */
 #define NGX_HTTP_PIC_NODE_SEEN        2        /* observe: segment seen */
-#define NGX_HTTP_PIC_NODE_PREFIX      3        /* a prefix chain key seen */
+#define NGX_HTTP_PIC_NODE_PREFIX      3        /* a prefix chain key: seen,
+                                                  and engines holding it */
 
 
 /* one engine, shared by all workers */
@@ -46,12 +54,16 @@ typedef struct {
     u_char                       fingerprint[NGX_HTTP_PIC_ENGINE_ID_LEN + 1];
     size_t                       fp_len;       /* its model's, from probes */
     ngx_int_t                    dialect;      /* its chat template, or -1 */
+    ngx_uint_t                   cache;        /* NGX_HTTP_PIC_CACHE_* */
     time_t                       started;      /* now - its uptime */
 
     ngx_atomic_t                 inflight;     /* routed here, not finished */
     ngx_atomic_t                 requests;
     ngx_atomic_t                 failures;
     ngx_atomic_t                 hit_bytes;    /* local hits when combining */
+    ngx_atomic_t                 exact_requests; /* combined here on the
+                                                    exact prefix it held */
+    ngx_atomic_t                 exact_bytes;  /* ... that prefix's bytes */
     ngx_atomic_t                 probes;
     ngx_atomic_t                 probe_failures;
 } ngx_http_pic_engine_sh_t;
@@ -81,6 +93,13 @@ typedef struct {
     ngx_atomic_t                 bytes_novel;
     ngx_atomic_t                 s1_hits;
     ngx_atomic_t                 s1_bytes;
+
+    ngx_atomic_t                 exact_routed; /* combine held an exact prefix */
+    ngx_atomic_t                 bytes_exact_routed;
+    ngx_atomic_t                 exact_decided;/* PIC bytes alone chose other */
+    ngx_atomic_t                 seg_exact_local; /* misses kept off workers:
+                                                     an exact-first combine
+                                                     recomputes them */
 
     ngx_atomic_t                 cdc_bytes;
     ngx_atomic_t                 cdc_usec;     /* render + mark + cdc + key */
@@ -179,11 +198,23 @@ void ngx_http_pic_index_forget_engine(ngx_http_pic_zone_ctx_t *zc,
     ngx_uint_t slot);
 
 /* Exact-prefix and observe accounting: the bytes of the deepest prefix of
- * segs already seen as a whole (prefix chain keys), whether each segment was
- * seen before (sets NGX_HTTP_PIC_SEG_HIT when record_seen), then records all
- * of them.  Returns the prefix bytes. */
+ * segs already seen as a whole (chains: ngx_http_pic_segment_chains),
+ * whether each segment was seen before (sets NGX_HTTP_PIC_SEG_HIT when
+ * record_seen), then records all of them.  Returns the prefix bytes. */
 size_t ngx_http_pic_index_prefix(ngx_http_pic_zone_ctx_t *zc,
-    ngx_http_pic_segment_t *segs, ngx_uint_t n, ngx_uint_t record_seen);
+    ngx_http_pic_segment_t *segs, ngx_http_pic_segment_t *chains,
+    ngx_uint_t n, ngx_uint_t record_seen);
+
+/* Fill chains[i].holders with the engines known to hold that exact prefix
+ * (PREFIX nodes of the same byte length), touching the LRU. */
+void ngx_http_pic_index_lookup_prefix(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_segment_t *chains, ngx_uint_t n);
+
+/* Record that engine slot (or, slot < 0, each chain's holders) holds every
+ * non-dynamic prefix of chains; flags NGX_HTTP_PIC_SEG_NEW on the chains
+ * that taught the index something and returns how many did. */
+ngx_uint_t ngx_http_pic_index_learn_prefix(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_segment_t *chains, ngx_uint_t n, ngx_int_t slot);
 
 /* Observe mode: flag NGX_HTTP_PIC_SEG_HIT on segs[i] seen before (SEEN
  * nodes), then record them all as seen. */

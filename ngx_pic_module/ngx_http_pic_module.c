@@ -60,6 +60,11 @@ static ngx_conf_num_bounds_t  ngx_http_pic_imbalance_bounds = {
 };
 
 
+static ngx_conf_num_bounds_t  ngx_http_pic_exact_weight_bounds = {
+    ngx_conf_check_num_bounds, 0, 1000
+};
+
+
 static ngx_command_t  ngx_http_pic_commands[] = {
 
     { ngx_string("pic"),
@@ -187,6 +192,13 @@ static ngx_command_t  ngx_http_pic_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_pic_loc_conf_t, imbalance),
       &ngx_http_pic_imbalance_bounds },
+
+    { ngx_string("pic_exact_weight"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_pic_loc_conf_t, exact_weight),
+      &ngx_http_pic_exact_weight_bounds },
 
     { ngx_string("pic_template"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -330,6 +342,7 @@ ngx_http_pic_create_loc_conf(ngx_conf_t *cf)
     plcf->body_max = NGX_CONF_UNSET_SIZE;
     plcf->redis_timeout = NGX_CONF_UNSET_MSEC;
     plcf->imbalance = NGX_CONF_UNSET_UINT;
+    plcf->exact_weight = NGX_CONF_UNSET_UINT;
     plcf->dialect = NGX_CONF_UNSET_UINT;
     plcf->models = NGX_CONF_UNSET_PTR;
 
@@ -365,6 +378,8 @@ ngx_http_pic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               8 * 1024 * 1024);
     ngx_conf_merge_msec_value(conf->redis_timeout, prev->redis_timeout, 50);
     ngx_conf_merge_uint_value(conf->imbalance, prev->imbalance, 4);
+    ngx_conf_merge_uint_value(conf->exact_weight, prev->exact_weight,
+                              NGX_HTTP_PIC_EXACT_WEIGHT);
     ngx_conf_merge_uint_value(conf->dialect, prev->dialect,
                               NGX_CONF_UNSET_UINT);
     ngx_conf_merge_ptr_value(conf->models, prev->models, NULL);

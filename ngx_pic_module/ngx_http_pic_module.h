@@ -43,6 +43,10 @@
 #define NGX_HTTP_PIC_SEG_HIT          0x04     /* some healthy engine has it */
 #define NGX_HTTP_PIC_SEG_REDIS        0x08     /* hit learned from redis */
 #define NGX_HTTP_PIC_SEG_S1           0x10     /* S1 sub-window of a miss */
+#define NGX_HTTP_PIC_SEG_NEW          0x20     /* prefix holder newly learned */
+
+#define NGX_HTTP_PIC_EXACT_WEIGHT     2        /* pic_exact_weight default */
+#define NGX_HTTP_PIC_PREFIX_TTL       3600     /* s, pic:pfx:{chain} in redis */
 
 
 typedef struct ngx_http_pic_zone_ctx_s  ngx_http_pic_zone_ctx_t;
@@ -115,6 +119,7 @@ typedef struct {
     size_t                       body_max;     /* pic_body_max */
     ngx_msec_t                   redis_timeout;/* pic_redis_timeout */
     ngx_uint_t                   imbalance;    /* pic_imbalance */
+    ngx_uint_t                   exact_weight; /* pic_exact_weight */
     ngx_uint_t                   dialect;      /* pic_template, or unset */
     ngx_array_t                 *models;       /* ngx_http_pic_model_t */
 } ngx_http_pic_loc_conf_t;
@@ -155,6 +160,15 @@ typedef struct {
     size_t                       prefix_bytes; /* an exact-prefix cache's */
     ngx_uint_t                   hits;
     ngx_uint_t                   redis_hits;   /* holders only redis knew */
+
+    ngx_http_pic_segment_t      *chains;       /* prefix chain i: key =
+                                                  H(chain i-1, key i), len =
+                                                  bytes of segments 0..i,
+                                                  holders = engines holding
+                                                  that exact prefix */
+    size_t                       exact_bytes;  /* the combine's exact prefix */
+    ngx_uint_t                   exact_segs;   /* ... in segments */
+    ngx_uint_t                   exact_end;    /* first segment composed */
 
     ngx_http_pic_segment_t      *wins;         /* S1 windows of misses */
     ngx_uint_t                   nwins;

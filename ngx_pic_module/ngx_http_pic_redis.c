@@ -719,8 +719,8 @@ ngx_int_t
 ngx_http_pic_redis_lookup(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     ngx_uint_t *idx, ngx_uint_t n, ngx_event_t *ev)
 {
-    u_char                 *p;
-    ngx_uint_t              i, j;
+    u_char                 *p, *key;
+    ngx_uint_t              i, j, chain;
     ngx_http_pic_lookup_t  *lk;
     ngx_http_pic_redis_t   *rd;
     u_char                  hex[2 * NGX_HTTP_PIC_KEY_LEN];
@@ -749,10 +749,16 @@ ngx_http_pic_redis_lookup(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
         lk->cmds[i].lookup = lk;
         lk->cmds[i].seg = idx[i];
 
-        p = ngx_hex_dump(hex, ctx->segs[idx[i]].key, NGX_HTTP_PIC_KEY_LEN);
+        chain = (idx[i] >= ctx->nsegs);
+        key = chain ? ctx->chains[idx[i] - ctx->nsegs].key
+                    : ctx->segs[idx[i]].key;
+
+        p = ngx_hex_dump(hex, key, NGX_HTTP_PIC_KEY_LEN);
 
         if (redisAsyncCommand(rd->ac, ngx_http_pic_redis_reply, &lk->cmds[i],
-                              "SMEMBERS pic:seg:%b", hex, (size_t) (p - hex))
+                              chain ? "SMEMBERS pic:pfx:%b"
+                                    : "SMEMBERS pic:seg:%b",
+                              hex, (size_t) (p - hex))
             != REDIS_OK)
         {
             break;
@@ -839,7 +845,9 @@ ngx_http_pic_redis_reply(redisAsyncContext *ac, void *r, void *privdata)
     ngx_shmtx_unlock(&rd->zc->shpool->mutex);
 
     if (mask) {
-        seg = &lk->ctx->segs[cmd->seg];
+        seg = (cmd->seg >= lk->ctx->nsegs)
+              ? &lk->ctx->chains[cmd->seg - lk->ctx->nsegs]
+              : &lk->ctx->segs[cmd->seg];
         seg->holders |= mask;
         seg->flags |= NGX_HTTP_PIC_SEG_REDIS;
         (void) ngx_atomic_fetch_add(&sh->stats.redis_hits, 1);
@@ -858,6 +866,65 @@ done:
     }
 
     ngx_free(lk);
+}
+
+
+void
+ngx_http_pic_redis_record_prefix(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_segment_t *chains, ngx_uint_t n, ngx_uint_t slot)
+{
+    u_char                    *p;
+    size_t                     len;
+    ngx_uint_t                 i;
+    ngx_http_pic_redis_t      *rd;
+    ngx_http_pic_engine_sh_t  *e;
+    u_char                     hex[2 * NGX_HTTP_PIC_KEY_LEN];
+    u_char                     id[NGX_SOCKADDR_STRLEN];
+
+    rd = ngx_http_pic_redis;
+
+    if (rd == NULL || !rd->connected || rd->ac == NULL
+        || slot >= NGX_HTTP_PIC_MAX_ENGINES)
+    {
+        return;
+    }
+
+    /* the id the engine reports to probes, else its address */
+
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    e = &zc->sh->engines[slot];
+
+    if (e->id_len) {
+        len = e->id_len;
+        ngx_memcpy(id, e->id, len);
+
+    } else {
+        len = e->name_len;
+        ngx_memcpy(id, e->name, len);
+    }
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
+
+    for (i = 0; i < n; i++) {
+
+        if (!(chains[i].flags & NGX_HTTP_PIC_SEG_NEW)) {
+            continue;
+        }
+
+        p = ngx_hex_dump(hex, chains[i].key, NGX_HTTP_PIC_KEY_LEN);
+
+        if (redisAsyncCommand(rd->ac, NULL, NULL, "SADD pic:pfx:%b %b",
+                              hex, (size_t) (p - hex), id, len)
+            != REDIS_OK
+            || redisAsyncCommand(rd->ac, NULL, NULL, "EXPIRE pic:pfx:%b %d",
+                                 hex, (size_t) (p - hex),
+                                 NGX_HTTP_PIC_PREFIX_TTL)
+               != REDIS_OK)
+        {
+            return;
+        }
+    }
 }
 
 

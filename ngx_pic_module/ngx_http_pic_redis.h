@@ -8,8 +8,14 @@
  * SMEMBERS per segment in a single pipelined write; its deadline is an
  * nginx timer owned by the request (hiredis 0.14 has no command timeout).
  *
- * Layout read (written by the engines):
- *   pic:seg:{32 hex key}   set of engine ids holding the segment
+ * Layout read:
+ *   pic:seg:{32 hex key}   set of engine ids holding the segment (written
+ *                          by the engines)
+ *   pic:pfx:{32 hex chain} set of engine ids holding the exact prefix that
+ *                          ends at a segment boundary (chain: see
+ *                          ngx_http_pic_segment_chains), written by the
+ *                          gateways when an engine served it, expiring
+ *                          NGX_HTTP_PIC_PREFIX_TTL after the last write
  * An id is matched against the ids engines report to health probes, or
  * against the engine's address as configured.
  */
@@ -39,10 +45,16 @@ ngx_uint_t ngx_http_pic_redis_ready(void);
  * to 30 s) until one is answered again. */
 void ngx_http_pic_redis_stalled(ngx_log_t *log);
 
-/* Start one pipelined lookup of segs[idx[i]], i < n; when every reply has
- * come back, ev is posted.  NGX_DECLINED when not connected. */
+/* Start one pipelined lookup of segs[idx[i]] (chains[idx[i] - nsegs] when
+ * idx[i] >= nsegs), i < n; when every reply has come back, ev is posted.
+ * NGX_DECLINED when not connected. */
 ngx_int_t ngx_http_pic_redis_lookup(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx, ngx_uint_t *idx, ngx_uint_t n, ngx_event_t *ev);
+
+/* Engine slot holds the prefixes of chains flagged NGX_HTTP_PIC_SEG_NEW:
+ * SADD + EXPIRE each, replies ignored (nothing waits for them). */
+void ngx_http_pic_redis_record_prefix(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_segment_t *chains, ngx_uint_t n, ngx_uint_t slot);
 
 /* The request no longer waits: later replies are dropped. */
 void ngx_http_pic_redis_detach(ngx_http_pic_lookup_t *lk);

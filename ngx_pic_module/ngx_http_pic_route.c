@@ -22,6 +22,7 @@
 #include "ngx_http_pic_index.h"
 #include "ngx_http_pic_engine.h"
 #include "ngx_http_pic_handler.h"
+#include "ngx_http_pic_redis.h"
 #include "ngx_http_pic_route.h"
 #include "ngx_http_pic_segment.h"
 
@@ -30,13 +31,20 @@ typedef struct {
     ngx_http_pic_engine_conf_t  *conf;
     ngx_uint_t                   slot;
     ngx_uint_t                   load;
-    size_t                       local;        /* hit bytes held here */
+    size_t                       local;        /* hit bytes held here, past
+                                                  its exact prefix */
     size_t                       home;         /* miss bytes homed here */
+    size_t                       exact;        /* exact prefix held here */
+    ngx_uint_t                   depth;        /* ... in segments */
+    size_t                       held;         /* hit bytes inside it */
 } ngx_http_pic_cand_t;
 
 
 static ngx_int_t ngx_http_pic_route_pick(ngx_http_pic_ctx_t *ctx,
-    ngx_http_pic_cand_t *cand, ngx_uint_t n, ngx_uint_t imbalance);
+    ngx_http_pic_cand_t *cand, ngx_uint_t n, ngx_uint_t imbalance,
+    ngx_uint_t weight);
+static ngx_uint_t ngx_http_pic_route_exact_end(ngx_http_pic_ctx_t *ctx,
+    ngx_uint_t cache);
 static ngx_uint_t ngx_http_pic_route_home(u_char *key,
     ngx_http_pic_cand_t *cand, ngx_uint_t n);
 static ngx_int_t ngx_http_pic_route_misses(ngx_http_request_t *r,
@@ -57,7 +65,7 @@ ngx_int_t
 ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 {
     uint64_t                     eligible;
-    ngx_int_t                    best;
+    ngx_int_t                    best, plain;
     ngx_uint_t                   i, j, n;
     pic_error                    err;
     XXH64_hash_t                 h;
@@ -115,6 +123,28 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         n++;
     }
 
+    /* exact prefixes: the deepest prefix chain each candidate served */
+
+    for (i = 0; i < ctx->nsegs; i++) {
+        s = &ctx->chains[i];
+        s->holders &= eligible;
+
+        if (s->holders == 0 || (s->flags & NGX_HTTP_PIC_SEG_DYNAMIC)) {
+            continue;
+        }
+
+        if (s->flags & NGX_HTTP_PIC_SEG_REDIS) {
+            ctx->redis_hits++;
+        }
+
+        for (j = 0; j < n; j++) {
+            if (s->holders & ((uint64_t) 1 << cand[j].slot)) {
+                cand[j].depth = i + 1;
+                cand[j].exact = s->len;
+            }
+        }
+    }
+
     /* hits: segments some eligible engine of the pool holds */
 
     for (i = 0; i < ctx->nsegs; i++) {
@@ -141,8 +171,15 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         ctx->hit_bytes += s->len;
 
         for (j = 0; j < n; j++) {
-            if (s->holders & ((uint64_t) 1 << cand[j].slot)) {
+            if (!(s->holders & ((uint64_t) 1 << cand[j].slot))) {
+                continue;
+            }
+
+            if (i >= cand[j].depth) {
                 cand[j].local += s->len;
+
+            } else {
+                cand[j].held += s->len;
             }
         }
     }
@@ -176,9 +213,38 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         }
     }
 
-    best = ngx_http_pic_route_pick(ctx, cand, n, plcf->imbalance);
+    best = ngx_http_pic_route_pick(ctx, cand, n, plcf->imbalance,
+                                   plcf->exact_weight);
 
     ctx->combine = cand[best].slot;
+    ctx->exact_bytes = cand[best].exact;
+    ctx->exact_segs = cand[best].depth;
+
+    if (ctx->exact_bytes) {
+        plain = ngx_http_pic_route_pick(ctx, cand, n, plcf->imbalance,
+                                        NGX_CONF_UNSET_UINT);
+
+        if (plain != best) {
+            /* the exact prefix decided: the segment index alone (PIC
+             * bytes) would have chosen another engine */
+            (void) ngx_atomic_fetch_add(&zc->sh->stats.exact_decided, 1);
+        }
+    }
+
+    /* under exact first the combine recomputes [exact prefix, first
+     * composed segment) itself: no remote prefill there */
+
+    ctx->exact_end = ngx_http_pic_route_exact_end(ctx,
+                                          zc->sh->engines[ctx->combine].cache);
+
+    for (i = 0; i < ctx->exact_end; i++) {
+        if (!(ctx->segs[i].flags & (NGX_HTTP_PIC_SEG_HIT
+                                    |NGX_HTTP_PIC_SEG_FIRST
+                                    |NGX_HTTP_PIC_SEG_DYNAMIC)))
+        {
+            (void) ngx_atomic_fetch_add(&zc->sh->stats.seg_exact_local, 1);
+        }
+    }
 
     if (pool != pmcf->default_pool) {
         ctx->combine_name = cand[best].conf->name;
@@ -208,6 +274,8 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 
     if (ctx->redis_hits) {
         ngx_http_pic_index_learn(zc, ctx->segs, ctx->nsegs, -1);
+        (void) ngx_http_pic_index_learn_prefix(zc, ctx->chains, ctx->nsegs,
+                                               -1);
     }
 
     ngx_http_pic_index_learn(zc, ctx->segs, ctx->nsegs, ctx->combine);
@@ -221,8 +289,8 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         }
     }
 
-    ctx->prefix_bytes = ngx_http_pic_index_prefix(zc, ctx->segs, ctx->nsegs,
-                                                  0);
+    ctx->prefix_bytes = ngx_http_pic_index_prefix(zc, ctx->segs, ctx->chains,
+                                                  ctx->nsegs, 0);
 
     if (ctx->prefix_bytes > ctx->hit_bytes) {
         ctx->prefix_bytes = ctx->hit_bytes;
@@ -254,6 +322,14 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     (void) ngx_atomic_fetch_add(&e->requests, 1);
     (void) ngx_atomic_fetch_add(&e->hit_bytes, cand[best].local);
 
+    if (ctx->exact_bytes) {
+        (void) ngx_atomic_fetch_add(&e->exact_requests, 1);
+        (void) ngx_atomic_fetch_add(&e->exact_bytes, ctx->exact_bytes);
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.exact_routed, 1);
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.bytes_exact_routed,
+                                    ctx->exact_bytes);
+    }
+
     (void) ngx_atomic_fetch_add(&zc->sh->stats.planned, 1);
 
     if (ctx->fallback) {
@@ -271,13 +347,18 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 }
 
 
-/* most local hit bytes (or home bytes without redis), then least load,
- * then the rendezvous winner of the first segment: ties spread requests
- * without pinning every cold one to the same engine */
+/* among the engines within imbalance of the least load: the most cached
+ * bytes, an exact-prefix byte counting weight times (pic_exact_weight: it
+ * is served with no recompute and no approximation) and a PIC hit byte past
+ * that prefix (or a home byte without redis) once; then least load, then
+ * the rendezvous winner of the first segment: ties spread requests without
+ * pinning every cold one to the same engine.  weight NGX_CONF_UNSET_UINT:
+ * the segment index alone (every hit byte once, exact prefixes unknown),
+ * to count the requests the exact prefix decided. */
 
 static ngx_int_t
 ngx_http_pic_route_pick(ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand,
-    ngx_uint_t n, ngx_uint_t imbalance)
+    ngx_uint_t n, ngx_uint_t imbalance, ngx_uint_t weight)
 {
     size_t      score, best_score;
     ngx_int_t   best;
@@ -301,7 +382,9 @@ ngx_http_pic_route_pick(ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand,
             continue;
         }
 
-        score = cand[i].local + cand[i].home;
+        score = cand[i].local + cand[i].home
+                + (weight == NGX_CONF_UNSET_UINT ? cand[i].held
+                                                 : weight * cand[i].exact);
 
         if (best < 0
             || score > best_score
@@ -315,6 +398,47 @@ ngx_http_pic_route_pick(ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand,
     }
 
     return best;
+}
+
+
+/*
+ * The first segment the combine node may compose, given its cache mode (as
+ * its /status says) and the exact prefix the gateway knows it holds.  An
+ * exact-first engine serves [0, exact_segs) from its prefix tree and
+ * recomputes exactly up to the first segment whose entry it already has or
+ * pulls from a holder (a hit past segment 0); a worker's fresh entry before
+ * that could only be composed at the cost of exactness, so it would be
+ * wasted; it keeps [0, that segment) in its tree (ngx_http_pic_route_served).
+ * An engine that composes nothing (prefix, full) wastes them all; a PIC-only
+ * engine (or one that does not say) composes from segment 0.
+ */
+
+static ngx_uint_t
+ngx_http_pic_route_exact_end(ngx_http_pic_ctx_t *ctx, ngx_uint_t cache)
+{
+    ngx_uint_t  i;
+
+    switch (cache) {
+
+    case NGX_HTTP_PIC_CACHE_EXACT:
+        for (i = ctx->exact_segs; i < ctx->nsegs; i++) {
+            if ((ctx->segs[i].flags & NGX_HTTP_PIC_SEG_HIT)
+                && !(ctx->segs[i].flags & (NGX_HTTP_PIC_SEG_FIRST
+                                           |NGX_HTTP_PIC_SEG_DYNAMIC)))
+            {
+                break;
+            }
+        }
+
+        return i;
+
+    case NGX_HTTP_PIC_CACHE_PREFIX:
+    case NGX_HTTP_PIC_CACHE_FULL:
+        return ctx->nsegs;
+
+    default:
+        return 0;
+    }
 }
 
 
@@ -384,6 +508,11 @@ ngx_http_pic_route_misses(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
         if (s->flags & (NGX_HTTP_PIC_SEG_HIT|NGX_HTTP_PIC_SEG_DYNAMIC
                         |NGX_HTTP_PIC_SEG_FIRST))
         {
+            continue;
+        }
+
+        if (i < ctx->exact_end) {
+            /* extends the combine's exact prefix: recomputed there */
             continue;
         }
 
@@ -511,7 +640,9 @@ ngx_http_pic_route_rewrite(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     }
 
     if (!ctx->fallback) {
-        if (pic_plan_assign_lpt(plan, eng, loads, n, &err) != 0) {
+        if (pic_plan_assign_lpt(plan, eng, loads, n, ctx->exact_end, &err)
+            != 0)
+        {
             goto failed;
         }
 
@@ -710,6 +841,75 @@ ngx_http_pic_route_done(void *data)
 }
 
 
+/*
+ * Log phase of a planned request: the engine that answered 200 keeps the
+ * exact part of this prompt in its prefix tree now.  Record the prefix
+ * chains it covers in the shm index, and in redis (pic:pfx:{chain}) for the
+ * other gateways, only what was news.  An exact-first engine keeps the
+ * prompt up to the first segment it composed (a hit past its exact prefix:
+ * the plan's exact_end for its combine node; from 0 for another engine
+ * that took the request over), a prefix-only engine all of it, a PIC-only
+ * or cacheless engine none; an engine that does not say is believed to
+ * keep all of it.
+ */
+
+void
+ngx_http_pic_route_served(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
+{
+    ngx_int_t                   slot;
+    ngx_uint_t                  i, n;
+    ngx_http_pic_zone_ctx_t    *zc;
+    ngx_http_upstream_state_t  *state;
+
+    zc = ngx_http_pic_zone(r);
+
+    if (zc == NULL || ctx->chains == NULL || r->upstream_states == NULL) {
+        return;
+    }
+
+    state = r->upstream_states->elts;
+    slot = -1;
+
+    for (i = r->upstream_states->nelts; i-- > 0; /* void */) {
+        if (state[i].peer != NULL && state[i].status == NGX_HTTP_OK) {
+            ngx_shmtx_lock(&zc->shpool->mutex);
+            slot = ngx_http_pic_engine_slot_locked(zc->sh, state[i].peer, 0);
+            ngx_shmtx_unlock(&zc->shpool->mutex);
+            break;
+        }
+    }
+
+    if (slot < 0) {
+        return;
+    }
+
+    switch (zc->sh->engines[slot].cache) {
+
+    case NGX_HTTP_PIC_CACHE_EXACT:
+        if (slot != ctx->combine) {
+            ctx->exact_segs = 0;
+            ctx->exact_end = ngx_http_pic_route_exact_end(ctx,
+                                                   NGX_HTTP_PIC_CACHE_EXACT);
+        }
+
+        n = ctx->exact_end;
+        break;
+
+    case NGX_HTTP_PIC_CACHE_PIC:
+    case NGX_HTTP_PIC_CACHE_FULL:
+        n = 0;
+        break;
+
+    default:
+        n = ctx->nsegs;
+    }
+
+    if (ngx_http_pic_index_learn_prefix(zc, ctx->chains, n, slot)) {
+        ngx_http_pic_redis_record_prefix(zc, ctx->chains, n, slot);
+    }
+}
+
+
 ngx_http_pic_ctx_t *
 ngx_http_pic_route_planned(ngx_http_request_t *r)
 {
@@ -773,8 +973,8 @@ ngx_http_pic_route_observe(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 
     zc = ngx_http_pic_zone(r);
 
-    ctx->prefix_bytes = ngx_http_pic_index_prefix(zc, ctx->segs, ctx->nsegs,
-                                                  1);
+    ctx->prefix_bytes = ngx_http_pic_index_prefix(zc, ctx->segs, ctx->chains,
+                                                  ctx->nsegs, 1);
 
     for (i = 0; i < ctx->nsegs; i++) {
         if (ctx->segs[i].flags & NGX_HTTP_PIC_SEG_HIT) {

@@ -31,6 +31,11 @@ ngx_int_t ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx);
  * (its module ctx is gone then, its pool cleanup is not), else NULL. */
 ngx_http_pic_ctx_t *ngx_http_pic_route_planned(ngx_http_request_t *r);
 
+/* Log phase: the engine that answered 200 holds the request's exact prefix
+ * now; record it (shm index, redis). */
+void ngx_http_pic_route_served(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx);
+
 /* Observe mode: account what an exact-prefix cache and PIC would serve. */
 void ngx_http_pic_route_observe(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx);

@@ -18,6 +18,8 @@
 #include "pic_segment.h"
 #include "pic_time.h"
 
+#include <xxhash.h>
+
 #include "ngx_http_pic_module.h"
 #include "ngx_http_pic_index.h"
 #include "ngx_http_pic_handler.h"
@@ -153,6 +155,14 @@ ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 
     ctx->nsegs = sg->n_segs;
 
+    ctx->chains = ngx_pcalloc(r->pool, (sg->n_segs + 1)
+                                       * sizeof(ngx_http_pic_segment_t));
+    if (ctx->chains == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_http_pic_segment_chains(ctx->segs, ctx->chains, ctx->nsegs);
+
     zc = ngx_http_pic_zone(r);
 
     if (zc) {
@@ -166,6 +176,45 @@ ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     }
 
     return NGX_OK;
+}
+
+
+void
+ngx_http_pic_segment_chains(ngx_http_pic_segment_t *segs,
+    ngx_http_pic_segment_t *chains, ngx_uint_t n)
+{
+    size_t              off;
+    ngx_uint_t          i;
+    XXH128_hash_t       h;
+    XXH128_canonical_t  c;
+    u_char              buf[2 * NGX_HTTP_PIC_KEY_LEN];
+
+    off = 0;
+    ngx_memzero(buf, NGX_HTTP_PIC_KEY_LEN);
+
+    for (i = 0; i < n; i++) {
+
+        /* chain_i = xxh3_128(chain_{i-1} || key_i), canonical bytes, from
+         * 16 zero bytes: the whole prefix up to segment i, keyed as its
+         * segments are (model, scope), without tokenizing anything */
+
+        ngx_memcpy(buf + NGX_HTTP_PIC_KEY_LEN, segs[i].key,
+                   NGX_HTTP_PIC_KEY_LEN);
+        h = XXH3_128bits(buf, sizeof(buf));
+        XXH128_canonicalFromHash(&c, h);
+
+        off += segs[i].len;
+
+        ngx_memcpy(chains[i].key, c.digest, NGX_HTTP_PIC_KEY_LEN);
+        chains[i].off = 0;
+        chains[i].len = (uint32_t) off;
+        chains[i].flags = 0;        /* a dynamic segment ends a prefix
+                                       the engine holds all the same */
+        chains[i].worker = -1;
+        chains[i].holders = 0;
+
+        ngx_memcpy(buf, c.digest, NGX_HTTP_PIC_KEY_LEN);
+    }
 }
 
 

@@ -60,6 +60,12 @@ static u_char *ngx_http_pic_status_history(u_char *p,
     ngx_http_pic_status_snapshot_t *s);
 
 
+/* by NGX_HTTP_PIC_CACHE_* */
+static char  *ngx_http_pic_cache_names[] = {
+    "unknown", "exact", "pic", "prefix", "full"
+};
+
+
 ngx_int_t
 ngx_http_pic_status_handler(ngx_http_request_t *r)
 {
@@ -255,9 +261,9 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
 
     size = 4096 + s->zone.len * 6 + s->redis.len * 6
            + NGX_HTTP_PIC_TTFT_BUCKETS * 2 * NGX_ATOMIC_T_LEN
-           + s->nengines * (512 + 6 * NGX_SOCKADDR_STRLEN
+           + s->nengines * (640 + 6 * NGX_SOCKADDR_STRLEN
                             + 6 * NGX_HTTP_PIC_ENGINE_ID_LEN
-                            + 12 * NGX_ATOMIC_T_LEN)
+                            + 16 * NGX_ATOMIC_T_LEN)
            + NGX_HTTP_PIC_HISTORY * (256 + 6 * NGX_SOCKADDR_STRLEN
                                      + 8 * NGX_INT64_LEN);
 
@@ -297,6 +303,12 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
                     "\"novel\":%uA,\"s1\":%uA},",
                     st->bytes_total, st->bytes_hit, st->bytes_prefix,
                     st->bytes_above_prefix, st->bytes_novel, st->s1_bytes);
+
+    p = ngx_sprintf(p, "\"routing\":{\"exact_routed\":%uA,"
+                    "\"exact_bytes\":%uA,\"exact_decided\":%uA,"
+                    "\"segments_kept_exact\":%uA},",
+                    st->exact_routed, st->bytes_exact_routed,
+                    st->exact_decided, st->seg_exact_local);
 
     p = ngx_sprintf(p, "\"tokens_est\":{\"bytes_per_token\":%d,"
                     "\"hit\":%uA,\"above_prefix\":%uA},",
@@ -373,9 +385,14 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
         p = ngx_sprintf(p, "\",\"healthy\":%s,\"fails\":%ui,\"load\":%ui,"
                         "\"inflight\":%uA,\"requests\":%uA,"
                         "\"failures\":%uA,\"hit_bytes\":%uA,"
+                        "\"exact_requests\":%uA,\"exact_bytes\":%uA,"
+                        "\"cache_mode\":\"%s\","
                         "\"probes\":%uA,\"probe_failures\":%uA}",
                         e->healthy ? "true" : "false", e->fails, e->load,
                         e->inflight, e->requests, e->failures, e->hit_bytes,
+                        e->exact_requests, e->exact_bytes,
+                        ngx_http_pic_cache_names[e->cache <= NGX_HTTP_PIC_CACHE_FULL
+                                                 ? e->cache : 0],
                         e->probes, e->probe_failures);
     }
 
@@ -633,6 +650,8 @@ ngx_http_pic_status_prometheus(ngx_http_request_t *r,
                         e->name_len, e->name, e->failures);
         p = ngx_sprintf(p, "pic_engine_hit_bytes_total{engine=\"%*s\"} "
                         "%uA\n", e->name_len, e->name, e->hit_bytes);
+        p = ngx_sprintf(p, "pic_engine_exact_requests_total{engine=\"%*s\"} "
+                        "%uA\n", e->name_len, e->name, e->exact_requests);
     }
 
 #undef ngx_http_pic_prom

@@ -285,6 +285,7 @@ class FakeBackend:
 
         self.mode, self.delay, self.chunks = mode, delay, chunks
         self.load = None           # reported to health probes when set
+        self.cache_mode = None     # likewise, as "cache": {"mode"}
         self.bodies, self.headers = [], []
         self.allowed = []
         self.name = name or "fake-" + mode
@@ -303,6 +304,8 @@ class FakeBackend:
                         doc["model"] = model
                     if outer.load is not None:
                         doc["load"] = outer.load
+                    if outer.cache_mode is not None:
+                        doc["cache"] = {"mode": outer.cache_mode}
                     self._json(200, doc)
                 else:
                     self._json(200, {"object": "list", "data": [{"id": "fake"}]})

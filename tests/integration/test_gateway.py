@@ -23,7 +23,8 @@ def gw_conf(servers, loc="", http="", balancer=True, cdc="64 256 1024", min_segm
     pic_zone pic 4m;
     log_format pic '$status combine=$pic_combine_node segments=$pic_segments '
                    'hit=$pic_hit_bytes prefix=$pic_prefix_bytes '
-                   'prompt=$pic_prompt_bytes plan=$pic_plan_id up=$upstream_addr';
+                   'prompt=$pic_prompt_bytes plan=$pic_plan_id up=$upstream_addr '
+                   'exact=$pic_exact_bytes end=$pic_exact_end';
     {http}
     upstream engines {{
         {"pic_balancer;" if balancer else ""}
