@@ -236,6 +236,48 @@ pic_server_live_doc(pic_server *srv)
     return arr;
 }
 
+/* The pool's capacity (DESIGN §3.2): a seam entry costs T + S|0 + conv
+ * tail per linear layer whatever its length ("entry_fixed_bytes"), plus K
+ * and V per interior token at the attention layers ("kv_bytes_per_token");
+ * below break_even_tokens it holds more bytes per token than plain KV.
+ * Entries and tokens the budget holds at the mean length of the entries
+ * held now (at the break-even length while the pool is empty). */
+static void
+pic_status_capacity(const pic_server *srv, const pic_pool_stats *ps, cJSON *o)
+{
+    const pic_config *c;
+    size_t es = pic_dtype_size(srv->plan.seam.dtype), fixed = 0, kv = 0;
+    double mean, tokens;
+
+    if (srv->model == NULL) {
+        return;
+    }
+    c = &srv->model->cfg;
+
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+            fixed += (size_t) c->lin_v_heads * c->lin_k_dim * (c->lin_k_dim + c->lin_v_dim) * es
+                     + (size_t) pic_config_conv_ch(c) * pic_config_conv_k1(c) * sizeof(float);
+        } else {
+            kv += (size_t) 2 * c->n_kv_heads * c->head_dim * es;
+        }
+    }
+    tokens = kv ? (double) fixed / (double) kv : 0.0;
+    mean = (double) fixed + tokens * (double) kv;
+    if (ps->items > 0 && ps->bytes > fixed * ps->items && kv) {
+        mean = (double) ps->bytes / (double) ps->items;
+        tokens = (mean - (double) fixed) / (double) kv;
+    }
+    cJSON_AddNumberToObject(o, "entry_fixed_bytes", (double) fixed);
+    cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double) kv);
+    cJSON_AddNumberToObject(o, "break_even_tokens", kv ? (double) fixed / (double) kv : 0.0);
+    cJSON_AddNumberToObject(o, "mean_entry_tokens", tokens);
+    cJSON_AddNumberToObject(o, "entries", mean > 0 ? (double) (size_t) (ps->budget / mean) : 0);
+    cJSON_AddNumberToObject(o, "tokens",
+                            mean > 0 ? (double) (size_t) ((double) ps->budget / mean * tokens)
+                                     : 0);
+}
+
 static void
 pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
 {
@@ -348,6 +390,7 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         cJSON_AddNumberToObject(o, "insertions", (double) ps.insertions);
         cJSON_AddNumberToObject(o, "evictions", (double) ps.evictions);
         cJSON_AddNumberToObject(o, "rejected", (double) ps.rejected);
+        pic_status_capacity(srv, &ps, cJSON_AddObjectToObject(o, "capacity"));
         cJSON_AddNumberToObject(o, "plans_received", (double) srv->hs.plans_received);
         cJSON_AddNumberToObject(o, "plans_ignored", (double) srv->hs.plans_ignored);
         cJSON_AddNumberToObject(o, "peer_fetches", (double) srv->hs.peer_fetches);

@@ -1,0 +1,333 @@
+"""Routing for exact first (issue 10 item 5, DESIGN §3.4, §3.5, §6): the gateway
+knows which engine holds the longest exact prefix of a request by prefix chain
+keys at segment boundaries (chain_i = xxh3_128(chain_{i-1} || key_i), no
+tokenizing in nginx), recorded when an engine served a request and shared
+through redis (pic:pfx:{chain}); it prefers that engine over PIC hit bytes
+(pic_exact_weight) within pic_imbalance of the least load, falls back when the
+holder dies, and sends no remote prefill for the segments an exact-first
+combine node recomputes anyway (up to the first segment it composes)."""
+import json
+import os
+import subprocess
+
+import openai
+import pytest
+
+import harness
+from test_gateway import doc, gw_conf, planned_lines, xxh128_key
+from test_gateway_resilience import post, prompt, redis_cmd, status
+
+TINY = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
+
+
+def chain_keys(keys, tmpdir):
+    """Oracle of the gateway's prefix chain: xxh128sum over the previous
+    chain's 16 canonical bytes (zeros first) and the segment key's."""
+    out, prev = [], bytes(16)
+    path = os.path.join(tmpdir, "chain.bin")
+    for k in keys:
+        with open(path, "wb") as f:
+            f.write(prev + bytes.fromhex(k))
+        h = subprocess.run(["xxh128sum", path], capture_output=True, text=True,
+                           check=True).stdout.split()[0]
+        out.append(h)
+        prev = bytes.fromhex(h)
+    return out
+
+
+def fakes(procs, mode="exact"):
+    fa = procs._add(harness.FakeBackend("capture", name="fa"))
+    fb = procs._add(harness.FakeBackend("capture", name="fb"))
+    for f in (fa, fb):
+        f.cache_mode = mode
+    return fa, fb
+
+
+def ready(ngx, n=2):
+    harness.wait_for(lambda: len(status(ngx)["engines"]) == n
+                     and all(e["id"] and e["cache_mode"] != "unknown"
+                             for e in status(ngx)["engines"]),
+                     timeout=5, what="engine ids and cache modes from probes")
+
+
+def addr(f):
+    return f"127.0.0.1:{f.port}"
+
+
+def session(s, turns, sys_text=None, last=None):
+    """Agent loop messages of session s after `turns` tool calls; `last`
+    replaces the content of the last tool result."""
+    msgs = [{"role": "system", "content": sys_text or f"Agent {s}. " + doc(33 + s, 2500)},
+            {"role": "user", "content": f"task {s}: " + doc(100 + s, 300)}]
+    for t in range(turns):
+        cid = f"call_{s}_{t}"
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function",
+             "function": {"name": "search", "arguments": json.dumps({"q": f"step {t}"})}}]})
+        msgs.append({"role": "tool", "tool_call_id": cid,
+                     "content": last if last and t == turns - 1
+                     else doc(1000 + 17 * s + t, 2000)})
+    return msgs
+
+
+# --- real engines -----------------------------------------------------------------
+
+
+@pytest.mark.skipif(not os.path.isdir(TINY), reason="fixture models missing")
+def test_sessions_stay_on_their_exact_prefix_over_pic_bytes(procs):
+    """Three interleaved agent sessions on two real engines: every turn is
+    combined where the session's prefix lives, also the turn whose new tool
+    result is a document another engine was just given (PIC hit bytes alone
+    would send it there: routing.exact_decided counts it); the engines serve
+    those turns from their prefix trees."""
+    red = procs.redis()
+    e1 = procs.engine(name="e1", model=TINY, extra=["--threads", "1"])
+    e2 = procs.engine(name="e2", model=TINY, extra=["--threads", "1"])
+    ngx = procs.nginx(gw_conf([addr(e1), addr(e2)], http=f"pic_redis 127.0.0.1:{red.port};"))
+    ready(ngx)
+    c = openai.OpenAI(base_url=ngx.url + "/v1", api_key="none", max_retries=0, timeout=120)
+    n_lines = 0
+
+    def ask(msgs):
+        nonlocal n_lines
+        r = c.chat.completions.create(model="m", messages=msgs, max_tokens=1, temperature=0)
+        n_lines += 1
+        return r, planned_lines(ngx, n_lines)[-1]
+
+    home = {}
+    for t in range(3):
+        for s in range(3):
+            if t == 2:
+                # a document the other engine is given first, then this
+                # session's next tool result: a bait of PIC bytes
+                for k in range(12):
+                    bait = doc(5000 + 100 * s + k, 6000)
+                    _, line = ask([{"role": "system", "content": f"bait {s}.{k} " + doc(k, 300)},
+                                   {"role": "user", "content": bait},
+                                   {"role": "user", "content": "ok?"}])
+                    if line["combine"] != home[s]:
+                        break
+                assert line["combine"] != home[s], "no bait landed on the other engine"
+                decided = status(ngx)["routing"]["exact_decided"]
+                r, line = ask(session(s, t, last=bait))
+                assert status(ngx)["routing"]["exact_decided"] == decided + 1, \
+                    "PIC bytes alone would have chosen the other engine"
+                assert int(line["hit"]) > int(line["exact"]) // 4
+            else:
+                r, line = ask(session(s, t))
+            home.setdefault(s, line["combine"])
+            assert line["combine"] == home[s], f"session {s} turn {t} left its engine"
+            u = r.usage.model_dump()
+            if t > 0:
+                # the engine serves from its tree what the gateway knew it held
+                share = int(line["exact"]) / int(line["prompt"])
+                print(f"session {s} turn {t}: {u['pic']}, gateway exact share {share:.3f}")
+                assert share > 0.1
+                assert u["pic"]["exact_tokens"] >= 0.7 * share * u["prompt_tokens"]
+    assert len(set(home.values())) == 2, "the sessions use both engines"
+    st = status(ngx)
+    assert st["routing"]["exact_routed"] == 6
+    assert sum(e["exact_requests"] for e in st["engines"]) == 6
+    assert all(e["cache_mode"] == "exact" for e in st["engines"])
+
+
+# --- routing rules on fake engines ------------------------------------------------
+
+
+def test_prefix_holders_are_learned_through_redis(procs, logdir):
+    """Gateway A routes a request and records its prefix chain in redis; a
+    second gateway B (its own shm zone) learns from pic:pfx:{chain} that fa
+    holds the prefix, and combines there although fb holds more PIC bytes.
+    The chain keys in redis are checked against xxh128sum."""
+    red = procs.redis()
+    fa, fb = fakes(procs)
+    conf = gw_conf([addr(fa), addr(fb)], http=f"pic_redis 127.0.0.1:{red.port};",
+                   cdc="512 1024 4096")
+    a, b = procs.nginx(conf, name="nginx-a"), procs.nginx(conf, name="nginx-b")
+    ready(a)
+    ready(b)
+    h, d1, d2, d3 = doc(201, 200), doc(202, 450), doc(203, 450), doc(204, 450)
+    assert post(a, {"model": "m", "prompt": prompt(h, d1, "q1")})[0] == 200
+    first, = planned_lines(a, 1)
+    holder, other = (fa, fb) if first["combine"] == addr(fa) else (fb, fa)
+    keys = [xxh128_key(b"m", b"", x.encode(), logdir) for x in (h, d1)]
+    chains = chain_keys(keys, logdir)
+    harness.wait_for(lambda: holder.name.encode() in redis_cmd(red.port, "SMEMBERS",
+                                                                "pic:pfx:" + chains[1]),
+                     timeout=5, what="the prefix recorded in redis")
+    ttl = int(redis_cmd(red.port, "TTL", "pic:pfx:" + chains[1])[1:].split(b"\r\n")[0])
+    assert 0 < ttl <= 3600
+    for d in (d2, d3):
+        k = xxh128_key(b"m", b"", d.encode(), logdir)
+        assert redis_cmd(red.port, "SADD", "pic:seg:" + k, other.name).startswith(b":1")
+    assert post(b, {"model": "m", "prompt": prompt(h, d1, d2, d3, "q2")})[0] == 200
+    line, = planned_lines(b, 1)
+    assert line["combine"] == addr(holder), "the exact prefix (from redis) decides"
+    assert int(line["exact"]) == len(h) + len(d1)
+    assert int(line["hit"]) == len(d2) + len(d3)
+    st = status(b)
+    assert st["routing"]["exact_decided"] == 1 and st["routing"]["exact_routed"] == 1
+    eng = {e["id"]: e for e in st["engines"]}
+    assert eng[holder.name]["exact_requests"] == 1
+
+
+@pytest.mark.parametrize("weight", [0, 2])
+def test_exact_weight_zero_routes_by_pic_bytes(procs, logdir, weight):
+    """pic_exact_weight 0 turns the preference off: the PIC holder combines."""
+    red = procs.redis()
+    fa, fb = fakes(procs)
+    ngx = procs.nginx(gw_conf([addr(fa), addr(fb)], http=f"pic_redis 127.0.0.1:{red.port};",
+                              cdc="512 1024 4096", loc=f"pic_exact_weight {weight};"))
+    ready(ngx)
+    h, d1, d2, d3 = doc(211, 200), doc(212, 450), doc(213, 450), doc(214, 450)
+    assert post(ngx, {"model": "m", "prompt": prompt(h, d1, "q1")})[0] == 200
+    holder = planned_lines(ngx, 1)[0]["combine"]
+    other = fb if holder == addr(fa) else fa
+    for d in (d2, d3):
+        k = xxh128_key(b"m", b"", d.encode(), logdir)
+        redis_cmd(red.port, "SADD", "pic:seg:" + k, other.name)
+    assert post(ngx, {"model": "m", "prompt": prompt(h, d1, d2, d3, "q2")})[0] == 200
+    line = planned_lines(ngx, 2)[1]
+    assert line["combine"] == (holder if weight else addr(other))
+
+
+def test_overloaded_holder_is_not_chosen(procs):
+    """The prefix holder combines the next turn, until its load exceeds the
+    least loaded engine's by more than pic_imbalance; then the other engine
+    serves it and, holding the deeper prefix, keeps the session."""
+    fa, fb = fakes(procs)
+    ngx = procs.nginx(gw_conf([addr(fa), addr(fb)], http="pic_health_check interval=100ms;",
+                              loc="pic_imbalance 4;"))
+    ready(ngx)
+    c = openai.OpenAI(base_url=ngx.url + "/v1", api_key="none", max_retries=0, timeout=30)
+
+    def turn(t):
+        c.chat.completions.create(model="m", messages=session(0, t), max_tokens=1)
+        return planned_lines(ngx, t + 1)[t]
+
+    first = turn(0)["combine"]
+    holder, other = (fa, fb) if first == addr(fa) else (fb, fa)
+    line = turn(1)
+    assert line["combine"] == first and int(line["exact"]) > 0
+    holder.load = 5
+    harness.wait_for(lambda: [e["load"] for e in status(ngx)["engines"]
+                              if e["id"] == holder.name] == [5], timeout=5, what="load seen")
+    line = turn(2)
+    assert line["combine"] == addr(other), "an overloaded holder is skipped"
+    assert int(line["exact"]) == 0
+    holder.load = 0
+    harness.wait_for(lambda: [e["load"] for e in status(ngx)["engines"]
+                              if e["id"] == holder.name] == [0], timeout=5, what="load seen")
+    line = turn(3)
+    assert line["combine"] == addr(other), "the deeper prefix is the other engine's now"
+    assert int(line["exact"]) > 0
+
+
+@pytest.mark.allow_log(r"connect\(\) failed|unhealthy|upstream server temporarily disabled")
+def test_dead_holder_falls_back(procs):
+    """The holder of a session's prefix dies: the next turn is served by the
+    other engine (nginx retries it at once, then plans leave the dead one),
+    which then holds the prefix."""
+    fa, fb = fakes(procs)
+    ngx = procs.nginx(gw_conf([addr(fa), addr(fb)],
+                              http="pic_health_check interval=100ms timeout=300ms;"))
+    ready(ngx)
+    c = openai.OpenAI(base_url=ngx.url + "/v1", api_key="none", max_retries=0, timeout=30)
+    for t in range(2):
+        c.chat.completions.create(model="m", messages=session(1, t), max_tokens=1)
+    holder = planned_lines(ngx, 2)[1]["combine"]
+    dead, live = (fa, fb) if holder == addr(fa) else (fb, fa)
+    dead.stop()
+    r = c.chat.completions.create(model="m", messages=session(1, 2), max_tokens=1)
+    assert r.choices, "no client error"
+    harness.wait_for(lambda: [e["healthy"] for e in status(ngx)["engines"]
+                              if e["name"] == holder] == [False], timeout=5,
+                     what="the holder marked down")
+    c.chat.completions.create(model="m", messages=session(1, 3), max_tokens=1)
+    lines = planned_lines(ngx, 4)
+    assert lines[2]["status"] == "200" and lines[3]["status"] == "200"
+    assert lines[3]["combine"] == addr(live)
+    assert int(lines[3]["exact"]) > 0, "the engine that served turn 2 holds the prefix now"
+
+
+# --- no remote prefill for what an exact-first combine recomputes (DESIGN §3.5) ----
+
+
+def plan_of(fake):
+    return json.loads(fake.bodies[-1])["pic"]
+
+
+@pytest.mark.parametrize("mode", ["exact", "pic"])
+def test_no_worker_for_segments_that_extend_the_exact_prefix(procs, logdir, mode):
+    """Cold segments before the first segment the combine node composes are
+    recomputed by an exact-first combine node: no worker is named for them.
+    Past it (after a hit), cold segments still go to workers; a PIC-only
+    engine composes from the start, so every cold segment may."""
+    red = procs.redis()
+    fa, fb = fakes(procs, mode)
+    ngx = procs.nginx(gw_conf([addr(fa), addr(fb)], http=f"pic_redis 127.0.0.1:{red.port};",
+                              cdc="512 1024 4096"))
+    ready(ngx)
+    h, d1, d2, d3, d4 = (doc(220 + i, n) for i, n in enumerate([200, 450, 450, 450, 450]))
+    k2 = xxh128_key(b"m", b"", d2.encode(), logdir)
+    redis_cmd(red.port, "SADD", "pic:seg:" + k2, "fa")
+    assert post(ngx, {"model": "m", "prompt": prompt(h, d1, d2, d3, d4, "the question")})[0] \
+        == 200
+    line, = planned_lines(ngx, 1)
+    assert line["combine"] == addr(fa), "the holder combines"
+    segs = plan_of(fa)["segments"]
+    by = {s["key"]: s for s in segs}
+    keys = [xxh128_key(b"m", b"", x.encode(), logdir) for x in (d1, d3, d4)]
+    if mode == "exact":
+        assert by[keys[0]]["worker"] is None, "d1 extends the exact prefix: recomputed"
+        assert int(line["end"]) == 2
+        assert status(ngx)["routing"]["segments_kept_exact"] == 1
+    else:
+        assert by[keys[0]]["worker"] is not None
+        assert int(line["end"]) == 0
+    assert by[keys[1]]["worker"] is not None and by[keys[2]]["worker"] is not None
+    assert by[k2]["holders"] == [addr(fa)] and by[k2]["worker"] is None
+
+
+def test_cold_request_to_exact_first_engines_names_no_worker(procs):
+    """All cold: an exact-first combine node composes nothing it did not have
+    before the request, so no segment is sent to a worker (rendezvous
+    fallback without redis alike)."""
+    fa, fb = fakes(procs)
+    ngx = procs.nginx(gw_conf([addr(fa), addr(fb)], cdc="512 1024 4096"))
+    ready(ngx)
+    assert post(ngx, {"model": "m", "prompt": prompt(*(doc(240 + i, 450) for i in range(5)),
+                                                     "q")})[0] == 200
+    line, = planned_lines(ngx, 1)
+    combine = fa if line["combine"] == addr(fa) else fb
+    assert all(s["worker"] is None for s in plan_of(combine)["segments"])
+
+
+# --- sizing (docs/SIZING.md) -------------------------------------------------------
+
+
+@pytest.mark.skipif(not os.path.isdir(TINY), reason="fixture models missing")
+def test_engine_status_reports_pool_capacity(procs):
+    """/status cache.capacity follows the cost model computed here from
+    config.json: fixed = GDN layers x (T + S|0 in the entry dtype + the fp32
+    conv tail), kv = attention layers x 2 Hkv hd; entries and tokens of the
+    budget at the break-even length while the pool is empty."""
+    with open(os.path.join(TINY, "config.json")) as f:
+        cfg = json.load(f)
+    t = cfg.get("text_config", cfg)
+    lin = sum(x == "linear_attention" for x in t["layer_types"])
+    att = len(t["layer_types"]) - lin
+    Hv, Hk = t["linear_num_value_heads"], t["linear_num_key_heads"]
+    dk, dv, K = t["linear_key_head_dim"], t["linear_value_head_dim"], t["linear_conv_kernel_dim"]
+    budget = 64 << 20
+    for dtype, es in (("bf16", 2), ("f32", 4)):
+        e = procs.engine(name=f"cap-{dtype}", model=TINY,
+                         extra=["--threads", "1", "--entry-dtype", dtype,
+                                "--pool-bytes", str(budget)])
+        cap = json.loads(harness.http("GET", e.url + "/status")[2])["cache"]["capacity"]
+        fixed = lin * (Hv * dk * (dk + dv) * es + (2 * Hk * dk + Hv * dv) * (K - 1) * 4)
+        kv = att * 2 * t["num_key_value_heads"] * t["head_dim"] * es
+        assert cap["entry_fixed_bytes"] == fixed and cap["kv_bytes_per_token"] == kv
+        assert abs(cap["break_even_tokens"] - fixed / kv) < 1e-9
+        assert cap["entries"] == budget // (2 * fixed)
+        assert abs(cap["tokens"] - budget / (2 * fixed) * fixed / kv) <= fixed / kv + 1
