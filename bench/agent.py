@@ -14,12 +14,16 @@ only: cold segments built and composed), exact (the tree first, then existing PI
 entries, then recompute: the default).  Per mode and workload: TTFT p50/p99, prompt
 tokens computed per request (usage.pic.recomputed_tokens), exact and PIC shares, the
 engine's cache bytes per cached token, and whether each request's greedy continuation
-(8 tokens) equals the full-recompute engine's.
+(8 tokens) equals the full-recompute engine's, and how far the log-probabilities of the
+first generated position (the logits at the last prompt position, log-softmaxed:
+`logprobs` + `top_logprobs` over HTTP) are from the full-recompute engine's.
 
 Summary keys: agent_loop_exact_share (goal >= 0.85), agent_loop_ttft_speedup_vs_full
 (p50 full / p50 exact over turns after the first; goal >= 8),
-agent_loop_logit_max_abs_err (not observable over HTTP: null here; the logits are
-compared within 1e-4 by tests/unit/test_exact_first), agent_loop_greedy_match,
+agent_loop_logit_max_abs_err (max |logprob - logprob_full| over the top TOP_LOGPROBS
+tokens both engines list at the last prompt position of every turn after the first;
+log-softmax shifts all logits of a row alike, so this bounds the error of the logits
+relative to their log-sum-exp; goal <= 1e-4), agent_loop_greedy_match,
 mixed_ttft_speedup_vs_pic_only (p50 pic / p50 exact; goal >= 1).
 
 Random-weight models: the figures are about compute and reuse, not answer quality.
@@ -41,6 +45,7 @@ SESSIONS = 2 if QUICK else 5
 TURNS = 4 if QUICK else 6
 MIXED = 5 if QUICK else 16
 MODES = ["full", "prefix", "pic", "exact"]
+TOP_LOGPROBS = 20
 WORDS = ["agent", "tool", "result", "cache", "segment", "prefix", "engine", "token", "state",
          "nginx", "plan", "worker", "index", "memory", "document", "query"]
 
@@ -92,8 +97,8 @@ def mixed_requests():
     return out
 
 
-def post(eng, body, max_tokens):
-    body = dict(body, model="m", max_tokens=max_tokens, temperature=0)
+def post(eng, body, max_tokens, **extra):
+    body = dict(body, model="m", max_tokens=max_tokens, temperature=0, **extra)
     c = http.client.HTTPConnection("127.0.0.1", eng.port, timeout=900)
     t0 = time.perf_counter()
     c.request("POST", "/v1/chat/completions", json.dumps(body),
@@ -123,13 +128,16 @@ def run_mode(model, mode, threads, logdir, workloads):
             for label, turn, body in reqs:
                 dt, doc = post(eng, body, 1)            # the timed request (~TTFT)
                 u = doc["usage"]
-                _, g = post(eng, body, 8)               # greedy continuation, untimed
+                _, g = post(eng, body, 8, logprobs=True,  # greedy continuation, untimed
+                            top_logprobs=TOP_LOGPROBS)
+                first = g["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
                 rows.append({"label": label, "turn": turn, "ttft": dt,
                              "prompt": u["prompt_tokens"],
                              "cached": u["prompt_tokens_details"]["cached_tokens"],
                              "exact": u.get("pic", {}).get("exact_tokens", 0),
                              "pic": u.get("pic", {}).get("pic_tokens", 0),
-                             "text": g["choices"][0]["message"]["content"]})
+                             "text": g["choices"][0]["message"]["content"],
+                             "top": {tuple(t["bytes"]): t["logprob"] for t in first}})
             res[wname] = rows
         st = eng.status()
         res["bytes"] = (st.get("prefix", {}).get("bytes", 0)
@@ -150,7 +158,19 @@ def main():
     results = {m: run_mode(model, m, threads, logdir, workloads) for m in MODES}
 
     rows, summary = [], {}
+    errs = {}
     for w in workloads:
+        for m in MODES:
+            e = 0.0
+            for r, f in zip(results[m][w], results["full"][w]):
+                both = set(r["top"]) & set(f["top"])
+                if r["turn"] == 0:
+                    continue
+                if not both:
+                    e = None                # no token in common: far off
+                    break
+                e = max(e, max(abs(r["top"][k] - f["top"][k]) for k in both))
+            errs[(w, m)] = e
         ref = [r["text"] for r in results["full"][w]]
         for m in MODES:
             rs = [r for r in results[m][w] if r["turn"] > 0]
@@ -164,16 +184,19 @@ def main():
                    "pic_share": sum(r["pic"] for r in rs) / max(1, prompt),
                    "bytes_per_cached_token": results[m]["bytes"] / max(1, cached),
                    "greedy_match": sum(r["text"] == t for r, t in
-                                       zip(results[m][w], ref)) / len(ref)}
+                                       zip(results[m][w], ref)) / len(ref),
+                   "logprob_max_abs_err": errs[(w, m)]}
             rows.append(row)
     table(rows, ["workload", "mode", "ttft_p50_ms", "ttft_p99_ms", "computed_per_req",
-                 "exact_share", "pic_share", "bytes_per_cached_token", "greedy_match"],
+                 "exact_share", "pic_share", "bytes_per_cached_token", "greedy_match",
+                 "logprob_max_abs_err"],
           "exact first vs full / prefix / PIC only (turns after the first; machine shared)")
     by = {(r["workload"], r["mode"]): r for r in rows}
     summary["agent_loop_exact_share"] = by[("agent_loop", "exact")]["exact_share"]
     summary["agent_loop_ttft_speedup_vs_full"] = (by[("agent_loop", "full")]["ttft_p50_ms"]
                                                   / by[("agent_loop", "exact")]["ttft_p50_ms"])
-    summary["agent_loop_logit_max_abs_err"] = None
+    summary["agent_loop_logit_max_abs_err"] = by[("agent_loop", "exact")]["logprob_max_abs_err"]
+    summary["mixed_logit_max_abs_err"] = by[("mixed", "exact")]["logprob_max_abs_err"]
     summary["agent_loop_greedy_match"] = by[("agent_loop", "exact")]["greedy_match"]
     summary["mixed_ttft_speedup_vs_pic_only"] = (by[("mixed", "pic")]["ttft_p50_ms"]
                                                  / by[("mixed", "exact")]["ttft_p50_ms"])
@@ -182,7 +205,10 @@ def main():
     config = {"model": MODEL, "sessions": SESSIONS, "turns": TURNS, "mixed": MIXED,
               "threads": threads, "modes": MODES,
               "timing": "one non-streamed request with max_tokens 1 per turn (~TTFT), "
-                        "every mode alike; engines run one at a time"}
+                        "every mode alike; engines run one at a time",
+              "logit_err": f"untimed greedy request with logprobs, top_logprobs "
+                           f"{TOP_LOGPROBS}: max |logprob - full's| at the last prompt "
+                           f"position over the tokens both list, turns after the first"}
     write_results("agent", summary, config, info, rows=rows)
 
 

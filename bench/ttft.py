@@ -5,8 +5,10 @@ Workload (deterministic random token ids on the mid model, models/mid: hidden 10
   (a) 4 segments x {1k, 2k, 4k} tokens + a 32-token query;
   (b) {4, 8, 16} segments x 1k + the query.
 Every segment's entries (PIC seam entry, w = 8, and the whole-segment entry used by exact
-prefix and naive addition) are built first, alone, and not timed as TTFT.  Columns, all in
-one run of one engine process:
+prefix and naive addition) are built first, alone, and not timed as TTFT, in the dtype the
+server stores them in (`pic-engine serve --entry-dtype`, bf16 by default).  Every mode is
+timed the same way: the fastest of REPEAT runs of one pic_assemble call each, with the run
+state allocated before the timed region.  Columns, all in one run of one engine process:
   full     recompute every token;
   prefix   exact prefix cache: the first segment's state reused, the rest recomputed;
   naive    naive addition (S <- S + S_C|0, KV re-rotated, no seams): only the query runs;
@@ -32,7 +34,8 @@ from common import PIC_LAB, QUICK, ROOT, machine, table, write_results  # noqa: 
 MODEL = os.environ.get("PIC_BENCH_MODEL", os.path.join(ROOT, "models", "mid"))
 W = 8
 QUERY = 32
-REPEAT = 5              # naive, PIC and ideal: fastest of 5 (full and prefix: one run)
+REPEAT = 2 if QUICK else 3     # every mode: fastest of REPEAT runs
+DTYPE = os.environ.get("PIC_ENTRY_DTYPE", "bf16")   # the served default
 
 
 def ensure_model():
@@ -75,7 +78,7 @@ def main():
             continue                                    # (b) 4 x 1 unit = (a) first row
         reqs.append(by_size[1][:c])
         labels.append(("b", f"{c} x {unit}"))
-    spec = {"ws": [W], "dtype": "f32", "whole": True, "repeat": REPEAT, "docs": docs,
+    spec = {"ws": [W], "dtype": DTYPE, "whole": True, "repeat": REPEAT, "docs": docs,
             "requests": [{"docs": r, "query": query, "ideal": True,
                           "modes": ["full", "prefix", "naive", "pic"]} for r in reqs]}
     t0 = time.time()
@@ -127,7 +130,7 @@ def main():
                     "KV_KB_per_token": (sb["K"] + sb["V"]) / sb["interior_tokens"] / 2**10,
                     "total_KB_per_token": sb["total"] / L / 2**10,
                     "whole_MB": wb["total"] / 2**20, "build_s": e["build_s"]})
-    table(ent, list(ent[0].keys()), title="PIC entry sizes (fp32, w = 8)")
+    table(ent, list(ent[0].keys()), title=f"PIC entry sizes ({DTYPE}, w = 8)")
 
     # summary: 16k = (a) 4 x 4k (and (b) 16 x 1k); quick runs report their largest row
     big_a = a_rows[-1]
@@ -159,7 +162,7 @@ def main():
                            % big_a["tokens"])
     config = {"model": os.path.relpath(MODEL, ROOT), "w": W, "query_tokens": QUERY,
               "unit_tokens": unit, "sizes_a_units": sizes_a, "counts_b": counts_b,
-              "entry_dtype": "f32", "repeat_cheap_modes": REPEAT, "wall_s": wall,
+              "entry_dtype": DTYPE, "repeat_every_mode": REPEAT, "wall_s": wall,
               "engine_threads": out["model"]["threads"],
               "weights": "random (mid preset): timings only"}
     write_results("ttft", summary, config, info, rows=rows, entries=ent)
