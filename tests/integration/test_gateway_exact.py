@@ -44,10 +44,15 @@ def fakes(procs, mode="exact"):
 
 
 def ready(ngx, n=2):
+    """Engine ids and cache modes learned by the probes; every worker
+    connected to redis when there is one."""
     harness.wait_for(lambda: len(status(ngx)["engines"]) == n
                      and all(e["id"] and e["cache_mode"] != "unknown"
                              for e in status(ngx)["engines"]),
                      timeout=5, what="engine ids and cache modes from probes")
+    if status(ngx)["redis"]["configured"]:
+        harness.wait_for(lambda: status(ngx)["redis"]["up_workers"] == 2, timeout=5,
+                         what="both workers connected to redis")
 
 
 def addr(f):
@@ -83,7 +88,8 @@ def test_sessions_stay_on_their_exact_prefix_over_pic_bytes(procs):
     red = procs.redis()
     e1 = procs.engine(name="e1", model=TINY, extra=["--threads", "1"])
     e2 = procs.engine(name="e2", model=TINY, extra=["--threads", "1"])
-    ngx = procs.nginx(gw_conf([addr(e1), addr(e2)], http=f"pic_redis 127.0.0.1:{red.port};"))
+    ngx = procs.nginx(gw_conf([addr(e1), addr(e2)], http=f"pic_redis 127.0.0.1:{red.port};",
+                              loc="pic_redis_timeout 5s;"))
     ready(ngx)
     c = openai.OpenAI(base_url=ngx.url + "/v1", api_key="none", max_retries=0, timeout=120)
     n_lines = 0
@@ -150,7 +156,7 @@ def test_prefix_holders_are_learned_through_redis(procs, logdir):
     red = procs.redis()
     fa, fb = fakes(procs)
     conf = gw_conf([addr(fa), addr(fb)], http=f"pic_redis 127.0.0.1:{red.port};",
-                   cdc="512 1024 4096")
+                   cdc="512 1024 4096", loc="pic_redis_timeout 5s;")
     a, b = procs.nginx(conf, name="nginx-a"), procs.nginx(conf, name="nginx-b")
     ready(a)
     ready(b)
@@ -185,7 +191,8 @@ def test_exact_weight_zero_routes_by_pic_bytes(procs, logdir, weight):
     red = procs.redis()
     fa, fb = fakes(procs)
     ngx = procs.nginx(gw_conf([addr(fa), addr(fb)], http=f"pic_redis 127.0.0.1:{red.port};",
-                              cdc="512 1024 4096", loc=f"pic_exact_weight {weight};"))
+                              cdc="512 1024 4096",
+                              loc=f"pic_exact_weight {weight}; pic_redis_timeout 5s;"))
     ready(ngx)
     h, d1, d2, d3 = doc(211, 200), doc(212, 450), doc(213, 450), doc(214, 450)
     assert post(ngx, {"model": "m", "prompt": prompt(h, d1, "q1")})[0] == 200
@@ -277,7 +284,7 @@ def test_no_worker_for_segments_that_extend_the_exact_prefix(procs, logdir, mode
     red = procs.redis()
     fa, fb = fakes(procs, mode)
     ngx = procs.nginx(gw_conf([addr(fa), addr(fb)], http=f"pic_redis 127.0.0.1:{red.port};",
-                              cdc="512 1024 4096"))
+                              cdc="512 1024 4096", loc="pic_redis_timeout 5s;"))
     ready(ngx)
     h, d1, d2, d3, d4 = (doc(220 + i, n) for i, n in enumerate([200, 450, 450, 450, 450]))
     k2 = xxh128_key(b"m", b"", d2.encode(), logdir)
