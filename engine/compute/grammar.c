@@ -866,7 +866,15 @@ struct pic_gvocab {
     int32_t  *end;              /* (n_nodes) first node after its subtree */
     int32_t  *tok;              /* (n_nodes) a token ending there, or -1 */
     int32_t  *next_tok;         /* (n_ids) the next token with the same bytes, or -1 */
+    uint8_t  *cls;              /* (n_nodes) byte classes in its subtree: PIC_GV_* */
+    int32_t  *sorted;           /* (n_sorted) token ids in byte order = trie order */
+    int32_t  *first;            /* (n_nodes + 1) index in sorted of the first token
+                                 * of each subtree (tokens of a subtree are a run) */
+    int       n_sorted;
 };
+
+#define PIC_GV_NOT_PLAIN  1     /* a byte a free string cannot hold as is */
+#define PIC_GV_NEWLINE    2     /* a newline (ends an XML raw value's run) */
 
 static const pic_tokenizer *pic_gv_sort_tok;    /* qsort has no context argument */
 
@@ -892,6 +900,9 @@ pic_gvocab_free(pic_gvocab *v)
     free(v->end);
     free(v->tok);
     free(v->next_tok);
+    free(v->cls);
+    free(v->sorted);
+    free(v->first);
     free(v);
 }
 
@@ -977,7 +988,29 @@ pic_gvocab_new(const pic_tokenizer *tok)
     while (sp > 0) {
         v->end[path[--sp]] = v->n_nodes;
     }
-    free(ids);
+    /* byte classes of each subtree (children after their parent: walk back) */
+    v->cls = malloc((size_t) (v->n_nodes ? v->n_nodes : 1));
+    v->first = malloc((size_t) (v->n_nodes + 1) * sizeof(*v->first));
+    if (v->cls == NULL || v->first == NULL) {
+        goto fail;
+    }
+    for (int i = v->n_nodes - 1; i >= 0; i--) {
+        int c = v->byte[i];
+
+        v->cls[i] = (uint8_t) ((c < 0x20 || c == '"' || c == '\\' ? PIC_GV_NOT_PLAIN : 0)
+                               | (c == '\n' ? PIC_GV_NEWLINE : 0));
+        for (int j = i + 1; j < v->end[i]; j = v->end[j]) {
+            v->cls[i] |= v->cls[j];
+        }
+    }
+    for (int i = 0, k = 0; i <= v->n_nodes; i++) {
+        while (k < n && node[k] < i) {
+            k++;
+        }
+        v->first[i] = k;
+    }
+    v->sorted = ids;
+    v->n_sorted = n;
     free(node);
     free(path);
     return v;
@@ -988,6 +1021,25 @@ fail:
     free(path);
     pic_gvocab_free(v);
     return NULL;
+}
+
+/* Which bytes leave g exactly as it is: PIC_GV_NOT_PLAIN's complement
+ * (free string content), PIC_GV_NEWLINE's (an XML raw value away from its
+ * end tag), or none (0). */
+static int
+pic_gkeeps(const pic_gstate *g)
+{
+    const pic_gframe *f;
+
+    if (g->done || g->depth == 0) {
+        return 0;
+    }
+    f = &g->stack[g->depth - 1];
+    if (f->kind == PIC_GF_STRING && (f->prop == PIC_GS_FREE || f->prop == PIC_GS_FREEKEY)
+        && f->st == 0) {
+        return PIC_GV_NOT_PLAIN;
+    }
+    return f->kind == PIC_GF_CALL && f->st == PIC_GC_RAW && g->nbuf == 0 ? PIC_GV_NEWLINE : 0;
 }
 
 /* Would byte c leave g exactly as it is?  (free string content, XML raw
@@ -1025,7 +1077,17 @@ pic_gvocab_mask(const pic_gvocab *v, const pic_gstate *g, uint8_t *ok)
     for (int i = 0; i < v->n_nodes; ) {
         int               d = v->depth[i], c = v->byte[i];
         const pic_gstate *p = cur[d - 1];
+        int               keeps = pic_gkeeps(p);
 
+        if (keeps != 0 && !(v->cls[i] & keeps)) {
+            /* every byte below leaves the state as it is: all its tokens */
+            for (int k = v->first[i]; k < v->first[v->end[i]]; k++) {
+                ok[v->sorted[k]] = 1;
+            }
+            n += v->first[v->end[i]] - v->first[i];
+            i = v->end[i];
+            continue;
+        }
         if (pic_gsame(p, c)) {
             cur[d] = p;
         } else {

@@ -27,8 +27,10 @@
  *
  * Masking (pic_gvocab): the vocabulary's byte strings as a trie walked
  * depth first from the current state; a byte the grammar refuses prunes its
- * subtree, and a byte that leaves the state as it is (free string content)
- * shares its parent's state instead of copying it.
+ * subtree, a byte that leaves the state as it is (free string content, an
+ * XML raw value) shares its parent's state instead of copying it, and a
+ * subtree made only of such bytes allows its tokens (a run in byte order)
+ * without being walked.
  */
 #ifndef PIC_GRAMMAR_H
 #define PIC_GRAMMAR_H
