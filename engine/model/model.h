@@ -162,9 +162,18 @@ pic_model *pic_model_load_as(const char *dir, pic_weights_format f,
  * pic_load_progress_get; another thread sets cancel to make the load fail
  * at its next tensor.  Totals cover the text model's tensors as the
  * safetensors headers list them (vision and MTP tensors are skipped). */
+typedef enum {
+    PIC_LOAD_OPENING = 0,       /* config.json, safetensors headers */
+    PIC_LOAD_HASHING,           /* the fingerprint over every file */
+    PIC_LOAD_TENSORS,           /* weights read and converted */
+    PIC_LOAD_SETUP,             /* after the weights: the caller's (tokenizer,
+                                 * caches, workers) */
+} pic_load_phase;
+
 typedef struct {
     uint64_t    bytes_done, bytes_total;
     uint32_t    tensors_done, tensors_total;
+    int         phase;          /* atomic: pic_load_phase */
     int         cancel;         /* atomic: set to stop the load */
     const char *hold;           /* tests: after the first tensor, wait while
                                  * this file exists (NULL: never) */
@@ -181,6 +190,9 @@ pic_model *pic_model_load_progress(const char *dir, pic_weights_format f,
 
 /* A consistent-enough snapshot of p's counters into out (any thread). */
 void pic_load_progress_get(const pic_load_progress *p, pic_load_progress *out);
+
+/* "opening", "hashing", "tensors" or "setup". */
+const char *pic_load_phase_name(int phase);
 
 /* Release everything pic_model_load allocated (NULL is fine). */
 void pic_model_free(pic_model *m);

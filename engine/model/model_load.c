@@ -929,6 +929,16 @@ pic_load_progress_get(const pic_load_progress *p, pic_load_progress *out)
     out->tensors_total = __atomic_load_n(&p->tensors_total, __ATOMIC_RELAXED);
     out->bytes_done = __atomic_load_n(&p->bytes_done, __ATOMIC_RELAXED);
     out->tensors_done = __atomic_load_n(&p->tensors_done, __ATOMIC_RELAXED);
+    out->phase = __atomic_load_n(&p->phase, __ATOMIC_RELAXED);
+}
+
+
+const char *
+pic_load_phase_name(int phase)
+{
+    static const char *const names[] = { "opening", "hashing", "tensors", "setup" };
+
+    return phase >= 0 && phase < 4 ? names[phase] : "unknown";
 }
 
 
@@ -1040,8 +1050,14 @@ pic_model_load_progress(const char *dir, pic_weights_format f,
                 (unsigned long long) L.total);
         L.t_line = pic_now_ns();
     }
+    if (p != NULL) {
+        __atomic_store_n(&p->phase, PIC_LOAD_HASHING, __ATOMIC_RELAXED);
+    }
     if (ld_fingerprint(&L, config, config_len, tok, tok_len) != 0) {
         goto fail;
+    }
+    if (p != NULL) {
+        __atomic_store_n(&p->phase, PIC_LOAD_TENSORS, __ATOMIC_RELAXED);
     }
     L.wt = ld_pick_wtype(&L, f);
     m->wtype = L.wt;

@@ -174,7 +174,7 @@ pic_server_load(void *arg, pic_registry_load *out)
     out->queued = st.queued;
 }
 
-/* The load's progress as {"tensors_done", ..., "seconds"}. */
+/* The load's progress as {"phase", "tensors_done", ..., "seconds"}. */
 static cJSON *
 pic_server_loading_doc(pic_server *srv)
 {
@@ -182,6 +182,7 @@ pic_server_loading_doc(pic_server *srv)
     pic_load_progress  p;
 
     pic_load_progress_get(&srv->load, &p);
+    cJSON_AddStringToObject(o, "phase", pic_load_phase_name(p.phase));
     cJSON_AddNumberToObject(o, "tensors_done", p.tensors_done);
     cJSON_AddNumberToObject(o, "tensors_total", p.tensors_total);
     cJSON_AddNumberToObject(o, "bytes_done", (double) p.bytes_done);
@@ -803,6 +804,7 @@ pic_server_load_model(pic_server *srv)
         fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
         return -1;
     }
+    __atomic_store_n(&srv->load.phase, PIC_LOAD_SETUP, __ATOMIC_RELAXED);
     snprintf(path, sizeof(path), "%s/tokenizer.json", o->model_dir);
     srv->tok = pic_tokenizer_load(path, err, sizeof(err));
     if (srv->tok == NULL) {

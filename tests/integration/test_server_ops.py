@@ -68,6 +68,7 @@ def test_model_load_reports_progress_and_readiness(procs, logdir):
     code, _, body = harness.http("GET", url + "/healthz")
     doc = json.loads(body)
     assert code == 503 and doc["status"] == "loading" and doc["model_loaded"] is False
+    assert doc["loading"]["phase"] == "tensors"
     assert doc["loading"]["tensors_total"] == len(tensors)
     assert doc["loading"]["bytes_total"] == total_bytes
     assert doc["loading"]["bytes_done"] == embed
