@@ -33,6 +33,7 @@ import http.client
 import json
 import os
 import random
+import struct
 import subprocess
 import sys
 import tempfile
@@ -79,7 +80,18 @@ def make_docs(seed):
     return docs
 
 
-def render_and_plan(docs, combine, workers):
+def segment_key(fp, data, tmpdir):
+    """DESIGN 4.1 key of a segment (global scope), by xxh128sum: workers
+    recompute keys from the text and refuse a plan whose keys do not match."""
+    path = os.path.join(tmpdir, "framed.bin")
+    fp = fp.encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<I", len(fp)) + fp + struct.pack("<I", 0) + data)
+    return subprocess.run(["xxh128sum", path], capture_output=True, text=True,
+                          check=True).stdout.split()[0]
+
+
+def render_and_plan(docs, combine, workers, fp, tmpdir):
     """The Qwen3.5 rendering of the request and a plan cutting it: prefix,
     glue, one "pic" segment per document (assigned by LPT over the workers,
     by token estimate), the dynamic tail."""
@@ -92,7 +104,7 @@ def render_and_plan(docs, combine, workers):
     segs, off = [], 0
     for i, (text, kind) in enumerate(pieces):
         n = len(text.encode())
-        seg = {"key": "%032x" % (random.getrandbits(120) << 8 | i), "offset": off,
+        seg = {"key": segment_key(fp, text.encode(), tmpdir), "offset": off,
                "bytes": n, "tokens": (n + 3) // 4, "kind": kind, "holders": [],
                "worker": None}
         if kind == "pic" and workers:
@@ -158,7 +170,8 @@ def run_workers(n, docs, logdir):
     workers = [Engine(f"w{i}", i % 2, logdir, ["--cache-mode", "pic"]) for i in range(n)]
     comb = Engine("combine", 0, logdir, ["--cache-mode", "pic"])
     try:
-        plan = render_and_plan(docs, comb.addr, [w.addr for w in workers])
+        plan = render_and_plan(docs, comb.addr, [w.addr for w in workers],
+                               comb.status()["model"]["fingerprint"], logdir)
         t, usage = ttft(comb.port, docs, plan)
         cs = comb.status()["cache"]
         ws = [w.status()["cache"] for w in workers]
