@@ -35,13 +35,18 @@ serve_usage(FILE *f)
         "  --advertise HOST:PORT   address announced in Redis (default host:bound port)\n"
         "  --heartbeat-ms N        Redis heartbeat period (default 1000)\n"
         "  --registry-ttl N        seconds before a silent engine expires (default 5)\n"
-        "  --pool-bytes N          public pool budget in bytes (default 268435456)\n"
+        "  --cache-bytes N         one budget for every cache: prefix tree (KV, checkpoints,\n"
+        "                          session ends) and PIC entries, least recently used\n"
+        "                          evicted first across them (default 805306368)\n"
         "  --cache-mode M          exact (default: exact prefix tree first, then PIC\n"
         "                          entries, then recompute), prefix (tree only), pic\n"
         "                          (PIC entries only), naive, or full (no caches)\n"
-        "  --prefix-bytes N        prefix tree budget in bytes (default 536870912)\n"
+        "  --pool-bytes N, --prefix-bytes N\n"
+        "                          deprecated: without --cache-bytes their sum (defaults\n"
+        "                          268435456 and 536870912) becomes --cache-bytes\n"
         "  --prefix-block N        prefix tree block in tokens (default 64)\n"
-        "  --checkpoints M         recurrent checkpoints planned per request (default 4)\n"
+        "  --checkpoints M         recurrent checkpoints per prefix-tree edge (path between\n"
+        "                          branch points; default 4)\n"
         "  --seam N                seam width of PIC entries (default 8)\n"
         "  --entry-dtype T         storage of PIC entries: bf16 (default) or f32\n"
         "  --weights F             big matrices as auto (default: bf16 if the checkpoint\n"
@@ -81,7 +86,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_CTX, OPT_MAXTOK, OPT_TIMEOUT, OPT_MAXBODY, OPT_REDIS, OPT_ADVERTISE,
         OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_WEIGHTS, OPT_MINSEG,
         OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT,
-        OPT_PBYTES, OPT_PBLOCK, OPT_CKPT, OPT_HOLD,
+        OPT_PBYTES, OPT_PBLOCK, OPT_CKPT, OPT_HOLD, OPT_CBYTES,
     };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -105,6 +110,7 @@ pic_cmd_serve(int argc, char **argv)
         { "heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT },
         { "registry-ttl", required_argument, NULL, OPT_TTL },
         { "pool-bytes", required_argument, NULL, OPT_POOL },
+        { "cache-bytes", required_argument, NULL, OPT_CBYTES },
         { "cache-mode", required_argument, NULL, OPT_MODE },
         { "seam", required_argument, NULL, OPT_SEAM },
         { "entry-dtype", required_argument, NULL, OPT_DTYPE },
@@ -132,13 +138,14 @@ pic_cmd_serve(int argc, char **argv)
     };
     char            idbuf[64];
     long long       v;
-    int             c;
+    int             c, old_budget = 0;
 
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         long long max = c == 'p' ? 65535 : c == OPT_TIMEOUT || c == OPT_POOL
                                            || c == OPT_MAXBODY || c == OPT_MAXFRAME
-                                           || c == OPT_PBYTES ? (1LL << 50) : 1 << 30;
+                                           || c == OPT_PBYTES || c == OPT_CBYTES
+                                           ? (1LL << 50) : 1 << 30;
         switch (c) {
         case 'm': opts.model_dir = optarg; continue;
         case 'H': opts.host = optarg; continue;
@@ -161,7 +168,7 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_MAXTOK: case OPT_TIMEOUT: case OPT_MAXBODY: case OPT_HEARTBEAT:
         case OPT_TTL: case OPT_POOL: case OPT_SEAM: case OPT_MINSEG:
         case OPT_PEERTO: case OPT_MAXFRAME: case OPT_PBYTES: case OPT_PBLOCK:
-        case OPT_CKPT:
+        case OPT_CKPT: case OPT_CBYTES:
             break;
         default: serve_usage(stderr); return 2;
         }
@@ -182,12 +189,13 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_MAXBODY: opts.max_body = (size_t) v; break;
         case OPT_HEARTBEAT: opts.heartbeat_ms = (int) v; break;
         case OPT_TTL: opts.registry_ttl_s = (int) v; break;
-        case OPT_POOL: opts.pool_bytes = (uint64_t) v; break;
+        case OPT_POOL: opts.pool_bytes = (uint64_t) v; old_budget = 1; break;
+        case OPT_CBYTES: opts.cache_bytes = (uint64_t) v; break;
         case OPT_SEAM: opts.seam = (int) v; break;
         case OPT_MINSEG: opts.min_segment = (size_t) v; break;
         case OPT_PEERTO: opts.peer_timeout_ms = (int) v; break;
         case OPT_MAXFRAME: opts.max_frame_bytes = (uint64_t) v; break;
-        case OPT_PBYTES: opts.prefix_bytes = (uint64_t) v; break;
+        case OPT_PBYTES: opts.prefix_bytes = (uint64_t) v; old_budget = 1; break;
         case OPT_PBLOCK: opts.prefix_block = (int) v; break;
         case OPT_CKPT: opts.checkpoints = (int) v; break;
         }
@@ -196,6 +204,15 @@ pic_cmd_serve(int argc, char **argv)
         fprintf(stderr, "pic-engine serve: unexpected argument '%s'\n", argv[optind]);
         serve_usage(stderr);
         return 2;
+    }
+    if (old_budget && opts.cache_bytes == 0) {
+        fprintf(stderr, "pic-engine serve: --pool-bytes and --prefix-bytes are deprecated; "
+                "using --cache-bytes %llu (their sum)\n",
+                (unsigned long long) (opts.pool_bytes + opts.prefix_bytes));
+        opts.cache_bytes = opts.pool_bytes + opts.prefix_bytes;
+    }
+    if (opts.cache_bytes == 0) {
+        opts.cache_bytes = 768u << 20;
     }
     if (opts.id == NULL) {
         snprintf(idbuf, sizeof(idbuf), "engine-%d", opts.port);

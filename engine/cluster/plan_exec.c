@@ -9,7 +9,30 @@
 
 #include "forward.h"
 #include "frame.h"
+#include "pic_time.h"
 #include "plan_exec.h"
+
+enum { PIC_PH_TOKENIZE = 0, PIC_PH_RESTORE, PIC_PH_RESOLVE, PIC_PH_EXACT, PIC_PH_ASSEMBLE,
+       PIC_PH_INSERT };
+
+const char *
+pic_plan_phase_name(int i)
+{
+    static const char *const name[PIC_PLAN_PHASES] = { "tokenize", "restore", "resolve",
+                                                       "exact", "assemble", "insert" };
+
+    return i >= 0 && i < PIC_PLAN_PHASES ? name[i] : "?";
+}
+
+/* Add the time since *t0 to phase ph and restart the clock. */
+static void
+pic_plan_clock(pic_plan_job *pj, int ph, int64_t *t0)
+{
+    int64_t now = pic_now_ns();
+
+    pj->t_ns[ph] += now - *t0;
+    *t0 = now;
+}
 
 pic_plan_job *
 pic_plan_job_new(int n)
@@ -126,14 +149,140 @@ pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
     return 0;
 }
 
-/* Keep a new entry: pool it and announce it. */
+/* Keep a new entry under (key, len): pool it and announce it. */
+static void
+pic_plan_keep_key(const pic_plan_ctx *ctx, const char *key, uint64_t len, pic_entry *e)
+{
+    if (ctx->pool != NULL && pic_pool_put(ctx->pool, key, len, e) == 0
+        && ctx->reg != NULL) {
+        pic_registry_post_add(ctx->reg, key);
+    }
+    pic_cache_budget_enforce(ctx->budget);
+}
+
+/* Keep a new entry of g. */
 static void
 pic_plan_keep(const pic_plan_ctx *ctx, pic_job_segment *g, pic_entry *e)
 {
-    if (ctx->pool != NULL && pic_pool_put(ctx->pool, g->key, g->len, e) == 0
-        && ctx->reg != NULL) {
-        pic_registry_post_add(ctx->reg, g->key);
+    pic_plan_keep_key(ctx, g->key, g->len, e);
+}
+
+/* --- deferred builds --- */
+
+/* Queue g's entry to be built off the request path (a copy of its ids);
+ * the oldest waiting build is dropped when the ring is full. */
+static void
+pic_plan_defer_push(pic_plan_defer *d, const pic_job_segment *g)
+{
+    pic_plan_deferred *it;
+    int               *ids;
+
+    if (d == NULL || (ids = malloc((size_t) g->n_ids * sizeof(int))) == NULL) {
+        return;
     }
+    memcpy(ids, g->ids, (size_t) g->n_ids * sizeof(int));
+    pthread_mutex_lock(&d->mu);
+    for (int k = 0; k < d->count; k++) {
+        it = &d->item[(d->head + k) % PIC_PLAN_DEFER];
+        if (it->len == g->len && strcmp(it->key, g->key) == 0) {
+            pthread_mutex_unlock(&d->mu);
+            free(ids);                  /* already waiting */
+            return;
+        }
+    }
+    if (d->count == PIC_PLAN_DEFER) {
+        it = &d->item[d->head];
+        free(it->ids);
+        d->head = (d->head + 1) % PIC_PLAN_DEFER;
+        d->count--;
+        d->dropped++;
+    }
+    it = &d->item[(d->head + d->count) % PIC_PLAN_DEFER];
+    snprintf(it->key, sizeof(it->key), "%s", g->key);
+    it->len = g->len;
+    it->ids = ids;
+    it->n_ids = g->n_ids;
+    d->count++;
+    d->queued++;
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Take the oldest waiting build into *it (the caller frees it->ids); 0 if
+ * none. */
+static int
+pic_plan_defer_pop(pic_plan_defer *d, pic_plan_deferred *it)
+{
+    int got = 0;
+
+    if (d == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&d->mu);
+    if (d->count > 0) {
+        *it = d->item[d->head];
+        d->item[d->head].ids = NULL;
+        d->head = (d->head + 1) % PIC_PLAN_DEFER;
+        d->count--;
+        got = 1;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return got;
+}
+
+void
+pic_plan_defer_clear(pic_plan_defer *d)
+{
+    pic_plan_deferred it;
+
+    while (pic_plan_defer_pop(d, &it)) {
+        free(it.ids);
+    }
+}
+
+int
+pic_plan_defer_pending(pic_plan_defer *d)
+{
+    int n;
+
+    if (d == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&d->mu);
+    n = d->count;
+    pthread_mutex_unlock(&d->mu);
+    return n;
+}
+
+int
+pic_plan_idle(const pic_plan_ctx *ctx, const pic_model *m)
+{
+    pic_plan_deferred it;
+    pic_entry        *e = NULL;
+    char              err[256];
+
+    while (pic_plan_defer_pop(ctx->defer, &it)) {
+        if (ctx->pool != NULL && !pic_pool_contains(ctx->pool, it.key, it.len)) {
+            if (pic_entry_build(m, NULL, it.ids, it.n_ids, &ctx->seam, &e, NULL, err,
+                                sizeof(err)) != 0) {
+                fprintf(stderr, "pic-engine: deferred build of %s failed: %s\n", it.key,
+                        err);
+            } else if (e != NULL) {
+                pic_plan_keep_key(ctx, it.key, it.len, e);
+                pic_entry_unref(e);
+                pthread_mutex_lock(&ctx->defer->mu);
+                ctx->defer->built++;
+                pthread_mutex_unlock(&ctx->defer->mu);
+            }
+            free(it.ids);
+            return 1;
+        }
+        free(it.ids);                   /* built meanwhile (its second sighting) */
+    }
+    if (ctx->prefix != NULL && pic_prefix_cache_due(ctx->prefix)) {
+        pic_prefix_cache_maintain(ctx->prefix);
+        return 1;
+    }
+    return 0;
 }
 
 /* A pooled entry for g that fits (tokens, and T when required), or NULL. */
@@ -328,8 +477,11 @@ pic_plan_resolve_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const p
         return 0;
     }
     if (remote == PIC_REMOTE_PENDING || remote == PIC_REMOTE_ARRIVED
-        || !pic_entry_worth(&m->cfg, g->n_ids, &ctx->seam)
-        || !pic_plan_door_seen(ctx->door, g->key)) {
+        || !pic_entry_worth(&m->cfg, g->n_ids, &ctx->seam)) {
+        return 0;
+    }
+    if (!pic_plan_door_seen(ctx->door, g->key)) {
+        pic_plan_defer_push(ctx->defer, g);     /* built when the engine is idle */
         return 0;
     }
     if (pic_entry_build(m, NULL, g->ids, g->n_ids, &ctx->seam, &e, NULL, err,
@@ -392,6 +544,7 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
 {
     pic_prefix_cache *pc = ctx->prefix;
     int               n = pj->n_prompt, rc;
+    int64_t           t0 = pic_now_ns();
 
     if (pj->phase == 0) {
         if (pic_prefix_cache_restore(pc, pj->scope, s, pj->ids, n, &pj->depth,
@@ -406,6 +559,7 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
             }
         }
         pj->phase = 1;
+        pic_plan_clock(pj, PIC_PH_RESTORE, &t0);
     }
     if (pj->phase == 1) {
         while (pj->next < pj->n_segs) {
@@ -415,6 +569,7 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
             }
             pj->next++;
             if (rc == 1) {
+                pic_plan_clock(pj, PIC_PH_RESOLVE, &t0);
                 return PIC_PLAN_MORE;   /* a build is one step */
             }
         }
@@ -434,7 +589,8 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
             snprintf(err, errlen, "out of memory");
             return PIC_PLAN_ERROR;
         }
-        pj->n_cut = pic_prefix_cache_cuts(pc, n, pj->resume, pj->xend, pj->cuts);
+        pj->n_cut = pic_prefix_cache_cuts(pc, pj->scope, pj->ids, n, pj->resume, pj->xend,
+                                          pj->cuts);
         /* and where the next requests are likeliest to part: after the
          * leading segment (the system prompt), before the trailing one (the
          * last message, where the next turn appends) and before the last
@@ -473,16 +629,20 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
         }
         pj->pos = pj->resume;
         pj->phase = 2;
+        pic_plan_clock(pj, PIC_PH_RESOLVE, &t0);
     }
-    if (pj->phase == 2 && pj->pos < pj->xend) {
-        /* one micro-batch of the exact part per step, cut at checkpoints */
+    while (pj->next_cut < pj->n_cut && pj->cuts[pj->next_cut] <= pj->pos) {
+        pj->next_cut++;
+    }
+    if (pj->phase == 2 && pj->pos < pj->xend
+        && (pj->xend == n || pj->next_cut < pj->n_cut)) {
+        /* one micro-batch of the exact part per step, cut at checkpoints
+         * (past the last cut, when entries follow, the rest of the exact
+         * part is the head of assembly's first run: one forward less) */
         int to = pj->xend, last;
 
         if (to - pj->pos > PIC_UBATCH) {
             to = pj->pos + PIC_UBATCH;
-        }
-        while (pj->next_cut < pj->n_cut && pj->cuts[pj->next_cut] <= pj->pos) {
-            pj->next_cut++;
         }
         if (pj->next_cut < pj->n_cut && pj->cuts[pj->next_cut] < to) {
             to = pj->cuts[pj->next_cut];
@@ -497,6 +657,7 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
         if (pj->next_cut < pj->n_cut && pj->cuts[pj->next_cut] == to) {
             pj->snap[pj->next_cut++] = pic_prefix_cache_snap(pc, s);
         }
+        pic_plan_clock(pj, PIC_PH_EXACT, &t0);
         if (pj->pos < pj->xend) {
             return PIC_PLAN_MORE;
         }
@@ -504,12 +665,19 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
     pj->phase = 3;
     memset(&pj->as, 0, sizeof(pj->as));
     if (pj->xend < n) {
-        pic_asm_segment *segs = malloc((size_t) pj->n_segs * sizeof(*segs));
+        pic_asm_segment *segs = malloc((size_t) (pj->n_segs + 1) * sizeof(*segs));
         int              k = 0;
 
         if (segs == NULL) {
             snprintf(err, errlen, "out of memory");
             return PIC_PLAN_ERROR;
+        }
+        if (pj->pos < pj->xend) {
+            /* the exact part's rest, recomputed in the first run */
+            segs[k].tokens = pj->ids + pj->pos;
+            segs[k].n = pj->xend - pj->pos;
+            segs[k].entry = NULL;
+            k++;
         }
         for (int i = pj->xseg; i < pj->n_segs; i++) {
             if (pj->segs[i].n_ids > 0) {
@@ -519,24 +687,52 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
                 k++;
             }
         }
-        rc = pic_assemble_at(m, NULL, s, pj->xend, segs, k, ctx->mode, logits, &pj->as,
+        rc = pic_assemble_at(m, NULL, s, pj->pos, segs, k, ctx->mode, logits, &pj->as,
                              err, errlen);
         free(segs);
         if (rc != 0) {
             return PIC_PLAN_ERROR;
         }
         pj->n_rejected = pj->as.n_rejected;
+        pic_plan_clock(pj, PIC_PH_ASSEMBLE, &t0);
     }
     /* the exact part into the tree: blocks, checkpoints, and the prompt's
      * end state when all of it is exact */
     pj->exact_all = pj->xend == n;
     pic_prefix_cache_insert(pc, pj->scope, s, pj->ids, pj->xend, pj->cuts, pj->snap,
                             pj->n_cut, pj->exact_all && s->pos == n, NULL, NULL);
+    pic_cache_budget_enforce(ctx->budget);
+    pic_plan_clock(pj, PIC_PH_INSERT, &t0);
     pj->n_exact = pj->resume;
     pj->n_pic = pj->as.n_reused;
     pj->n_cached = pj->n_exact + pj->n_pic;
     *why = PIC_JOB_ERROR_NONE;
     return PIC_PLAN_DONE;
+}
+
+/* With PIC_TRACE set in the environment, one stderr line per finished job:
+ * its token split and the time per phase. */
+static void
+pic_plan_trace(const pic_plan_job *pj, int rc)
+{
+    static int on = -1;
+    char       line[512];
+    int        at;
+
+    if (on < 0) {
+        on = getenv("PIC_TRACE") != NULL;
+    }
+    if (!on || rc != PIC_PLAN_DONE) {
+        return;
+    }
+    at = snprintf(line, sizeof(line), "pic-trace: job n=%d exact=%d pic=%d resume=%d "
+                  "depth=%d xend=%d built=%d hits=%d", pj->n_prompt, pj->n_exact, pj->n_pic,
+                  pj->resume, pj->depth, pj->xend, pj->n_built, pj->n_hits);
+    for (int i = 0; i < PIC_PLAN_PHASES && at > 0 && (size_t) at < sizeof(line); i++) {
+        at += snprintf(line + at, sizeof(line) - (size_t) at, " %s=%.1fms",
+                       pic_plan_phase_name(i), 1e-6 * (double) pj->t_ns[i]);
+    }
+    fprintf(stderr, "%s\n", line);
 }
 
 void
@@ -549,16 +745,19 @@ pic_plan_keep_session(const pic_plan_ctx *ctx, const pic_plan_job *pj,
     }
     pic_prefix_cache_insert(ctx->prefix, pj->scope, s, tokens, n, NULL, NULL, 0, 1,
                             NULL, NULL);
+    pic_cache_budget_enforce(ctx->budget);
 }
 
-int
-pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
-              const pic_tokenizer *tok, const char *text, size_t text_len,
-              pic_state *s, float *logits, pic_job_error *why, char *err,
-              size_t errlen)
+static int
+pic_plan_step_marked(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
+                     const pic_tokenizer *tok, const char *text, size_t text_len,
+                     pic_state *s, float *logits, pic_job_error *why, char *err,
+                     size_t errlen)
 {
     pic_asm_segment *segs;
     int          rc;
+
+    int64_t      t0 = pic_now_ns();
 
     *why = PIC_JOB_ERROR_INTERNAL;
     if (!pj->tokenized) {
@@ -566,10 +765,13 @@ pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
             return PIC_PLAN_ERROR;
         }
         pj->tokenized = 1;
+        pic_plan_clock(pj, PIC_PH_TOKENIZE, &t0);
         return PIC_PLAN_MORE;
     }
     if (ctx->prefix != NULL) {
-        return pic_plan_step_exact(ctx, pj, m, tok, s, logits, why, err, errlen);
+        rc = pic_plan_step_exact(ctx, pj, m, tok, s, logits, why, err, errlen);
+        pic_plan_trace(pj, rc);
+        return rc;
     }
     while (pj->next < pj->n_segs) {
         rc = pic_plan_resolve(ctx, pj, pj->next, m, 0, err, errlen);
@@ -581,9 +783,11 @@ pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
         }
         pj->next++;
         if (rc == 1) {
+            pic_plan_clock(pj, PIC_PH_RESOLVE, &t0);
             return PIC_PLAN_MORE;       /* a build is one step */
         }
     }
+    pic_plan_clock(pj, PIC_PH_RESOLVE, &t0);
     segs = malloc((size_t) pj->n_segs * sizeof(*segs));
     if (segs == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -620,5 +824,21 @@ pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
     }
     pj->n_exact = pj->as.n_prefix < pj->n_cached ? pj->as.n_prefix : pj->n_cached;
     pj->n_pic = pj->n_cached - pj->n_exact;
+    pic_plan_clock(pj, PIC_PH_ASSEMBLE, &t0);
+    pic_plan_trace(pj, PIC_PLAN_DONE);
     return PIC_PLAN_DONE;
+}
+
+int
+pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
+              const pic_tokenizer *tok, const char *text, size_t text_len,
+              pic_state *s, float *logits, pic_job_error *why, char *err,
+              size_t errlen)
+{
+    int rc;
+
+    pic_prefix_cache_mark_request(1);   /* a re-solve in here would be on the request's path */
+    rc = pic_plan_step_marked(ctx, pj, m, tok, text, text_len, s, logits, why, err, errlen);
+    pic_prefix_cache_mark_request(0);
+    return rc;
 }

@@ -31,8 +31,11 @@
  * time outside any exact prefix is recomputed exactly (not built): an
  * append-only agent loop never composes its fresh tool results.  Entries
  * that existed before this request are composed (pool hits, pulls from
- * holders), and so is one built here on the segment's second sighting
- * outside an exact prefix (content that moves: PIC territory); a gateway
+ * holders).  A first sighting's entry is built later off the request path
+ * (ctx->defer, pic_plan_idle: a request never waits for it), so content
+ * that moves (PIC territory) hits from its second sighting on, as in the
+ * pic mode; when no idle time came (the deferred build is still queued or
+ * was dropped) the second sighting builds it in the request.  A gateway
  * worker's fresh prefill is pooled for the requests after it, not used.
  * Everything from c to the first composed interior's segment (x; the
  * prompt's end when none) is recomputed exactly, a scheduler step per
@@ -64,6 +67,7 @@
 #include <pthread.h>
 
 #include "assemble.h"
+#include "budget.h"
 #include "entry.h"
 #include "model.h"
 #include "pic_segment.h"
@@ -103,6 +107,8 @@ typedef struct {
     size_t          frame_len;
 } pic_job_segment;
 
+#define PIC_PLAN_PHASES 6              /* tokenize, restore, resolve, exact, assemble, insert */
+
 typedef struct pic_plan_job {
     pic_job_segment *segs;                     /* (n_segs) prompt order, contiguous */
     int       n_segs;
@@ -127,6 +133,7 @@ typedef struct pic_plan_job {
     int       n_pic;                    /* tokens whose state came from pooled/peer entries */
     int       n_hits, n_peer, n_built, n_rejected, n_remote_failed;
     pic_assemble_stats as;
+    int64_t   t_ns[PIC_PLAN_PHASES];    /* time per phase (pic_plan_phase_name) */
 } pic_plan_job;
 
 #define PIC_PLAN_DOOR 4096                 /* doorkeeper slots */
@@ -138,6 +145,25 @@ typedef struct {
     uint64_t        slot[PIC_PLAN_DOOR];
 } pic_plan_door;
 
+#define PIC_PLAN_DEFER 64                  /* deferred builds waiting at most */
+
+/* A segment recomputed exactly on its first sighting, whose entry is built
+ * later off the request path (pic_plan_idle). */
+typedef struct {
+    char     key[PIC_KEY_HEX + 1];
+    uint64_t len;                       /* bytes (the pool's length tag) */
+    int     *ids;                       /* (n_ids) */
+    int      n_ids;
+} pic_plan_deferred;
+
+/* The deferred builds: a ring, the oldest dropped when full. */
+typedef struct {
+    pthread_mutex_t   mu;
+    pic_plan_deferred item[PIC_PLAN_DEFER];
+    int               head, count;
+    uint64_t          queued, built, dropped;
+} pic_plan_defer;
+
 typedef struct {
     pic_mode          mode;             /* PIC_MODE_FULL never reaches here */
     pic_entry_opts    seam;             /* PIC segments: w, dtype */
@@ -145,6 +171,11 @@ typedef struct {
     pic_registry     *reg;              /* NULL: no index */
     pic_prefix_cache *prefix;           /* NULL: no exact-first (pic-only modes) */
     pic_plan_door    *door;             /* with prefix: the doorkeeper */
+    pic_cache_budget *budget;           /* one byte budget over pool and tree; NULL: each
+                                         * keeps its own */
+    pic_plan_defer   *defer;            /* with prefix: first sightings' entries are
+                                         * built off the request path; NULL: on the
+                                         * second sighting, in the request */
     int               max_ctx;          /* a peer's prefill holds fewer tokens; 0: any */
 } pic_plan_ctx;
 
@@ -165,6 +196,9 @@ typedef enum {
     PIC_JOB_ERROR_TIMEOUT,      /* the job ran past its deadline */
     PIC_JOB_ERROR_INTERNAL,     /* out of memory, a failed forward or build */
 } pic_job_error;
+
+/* Name of phase i of pic_plan_job.t_ns ("tokenize", "restore", …). */
+const char *pic_plan_phase_name(int i);
 
 /* Allocate a job for n segments (zeroed); NULL on ENOMEM. */
 pic_plan_job *pic_plan_job_new(int n);
@@ -187,6 +221,18 @@ int pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
  * prompt was not computed exactly or there is no tree). */
 void pic_plan_keep_session(const pic_plan_ctx *ctx, const pic_plan_job *pj,
                            const pic_state *s, const int *tokens, int n);
+
+/* One piece of cache upkeep off the request path (the scheduler's keeper
+ * thread): the oldest deferred entry build (pooled and announced), else the
+ * prefix tree's checkpoint re-solve when it is due.  1 if it did work, 0 if
+ * nothing was pending. */
+int pic_plan_idle(const pic_plan_ctx *ctx, const pic_model *m);
+
+/* Drop every deferred build (NULL is fine); the struct stays usable. */
+void pic_plan_defer_clear(pic_plan_defer *d);
+
+/* Deferred builds waiting now. */
+int pic_plan_defer_pending(pic_plan_defer *d);
 
 /* Worker side of a remote prefill (POST /v1/pic/prefill): resolve the
  * next segment (pool hit or build: whole entry for PREFIX, seam entry for

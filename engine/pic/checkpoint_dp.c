@@ -180,6 +180,30 @@ pic_ckpt_fill(int *pos, int cnt, int block, int m, int n)
     return cnt;
 }
 
+int
+pic_ckpt_solve_fill(const double *mass, const double *mass_d, int B, int block, int m,
+                    int *blk)
+{
+    int cnt = 0, *pos = malloc((size_t) (m > 0 ? m : 1) * sizeof(int));
+
+    if (pos == NULL || B < 1 || m < 1) {
+        free(pos);
+        return 0;
+    }
+    if (pic_ckpt_solve(mass, mass_d, B, block, m, blk, &cnt) < 0) {
+        cnt = 0;
+    }
+    for (int i = 0; i < cnt; i++) {
+        pos[i] = blk[i] * block;
+    }
+    cnt = pic_ckpt_fill(pos, cnt, block, m, B * block);
+    for (int i = 0; i < cnt; i++) {
+        blk[i] = pos[i] / block;
+    }
+    free(pos);
+    return cnt;
+}
+
 /* --- the live policy --- */
 
 pic_ckpt_dp *

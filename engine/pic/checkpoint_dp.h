@@ -83,6 +83,13 @@ double pic_ckpt_solve(const double *mass, const double *mass_d, int B, int block
 double pic_ckpt_waste(const double *mass, const double *mass_d, int B, int block,
                       const int *blk, int cnt);
 
+/* The placement of one entry of B blocks from its histogram (mass, mass_d
+ * as pic_ckpt_solve): the DP's optimum, filled up to m with balanced
+ * positions (an extra checkpoint never raises the waste); block indices
+ * in 1..B, ascending, into blk (room for m); returns the count. */
+int pic_ckpt_solve_fill(const double *mass, const double *mass_d, int B, int block, int m,
+                        int *blk);
+
 /* A fixed placement for an entry of n tokens: positions (tokens) into pos,
  * at most m, ascending; returns the count. */
 int pic_ckpt_place(pic_ckpt_placement how, int block, int m, int n, int *pos);

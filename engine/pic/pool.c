@@ -10,6 +10,7 @@
 
 #include <xxhash.h>
 
+#include "pic_time.h"
 #include "pool.h"
 
 /* --- the LRU map --- */
@@ -19,6 +20,7 @@ typedef struct pic_lru_item {
     struct pic_lru_item *prev, *next;   /* recency: head = most recent */
     uint64_t             h, len;
     size_t               bytes;
+    int64_t              used;          /* pic_now_ns of the last put or get */
     void                *val;           /* pic_entry * */
     char                 key[PIC_POOL_KEY_MAX + 1];
 } pic_lru_item;
@@ -194,6 +196,7 @@ pic_lru_put(pic_lru *L, const char *key, uint64_t len, void *val, size_t bytes)
     it->h = pic_lru_hash(key, len);
     it->val = val;
     it->bytes = bytes + sizeof(*it);
+    it->used = pic_now_ns();
 
     pthread_mutex_lock(&L->mu);
     if (it->bytes > L->st.budget) {
@@ -336,6 +339,7 @@ pic_pool_get(pic_pool *p, const char *key, uint64_t len)
     it = pic_lru_find_locked(&p->lru, key, len, pic_lru_hash(key, len));
     if (it != NULL && ((pic_entry *) it->val)->fingerprint == p->lru.fingerprint) {
         e = pic_entry_ref(it->val);
+        it->used = pic_now_ns();
         pic_lru_list_unlink(&p->lru, it);
         pic_lru_list_push(&p->lru, it);
         p->lru.st.hits++;
@@ -378,4 +382,38 @@ pic_pool_stats_get(pic_pool *p, pic_pool_stats *st)
     pthread_mutex_lock(&p->lru.mu);
     *st = p->lru.st;
     pthread_mutex_unlock(&p->lru.mu);
+}
+
+int64_t
+pic_pool_oldest(pic_pool *p)
+{
+    int64_t t;
+
+    pthread_mutex_lock(&p->lru.mu);
+    t = p->lru.tail != NULL ? p->lru.tail->used : 0;
+    pthread_mutex_unlock(&p->lru.mu);
+    return t;
+}
+
+size_t
+pic_pool_evict_one(pic_pool *p)
+{
+    pic_lru          *L = &p->lru;
+    pic_lru_item     *it;
+    pic_pool_evict_fn cb;
+    void             *user;
+    size_t            freed = 0;
+
+    pthread_mutex_lock(&L->mu);
+    it = L->tail;
+    if (it != NULL) {
+        pic_lru_detach_locked(L, it);
+        L->st.evictions++;
+        freed = it->bytes;
+    }
+    cb = L->cb;
+    user = L->user;
+    pthread_mutex_unlock(&L->mu);
+    pic_lru_bury(L, it, cb, user);
+    return freed;
 }

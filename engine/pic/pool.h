@@ -76,4 +76,12 @@ void pic_pool_set_budget(pic_pool *p, size_t budget);
 /* Snapshot of the counters. */
 void pic_pool_stats_get(pic_pool *p, pic_pool_stats *st);
 
+/* When the least recently used entry was last put or got (pic_now_ns);
+ * 0 when the pool is empty. */
+int64_t pic_pool_oldest(pic_pool *p);
+
+/* Evict the least recently used entry (callback fired); bytes freed, 0 when
+ * the pool is empty. */
+size_t pic_pool_evict_one(pic_pool *p);
+
 #endif /* PIC_POOL_H */

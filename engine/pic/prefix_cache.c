@@ -11,6 +11,8 @@
 #include <xxhash.h>
 
 #include "forward.h"
+#include "pic_buf.h"
+#include "pic_time.h"
 #include "prefix_cache.h"
 
 typedef struct pic_pnode {
@@ -23,20 +25,36 @@ typedef struct pic_pnode {
     float            *kv;                       /* per full layer: K (Hkv, n_tok, hd), V (Hkv, n_tok, hd) */
     float            *ck;                       /* per linear layer: S (Hv, dk, dv), conv (C, K−1); or NULL */
     size_t            bytes;
+    int64_t           used;                     /* pic_now_ns when last touched */
+    /* checkpoint placement (blocks only) */
+    double            hw, hwd;                  /* Σ w, Σ w·d of depths d in [end, end+block),
+                                                 * w in units of the cache's scale */
+    long              n_obs;                    /* depths observed here */
+    int               pend;                     /* ... since the edge's last re-solve */
+    int               plan;                     /* the placement wants a checkpoint here */
+    int               solved;                   /* an edge's head: its length in blocks
+                                                 * when last solved (0: never) */
 } pic_pnode;
 
 struct pic_prefix_cache {
     const pic_model  *m;
     pthread_mutex_t   mu;
     int               block;
-    pic_ckpt_dp      *dp;
+    pic_ckpt_opts     co;                       /* m, resolve_every, min_history, decay */
+    double            scale;                    /* weight of the next observation */
+    int               pend_obs;                 /* observations since maintain */
+    int               dirty;                    /* the shape changed since maintain */
+    pic_pnode       **chain;                    /* (chain_cap) scratch: one edge's blocks */
+    size_t            chain_cap;
     pic_pnode         root;                     /* end 0, no block, not in the LRU */
     pic_pnode        *head, *tail;
     pic_prefix_stats  st;
     size_t            kv_floats;                /* per node */
     size_t            ck_floats;                /* per checkpoint */
-    int               mmax;                     /* checkpoints per entry (M) */
+    int               mmax;                     /* checkpoints per edge (M) */
 };
+
+static __thread int pic_pc_in_request;          /* pic_prefix_cache_mark_request */
 
 /* --- nodes --- */
 
@@ -55,6 +73,7 @@ pic_pc_lru_push(pic_prefix_cache *pc, pic_pnode *n)
     n->lnext = pc->head;
     if (pc->head) pc->head->lprev = n; else pc->tail = n;
     pc->head = n;
+    n->used = pic_now_ns();
 }
 
 /* Make the path ending at n most recent, leaf first, ancestors after. */
@@ -88,32 +107,157 @@ pic_pc_child(const pic_pnode *p, const int *tok, int block, uint64_t h)
     return NULL;
 }
 
-/* Evict least recently used leaves until the budget holds. */
+/* --- edges: paths of blocks between branch points --- */
+
+/* Block children of p; *only = the single one when there is exactly one. */
+static int
+pic_pc_block_children(const pic_prefix_cache *pc, const pic_pnode *p, pic_pnode **only)
+{
+    int k = 0;
+
+    *only = NULL;
+    for (pic_pnode *c = p->child; c != NULL; c = c->sib) {
+        if (c->n_tok == pc->block) {
+            k++;
+            *only = c;
+        }
+    }
+    if (k != 1) {
+        *only = NULL;
+    }
+    return k;
+}
+
+/* The first block of the edge holding block n. */
+static pic_pnode *
+pic_pc_edge_head(const pic_prefix_cache *pc, pic_pnode *n)
+{
+    pic_pnode *only;
+
+    while (n->parent != NULL && n->parent->n_tok == pc->block
+           && pic_pc_block_children(pc, n->parent, &only) == 1) {
+        n = n->parent;
+    }
+    return n;
+}
+
+/* The edge starting at head into pc->chain; its length in blocks, or -1
+ * on ENOMEM. */
+static int
+pic_pc_edge_chain_locked(pic_prefix_cache *pc, pic_pnode *head)
+{
+    size_t     L = 0;
+    pic_pnode *n = head, *only;
+
+    for (;;) {
+        if (pic_grow((void **) &pc->chain, &pc->chain_cap, L + 1, sizeof(*pc->chain)) != 0) {
+            return -1;
+        }
+        pc->chain[L++] = n;
+        if (pic_pc_block_children(pc, n, &only) != 1) {
+            break;
+        }
+        n = only;
+    }
+    return (int) L;
+}
+
 static void
-pic_pc_evict_locked(pic_prefix_cache *pc)
+pic_pc_ck_drop_locked(pic_prefix_cache *pc, pic_pnode *n)
+{
+    free(n->ck);
+    n->ck = NULL;
+    n->bytes -= pc->ck_floats * sizeof(float);
+    pc->st.bytes -= pc->ck_floats * sizeof(float);
+    pc->st.checkpoints--;
+}
+
+/* Keep at most M block checkpoints on the edge holding block n: drop
+ * unplanned ones first, the one closest to the checkpoint before it
+ * first. */
+static void
+pic_pc_trim_locked(pic_prefix_cache *pc, pic_pnode *n)
+{
+    int L, held = 0;
+
+    if (n == NULL || n->n_tok != pc->block) {
+        return;
+    }
+    L = pic_pc_edge_chain_locked(pc, pic_pc_edge_head(pc, n));
+    for (int i = 0; i < L; i++) {
+        held += pc->chain[i]->ck != NULL;
+    }
+    while (held > pc->mmax) {
+        int victim = -1, gap = 0, vplan = 1, prev = pc->chain[0]->end - pc->block;
+
+        for (int i = 0; i < L; i++) {
+            pic_pnode *c = pc->chain[i];
+            if (c->ck == NULL) {
+                continue;
+            }
+            if (victim < 0 || (!c->plan && vplan) || (c->plan == vplan && c->end - prev < gap)) {
+                victim = i;
+                gap = c->end - prev;
+                vplan = c->plan;
+            }
+            prev = c->end;
+        }
+        pic_pc_ck_drop_locked(pc, pc->chain[victim]);
+        pc->st.trims++;
+        held--;
+    }
+}
+
+/* The least recently used leaf (NULL: empty). */
+static pic_pnode *
+pic_pc_lru_leaf_locked(pic_prefix_cache *pc)
 {
     pic_pnode *n = pc->tail;
 
-    while (pc->st.bytes > pc->st.budget && n != NULL) {
+    while (n != NULL && n->child != NULL) {
+        n = n->lprev;
+    }
+    return n;
+}
+
+/* Evict least recently used leaves until the budget holds (one leaf at
+ * most when one). */
+static size_t
+pic_pc_evict_locked(pic_prefix_cache *pc, int one)
+{
+    pic_pnode *n = pc->tail;
+    size_t     freed = 0;
+
+    while ((one || pc->st.bytes > pc->st.budget) && n != NULL) {
         pic_pnode *prev = n->lprev;
         if (n->child == NULL) {
+            freed += n->bytes;
             pic_pnode **pp = &n->parent->child;
             while (*pp != n) {
                 pp = &(*pp)->sib;
             }
             *pp = n->sib;
             pic_pc_lru_unlink(pc, n);
+            pc->dirty = 1;
             pc->st.bytes -= n->bytes;
             pc->st.blocks -= n->n_tok == pc->block;
             pc->st.evictions += n->n_tok > 0;
             pc->st.checkpoints -= n->ck != NULL;
             pc->st.tails -= n->n_tok > 0 && n->n_tok < pc->block;
+            pic_pnode *par = n->parent, *only;
             pic_pc_node_free(n);
+            if (par->n_tok == pc->block && pic_pc_block_children(pc, par, &only) == 1) {
+                pic_pc_trim_locked(pc, par);    /* two edges became one */
+            }
+            if (one) {
+                break;
+            }
             n = pc->tail;               /* the parent may now be a leaf */
             continue;
         }
         n = prev;
     }
+    return freed;
 }
 
 /* --- init / free --- */
@@ -131,14 +275,21 @@ pic_prefix_cache_init(const pic_model *m, const pic_prefix_opts *o, char *err,
         return NULL;
     }
     co.block = co.block > 0 ? co.block : 64;
-    pc->dp = pic_ckpt_dp_init(&co, err, errlen);
-    if (pc->dp == NULL) {
+    co.m = co.m > 0 ? co.m : 4;
+    co.resolve_every = co.resolve_every > 0 ? co.resolve_every : 10;
+    co.min_history = co.min_history > 0 ? co.min_history : 10;
+    co.decay = co.decay > 0.0 ? co.decay : 0.99;
+    if (co.decay > 1.0 || co.m > 4096) {
+        snprintf(err, errlen, "%s: decay must be in (0, 1], M <= 4096", __func__);
         free(pc);
         return NULL;
     }
+    pc->co = co;
+    pc->scale = 1.0;
     pc->m = m;
     pc->block = co.block;
-    pc->mmax = co.m > 0 ? co.m : 4;
+    pc->mmax = co.m;
+    pc->st.ck_per_edge = co.m;
     pc->st.budget = o->budget;
     int C = pic_config_conv_ch(c);
     int K1 = pic_config_conv_k1(c);
@@ -164,7 +315,7 @@ pic_prefix_cache_free(pic_prefix_cache *pc)
         nx = n->lnext;
         pic_pc_node_free(n);
     }
-    pic_ckpt_dp_free(pc->dp);
+    free(pc->chain);
     pthread_mutex_destroy(&pc->mu);
     free(pc);
 }
@@ -400,6 +551,33 @@ pic_prefix_cache_lookup(pic_prefix_cache *pc, const int *tokens, int n, int *dep
 
 /* --- restore, capture, insert --- */
 
+/* Observe depth on the block it ends in (path: the nb full blocks matched). */
+static void
+pic_pc_observe_locked(pic_prefix_cache *pc, pic_pnode **path, int nb, int depth)
+{
+    int        b = depth / pc->block;
+    pic_pnode *a = b >= 1 && b <= nb ? path[b - 1] : NULL;
+
+    pc->st.observations++;
+    if (a == NULL) {
+        return;                         /* inside the first block: no checkpoint helps */
+    }
+    /* old weights × decay ⇔ the new one × 1/decay (lazy scale) */
+    pc->scale /= pc->co.decay;
+    a->hw += pc->scale;
+    a->hwd += pc->scale * depth;
+    a->n_obs++;
+    a->pend++;
+    pc->pend_obs++;
+    if (pc->scale > 1e150) {
+        for (pic_pnode *n = pc->head; n != NULL; n = n->lnext) {
+            n->hw /= pc->scale;
+            n->hwd /= pc->scale;
+        }
+        pc->scale = 1.0;
+    }
+}
+
 int
 pic_prefix_cache_restore(pic_prefix_cache *pc, uint64_t scope, pic_state *s,
                          const int *tokens, int n, int *depth, int *resume, char *err,
@@ -415,7 +593,7 @@ pic_prefix_cache_restore(pic_prefix_cache *pc, uint64_t scope, pic_state *s,
         return -1;
     }
     usable = (n - 1) / pc->block;           /* the last token is always recomputed */
-    path = malloc((size_t) (usable > 0 ? usable : 1) * sizeof(*path));
+    path = malloc((size_t) (n / pc->block + 1) * sizeof(*path));
     pic_state_reset(s);
     if (path == NULL) {
         snprintf(err, errlen, "%s: out of memory", __func__);
@@ -427,8 +605,9 @@ pic_prefix_cache_restore(pic_prefix_cache *pc, uint64_t scope, pic_state *s,
     }
     pthread_mutex_lock(&pc->mu);
     sc = pic_pc_scope_locked(pc, scope, 0);
-    nb = pic_pc_walk_locked(pc, sc, tokens, n, usable, path, depth);
-    c = pic_pc_resume_locked(pc, sc, path, nb, tokens, n, &rb, &tail);
+    nb = pic_pc_walk_locked(pc, sc, tokens, n, n / pc->block, path, depth);
+    pic_pc_observe_locked(pc, path, nb, *depth);
+    c = pic_pc_resume_locked(pc, sc, path, nb < usable ? nb : usable, tokens, n, &rb, &tail);
     if (c > 0) {
         for (int b = 0; b <= rb; b++) {
             pic_pc_kv_to_state(pc, path[b], s);
@@ -449,7 +628,6 @@ pic_prefix_cache_restore(pic_prefix_cache *pc, uint64_t scope, pic_state *s,
     pc->st.tokens_recomputed += (uint64_t) (n - c);
     pc->st.tokens_skippable += (uint64_t) (*depth > c ? *depth - c : 0);
     pthread_mutex_unlock(&pc->mu);
-    pic_ckpt_dp_observe(pc->dp, *depth);
     free(path);
     s->pos = c;
     *resume = c;
@@ -457,27 +635,58 @@ pic_prefix_cache_restore(pic_prefix_cache *pc, uint64_t scope, pic_state *s,
 }
 
 int
-pic_prefix_cache_cuts(pic_prefix_cache *pc, int n, int from, int to, int *pos)
+pic_prefix_cache_cuts(pic_prefix_cache *pc, uint64_t scope, const int *tokens, int n,
+                      int from, int to, int *pos)
 {
-    int *plan = malloc((size_t) (pc->mmax + 1) * sizeof(int)), np, k = 0;
+    int         B = pc->block, nb, depth, k = 0, e0, E, M = pc->mmax;
+    pic_pnode **path = malloc((size_t) (n / B + 1) * sizeof(*path));
+    pic_pnode  *sc, *p, *only;
+    int        *bal = malloc((size_t) M * sizeof(int));
 
-    if (plan == NULL) {
+    if (path == NULL || bal == NULL || n <= 0) {
+        free(path);
+        free(bal);
         return 0;
     }
-    np = pic_ckpt_dp_plan(pc->dp, (n / pc->block) * pc->block, plan);
-    for (int i = 0; i < np; i++) {
-        if (plan[i] > from && plan[i] <= to) {
-            pos[k++] = plan[i];
+    pthread_mutex_lock(&pc->mu);
+    sc = pic_pc_scope_locked(pc, scope, 0);
+    nb = pic_pc_walk_locked(pc, sc, tokens, n, n / B, path, &depth);
+    /* planned block ends on the shared path that hold no checkpoint yet */
+    for (int i = 0; i < nb && k < M; i++) {
+        if (path[i]->end > from && path[i]->end <= to && path[i]->plan
+            && path[i]->ck == NULL) {
+            pos[k++] = path[i]->end;
         }
     }
-    free(plan);
+    /* the blocks past the tree: balanced over the edge they will form,
+     * which continues the last matched block's edge when that block is
+     * an edge's end, or starts at it */
+    p = nb > 0 ? path[nb - 1] : sc;
+    e0 = nb * B;
+    if (p != NULL && p->n_tok == B && pic_pc_block_children(pc, p, &only) == 0) {
+        e0 = pic_pc_edge_head(pc, p)->end - B;
+    }
+    pthread_mutex_unlock(&pc->mu);
+    E = (to / B) * B;
+    if (E > nb * B) {
+        int cnt = pic_ckpt_place(PIC_CKPT_BALANCED, B, M, E - e0, bal);
+
+        for (int i = 0; i < cnt; i++) {
+            int at = e0 + bal[i];
+            if (at > nb * B && at > from && at <= to) {
+                pos[k++] = at;
+            }
+        }
+    }
+    free(path);
+    free(bal);
     return k;
 }
 
 int
 pic_prefix_cache_max_cuts(const pic_prefix_cache *pc)
 {
-    return pc->mmax;
+    return 2 * pc->mmax;
 }
 
 float *
@@ -565,8 +774,8 @@ pic_prefix_cache_insert(pic_prefix_cache *pc, uint64_t scope, const pic_state *s
                         const int *tokens, int n, const int *cpos, float **ck, int n_ck,
                         int tail, int *new_blocks, int *new_checkpoints)
 {
-    int        B = pc->block, full = n / B, nb = 0, nck = 0;
-    pic_pnode *cur, *last = NULL;
+    int        B = pc->block, full = n / B, nb = 0, nck = 0, nt = 0;
+    pic_pnode *cur, *last = NULL, *touched[8];
     float     *tck = NULL;
 
     if (new_blocks == NULL) {
@@ -594,6 +803,7 @@ pic_prefix_cache_insert(pic_prefix_cache *pc, uint64_t scope, const pic_state *s
         const int *tb = tokens + (size_t) b * B;
         uint64_t   h = XXH64(tb, (size_t) B * sizeof(int), 0);
         pic_pnode *c = pic_pc_child(cur, tb, B, h);
+        int        fresh = c == NULL;
 
         if (c == NULL) {
             c = pic_pc_node_new_locked(pc, cur, tb, B, (b + 1) * B, h, s);
@@ -604,22 +814,40 @@ pic_prefix_cache_insert(pic_prefix_cache *pc, uint64_t scope, const pic_state *s
             pc->st.insertions++;
             (*new_blocks)++;
         }
+        int had = c->ck != NULL;
         for (int k = 0; k < n_ck; k++) {
             if (cpos[k] == c->end) {
                 pic_pc_attach_ck_locked(pc, c, &ck[k], &nck);
+                c->plan |= fresh;       /* a new block's balanced position */
             }
         }
         if (tck != NULL && c->end == n) {
             pic_pc_attach_ck_locked(pc, c, &tck, &nck);
         }
+        if (!had && c->ck != NULL) {
+            /* one per edge is enough to trim it */
+            if (nt == 0 || pic_pc_edge_head(pc, touched[nt - 1]) != pic_pc_edge_head(pc, c)) {
+                if (nt < 8) {
+                    touched[nt++] = c;
+                } else {
+                    pic_pc_trim_locked(pc, c);
+                }
+            }
+        }
         cur = c;
+    }
+    for (int i = 0; i < nt; i++) {
+        pic_pc_trim_locked(pc, touched[i]);
+    }
+    if (*new_blocks > 0 || nck > 0) {
+        pc->dirty = 1;
     }
     if (last != NULL) {
         pic_pc_touch_locked(pc, last);
     } else if (cur != NULL) {
         pic_pc_touch_locked(pc, cur);
     }
-    pic_pc_evict_locked(pc);
+    pic_pc_evict_locked(pc, 0);
     pthread_mutex_unlock(&pc->mu);
     if (new_checkpoints != NULL) {
         *new_checkpoints = nck;
@@ -649,8 +877,9 @@ pic_prefix_cache_prefill(pic_prefix_cache *pc, const pic_backend *be, pic_state 
         r = &local;
     }
     memset(r, 0, sizeof(*r));
-    cuts = malloc((size_t) (pc->mmax + 1) * sizeof(int));
-    snap = calloc((size_t) (pc->mmax + 1), sizeof(float *));
+    pic_prefix_cache_mark_request(1);
+    cuts = malloc((size_t) (2 * pc->mmax + 1) * sizeof(int));
+    snap = calloc((size_t) (2 * pc->mmax + 1), sizeof(float *));
     if (cuts == NULL || snap == NULL) {
         snprintf(err, errlen, "%s: out of memory", __func__);
         goto done;
@@ -658,7 +887,7 @@ pic_prefix_cache_prefill(pic_prefix_cache *pc, const pic_backend *be, pic_state 
     if (pic_prefix_cache_restore(pc, 0, s, tokens, n, &depth, &resume, err, errlen) != 0) {
         goto done;
     }
-    n_cut = pic_prefix_cache_cuts(pc, n, resume, n, cuts);
+    n_cut = pic_prefix_cache_cuts(pc, 0, tokens, n, resume, n, cuts);
 
     /* the forward from c, cut at the checkpoints to capture */
     pos = resume;
@@ -691,12 +920,180 @@ pic_prefix_cache_prefill(pic_prefix_cache *pc, const pic_backend *be, pic_state 
     rc = 0;
 
 done:
-    for (int k = 0; snap != NULL && k <= pc->mmax; k++) {
+    for (int k = 0; snap != NULL && k <= 2 * pc->mmax; k++) {
         free(snap[k]);
     }
     free(snap);
     free(cuts);
+    pic_prefix_cache_mark_request(0);
     return rc;
+}
+
+/* --- placement, off the request path --- */
+
+void
+pic_prefix_cache_mark_request(int on)
+{
+    pic_pc_in_request += on ? 1 : -1;
+}
+
+int
+pic_prefix_cache_due(pic_prefix_cache *pc)
+{
+    int due;
+
+    pthread_mutex_lock(&pc->mu);
+    due = pc->dirty || pc->pend_obs >= pc->co.resolve_every;
+    pthread_mutex_unlock(&pc->mu);
+    return due;
+}
+
+/* Re-solve the edge in pc->chain (L blocks) when due; 1 if it was. */
+static int
+pic_pc_solve_edge_locked(pic_prefix_cache *pc, int L, double *mass, double *mass_d,
+                          int *blk)
+{
+    pic_pnode *head = pc->chain[0];
+    long       obs = 0;
+    int        pend = 0, held = 0, cnt, B = pc->block, e0 = head->end - B;
+
+    for (int i = 0; i < L; i++) {
+        obs += pc->chain[i]->n_obs;
+        pend += pc->chain[i]->pend;
+        held += pc->chain[i]->ck != NULL;
+    }
+    if (pend < pc->co.resolve_every && head->solved == L && held <= pc->mmax) {
+        return 0;
+    }
+    if (obs < pc->co.min_history) {
+        cnt = pic_ckpt_place(PIC_CKPT_BALANCED, B, pc->mmax, L * B, blk);
+        for (int i = 0; i < cnt; i++) {
+            blk[i] /= B;
+        }
+    } else {
+        /* bin j = depths in [e0 + j·B, e0 + (j+1)·B): block j−1's; bin 0
+         * (the parent's last block) gains nothing from any checkpoint here */
+        mass[0] = mass_d[0] = 0.0;
+        for (int i = 0; i < L; i++) {
+            const pic_pnode *c = pc->chain[i];
+            mass[i + 1] = c->hw / pc->scale;
+            mass_d[i + 1] = (c->hwd - c->hw * e0) / pc->scale;
+        }
+        cnt = pic_ckpt_solve_fill(mass, mass_d, L, B, pc->mmax, blk);
+    }
+    for (int i = 0; i < L; i++) {
+        pc->chain[i]->plan = 0;
+        pc->chain[i]->pend = 0;
+    }
+    for (int i = 0; i < cnt; i++) {
+        if (blk[i] >= 1 && blk[i] <= L) {
+            pc->chain[blk[i] - 1]->plan = 1;
+        }
+    }
+    head->solved = L;
+    pc->st.resolves++;
+    pc->st.resolves_in_request += pic_pc_in_request > 0;
+    pic_pc_trim_locked(pc, head);
+    return 1;
+}
+
+int
+pic_prefix_cache_maintain(pic_prefix_cache *pc)
+{
+    pic_pnode **stack = NULL;
+    size_t      cap = 0, top = 0, bins = 0;
+    double     *mass = NULL, *mass_d = NULL;
+    int        *blk = malloc((size_t) pc->mmax * sizeof(int)), done = 0;
+
+    if (blk == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&pc->mu);
+    pc->dirty = 0;
+    pc->pend_obs = 0;
+    /* depth first over every scope; each block that heads an edge */
+    for (pic_pnode *c = pc->root.child; c != NULL; c = c->sib) {
+        if (pic_grow((void **) &stack, &cap, top + 1, sizeof(*stack)) == 0) {
+            stack[top++] = c;
+        }
+    }
+    while (top > 0) {
+        pic_pnode *n = stack[--top], *only;
+
+        for (pic_pnode *c = n->child; c != NULL; c = c->sib) {
+            if (c->n_tok == pc->block
+                && pic_grow((void **) &stack, &cap, top + 1, sizeof(*stack)) == 0) {
+                stack[top++] = c;
+            }
+        }
+        if (n->n_tok != pc->block
+            || (n->parent->n_tok == pc->block
+                && pic_pc_block_children(pc, n->parent, &only) == 1)) {
+            continue;                   /* not the head of an edge */
+        }
+        int L = pic_pc_edge_chain_locked(pc, n);
+        if (L < 1) {
+            continue;
+        }
+        if ((size_t) L + 1 > bins) {
+            double *a = realloc(mass, ((size_t) L + 1) * sizeof(double));
+            double *b = a != NULL ? realloc(mass_d, ((size_t) L + 1) * sizeof(double)) : NULL;
+            if (a != NULL) {
+                mass = a;
+            }
+            if (b == NULL) {
+                continue;
+            }
+            mass_d = b;
+            bins = (size_t) L + 1;
+        }
+        done += pic_pc_solve_edge_locked(pc, L, mass, mass_d, blk);
+    }
+    pthread_mutex_unlock(&pc->mu);
+    free(stack);
+    free(mass);
+    free(mass_d);
+    free(blk);
+    return done;
+}
+
+void
+pic_prefix_cache_edges(pic_prefix_cache *pc, int *n_edges, int *max_ck)
+{
+    pic_pnode **stack = NULL;
+    size_t      cap = 0, top = 0;
+
+    *n_edges = 0;
+    *max_ck = 0;
+    pthread_mutex_lock(&pc->mu);
+    for (pic_pnode *c = pc->root.child; c != NULL; c = c->sib) {
+        if (pic_grow((void **) &stack, &cap, top + 1, sizeof(*stack)) == 0) {
+            stack[top++] = c;
+        }
+    }
+    while (top > 0) {
+        pic_pnode *n = stack[--top], *only;
+
+        for (pic_pnode *c = n->child; c != NULL; c = c->sib) {
+            if (c->n_tok == pc->block
+                && pic_grow((void **) &stack, &cap, top + 1, sizeof(*stack)) == 0) {
+                stack[top++] = c;
+            }
+        }
+        if (n->n_tok != pc->block
+            || (n->parent->n_tok == pc->block
+                && pic_pc_block_children(pc, n->parent, &only) == 1)) {
+            continue;
+        }
+        int L = pic_pc_edge_chain_locked(pc, n), held = 0;
+        for (int i = 0; i < L; i++) {
+            held += pc->chain[i]->ck != NULL;
+        }
+        (*n_edges)++;
+        *max_ck = held > *max_ck ? held : *max_ck;
+    }
+    pthread_mutex_unlock(&pc->mu);
+    free(stack);
 }
 
 void
@@ -704,5 +1101,50 @@ pic_prefix_cache_stats_get(pic_prefix_cache *pc, pic_prefix_stats *st)
 {
     pthread_mutex_lock(&pc->mu);
     *st = pc->st;
+    pthread_mutex_unlock(&pc->mu);
+}
+
+int64_t
+pic_prefix_cache_oldest(pic_prefix_cache *pc)
+{
+    pic_pnode *n;
+    int64_t    t;
+
+    pthread_mutex_lock(&pc->mu);
+    n = pic_pc_lru_leaf_locked(pc);
+    t = n != NULL ? n->used : 0;
+    pthread_mutex_unlock(&pc->mu);
+    return t;
+}
+
+size_t
+pic_prefix_cache_evict_one(pic_prefix_cache *pc)
+{
+    size_t freed;
+
+    pthread_mutex_lock(&pc->mu);
+    freed = pic_pc_evict_locked(pc, 1);
+    pthread_mutex_unlock(&pc->mu);
+    return freed;
+}
+
+void
+pic_prefix_cache_bytes(pic_prefix_cache *pc, size_t *blocks, size_t *checkpoints,
+                       size_t *tails)
+{
+    size_t ckb = pc->ck_floats * sizeof(float);
+
+    *blocks = *checkpoints = *tails = 0;
+    pthread_mutex_lock(&pc->mu);
+    for (pic_pnode *n = pc->head; n != NULL; n = n->lnext) {
+        if (n->n_tok > 0 && n->n_tok < pc->block) {
+            *tails += n->bytes;
+        } else if (n->ck != NULL) {
+            *checkpoints += ckb;
+            *blocks += n->bytes - ckb;
+        } else {
+            *blocks += n->bytes;
+        }
+    }
     pthread_mutex_unlock(&pc->mu);
 }

@@ -9,9 +9,25 @@
  * leading tokens with the tree resumes from the deepest checkpoint
  * c ≤ d (KV [0, c) and the checkpoint's states copied into its run state)
  * and recomputes [c, n) exactly; the result equals a full prefill up to
- * rounding.  Checkpoint positions for the blocks a request adds come from
- * checkpoint_dp.h (balanced at first, then the DP over the observed depths);
- * the prefill is cut at those positions to capture the states.
+ * rounding.
+ *
+ * Checkpoint placement, per edge (DESIGN §3.4's "cache entry" of the
+ * sparse-prefix-caching decomposition; "edge" here, "entry" being a PIC
+ * segment entry): an edge is a path of the tree between branch points (a
+ * chain of blocks each of which has one block child).  Each edge holds at
+ * most M block checkpoints.  Every lookup's overlap depth d is observed on
+ * the block it ends in (an exponentially weighted count and depth sum per
+ * block, so an edge's histogram is the concatenation of its blocks' and
+ * survives splits); pic_prefix_cache_maintain re-solves an edge's
+ * placement (balanced until the edge has min_history observations, then
+ * the exact DP of checkpoint_dp.h over its histogram) every resolve_every
+ * observations or when its shape changed.  That re-solve runs off the
+ * request path (the server's keeper thread; a re-solve made while the
+ * calling thread is marked as serving a request is counted in
+ * resolves_in_request, which stays 0).  A request captures the planned
+ * positions it recomputes anyway (pic_prefix_cache_cuts), balanced ones in
+ * blocks that are new; an edge over M drops its unplanned checkpoints
+ * (the closest to the previous one first) at once.
  *
  * Requests end anywhere, not at block multiples: a request's end state (the
  * prompt's, and after decoding the prompt + generated tokens', for session
@@ -41,7 +57,8 @@
 
 typedef struct {
     size_t        budget;           /* bytes for nodes */
-    pic_ckpt_opts ckpt;             /* block (64), M, re-solve period, decay, … */
+    pic_ckpt_opts ckpt;             /* block (64), M per edge (4), resolve_every (10),
+                                     * min_history (10), decay (0.99) */
 } pic_prefix_opts;
 
 typedef struct {
@@ -62,6 +79,11 @@ typedef struct {
     uint64_t insertions;            /* blocks added */
     uint64_t evictions;             /* blocks evicted */
     uint64_t checkpoints;           /* checkpoints held now */
+    uint64_t observations;          /* depths observed (lookups that restored) */
+    uint64_t resolves;              /* edge placements re-solved (maintain) */
+    uint64_t resolves_in_request;   /* ... while the thread served a request: 0 */
+    uint64_t trims;                 /* checkpoints dropped to keep M per edge */
+    int      ck_per_edge;          /* M */
     uint64_t tails;                 /* tail nodes held now (partial last blocks) */
     size_t   blocks;                /* blocks held now */
     size_t   bytes, budget;
@@ -105,13 +127,34 @@ int pic_prefix_cache_restore(pic_prefix_cache *pc, uint64_t scope, pic_state *s,
                              const int *tokens, int n, int *depth, int *resume,
                              char *err, size_t errlen);
 
-/* Planned checkpoint positions for a request of n tokens that lie in
- * (from, to], ascending, into pos (room for pic_prefix_cache_max_cuts);
- * returns the count. */
-int pic_prefix_cache_cuts(pic_prefix_cache *pc, int n, int from, int to, int *pos);
+/* Checkpoint positions to capture while recomputing tokens (n) over
+ * (from, to] under scope: block ends the edges' placement plans that
+ * hold no checkpoint yet, and balanced positions of the edge the blocks
+ * past the tree will form; ascending, into pos (room for
+ * pic_prefix_cache_max_cuts); returns the count. */
+int pic_prefix_cache_cuts(pic_prefix_cache *pc, uint64_t scope, const int *tokens, int n,
+                          int from, int to, int *pos);
 
-/* Most positions pic_prefix_cache_cuts writes (M). */
+/* Most positions pic_prefix_cache_cuts writes (2·M). */
 int pic_prefix_cache_max_cuts(const pic_prefix_cache *pc);
+
+/* 1 if pic_prefix_cache_maintain has work: resolve_every observations or
+ * a change of the tree's shape since it last ran. */
+int pic_prefix_cache_due(pic_prefix_cache *pc);
+
+/* Re-solve the placement of every edge that is due (see above), drop the
+ * checkpoints an edge holds past M; returns the edges re-solved.  Meant
+ * for a thread that serves no request (the keeper). */
+int pic_prefix_cache_maintain(pic_prefix_cache *pc);
+
+/* Mark (on = 1) or unmark (0) the calling thread as running a request's
+ * step; calls nest.  A maintain on a marked thread counts in
+ * resolves_in_request. */
+void pic_prefix_cache_mark_request(int on);
+
+/* Edges (paths between branch points) held now and the most block
+ * checkpoints any of them holds. */
+void pic_prefix_cache_edges(pic_prefix_cache *pc, int *n_edges, int *max_ck);
 
 /* A checkpoint buffer holding s's linear states (S and conv of every
  * linear layer) as they are now; NULL on OOM.  Give it to insert. */
@@ -130,5 +173,18 @@ int pic_prefix_cache_insert(pic_prefix_cache *pc, uint64_t scope, const pic_stat
 
 /* Snapshot of the counters. */
 void pic_prefix_cache_stats_get(pic_prefix_cache *pc, pic_prefix_stats *st);
+
+/* When the least recently used leaf was last touched (pic_now_ns); 0 when
+ * the tree is empty. */
+int64_t pic_prefix_cache_oldest(pic_prefix_cache *pc);
+
+/* Bytes held now by part: blocks (tokens + KV, checkpoints aside), block
+ * checkpoints, and tails (session ends and checkpoints inside a block,
+ * with their KV); walks the tree. */
+void pic_prefix_cache_bytes(pic_prefix_cache *pc, size_t *blocks, size_t *checkpoints,
+                            size_t *tails);
+
+/* Evict the least recently used leaf; bytes freed (0: empty). */
+size_t pic_prefix_cache_evict_one(pic_prefix_cache *pc);
 
 #endif /* PIC_PREFIX_CACHE_H */

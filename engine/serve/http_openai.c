@@ -1622,7 +1622,7 @@ pic_oai_models(pic_server *srv, struct evhttp_request *req)
                                     srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32");
             cJSON_AddNumberToObject(pic, "min_segment_bytes",
                                     (double) srv->opts->min_segment);
-            cJSON_AddNumberToObject(pic, "pool_bytes", (double) srv->opts->pool_bytes);
+            cJSON_AddNumberToObject(pic, "cache_bytes", (double) srv->opts->cache_bytes);
         }
         cJSON_AddItemToArray(data, m);
     }

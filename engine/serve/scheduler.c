@@ -5,11 +5,15 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "forward.h"
 #include "frame.h"
@@ -78,6 +82,8 @@ struct pic_sched {
     pic_gvocab      *gv;        /* the vocabulary trie, made by the first
                                  * constrained job (under gvmu) */
     int              gv_failed;
+    pthread_t        keeper;    /* cache upkeep off the request path */
+    int              keeper_started;
 };
 
 /* --- jobs --- */
@@ -1182,6 +1188,49 @@ pic_worker_main(void *arg)
     return NULL;
 }
 
+/* The keeper: cache upkeep that no request waits for (pic_plan_idle:
+ * deferred entry builds, the prefix tree's checkpoint re-solve), on one
+ * thread of its own at a lower priority (nice + 10: the workers' requests
+ * come first wherever they compete for a core). */
+static void *
+pic_keeper_main(void *arg)
+{
+    pic_sched *s = arg;
+    pid_t      tid = (pid_t) syscall(SYS_gettid);
+
+    errno = 0;
+    int nv = getpriority(PRIO_PROCESS, (id_t) tid);
+    if (errno == 0) {
+        (void) setpriority(PRIO_PROCESS, (id_t) tid, nv + 10 > 19 ? 19 : nv + 10);
+    }
+    pic_kernels_set_threads(1);
+    for (;;) {
+        struct timespec ts;
+
+        pthread_mutex_lock(&s->qmu);
+        if (s->stopping) {
+            pthread_mutex_unlock(&s->qmu);
+            break;
+        }
+        pthread_mutex_unlock(&s->qmu);
+        if (pic_plan_idle(s->o.plan_ctx, s->o.model)) {
+            continue;
+        }
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 20 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_mutex_lock(&s->qmu);
+        if (!s->stopping) {
+            pthread_cond_timedwait(&s->qcv, &s->qmu, &ts);
+        }
+        pthread_mutex_unlock(&s->qmu);
+    }
+    return NULL;
+}
+
 /* --- lifetime --- */
 
 pic_sched *
@@ -1237,6 +1286,16 @@ pic_sched_init(const pic_sched_opts *opts, char *err, size_t errlen)
         }
         w->started = 1;
     }
+    const pic_plan_ctx *pctx = opts->plan_ctx;
+    if (pctx != NULL && (pctx->defer != NULL || pctx->prefix != NULL)) {
+        if (pthread_create(&s->keeper, NULL, pic_keeper_main, s) != 0) {
+            snprintf(err, errlen, "%s: cannot start the keeper thread: %s", __func__,
+                     strerror(errno));
+            pic_sched_free(s);
+            return NULL;
+        }
+        s->keeper_started = 1;
+    }
     return s;
 }
 
@@ -1251,6 +1310,9 @@ pic_sched_free(pic_sched *s)
     pic_queue_reap_locked(s);
     pthread_cond_broadcast(&s->qcv);
     pthread_mutex_unlock(&s->qmu);
+    if (s->keeper_started) {
+        pthread_join(s->keeper, NULL);
+    }
     for (int i = 0; s->w != NULL && i < s->o.workers; i++) {
         pic_worker *w = &s->w[i];
 

@@ -432,14 +432,52 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         cJSON_AddNumberToObject(o, "tokens_skippable", (double) px.tokens_skippable);
         cJSON_AddNumberToObject(o, "blocks", (double) px.blocks);
         cJSON_AddNumberToObject(o, "checkpoints", (double) px.checkpoints);
+        int n_edges, max_ck;
+        pic_prefix_cache_edges(srv->prefix, &n_edges, &max_ck);
+        cJSON_AddNumberToObject(o, "edges", n_edges);
+        cJSON_AddNumberToObject(o, "checkpoints_per_edge", px.ck_per_edge);
+        cJSON_AddNumberToObject(o, "max_checkpoints_on_an_edge", max_ck);
+        cJSON_AddNumberToObject(o, "observations", (double) px.observations);
+        cJSON_AddNumberToObject(o, "resolves", (double) px.resolves);
+        cJSON_AddNumberToObject(o, "resolves_in_request", (double) px.resolves_in_request);
+        cJSON_AddNumberToObject(o, "trims", (double) px.trims);
         cJSON_AddNumberToObject(o, "tails", (double) px.tails);
         cJSON_AddNumberToObject(o, "insertions", (double) px.insertions);
         cJSON_AddNumberToObject(o, "evictions", (double) px.evictions);
+        if (srv->plan.defer != NULL) {
+            pic_plan_defer *d = srv->plan.defer;
+
+            pthread_mutex_lock(&d->mu);
+            cJSON_AddNumberToObject(o, "deferred_builds", (double) d->built);
+            cJSON_AddNumberToObject(o, "deferred_pending", (double) d->count);
+            cJSON_AddNumberToObject(o, "deferred_dropped", (double) d->dropped);
+            pthread_mutex_unlock(&d->mu);
+        }
         cJSON_AddNumberToObject(o, "bytes", (double) px.bytes);
         cJSON_AddNumberToObject(o, "budget", (double) px.budget);
     }
 
     cJSON_AddItemToObject(doc, "requests_in_flight", pic_server_live_doc(srv));
+
+    if (srv->pool) {
+        size_t         kb = 0, cb = 0, tb = 0;
+        pic_pool_stats ms;
+
+        if (srv->prefix) {
+            pic_prefix_cache_bytes(srv->prefix, &kb, &cb, &tb);
+        }
+        pic_pool_stats_get(srv->pool, &ms);
+        o = cJSON_AddObjectToObject(doc, "memory");
+        cJSON_AddNumberToObject(o, "budget", (double) srv->budget.budget);
+        cJSON_AddNumberToObject(o, "bytes", (double) (ms.bytes + kb + cb + tb));
+        cJSON_AddNumberToObject(o, "pic_entry_bytes", (double) ms.bytes);
+        cJSON_AddNumberToObject(o, "prefix_kv_bytes", (double) kb);
+        cJSON_AddNumberToObject(o, "checkpoint_bytes", (double) cb);
+        cJSON_AddNumberToObject(o, "session_bytes", (double) tb);
+        cJSON_AddNumberToObject(o, "evictions",
+                                (double) __atomic_load_n(&srv->budget.cross_evictions,
+                                                         __ATOMIC_RELAXED));
+    }
 
     if (srv->reg) {
         cJSON_AddItemToObject(doc, "registry", pic_registry_status(srv->reg));
@@ -712,7 +750,7 @@ pic_server_init_cache(pic_server *srv)
     if (srv->plan.mode == PIC_MODE_FULL) {
         return 0;
     }
-    srv->pool = pic_pool_init(o->pool_bytes, srv->model->fingerprint, err, sizeof(err));
+    srv->pool = pic_pool_init(o->cache_bytes, srv->model->fingerprint, err, sizeof(err));
     if (srv->pool == NULL) {
         fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
         return -1;
@@ -720,7 +758,7 @@ pic_server_init_cache(pic_server *srv)
     pic_pool_set_evict_cb(srv->pool, pic_server_on_evict, srv);
     srv->plan.pool = srv->pool;
     if (strcmp(srv->mode_name, "exact") == 0 || srv->plan.mode == PIC_MODE_PREFIX) {
-        pic_prefix_opts po = { .budget = o->prefix_bytes,
+        pic_prefix_opts po = { .budget = o->cache_bytes,
                                .ckpt = { .block = o->prefix_block, .m = o->checkpoints,
                                          .max_tokens = srv->max_ctx } };
 
@@ -730,9 +768,17 @@ pic_server_init_cache(pic_server *srv)
             return -1;
         }
         pthread_mutex_init(&srv->door.mu, NULL);
+        pthread_mutex_init(&srv->defer.mu, NULL);
         srv->plan.prefix = srv->prefix;
         srv->plan.door = &srv->door;
+        if (srv->plan.mode == PIC_MODE_PIC) {
+            srv->plan.defer = &srv->defer;
+        }
     }
+    srv->budget.pool = srv->pool;
+    srv->budget.tree = srv->prefix;
+    srv->budget.budget = o->cache_bytes;
+    srv->plan.budget = &srv->budget;
     return 0;
 }
 
@@ -1045,6 +1091,7 @@ done:
     }
     pic_registry_free(srv.reg);
     pic_pool_free(srv.pool);
+    pic_plan_defer_clear(srv.plan.defer);
     pic_prefix_cache_free(srv.prefix);
     if (srv.have_keys) {
         pic_key_ctx_free(&srv.keys);

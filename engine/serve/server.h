@@ -29,9 +29,10 @@ typedef struct {
     const char *advertise;      /* host:port announced in Redis; NULL: host:bound port */
     int         heartbeat_ms;   /* Redis heartbeat period */
     int         registry_ttl_s; /* pic:eng:{id} expiry */
-    uint64_t    pool_bytes;     /* public pool budget (bytes) */
+    uint64_t    cache_bytes;    /* one budget: prefix tree + public pool (bytes) */
+    uint64_t    pool_bytes;     /* deprecated (cmd_serve folds it into cache_bytes) */
     const char *cache_mode;     /* "exact" (default), "prefix", "pic", "naive" or "full" */
-    uint64_t    prefix_bytes;   /* prefix tree budget (bytes) */
+    uint64_t    prefix_bytes;   /* deprecated (cmd_serve folds it into cache_bytes) */
     int         prefix_block;   /* prefix tree block (tokens); 0: 64 */
     int         checkpoints;    /* checkpoints planned per request (M); 0: 4 */
     int         seam;           /* seam width w of PIC entries (default 8) */

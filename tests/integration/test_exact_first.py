@@ -127,3 +127,86 @@ def test_session_continuation_and_status(procs):
     assert st["cache"]["sessions_kept"] == 2
     assert r2.usage.model_dump()["pic"]["exact_tokens"] >= r.usage.prompt_tokens - 8
     assert st["prefix"]["hits"] >= 1
+
+
+def test_shifted_documents_hit_from_their_second_sighting(procs):
+    """Documents first seen past the exact prefix are recomputed exactly and
+    their entries built afterwards by the engine's keeper thread, off the
+    request path: the next request that shifts them composes them without
+    building anything itself.  The keeper also re-solves the tree's
+    checkpoint placement (never inside a request) and no edge of the tree
+    (path between branch points) holds more than --checkpoints block checkpoints."""
+    e = engine(procs, "e")
+    c = client(e.url)
+    docs = [doc(600 + i, 900) for i in range(2)]
+
+    def ask_docs(order, q):
+        content = "<|pic_sep|>".join([docs[i] for i in order] + [f"question {q}?"])
+        return c.chat.completions.create(
+            model="m", messages=[{"role": "system", "content": SYSTEM},
+                                 {"role": "user", "content": content}],
+            max_tokens=1, temperature=0).usage.model_dump()
+
+    u0 = ask_docs([0, 1], 0)
+    assert u0["pic"]["pic_tokens"] == 0
+    harness.wait_for(lambda: status(e.url)["prefix"]["deferred_builds"] >= 2, timeout=60,
+                     what="the keeper's deferred builds", proc=e)
+    built = status(e.url)["cache"]["segment_built"]
+    u1 = ask_docs([1, 0], 1)
+    print("first sighting:", u0["pic"], "second:", u1["pic"])
+    st = status(e.url)
+    assert u1["pic"]["pic_tokens"] > 0
+    assert st["cache"]["segment_built"] == built, "nothing built inside the request"
+    harness.wait_for(lambda: status(e.url)["prefix"]["resolves"] > 0, timeout=60,
+                     what="a re-solve", proc=e)
+    p = status(e.url)["prefix"]
+    assert p["resolves_in_request"] == 0
+    assert p["max_checkpoints_on_an_edge"] <= p["checkpoints_per_edge"]
+
+
+def test_one_budget_evicts_across_tree_and_pool(procs):
+    """--cache-bytes is one budget for the prefix tree, its session ends and
+    the PIC entries: under a tight one, eviction goes across them, nothing
+    stale is served (greedy output equals the oracle's), the memory stays in
+    budget, and Redis forgets every evicted entry."""
+    rds = procs.redis()
+    e = procs.engine(name="e1", model=TINY, extra=[
+        "--threads", "1", "--redis", f"127.0.0.1:{rds.port}", "--heartbeat-ms", "100",
+        "--cache-bytes", str(1 << 20)])
+    oracle = client(engine(procs, "full", "full").url)
+    c = client(e.url)
+    harness.wait_for(lambda: status(e.url)["registry"]["connected"], what="registered",
+                     proc=e)
+    docs = [doc(700 + i, 900) for i in range(4)]
+    for r in range(8):
+        order = [(r + k) % 4 for k in range(3)][::(1 if r % 2 else -1)]
+        msgs = [{"role": "system", "content": SYSTEM},
+                {"role": "user", "content": "<|pic_sep|>".join(
+                    [docs[i] for i in order] + [f"question {r}?"])}]
+        got = c.chat.completions.create(model="m", messages=msgs, max_tokens=4,
+                                        temperature=0)
+        want = oracle.chat.completions.create(model="m", messages=msgs, max_tokens=4,
+                                              temperature=0)
+        if got.usage.model_dump()["pic"]["pic_tokens"] == 0:
+            # all exact or recomputed: must be the oracle's answer
+            assert got.choices[0].message.content == want.choices[0].message.content
+        assert got.usage.prompt_tokens == want.usage.prompt_tokens
+    st = status(e.url)
+    mem = st["memory"]
+    print("memory:", mem, "pool evictions:", st["cache"]["evictions"],
+          "tree evictions:", st["prefix"]["evictions"])
+    assert mem["budget"] == 1 << 20
+    assert mem["bytes"] <= mem["budget"]
+    assert mem["evictions"] > 0
+    assert st["prefix"]["bytes"] + st["cache"]["bytes"] <= mem["budget"]
+
+    def index_follows():
+        s = status(e.url)
+        keys = rds_members(rds.port, "e1")
+        return len(keys) == s["cache"]["entries"]
+    harness.wait_for(index_follows, timeout=30, what="Redis follows the pool", proc=e)
+
+
+def rds_members(port, eid):
+    from test_server_pic import engine_segments
+    return engine_segments(port, eid)

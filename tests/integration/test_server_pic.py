@@ -106,7 +106,7 @@ def test_entries_are_registered_and_evictions_unregistered(procs, logdir):
     rds = procs.redis()
     eng = engine(procs, name="e1", extra=(
         "--redis", f"127.0.0.1:{rds.port}", "--heartbeat-ms", "100",
-        "--pool-bytes", "400000"))
+        "--cache-bytes", "400000"))
     c = client(eng)
     harness.wait_for(lambda: status(eng)["registry"]["connected"], what="registered")
     ask(c, [DOC_A], "q1")

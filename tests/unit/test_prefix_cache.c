@@ -108,7 +108,7 @@ test_resume_from_checkpoint_equals_full(void **unused)
     assert_int_equal(r.resume, 192);
     assert_int_equal(r.recomputed, 208);
     assert_int_equal(r.new_blocks, 3);          /* b's blocks 3..5 */
-    assert_int_equal(r.new_checkpoints, 2);     /* balanced over 6 blocks: 320, 384 */
+    assert_int_equal(r.new_checkpoints, 3);     /* balanced over the new edge: 256..384 */
     check_vs_full(m, s, lg, b, 400);
 
     /* the same prompt again: everything but the last partial block */
@@ -137,7 +137,7 @@ test_resume_from_checkpoint_equals_full(void **unused)
     pic_model_free(m);
 }
 
-/* After enough history the new entries' checkpoints sit where requests
+/* After enough history the new edges' checkpoints sit where requests
  * stop sharing (here: 5 blocks + 20 tokens → a checkpoint at 320). */
 static void
 test_checkpoints_follow_observed_depths(void **unused)
@@ -159,6 +159,7 @@ test_checkpoints_follow_observed_depths(void **unused)
         int *p = prompt(420, 340, 100 + q, m->cfg.vocab);
         assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, p, 420, NULL, &r, err,
                                                   sizeof(err)), 0);
+        pic_prefix_cache_maintain(pc);          /* the keeper's re-solve */
         print_message("question %d: depth %d resume %d\n", q, r.depth, r.resume);
         if (q >= 5) {
             assert_int_equal(r.depth, 340);
@@ -296,6 +297,185 @@ test_threads_share_the_tree(void **unused)
     pic_model_free(m);
 }
 
+/* One request's tree traffic without the forward (placement and budget
+ * only: the states are whatever s holds): restore, capture the cuts,
+ * insert.  Returns the position resumed from. */
+static int
+visit(pic_prefix_cache *pc, pic_state *s, const int *ids, int n)
+{
+    char   err[256];
+    int    depth, resume, pos[64], k;
+    float *snap[64];
+
+    assert_int_equal(pic_prefix_cache_restore(pc, 0, s, ids, n, &depth, &resume, err,
+                                              sizeof(err)), 0);
+    k = pic_prefix_cache_cuts(pc, 0, ids, n, resume, n, pos);
+    assert_true(k <= pic_prefix_cache_max_cuts(pc) && k <= 64);
+    for (int i = 0; i < k; i++) {
+        assert_true(pos[i] > resume && pos[i] <= n && (i == 0 || pos[i] > pos[i - 1]));
+        snap[i] = pic_prefix_cache_snap(pc, s);
+    }
+    s->pos = n;
+    pic_prefix_cache_insert(pc, 0, s, ids, n, pos, snap, k, 0, NULL, NULL);
+    return resume;
+}
+
+/* Each edge (path between branch points) gets its own placement from its
+ * own depths: document A is read to 300 tokens, B to 520, and with one
+ * checkpoint per edge A's goes to 256 and B's to 512 (one global
+ * histogram would put both at one place). */
+static void
+test_each_edge_places_from_its_own_depths(void **unused)
+{
+    pic_model *m = fixture_load("tiny-qwen35");
+    if (m == NULL) {
+        skip();
+    }
+    char              err[256];
+    pic_prefix_opts   o = { .budget = 256u << 20,
+                            .ckpt = { .block = 64, .m = 1, .min_history = 4,
+                                      .resolve_every = 2 } };
+    pic_prefix_cache *pc = pic_prefix_cache_init(m, &o, err, sizeof(err));
+    pic_state        *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    pic_prefix_result r;
+    int              *a = prompt(640, 0, 11, m->cfg.vocab);
+    int              *b = prompt(640, 0, 12, m->cfg.vocab);
+    int               n_ent, max_ck, ra = -1, rb = -1;
+    pic_prefix_stats  st;
+
+    assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, a, 640, NULL, &r, err,
+                                              sizeof(err)), 0);
+    assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, b, 640, NULL, &r, err,
+                                              sizeof(err)), 0);
+    pic_prefix_cache_maintain(pc);
+    for (int q = 0; q < 8; q++) {
+        assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, a, 300, NULL, &r, err,
+                                                  sizeof(err)), 0);
+        ra = r.resume;
+        assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, b, 520, NULL, &r, err,
+                                                  sizeof(err)), 0);
+        rb = r.resume;
+        pic_prefix_cache_maintain(pc);
+        pic_prefix_cache_edges(pc, &n_ent, &max_ck);
+        print_message("round %d: A resumes at %d, B at %d; %d edges, at most %d "
+                      "checkpoints each\n", q, ra, rb, n_ent, max_ck);
+        assert_true(max_ck <= 1);
+    }
+    assert_int_equal(ra, 256);
+    assert_int_equal(rb, 512);
+    assert_int_equal(n_ent, 2);
+    pic_prefix_cache_stats_get(pc, &st);
+    assert_true(st.resolves > 0);
+    assert_int_equal(st.resolves_in_request, 0);
+    free(a);
+    free(b);
+    pic_state_free(s);
+    pic_prefix_cache_free(pc);
+    pic_model_free(m);
+}
+
+/* M checkpoints per edge, not per request: after 1,000 requests of mixed
+ * shapes (shared prefixes, branches, prefixes of stored paths, repeats)
+ * no edge holds more than M, at any time, and the tree stays in budget. */
+static void
+test_edge_budget_holds_after_1000_requests(void **unused)
+{
+    pic_model *m = fixture_load("tiny-qwen35");
+    if (m == NULL) {
+        skip();
+    }
+    char              err[256];
+    pic_prefix_opts   o = { .budget = 64u << 20,
+                            .ckpt = { .block = 16, .m = 3, .min_history = 5,
+                                      .resolve_every = 7 } };
+    pic_prefix_cache *pc = pic_prefix_cache_init(m, &o, err, sizeof(err));
+    pic_state        *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    int               ids[600], n_ent = 0, max_ck = 0;
+    unsigned          x = 12345;
+    pic_prefix_stats  st;
+
+    for (int r = 0; r < 1000; r++) {
+        /* a document (of 6), read to a random depth, then a question */
+        x = x * 1103515245u + 12345u;
+        int doc = (int) ((x >> 16) % 6), keep = 16 + (int) ((x >> 8) % 400);
+        int n = keep + 1 + (int) ((x >> 4) % 90);
+        for (int i = 0; i < n; i++) {
+            ids[i] = i < keep ? (int) ((unsigned) (doc * 7919 + i * 31) % (unsigned) m->cfg.vocab)
+                              : (int) ((x + (unsigned) i * 17u) % (unsigned) m->cfg.vocab);
+        }
+        visit(pc, s, ids, n);
+        if (r % 13 == 0) {
+            pic_prefix_cache_maintain(pc);
+        }
+        pic_prefix_cache_edges(pc, &n_ent, &max_ck);
+        if (max_ck > 3) {
+            fail_msg("request %d: an edge holds %d checkpoints (M = 3)", r, max_ck);
+        }
+    }
+    pic_prefix_cache_maintain(pc);
+    pic_prefix_cache_edges(pc, &n_ent, &max_ck);
+    pic_prefix_cache_stats_get(pc, &st);
+    print_message("%d edges, at most %d checkpoints each; %llu checkpoints, %llu re-solves, "
+                  "%llu trimmed\n", n_ent, max_ck, (unsigned long long) st.checkpoints,
+                  (unsigned long long) st.resolves, (unsigned long long) st.trims);
+    assert_true(n_ent > 6 && max_ck <= 3);
+    assert_true(st.checkpoints <= (uint64_t) (3 * n_ent) + st.tails);
+    assert_true(st.resolves > 0 && st.resolves_in_request == 0);
+    assert_true(st.bytes <= st.budget);
+    pic_state_free(s);
+    pic_prefix_cache_free(pc);
+    pic_model_free(m);
+}
+
+/* The re-solve runs only where it is asked for (the keeper): prefills
+ * never re-solve, and a re-solve on a thread marked as serving a request
+ * is counted (the counter the server reports stays 0 because nothing does
+ * that). */
+static void
+test_resolve_is_off_the_request_path(void **unused)
+{
+    pic_model *m = fixture_load("tiny-qwen35");
+    if (m == NULL) {
+        skip();
+    }
+    char              err[256];
+    pic_prefix_opts   o = { .budget = 64u << 20,
+                            .ckpt = { .block = 16, .m = 2, .min_history = 1,
+                                      .resolve_every = 1 } };
+    pic_prefix_cache *pc = pic_prefix_cache_init(m, &o, err, sizeof(err));
+    pic_state        *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    pic_prefix_stats  st;
+    pic_prefix_result r;
+    int              *a = prompt(200, 120, 3, m->cfg.vocab);
+
+    for (int q = 0; q < 5; q++) {
+        int *p = prompt(200, 120, 3 + (unsigned) q, m->cfg.vocab);
+        assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, p, 200, NULL, &r, err,
+                                                  sizeof(err)), 0);
+        free(p);
+    }
+    pic_prefix_cache_stats_get(pc, &st);
+    assert_int_equal(st.resolves, 0);           /* due, but not done by requests */
+    assert_true(pic_prefix_cache_due(pc));
+    assert_true(pic_prefix_cache_maintain(pc) > 0);
+    pic_prefix_cache_stats_get(pc, &st);
+    assert_true(st.resolves > 0);
+    assert_int_equal(st.resolves_in_request, 0);
+    assert_false(pic_prefix_cache_due(pc));
+
+    /* the counter works: a re-solve made inside a request is seen */
+    visit(pc, s, a, 200);
+    pic_prefix_cache_mark_request(1);
+    pic_prefix_cache_maintain(pc);
+    pic_prefix_cache_mark_request(0);
+    pic_prefix_cache_stats_get(pc, &st);
+    assert_true(st.resolves_in_request > 0);
+    free(a);
+    pic_state_free(s);
+    pic_prefix_cache_free(pc);
+    pic_model_free(m);
+}
+
 int
 main(void)
 {
@@ -304,6 +484,9 @@ main(void)
         cmocka_unit_test(test_checkpoints_follow_observed_depths),
         cmocka_unit_test(test_budget_evicts_lru_leaves),
         cmocka_unit_test(test_threads_share_the_tree),
+        cmocka_unit_test(test_each_edge_places_from_its_own_depths),
+        cmocka_unit_test(test_edge_budget_holds_after_1000_requests),
+        cmocka_unit_test(test_resolve_is_off_the_request_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
