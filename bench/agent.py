@@ -1,7 +1,8 @@
 """Exact first vs the other cache modes on agent traffic (issue 10, DESIGN §3.4, §5).
 
-One engine per cache mode, run one after the other on the same machine with the same
-threads, replaying the same deterministic workloads:
+One engine per cache mode, all started at once with the same threads; every request of
+the same deterministic workloads goes to each engine in turn (one request at a time), so
+that the load of a shared machine falls on every mode alike:
 
   agent_loop  S sessions (interleaved) of an append-only tool loop: system prompt + tool
               schemas + task, then per turn an assistant tool call and a tool result
@@ -43,7 +44,7 @@ from decode_batch import ensure_model  # noqa: E402
 MODEL = "demo" if QUICK else "mid"
 SESSIONS = 2 if QUICK else 5
 TURNS = 4 if QUICK else 6
-MIXED = 5 if QUICK else 16
+MIXED = 15 if QUICK else 24
 MODES = ["full", "prefix", "pic", "exact"]
 TOP_LOGPROBS = 20
 WORDS = ["agent", "tool", "result", "cache", "segment", "prefix", "engine", "token", "state",
@@ -117,33 +118,40 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
 
 
-def run_mode(model, mode, threads, logdir, workloads):
-    eng = ServeEngine(f"agent-{mode}", model, logdir, start_timeout=300,
-                      extra=["--id", mode, "--cache-mode", mode, "--threads", str(threads),
-                             "--prefix-bytes", str(4 << 30), "--pool-bytes", str(2 << 30)])
-    res = {}
+def run_modes(model, threads, logdir, workloads):
+    engines, res = {}, {m: {} for m in MODES}
     try:
+        for mode in MODES:
+            engines[mode] = ServeEngine(
+                f"agent-{mode}", model, logdir, start_timeout=300,
+                extra=["--id", mode, "--cache-mode", mode, "--threads", str(threads),
+                       "--cache-bytes", str(6 << 30)])
         for wname, reqs in workloads.items():
-            rows = []
+            for mode in MODES:
+                res[mode][wname] = []
             for label, turn, body in reqs:
-                dt, doc = post(eng, body, 1)            # the timed request (~TTFT)
-                u = doc["usage"]
-                _, g = post(eng, body, 8, logprobs=True,  # greedy continuation, untimed
-                            top_logprobs=TOP_LOGPROBS)
-                first = g["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
-                rows.append({"label": label, "turn": turn, "ttft": dt,
-                             "prompt": u["prompt_tokens"],
-                             "cached": u["prompt_tokens_details"]["cached_tokens"],
-                             "exact": u.get("pic", {}).get("exact_tokens", 0),
-                             "pic": u.get("pic", {}).get("pic_tokens", 0),
-                             "text": g["choices"][0]["message"]["content"],
-                             "top": {tuple(t["bytes"]): t["logprob"] for t in first}})
-            res[wname] = rows
-        st = eng.status()
-        res["bytes"] = (st.get("prefix", {}).get("bytes", 0)
-                        + st.get("cache", {}).get("bytes", 0))
+                for mode in MODES:
+                    eng = engines[mode]
+                    dt, doc = post(eng, body, 1)        # the timed request (~TTFT)
+                    u = doc["usage"]
+                    _, g = post(eng, body, 8, logprobs=True,  # greedy continuation, untimed
+                                top_logprobs=TOP_LOGPROBS)
+                    first = g["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+                    res[mode][wname].append({
+                        "label": label, "turn": turn, "ttft": dt,
+                        "prompt": u["prompt_tokens"],
+                        "cached": u["prompt_tokens_details"]["cached_tokens"],
+                        "exact": u.get("pic", {}).get("exact_tokens", 0),
+                        "pic": u.get("pic", {}).get("pic_tokens", 0),
+                        "text": g["choices"][0]["message"]["content"],
+                        "top": {tuple(t["bytes"]): t["logprob"] for t in first}})
+        for mode, eng in engines.items():
+            st = eng.status()
+            res[mode]["bytes"] = st.get("memory", {}).get("bytes", (
+                st.get("prefix", {}).get("bytes", 0) + st.get("cache", {}).get("bytes", 0)))
     finally:
-        eng.stop()
+        for eng in engines.values():
+            eng.stop()
     return res
 
 
@@ -155,7 +163,7 @@ def main():
     workloads = {"agent_loop": agent_requests(), "mixed": mixed_requests()}
     print(f"machine: {info}\nmodel {MODEL}: {len(workloads['agent_loop'])} agent-loop and "
           f"{len(workloads['mixed'])} mixed requests per mode", flush=True)
-    results = {m: run_mode(model, m, threads, logdir, workloads) for m in MODES}
+    results = run_modes(model, threads, logdir, workloads)
 
     rows, summary = [], {}
     errs = {}
@@ -205,7 +213,8 @@ def main():
     config = {"model": MODEL, "sessions": SESSIONS, "turns": TURNS, "mixed": MIXED,
               "threads": threads, "modes": MODES,
               "timing": "one non-streamed request with max_tokens 1 per turn (~TTFT), "
-                        "every mode alike; engines run one at a time",
+                        "every mode alike; the engines run side by side, each request "
+                        "sent to every mode in turn",
               "logit_err": f"untimed greedy request with logprobs, top_logprobs "
                            f"{TOP_LOGPROBS}: max |logprob - full's| at the last prompt "
                            f"position over the tokens both list, turns after the first"}

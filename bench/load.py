@@ -92,7 +92,7 @@ class Engine(ServeEngine):
     def __init__(self, mode, threads, logdir):
         super().__init__(mode, MODEL, logdir, start_timeout=60, extra=[
             "--id", mode, "--cache-mode", mode, "--threads", str(threads), "--batch", "8",
-            "--queue", "64", "--pool-bytes", str(1 << 30)])
+            "--queue", "64", "--cache-bytes", str(1 << 30)])
 
 
 
