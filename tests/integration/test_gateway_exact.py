@@ -341,7 +341,7 @@ def test_engine_status_reports_pool_capacity(procs):
     for dtype, es in (("bf16", 2), ("f32", 4)):
         e = procs.engine(name=f"cap-{dtype}", model=TINY,
                          extra=["--threads", "1", "--entry-dtype", dtype,
-                                "--pool-bytes", str(budget)])
+                                "--cache-bytes", str(budget)])
         cap = json.loads(harness.http("GET", e.url + "/status")[2])["cache"]["capacity"]
         fixed = lin * (Hv * dk * (dk + dv) * es + (2 * Hk * dk + Hv * dv) * (K - 1) * 4)
         kv = att * 2 * t["num_key_value_heads"] * t["head_dim"] * es
