@@ -464,6 +464,7 @@ pic_gcall_value(pic_gstate *g, pic_gframe *f)
     g->nbuf = 0;
     if (t == NULL || strcmp(t, "string") == 0) {
         f->st = PIC_GC_RAW;
+        f->lit = 0;
         return 0;
     }
     if (strcmp(t, "enum") == 0) {
@@ -503,6 +504,29 @@ pic_gcall_next(pic_gstate *g, pic_gframe *f)
         pic_gpop(g);
         return 0;
     }
+}
+
+/* An XML raw value never holds "<parameter=" or "</function>" (the call
+ * parser would end the value, or the call, there): f->lit counts the bytes
+ * of either matched so far (1: "<", 2.. "<p...", 102.. "</..."); -1 when
+ * c completes one. */
+static int
+pic_graw_tag(pic_gframe *f, int c)
+{
+    static const char p1[] = "<parameter=", p2[] = "</function>";
+    int               s = f->lit;
+
+    if (s >= 1 && s < 100 && c == (unsigned char) p1[s]) {
+        s++;
+    } else if (s == 1 && c == (unsigned char) p2[1]) {
+        s = 102;
+    } else if (s >= 102 && c == (unsigned char) p2[s - 100]) {
+        s++;
+    } else {
+        s = c == '<';
+    }
+    f->lit = (uint8_t) s;
+    return s == (int) sizeof(p1) - 1 || s == 100 + (int) sizeof(p2) - 1 ? -1 : 0;
 }
 
 /* One byte of a tool call (frame f, kind CALL); 0 or -1. */
@@ -583,6 +607,9 @@ pic_gcall_byte(pic_gstate *g, pic_gframe *f, int c)
     }
 
     case PIC_GC_RAW:
+        if (pic_graw_tag(f, c) != 0) {
+            return -1;
+        }
         lit = pic_gcall_lit[PIC_GL_VEND];       /* "\n</parameter>\n" */
         if (c == (unsigned char) lit[g->nbuf]) {
             if (lit[++g->nbuf] == '\0') {
@@ -874,7 +901,8 @@ struct pic_gvocab {
 };
 
 #define PIC_GV_NOT_PLAIN  1     /* a byte a free string cannot hold as is */
-#define PIC_GV_NEWLINE    2     /* a newline (ends an XML raw value's run) */
+#define PIC_GV_NEWLINE    2     /* a newline or '<' (may start an XML raw value's
+                                 * end tag, or a tag it must not hold) */
 
 static const pic_tokenizer *pic_gv_sort_tok;    /* qsort has no context argument */
 
@@ -998,7 +1026,7 @@ pic_gvocab_new(const pic_tokenizer *tok)
         int c = v->byte[i];
 
         v->cls[i] = (uint8_t) ((c < 0x20 || c == '"' || c == '\\' ? PIC_GV_NOT_PLAIN : 0)
-                               | (c == '\n' ? PIC_GV_NEWLINE : 0));
+                               | (c == '\n' || c == '<' ? PIC_GV_NEWLINE : 0));
         for (int j = i + 1; j < v->end[i]; j = v->end[j]) {
             v->cls[i] |= v->cls[j];
         }
@@ -1039,7 +1067,8 @@ pic_gkeeps(const pic_gstate *g)
         && f->st == 0) {
         return PIC_GV_NOT_PLAIN;
     }
-    return f->kind == PIC_GF_CALL && f->st == PIC_GC_RAW && g->nbuf == 0 ? PIC_GV_NEWLINE : 0;
+    return f->kind == PIC_GF_CALL && f->st == PIC_GC_RAW && g->nbuf == 0 && f->lit == 0
+           ? PIC_GV_NEWLINE : 0;
 }
 
 /* Would byte c leave g exactly as it is?  (free string content, XML raw
@@ -1057,7 +1086,8 @@ pic_gsame(const pic_gstate *g, int c)
         return (f->prop == PIC_GS_FREE || f->prop == PIC_GS_FREEKEY) && f->st == 0
                && c >= 0x20 && c != '"' && c != '\\';
     }
-    return f->kind == PIC_GF_CALL && f->st == PIC_GC_RAW && g->nbuf == 0 && c != '\n';
+    return f->kind == PIC_GF_CALL && f->st == PIC_GC_RAW && g->nbuf == 0 && f->lit == 0
+           && c != '\n' && c != '<';
 }
 
 int

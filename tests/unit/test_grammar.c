@@ -171,6 +171,10 @@ test_xml_call_follows_the_schema(void **unused)
     assert_false(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=on>\ntrue\n</parameter>\n"
                                                  "<parameter=on>", 0));      /* once */
     assert_false(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=note>\nx\n</parameter>y", 0));
+    /* a raw value holds no tag the call parser would stop at */
+    assert_true(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=note>\na <p> </f> <parameter", 0));
+    assert_false(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=note>\nx<parameter=", 0));
+    assert_false(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=note>\n<</function>", 0));
     /* required: the function is picked first, then its own schema applies */
     snprintf(buf, sizeof(buf), "<function=set_mode>\n<parameter=mode>\nfast\n</parameter>\n"
              "<parameter=on>\nfalse\n</parameter>\n%s", end);
@@ -223,7 +227,8 @@ test_vocab_mask_equals_feeding_each_token(void **unused)
     };
     static const char *const calls[] = {
         "", "<par", "<parameter=mo", "<parameter=note>\nsome text", "<parameter=note>\nx\n</",
-        "<parameter=on>\n", "<parameter=mode>\nfa",
+        "<parameter=on>\n", "<parameter=mode>\nfa", "<parameter=note>\nx <para",
+        "<parameter=note>\nx </func",
     };
     size_t         n_ids;
     uint8_t       *ok;
