@@ -87,7 +87,8 @@ typedef struct pic_backend {
                    int out, int accumulate);
 
     /* y(n, w->rows) = x(n, w->cols) · Wᵀ (+ the old y when accumulate != 0)
-     * for W of any pic_wtype; accumulates in fp32. */
+     * for W of any pic_wtype; accumulates in fp32.  Q8 multiplies x as
+     * pic_q8_act_from_f32 quantises it (int8 dots, as llama.cpp's Q8_0). */
     void (*matmul_w)(float *y, const float *x, const pic_wmat *w, int n,
                      int accumulate);
 
@@ -181,12 +182,16 @@ void pic_bf16_from_f32(uint16_t *dst, const float *src, size_t n);
  * per block d = max|x|/127 (rounded to fp16), q = round(x/d). */
 void pic_q8_from_f32(int8_t *qs, uint16_t *scale, const float *src, size_t n);
 
+/* Quantise activations x(n), n % PIC_Q8_BLOCK == 0, as the Q8 matmul does:
+ * per block d = max|x|/127 (fp32), q = round(x/d) (ties away from 0). */
+void pic_q8_act_from_f32(int8_t *qs, float *d, const float *x, size_t n);
+
 /* fp16 bit pattern to fp32 (exact) and fp32 to fp16 (nearest even). */
 float    pic_half_to_f32(uint16_t h);
 uint16_t pic_f32_to_half(float f);
 
 /* SIMD path of the compact-weight kernels, chosen at run time: the best the
- * CPU supports ("avx512", "avx2", "scalar"), or $PIC_SIMD when it names one
+ * CPU supports ("avx512vnni", "avx512", "avx2", "scalar"), or $PIC_SIMD when it names one
  * the CPU has.  The binary itself only assumes the build baseline. */
 const char *pic_kernels_simd(void);
 

@@ -3,16 +3,22 @@
  * CPU backend, and the conversions the loader uses to make them.
  *
  * GEMV (n <= PIC_WMAT_GEMV_ROWS, the decode step of every running
- * sequence): each thread streams its slice of W once and dots every
- * weight row with the n activation rows, converting in registers and
- * accumulating in fp32.  GEMM (prefill): each thread converts tiles of its
- * rows of W to fp32 in a buffer that stays in L2 and hands the tile to the
- * fp32 sgemm.  F32 goes straight to pic_cpu_matmul.
+ * sequence), every format: each thread streams its slice of W once, four
+ * weight rows at a time, and dots them with the n activation rows, which
+ * were prepared once per call — BF16 rows split into even and odd columns
+ * so a 32-bit load of W is two fp32 values after a shift and a mask, Q8
+ * rows quantised per 32-block so a block's dot is an int8 one (VNNI
+ * vpdpbusd, or AVX2 maddubs, as llama.cpp's Q8_0) — and accumulates in
+ * fp32.  GEMM (prefill): each thread converts tiles of its rows of W to
+ * fp32 in a buffer that stays in L2 and hands the tile to the fp32 sgemm
+ * (Q8: against the activations rounded as the GEMV rounds them, so a row
+ * gets the same value either way up to fp32 rounding); F32 goes straight
+ * to pic_cpu_matmul.
  *
- * SIMD is picked at run time (pic_kernels_simd): AVX-512 (F/BW/VL), AVX2 +
- * FMA + F16C, or portable C; the vector paths are compiled with
- * __attribute__((target)) so the binary needs nothing beyond the build
- * baseline to start.
+ * SIMD is picked at run time (pic_kernels_simd): AVX-512 (F/BW/VL) with
+ * VNNI, AVX-512 without, AVX2 + FMA + F16C, or portable C; the vector
+ * paths are compiled with __attribute__((target)) so the binary needs
+ * nothing beyond the build baseline to start.
  */
 #include <cblas.h>
 #include <math.h>
@@ -194,18 +200,140 @@ pic_wtype_name(pic_wtype t)
 }
 
 
+/* --- activations ---
+ *
+ * Each matmul_w call prepares its activation rows once, in the calling
+ * thread, for the kernel of its weight type: BF16 rows permuted so that one
+ * 32-bit load of W pairs with an even and an odd column (pic_wmat_act.xp),
+ * Q8 rows quantised per 32-block (.q, .d) so the dot is an integer one as
+ * in llama.cpp's Q8_0 (the compact-weight decode is then bound by reading
+ * W, not by converting it).  F32 rows are used as given.
+ */
+
+typedef struct {
+    const float  *x;        /* (n, cols) the activations as given */
+    const float  *xp;       /* BF16: (n, cp) cp = cols rounded up to 32; per
+                             * 32-chunk its 16 even then 16 odd columns, zeros
+                             * past cols; else NULL */
+    int           cp;
+    const int8_t *q;        /* Q8: (n, cols) quantised activations */
+    const float  *d;        /* Q8: (n, cols/32) their block scales */
+} pic_wmat_act;
+
+void
+pic_q8_act_from_f32(int8_t *qs, float *d, const float *x, size_t n)
+{
+    PIC_OP_CHECK(n % PIC_Q8_BLOCK == 0);
+
+    for (size_t b = 0; b < n / PIC_Q8_BLOCK; b++) {
+        const float *xb = x + b * PIC_Q8_BLOCK;
+        int8_t      *qb = qs + b * PIC_Q8_BLOCK;
+        float        amax = 0.0f, id;
+
+        for (int i = 0; i < PIC_Q8_BLOCK; i++) {
+            float a = xb[i] < 0.0f ? -xb[i] : xb[i];
+
+            amax = a > amax ? a : amax;
+        }
+        d[b] = amax / 127.0f;
+        id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        for (int i = 0; i < PIC_Q8_BLOCK; i++) {
+            float v = xb[i] * id;                           /* |v| <= 127 */
+
+            qb[i] = (int8_t) (int) (v + (v < 0.0f ? -0.5f : 0.5f));
+        }
+    }
+}
+
+/* dst(n) = src(n) quantised per 32-block and back: the values the Q8 GEMV
+ * multiplies (qs · d), for the GEMM path. */
+static void
+pic_q8_act_round(float *dst, const float *src, size_t n)
+{
+    for (size_t b = 0; b < n / PIC_Q8_BLOCK; b++) {
+        int8_t q[PIC_Q8_BLOCK];
+        float  d;
+
+        pic_q8_act_from_f32(q, &d, src + b * PIC_Q8_BLOCK, PIC_Q8_BLOCK);
+        for (int i = 0; i < PIC_Q8_BLOCK; i++) {
+            dst[b * PIC_Q8_BLOCK + i] = (float) q[i] * d;
+        }
+    }
+}
+
+/* The calling thread's activation buffer, grown once to the largest need
+ * (never freed; the tile buffer below is another one). */
+static void *
+pic_wmat_act_buf(size_t bytes)
+{
+    static __thread void   *buf;
+    static __thread size_t  cap;
+
+    if (bytes > cap) {
+        void *nb = NULL;
+
+        PIC_OP_CHECK(posix_memalign(&nb, 64, bytes) == 0);
+        free(buf);
+        buf = nb;
+        cap = bytes;
+    }
+    return buf;
+}
+
+/* Prepare n rows of x (n, w->cols) for the GEMV of w. */
+static void
+pic_wmat_act_prep(pic_wmat_act *a, const float *x, int n, const pic_wmat *w)
+{
+    int cols = w->cols;
+
+    memset(a, 0, sizeof(*a));
+    a->x = x;
+    if (w->type == PIC_WTYPE_BF16) {
+        int    cp = (cols + 31) & ~31;
+        float *xp = pic_wmat_act_buf((size_t) n * cp * sizeof(float));
+
+        for (int r = 0; r < n; r++) {
+            const float *xr = x + (size_t) r * cols;
+            float       *pr = xp + (size_t) r * cp;
+
+            for (int c = 0; c < cp; c += 32) {
+                for (int j = 0; j < 16; j++) {
+                    int e = c + 2 * j, o = e + 1;
+
+                    pr[c + j] = e < cols ? xr[e] : 0.0f;
+                    pr[c + 16 + j] = o < cols ? xr[o] : 0.0f;
+                }
+            }
+        }
+        a->xp = xp;
+        a->cp = cp;
+    } else if (w->type == PIC_WTYPE_Q8) {
+        size_t  nq = (size_t) n * cols, nd = nq / PIC_Q8_BLOCK;
+        char   *buf = pic_wmat_act_buf(nd * sizeof(float) + nq);
+        float  *d = (float *) buf;
+        int8_t *q = (int8_t *) (buf + nd * sizeof(float));
+
+        pic_q8_act_from_f32(q, d, x, nq);
+        a->q = q;
+        a->d = d;
+    }
+}
+
+
 /* --- kernels: one set per SIMD path ---
  *
  * rows(dst, w, r0, nr): rows [r0, r0+nr) of W as fp32 (dst stride cols).
- * gemv(y, ldy, x, n, w, r0, r1, beta): y[r][o] = dot(W[o], x[r]) (+ beta
- * * y[r][o]) for o in [r0, r1), r < n <= PIC_WMAT_GEMV_ROWS.
+ * gemv(y, ldy, a, n, w, r0, r1, beta): y[r][o] = dot(W[o], x[r]) (+ beta
+ * * y[r][o]) for o in [r0, r1), r < n <= PIC_WMAT_GEMV_ROWS, x as a
+ * holds it (Q8: the quantised rows; the integer dot of a block is exact on
+ * every path, only the fp32 sums of the scaled blocks round differently).
  */
 
 typedef struct {
     const char *name;
     void (*rows)(float *dst, const pic_wmat *w, int r0, int nr);
-    void (*gemv)(float *y, int ldy, const float *x, int n, const pic_wmat *w,
-                 int r0, int r1, float beta);
+    void (*gemv)(float *y, int ldy, const pic_wmat_act *a, int n,
+                 const pic_wmat *w, int r0, int r1, float beta);
 } pic_wmat_impl;
 
 static void
@@ -236,54 +364,73 @@ pic_wmat_rows_scalar(float *dst, const pic_wmat *w, int r0, int nr)
     }
 }
 
+/* y row r, column o ← acc (+ beta · old) */
+static inline void
+pic_wmat_put(float *y, int ldy, int r, int o, float acc, float beta)
+{
+    float *yo = y + (size_t) r * ldy + o;
+
+    *yo = acc + (beta != 0.0f ? beta * *yo : 0.0f);
+}
+
 static void
-pic_wmat_gemv_scalar(float *y, int ldy, const float *x, int n,
+pic_wmat_gemv_scalar(float *y, int ldy, const pic_wmat_act *a, int n,
                      const pic_wmat *w, int r0, int r1, float beta)
 {
-    int cols = w->cols;
+    int cols = w->cols, nb = cols / PIC_Q8_BLOCK;
 
     for (int o = r0; o < r1; o++) {
         float acc[PIC_WMAT_GEMV_ROWS] = { 0 };
 
-        if (w->type == PIC_WTYPE_BF16) {
+        if (w->type == PIC_WTYPE_F32) {
+            const float *s = (const float *) w->data + (size_t) o * cols;
+
+            for (int r = 0; r < n; r++) {
+                for (int c = 0; c < cols; c++) {
+                    acc[r] += s[c] * a->x[(size_t) r * cols + c];
+                }
+            }
+        } else if (w->type == PIC_WTYPE_BF16) {
             const uint16_t *s = (const uint16_t *) w->data + (size_t) o * cols;
 
             for (int c = 0; c < cols; c++) {
                 float v = pic_bf16_f32(s[c]);
 
                 for (int r = 0; r < n; r++) {
-                    acc[r] += v * x[(size_t) r * cols + c];
+                    acc[r] += v * a->x[(size_t) r * cols + c];
                 }
             }
         } else {
             const int8_t   *q = (const int8_t *) w->data + (size_t) o * cols;
-            const uint16_t *sc = w->scale + (size_t) o * cols / PIC_Q8_BLOCK;
+            const uint16_t *sc = w->scale + (size_t) o * nb;
 
-            for (int b = 0; b < cols / PIC_Q8_BLOCK; b++) {
-                float d = pic_half_to_f32(sc[b]);
+            for (int b = 0; b < nb; b++) {
+                float dw = pic_half_to_f32(sc[b]);
 
                 for (int r = 0; r < n; r++) {
-                    const float *xr = x + (size_t) r * cols + b * PIC_Q8_BLOCK;
-                    float        s = 0.0f;
+                    const int8_t *xq = a->q + (size_t) r * cols + b * PIC_Q8_BLOCK;
+                    int32_t       s = 0;
 
                     for (int i = 0; i < PIC_Q8_BLOCK; i++) {
-                        s += q[b * PIC_Q8_BLOCK + i] * xr[i];
+                        s += (int32_t) q[b * PIC_Q8_BLOCK + i] * xq[i];
                     }
-                    acc[r] += d * s;
+                    acc[r] += dw * a->d[(size_t) r * nb + b] * (float) s;
                 }
             }
         }
         for (int r = 0; r < n; r++) {
-            float *yo = y + (size_t) r * ldy + o;
-
-            *yo = acc[r] + (beta != 0.0f ? beta * *yo : 0.0f);
+            pic_wmat_put(y, ldy, r, o, acc[r], beta);
         }
     }
 }
 
 #if PIC_WMAT_X86
 
-/* ---- AVX2 + FMA + F16C ---- */
+/* ---- AVX2 + FMA + F16C ----
+ *
+ * Every kernel takes R weight rows at once against N activation rows (R,
+ * N constants after inlining): the activation loads are shared by the R
+ * rows and R streams of W are in flight. */
 
 #define PIC_AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -345,96 +492,221 @@ pic_wmat_rows_avx2(float *dst, const pic_wmat *w, int r0, int nr)
     }
 }
 
-/* One weight row against N activation rows (N a constant after inlining). */
+/* F32: rows o..o+R−1. */
 PIC_AVX2 static inline __attribute__((always_inline)) void
-pic_avx2_row(float *acc, const pic_wmat *w, int o, const float *x, int N)
+pic_avx2_f32(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
+             int R, int N)
 {
-    int    cols = w->cols, c = 0;
-    __m256 a0[PIC_WMAT_GEMV_ROWS], a1[PIC_WMAT_GEMV_ROWS];
+    int          cols = w->cols, c = 0;
+    const float *W = (const float *) w->data + (size_t) o * cols;
+    __m256       A[4][PIC_WMAT_GEMV_ROWS];
 
-    for (int r = 0; r < N; r++) {
-        a0[r] = _mm256_setzero_ps();
-        a1[r] = _mm256_setzero_ps();
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            A[r][n] = _mm256_setzero_ps();
+        }
     }
-    if (w->type == PIC_WTYPE_BF16) {
-        const uint16_t *s = (const uint16_t *) w->data + (size_t) o * cols;
+    for (; c + 8 <= cols; c += 8) {
+        __m256 xv[PIC_WMAT_GEMV_ROWS];
 
-        for (; c + 16 <= cols; c += 16) {
-            __m256 w0 = pic_avx2_bf16x8(s + c), w1 = pic_avx2_bf16x8(s + c + 8);
+        for (int n = 0; n < N; n++) {
+            xv[n] = _mm256_loadu_ps(a->x + (size_t) n * cols + c);
+        }
+        for (int r = 0; r < R; r++) {
+            __m256 wv = _mm256_loadu_ps(W + (size_t) r * cols + c);
 
-            for (int r = 0; r < N; r++) {
-                const float *xr = x + (size_t) r * cols + c;
-
-                a0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr), a0[r]);
-                a1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr + 8), a1[r]);
+            for (int n = 0; n < N; n++) {
+                A[r][n] = _mm256_fmadd_ps(wv, xv[n], A[r][n]);
             }
         }
-        for (int r = 0; r < N; r++) {
-            acc[r] = pic_avx2_hsum(_mm256_add_ps(a0[r], a1[r]));
+    }
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            float s = pic_avx2_hsum(A[r][n]);
+
             for (int k = c; k < cols; k++) {
-                acc[r] += pic_bf16_f32(s[k]) * x[(size_t) r * cols + k];
+                s += W[(size_t) r * cols + k] * a->x[(size_t) n * cols + k];
             }
+            acc[r * PIC_WMAT_GEMV_ROWS + n] = s;
         }
-    } else {
-        const int8_t   *q = (const int8_t *) w->data + (size_t) o * cols;
-        const uint16_t *sc = w->scale + (size_t) o * cols / PIC_Q8_BLOCK;
+    }
+}
 
-        for (int b = 0; b < cols / PIC_Q8_BLOCK; b++, c += PIC_Q8_BLOCK) {
-            __m256 d = _mm256_set1_ps(_cvtsh_ss(sc[b]));
-            __m256 w0 = pic_avx2_q8x8(q + c), w1 = pic_avx2_q8x8(q + c + 8);
-            __m256 w2 = pic_avx2_q8x8(q + c + 16), w3 = pic_avx2_q8x8(q + c + 24);
+/* BF16: one 32-bit load holds an even and an odd column; the even one
+ * shifted up, the odd one masked, each against its half of a->xp. */
+PIC_AVX2 static inline __attribute__((always_inline)) void
+pic_avx2_bf16(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
+              int R, int N)
+{
+    int             cols = w->cols, c = 0;
+    const uint16_t *W = (const uint16_t *) w->data + (size_t) o * cols;
+    const __m256i   hi = _mm256_set1_epi32((int) 0xffff0000u);
+    __m256          A[4][PIC_WMAT_GEMV_ROWS];
 
-            for (int r = 0; r < N; r++) {
-                const float *xr = x + (size_t) r * cols + c;
-                __m256       s = _mm256_mul_ps(w0, _mm256_loadu_ps(xr));
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            A[r][n] = _mm256_setzero_ps();
+        }
+    }
+    for (; c + 32 <= cols; c += 32) {
+        for (int h = 0; h < 2; h++) {           /* 16 columns per half */
+            __m256 xe[PIC_WMAT_GEMV_ROWS], xo[PIC_WMAT_GEMV_ROWS];
 
-                s = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr + 8), s);
-                s = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xr + 16), s);
-                s = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xr + 24), s);
-                if (b & 1) {
-                    a1[r] = _mm256_fmadd_ps(d, s, a1[r]);
-                } else {
-                    a0[r] = _mm256_fmadd_ps(d, s, a0[r]);
+            for (int n = 0; n < N; n++) {
+                const float *p = a->xp + (size_t) n * a->cp + c + 8 * h;
+
+                xe[n] = _mm256_loadu_ps(p);
+                xo[n] = _mm256_loadu_ps(p + 16);
+            }
+            for (int r = 0; r < R; r++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)
+                                               (W + (size_t) r * cols + c + 16 * h));
+                __m256  ev = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+                __m256  od = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
+
+                for (int n = 0; n < N; n++) {
+                    A[r][n] = _mm256_fmadd_ps(ev, xe[n], A[r][n]);
+                    A[r][n] = _mm256_fmadd_ps(od, xo[n], A[r][n]);
                 }
             }
         }
-        for (int r = 0; r < N; r++) {
-            acc[r] = pic_avx2_hsum(_mm256_add_ps(a0[r], a1[r]));
+    }
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            float s = pic_avx2_hsum(A[r][n]);
+
+            for (int k = c; k < cols; k++) {
+                s += pic_bf16_f32(W[(size_t) r * cols + k]) * a->x[(size_t) n * cols + k];
+            }
+            acc[r * PIC_WMAT_GEMV_ROWS + n] = s;
         }
     }
 }
 
+/* Q8 (llama.cpp's AVX2 Q8_0 dot): |w| · (x signed by w) with maddubs,
+ * pairs summed to int32, scaled per block. */
 PIC_AVX2 static inline __attribute__((always_inline)) void
-pic_avx2_gemv_n(float *y, int ldy, const float *x, const pic_wmat *w,
-                int r0, int r1, float beta, int N)
+pic_avx2_q8(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
+            int R, int N)
 {
-    for (int o = r0; o < r1; o++) {
-        float acc[PIC_WMAT_GEMV_ROWS];
+    int             cols = w->cols, nb = cols / PIC_Q8_BLOCK;
+    const int8_t   *Q = (const int8_t *) w->data + (size_t) o * cols;
+    const uint16_t *S = w->scale + (size_t) o * nb;
+    const __m256i   ones = _mm256_set1_epi16(1);
+    __m256          A[4][PIC_WMAT_GEMV_ROWS];
 
-        pic_avx2_row(acc, w, o, x, N);
-        for (int r = 0; r < N; r++) {
-            float *yo = y + (size_t) r * ldy + o;
-
-            *yo = acc[r] + (beta != 0.0f ? beta * *yo : 0.0f);
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            A[r][n] = _mm256_setzero_ps();
         }
     }
+    for (int b = 0; b < nb; b++) {
+        __m256i xv[PIC_WMAT_GEMV_ROWS];
+        float   dx[PIC_WMAT_GEMV_ROWS];
+
+        for (int n = 0; n < N; n++) {
+            xv[n] = _mm256_loadu_si256((const __m256i *)
+                                       (a->q + (size_t) n * cols + b * PIC_Q8_BLOCK));
+            dx[n] = a->d[(size_t) n * nb + b];
+        }
+        for (int r = 0; r < R; r++) {
+            __m256i wv = _mm256_loadu_si256((const __m256i *)
+                                            (Q + (size_t) r * cols + b * PIC_Q8_BLOCK));
+            __m256i aw = _mm256_abs_epi8(wv);
+            float   dw = _cvtsh_ss(S[(size_t) r * nb + b]);
+
+            for (int n = 0; n < N; n++) {
+                __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[n], wv));
+
+                p = _mm256_madd_epi16(p, ones);
+                A[r][n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
+                                          _mm256_set1_ps(dw * dx[n]), A[r][n]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            acc[r * PIC_WMAT_GEMV_ROWS + n] = pic_avx2_hsum(A[r][n]);
+        }
+    }
+}
+
+/* One R×N tile of a type's kernel, then its stores. */
+#define PIC_WMAT_TILE(kern, R, N)                                             \
+    do {                                                                      \
+        float acc_[4 * PIC_WMAT_GEMV_ROWS];                                   \
+        kern(acc_, w, o, a, R, N);                                            \
+        for (int r_ = 0; r_ < R; r_++) {                                      \
+            for (int n_ = 0; n_ < N; n_++) {                                  \
+                pic_wmat_put(y, ldy, n_, o + r_,                              \
+                             acc_[r_ * PIC_WMAT_GEMV_ROWS + n_], beta);       \
+            }                                                                 \
+        }                                                                     \
+    } while (0)
+
+/* Rows [r0, r1) with kern, R rows at a time and the rest one by one. */
+#define PIC_WMAT_ROWS(kern, R, N)                                             \
+    do {                                                                      \
+        int o = r0;                                                           \
+        for (; o + R <= r1; o += R) {                                         \
+            PIC_WMAT_TILE(kern, R, N);                                        \
+        }                                                                     \
+        for (; o < r1; o++) {                                                 \
+            PIC_WMAT_TILE(kern, 1, N);                                        \
+        }                                                                     \
+    } while (0)
+
+/* The n switch: 4 weight rows at a time for one or two activation rows, 2
+ * for three or four (the accumulators fit the 16 ymm registers). */
+#define PIC_WMAT_BY_N(kern, RA, RB)                                           \
+    do {                                                                      \
+        switch (n) {                                                          \
+        case 1:  PIC_WMAT_ROWS(kern, RA, 1); break;                           \
+        case 2:  PIC_WMAT_ROWS(kern, RA, 2); break;                           \
+        case 3:  PIC_WMAT_ROWS(kern, RB, 3); break;                           \
+        default: PIC_WMAT_ROWS(kern, RB, 4); break;                           \
+        }                                                                     \
+    } while (0)
+
+PIC_AVX2 static void
+pic_wmat_gemv_avx2_f32(float *y, int ldy, const pic_wmat_act *a, int n,
+                       const pic_wmat *w, int r0, int r1, float beta)
+{
+    PIC_WMAT_BY_N(pic_avx2_f32, 4, 2);
 }
 
 PIC_AVX2 static void
-pic_wmat_gemv_avx2(float *y, int ldy, const float *x, int n,
+pic_wmat_gemv_avx2_bf16(float *y, int ldy, const pic_wmat_act *a, int n,
+                        const pic_wmat *w, int r0, int r1, float beta)
+{
+    PIC_WMAT_BY_N(pic_avx2_bf16, 4, 1);
+}
+
+PIC_AVX2 static void
+pic_wmat_gemv_avx2_q8(float *y, int ldy, const pic_wmat_act *a, int n,
+                      const pic_wmat *w, int r0, int r1, float beta)
+{
+    PIC_WMAT_BY_N(pic_avx2_q8, 4, 2);
+}
+
+PIC_AVX2 static void
+pic_wmat_gemv_avx2(float *y, int ldy, const pic_wmat_act *a, int n,
                    const pic_wmat *w, int r0, int r1, float beta)
 {
-    switch (n) {
-    case 1:  pic_avx2_gemv_n(y, ldy, x, w, r0, r1, beta, 1); break;
-    case 2:  pic_avx2_gemv_n(y, ldy, x, w, r0, r1, beta, 2); break;
-    case 3:  pic_avx2_gemv_n(y, ldy, x, w, r0, r1, beta, 3); break;
-    default: pic_avx2_gemv_n(y, ldy, x, w, r0, r1, beta, 4); break;
+    if (w->type == PIC_WTYPE_F32) {
+        pic_wmat_gemv_avx2_f32(y, ldy, a, n, w, r0, r1, beta);
+    } else if (w->type == PIC_WTYPE_BF16) {
+        pic_wmat_gemv_avx2_bf16(y, ldy, a, n, w, r0, r1, beta);
+    } else {
+        pic_wmat_gemv_avx2_q8(y, ldy, a, n, w, r0, r1, beta);
     }
 }
 
-/* ---- AVX-512 F/BW/VL (+ FMA, F16C) ---- */
+/* ---- AVX-512 F/BW/VL (+ FMA, F16C); VNNI for the Q8 dot ---- */
 
 #define PIC_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define PIC_AVX512VNNI \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 PIC_AVX512 static inline __m512
 pic_avx512_bf16x16(const uint16_t *p)
@@ -483,86 +755,200 @@ pic_wmat_rows_avx512(float *dst, const pic_wmat *w, int r0, int nr)
     }
 }
 
+/* F32: rows o..o+R−1, 16 columns a step, the tail masked. */
 PIC_AVX512 static inline __attribute__((always_inline)) void
-pic_avx512_row(float *acc, const pic_wmat *w, int o, const float *x, int N)
+pic_avx512_f32(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
+               int R, int N)
 {
-    int    cols = w->cols, c = 0;
-    __m512 a0[PIC_WMAT_GEMV_ROWS], a1[PIC_WMAT_GEMV_ROWS];
+    int          cols = w->cols;
+    const float *W = (const float *) w->data + (size_t) o * cols;
+    __m512       A[4][PIC_WMAT_GEMV_ROWS];
 
-    for (int r = 0; r < N; r++) {
-        a0[r] = _mm512_setzero_ps();
-        a1[r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            A[r][n] = _mm512_setzero_ps();
+        }
     }
-    if (w->type == PIC_WTYPE_BF16) {
-        const uint16_t *s = (const uint16_t *) w->data + (size_t) o * cols;
+    for (int c = 0; c < cols; c += 16) {
+        __mmask16 m = cols - c >= 16 ? 0xffff : (__mmask16) ((1u << (cols - c)) - 1);
+        __m512    xv[PIC_WMAT_GEMV_ROWS];
 
-        for (; c + 32 <= cols; c += 32) {
-            __m512 w0 = pic_avx512_bf16x16(s + c), w1 = pic_avx512_bf16x16(s + c + 16);
+        for (int n = 0; n < N; n++) {
+            xv[n] = _mm512_maskz_loadu_ps(m, a->x + (size_t) n * cols + c);
+        }
+        for (int r = 0; r < R; r++) {
+            __m512 wv = _mm512_maskz_loadu_ps(m, W + (size_t) r * cols + c);
 
-            for (int r = 0; r < N; r++) {
-                const float *xr = x + (size_t) r * cols + c;
-
-                a0[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr), a0[r]);
-                a1[r] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xr + 16), a1[r]);
+            for (int n = 0; n < N; n++) {
+                A[r][n] = _mm512_fmadd_ps(wv, xv[n], A[r][n]);
             }
         }
-        for (int r = 0; r < N; r++) {
-            acc[r] = _mm512_reduce_add_ps(_mm512_add_ps(a0[r], a1[r]));
-            for (int k = c; k < cols; k++) {
-                acc[r] += pic_bf16_f32(s[k]) * x[(size_t) r * cols + k];
-            }
-        }
-    } else {
-        const int8_t   *q = (const int8_t *) w->data + (size_t) o * cols;
-        const uint16_t *sc = w->scale + (size_t) o * cols / PIC_Q8_BLOCK;
-
-        for (int b = 0; b < cols / PIC_Q8_BLOCK; b++, c += PIC_Q8_BLOCK) {
-            __m512 d = _mm512_set1_ps(_cvtsh_ss(sc[b]));
-            __m512 w0 = pic_avx512_q8x16(q + c), w1 = pic_avx512_q8x16(q + c + 16);
-
-            for (int r = 0; r < N; r++) {
-                const float *xr = x + (size_t) r * cols + c;
-                __m512       s = _mm512_mul_ps(w0, _mm512_loadu_ps(xr));
-
-                s = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xr + 16), s);
-                if (b & 1) {
-                    a1[r] = _mm512_fmadd_ps(d, s, a1[r]);
-                } else {
-                    a0[r] = _mm512_fmadd_ps(d, s, a0[r]);
-                }
-            }
-        }
-        for (int r = 0; r < N; r++) {
-            acc[r] = _mm512_reduce_add_ps(_mm512_add_ps(a0[r], a1[r]));
+    }
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            acc[r * PIC_WMAT_GEMV_ROWS + n] = _mm512_reduce_add_ps(A[r][n]);
         }
     }
 }
 
+/* BF16: 32 columns a step as 16 even (shifted up) and 16 odd (masked)
+ * against a->xp; the last partial step masked (a->xp is zero there). */
 PIC_AVX512 static inline __attribute__((always_inline)) void
-pic_avx512_gemv_n(float *y, int ldy, const float *x, const pic_wmat *w,
-                  int r0, int r1, float beta, int N)
+pic_avx512_bf16(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
+                int R, int N)
 {
-    for (int o = r0; o < r1; o++) {
-        float acc[PIC_WMAT_GEMV_ROWS];
+    int             cols = w->cols;
+    const uint16_t *W = (const uint16_t *) w->data + (size_t) o * cols;
+    const __m512i   hi = _mm512_set1_epi32((int) 0xffff0000u);
+    __m512          A[4][PIC_WMAT_GEMV_ROWS];
 
-        pic_avx512_row(acc, w, o, x, N);
-        for (int r = 0; r < N; r++) {
-            float *yo = y + (size_t) r * ldy + o;
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            A[r][n] = _mm512_setzero_ps();
+        }
+    }
+    for (int c = 0; c < cols; c += 32) {
+        __mmask32 m = cols - c >= 32 ? 0xffffffffu
+                                     : (__mmask32) ((1u << (cols - c)) - 1);
+        __m512    xe[PIC_WMAT_GEMV_ROWS], xo[PIC_WMAT_GEMV_ROWS];
 
-            *yo = acc[r] + (beta != 0.0f ? beta * *yo : 0.0f);
+        for (int n = 0; n < N; n++) {
+            xe[n] = _mm512_loadu_ps(a->xp + (size_t) n * a->cp + c);
+            xo[n] = _mm512_loadu_ps(a->xp + (size_t) n * a->cp + c + 16);
+        }
+        for (int r = 0; r < R; r++) {
+            __m512i v = _mm512_maskz_loadu_epi16(m, W + (size_t) r * cols + c);
+            __m512  ev = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+            __m512  od = _mm512_castsi512_ps(_mm512_and_si512(v, hi));
+
+            for (int n = 0; n < N; n++) {
+                A[r][n] = _mm512_fmadd_ps(ev, xe[n], A[r][n]);
+                A[r][n] = _mm512_fmadd_ps(od, xo[n], A[r][n]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            acc[r * PIC_WMAT_GEMV_ROWS + n] = _mm512_reduce_add_ps(A[r][n]);
+        }
+    }
+}
+
+/* Q8 with VNNI: vpdpbusd wants unsigned × signed bytes, so x goes in as
+ * x + 128 and the sum starts from −128 Σw (vpdpbusd of 128 and w, shared
+ * by the N rows).  Two blocks per 512 bits: lanes 0–7 hold block b's four-
+ * byte partial dots, lanes 8–15 block b+1's; each lane is scaled by its
+ * block's dw · dx (16 blocks' scales loaded at once, permuted per pair). */
+PIC_AVX512VNNI static inline __attribute__((always_inline)) void
+pic_vnni_q8(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
+            int R, int N)
+{
+    int             cols = w->cols, nb = cols / PIC_Q8_BLOCK;
+    const int8_t   *Q = (const int8_t *) w->data + (size_t) o * cols;
+    const uint16_t *S = w->scale + (size_t) o * nb;
+    const __m512i   bias = _mm512_set1_epi8((char) 0x80);
+    const __m512i   pair0 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1,
+                                             0, 0, 0, 0, 0, 0, 0, 0);
+    __m512          A[4][PIC_WMAT_GEMV_ROWS];
+
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            A[r][n] = _mm512_setzero_ps();
+        }
+    }
+    for (int b0 = 0; b0 < nb; b0 += 16) {
+        int       nbk = nb - b0 < 16 ? nb - b0 : 16;
+        __mmask16 km = (__mmask16) ((1u << nbk) - 1);
+        __m512    sc[4][PIC_WMAT_GEMV_ROWS];
+
+        for (int r = 0; r < R; r++) {
+            __m512 dw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+                            km, S + (size_t) r * nb + b0));
+
+            for (int n = 0; n < N; n++) {
+                sc[r][n] = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(
+                                                 km, a->d + (size_t) n * nb + b0));
+            }
+        }
+        for (int k = 0; k < nbk; k += 2) {
+            __mmask64 lm = nbk - k >= 2 ? ~(__mmask64) 0 : (__mmask64) 0xffffffffu;
+            __m512i   idx = _mm512_add_epi32(pair0, _mm512_set1_epi32(k));
+            size_t    c = (size_t) (b0 + k) * PIC_Q8_BLOCK;
+            __m512i   xu[PIC_WMAT_GEMV_ROWS];
+
+            for (int n = 0; n < N; n++) {
+                xu[n] = _mm512_xor_si512(lm == ~(__mmask64) 0
+                            ? _mm512_loadu_si512(a->q + (size_t) n * cols + c)
+                            : _mm512_maskz_loadu_epi8(lm, a->q + (size_t) n * cols + c),
+                            bias);
+            }
+            for (int r = 0; r < R; r++) {
+                __m512i wv = lm == ~(__mmask64) 0
+                             ? _mm512_loadu_si512(Q + (size_t) r * cols + c)
+                             : _mm512_maskz_loadu_epi8(lm, Q + (size_t) r * cols + c);
+                __m512i nc = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wv));
+
+                for (int n = 0; n < N; n++) {
+                    __m512i p = _mm512_dpbusd_epi32(nc, xu[n], wv);
+
+                    A[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+                                              _mm512_permutexvar_ps(idx, sc[r][n]),
+                                              A[r][n]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            acc[r * PIC_WMAT_GEMV_ROWS + n] = _mm512_reduce_add_ps(A[r][n]);
         }
     }
 }
 
 PIC_AVX512 static void
-pic_wmat_gemv_avx512(float *y, int ldy, const float *x, int n,
+pic_wmat_gemv_avx512_f32(float *y, int ldy, const pic_wmat_act *a, int n,
+                         const pic_wmat *w, int r0, int r1, float beta)
+{
+    PIC_WMAT_BY_N(pic_avx512_f32, 4, 4);
+}
+
+PIC_AVX512 static void
+pic_wmat_gemv_avx512_bf16(float *y, int ldy, const pic_wmat_act *a, int n,
+                          const pic_wmat *w, int r0, int r1, float beta)
+{
+    PIC_WMAT_BY_N(pic_avx512_bf16, 4, 2);
+}
+
+PIC_AVX512VNNI static void
+pic_wmat_gemv_vnni_q8(float *y, int ldy, const pic_wmat_act *a, int n,
+                      const pic_wmat *w, int r0, int r1, float beta)
+{
+    PIC_WMAT_BY_N(pic_vnni_q8, 4, 2);
+}
+
+/* AVX-512 without VNNI: the AVX2 Q8 dot. */
+PIC_AVX512 static void
+pic_wmat_gemv_avx512(float *y, int ldy, const pic_wmat_act *a, int n,
                      const pic_wmat *w, int r0, int r1, float beta)
 {
-    switch (n) {
-    case 1:  pic_avx512_gemv_n(y, ldy, x, w, r0, r1, beta, 1); break;
-    case 2:  pic_avx512_gemv_n(y, ldy, x, w, r0, r1, beta, 2); break;
-    case 3:  pic_avx512_gemv_n(y, ldy, x, w, r0, r1, beta, 3); break;
-    default: pic_avx512_gemv_n(y, ldy, x, w, r0, r1, beta, 4); break;
+    if (w->type == PIC_WTYPE_F32) {
+        pic_wmat_gemv_avx512_f32(y, ldy, a, n, w, r0, r1, beta);
+    } else if (w->type == PIC_WTYPE_BF16) {
+        pic_wmat_gemv_avx512_bf16(y, ldy, a, n, w, r0, r1, beta);
+    } else {
+        pic_wmat_gemv_avx2_q8(y, ldy, a, n, w, r0, r1, beta);
+    }
+}
+
+PIC_AVX512VNNI static void
+pic_wmat_gemv_avx512vnni(float *y, int ldy, const pic_wmat_act *a, int n,
+                         const pic_wmat *w, int r0, int r1, float beta)
+{
+    if (w->type == PIC_WTYPE_Q8) {
+        pic_wmat_gemv_vnni_q8(y, ldy, a, n, w, r0, r1, beta);
+    } else {
+        pic_wmat_gemv_avx512(y, ldy, a, n, w, r0, r1, beta);
     }
 }
 
@@ -570,10 +956,11 @@ pic_wmat_gemv_avx512(float *y, int ldy, const float *x, int n,
 
 static const pic_wmat_impl pic_wmat_impls[] = {
 #if PIC_WMAT_X86
-    { "avx512", pic_wmat_rows_avx512, pic_wmat_gemv_avx512 },
-    { "avx2",   pic_wmat_rows_avx2,   pic_wmat_gemv_avx2 },
+    { "avx512vnni", pic_wmat_rows_avx512, pic_wmat_gemv_avx512vnni },
+    { "avx512",     pic_wmat_rows_avx512, pic_wmat_gemv_avx512 },
+    { "avx2",       pic_wmat_rows_avx2,   pic_wmat_gemv_avx2 },
 #endif
-    { "scalar", pic_wmat_rows_scalar, pic_wmat_gemv_scalar },
+    { "scalar",     pic_wmat_rows_scalar, pic_wmat_gemv_scalar },
 };
 
 #define PIC_WMAT_N_IMPLS (sizeof(pic_wmat_impls) / sizeof(pic_wmat_impls[0]))
@@ -589,10 +976,16 @@ pic_wmat_supported(const pic_wmat_impl *im)
 {
 #if PIC_WMAT_X86
     __builtin_cpu_init();
-    if (strcmp(im->name, "avx512") == 0) {
+    if (strncmp(im->name, "avx512", 6) == 0) {
+        if (strcmp(im->name, "avx512vnni") == 0
+            && !__builtin_cpu_supports("avx512vnni"))
+        {
+            return 0;
+        }
         return __builtin_cpu_supports("avx512f")
                && __builtin_cpu_supports("avx512bw")
                && __builtin_cpu_supports("avx512vl")
+               && __builtin_cpu_supports("avx2")
                && __builtin_cpu_supports("fma")
                && __builtin_cpu_supports("f16c");
     }
@@ -691,10 +1084,13 @@ pic_wmat_tile(size_t floats)
     return buf;
 }
 
-/* One thread's share of a compact matmul: output columns [o0, o1). */
+/* One thread's share of a compact matmul: output columns [o0, o1).  GEMV
+ * (n <= PIC_WMAT_GEMV_ROWS) on a's prepared rows; else tiles of W to fp32
+ * and sgemm against x (for Q8 the activations rounded as the GEMV's). */
 static void
-pic_wmat_slice(const pic_wmat_impl *im, float *y, const float *x, int n,
-               const pic_wmat *w, int o0, int o1, float beta)
+pic_wmat_slice(const pic_wmat_impl *im, float *y, const float *x,
+               const pic_wmat_act *a, int n, const pic_wmat *w, int o0,
+               int o1, float beta)
 {
     int in = w->cols, out = w->rows, tb;
 
@@ -702,7 +1098,7 @@ pic_wmat_slice(const pic_wmat_impl *im, float *y, const float *x, int n,
         return;
     }
     if (n <= PIC_WMAT_GEMV_ROWS) {
-        im->gemv(y, out, x, n, w, o0, o1, beta);
+        im->gemv(y, out, a, n, w, o0, o1, beta);
         return;
     }
     tb = (int) (PIC_WMAT_TILE_BYTES / ((size_t) in * sizeof(float)));
@@ -725,26 +1121,34 @@ pic_cpu_matmul_w(float *y, const float *x, const pic_wmat *w, int n,
                  int accumulate)
 {
     const pic_wmat_impl *im;
+    pic_wmat_act         a = { 0 };
     float                beta = accumulate ? 1.0f : 0.0f;
     double               work;
     int                  nt, out;
 
     PIC_OP_CHECK(y != NULL && x != NULL && w != NULL && w->data != NULL);
     PIC_OP_CHECK(n > 0 && w->rows > 0 && w->cols > 0);
-    if (w->type == PIC_WTYPE_F32) {
+    if (w->type == PIC_WTYPE_F32 && n > PIC_WMAT_GEMV_ROWS) {
         pic_cpu_matmul(y, x, w->data, n, w->cols, w->rows, accumulate);
         return;
     }
-    PIC_OP_CHECK(w->type == PIC_WTYPE_BF16
-                 || (w->type == PIC_WTYPE_Q8 && w->cols % PIC_Q8_BLOCK == 0
-                     && w->scale != NULL));
+    PIC_OP_CHECK(w->type != PIC_WTYPE_Q8
+                 || (w->cols % PIC_Q8_BLOCK == 0 && w->scale != NULL));
 
     im = pic_wmat_impl_get();
+    if (n <= PIC_WMAT_GEMV_ROWS) {
+        pic_wmat_act_prep(&a, x, n, w);
+    } else if (w->type == PIC_WTYPE_Q8) {
+        float *xr = pic_wmat_act_buf((size_t) n * w->cols * sizeof(float));
+
+        pic_q8_act_round(xr, x, (size_t) n * w->cols);
+        x = xr;
+    }
     out = w->rows;
     work = (double) n * w->cols * out;
     nt = omp_in_parallel() ? 1 : omp_get_max_threads();
     if (nt <= 1 || work < 262144.0 || out < 32) {
-        pic_wmat_slice(im, y, x, n, w, 0, out, beta);
+        pic_wmat_slice(im, y, x, &a, n, w, 0, out, beta);
         return;
     }
     #pragma omp parallel num_threads(nt)
@@ -753,6 +1157,6 @@ pic_cpu_matmul_w(float *y, const float *x, const pic_wmat *w, int n,
         int per = ((out + T - 1) / T + 15) & ~15;
         int o0 = t * per, o1 = o0 + per < out ? o0 + per : out;
 
-        pic_wmat_slice(im, y, x, n, w, o0, o1, beta);
+        pic_wmat_slice(im, y, x, &a, n, w, o0, o1, beta);
     }
 }

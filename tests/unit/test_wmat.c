@@ -1,11 +1,13 @@
 /*
- * test_wmat.c — the compact-weight ops (pic_wmat: bf16, q8) against a
- * double-precision reference on the dequantised weights, on odd shapes
- * (rows not a multiple of the thread slice, bf16 columns not a multiple of
- * the vector width, n = 1..9 rows across the GEMV/GEMM switch), accumulate
- * or not; every SIMD path this CPU has (PIC_SIMD names) against the scalar
+ * test_wmat.c — the weight-matrix ops (pic_wmat: f32, bf16, q8) against a
+ * double-precision reference on the dequantised weights (q8: and on the
+ * activations quantised as pic_q8_act_from_f32 quantises them, GEMV and
+ * GEMM alike), on odd shapes (rows not a multiple of the four-row step or
+ * the thread slice, columns not a multiple of the vector width or of 16
+ * q8 blocks, n = 1..9 rows across the GEMV/GEMM switch), accumulate or
+ * not; every SIMD path this CPU has (PIC_SIMD names) against the scalar
  * one; and the conversions (bf16 nearest-even, fp16 round trip, q8 error at
- * most half a step of its block).
+ * most half a step of its block, activations too).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -49,7 +51,13 @@ make_wmat(pic_wtype t, const float *w, int rows, int cols, void **store)
     size_t   n = (size_t) rows * cols;
     pic_wmat m = { .type = t, .rows = rows, .cols = cols };
 
-    if (t == PIC_WTYPE_BF16) {
+    if (t == PIC_WTYPE_F32) {
+        float *f = malloc(n * sizeof(float));
+
+        memcpy(f, w, n * sizeof(float));
+        m.data = f;
+        *store = f;
+    } else if (t == PIC_WTYPE_BF16) {
         uint16_t *b = malloc(n * 2);
 
         pic_bf16_from_f32(b, w, n);
@@ -66,7 +74,21 @@ make_wmat(pic_wtype t, const float *w, int rows, int cols, void **store)
     return m;
 }
 
-static const char *simd_paths[] = { "avx512", "avx2", "scalar" };
+static const char *simd_paths[] = { "avx512vnni", "avx512", "avx2", "scalar" };
+
+/* x(n) as the q8 matmul sees it: quantised per block and back. */
+static void
+q8_act_round(float *dst, const float *x, size_t n)
+{
+    int8_t *q = malloc(n);
+    float  *d = malloc(n / 32 * sizeof(float));
+
+    pic_q8_act_from_f32(q, d, x, n);
+    for (size_t i = 0; i < n; i++) {
+        dst[i] = q[i] * d[i / 32];
+    }
+    free(q); free(d);
+}
 
 /* matmul_w == double reference over the dequantised W, on every path. */
 static void
@@ -87,17 +109,22 @@ check_matmul(pic_wtype t, int rows, int cols)
         for (int n = 1; n <= 9; n += (n < 5 ? 1 : 4)) {
             for (int acc = 0; acc <= 1; acc++) {
                 float *x = frand_vec((size_t) n * cols, 1.0f);
+                float *xr = malloc((size_t) n * cols * sizeof(float));
                 float *y = frand_vec((size_t) n * rows, 1.0f);
                 float *y0 = malloc((size_t) n * rows * sizeof(float));
 
                 memcpy(y0, y, (size_t) n * rows * sizeof(float));
+                memcpy(xr, x, (size_t) n * cols * sizeof(float));
+                if (t == PIC_WTYPE_Q8) {
+                    q8_act_round(xr, x, (size_t) n * cols);
+                }
                 be->matmul_w(y, x, &m, n, acc);
                 for (int r = 0; r < n; r++) {
                     for (int o = 0; o < rows; o++) {
                         double s = acc ? y0[r * rows + o] : 0.0, mag = fabs(s);
 
                         for (int i = 0; i < cols; i++) {
-                            double q = (double) x[r * cols + i] * wd[(size_t) o * cols + i];
+                            double q = (double) xr[r * cols + i] * wd[(size_t) o * cols + i];
                             s += q;
                             mag += fabs(q);
                         }
@@ -108,12 +135,21 @@ check_matmul(pic_wtype t, int rows, int cols)
                         }
                     }
                 }
-                free(x); free(y); free(y0);
+                free(x); free(xr); free(y); free(y0);
             }
         }
     }
     assert_int_equal(pic_kernels_set_simd(saved), 0);
     free(w); free(wd); free(store);
+}
+
+static void
+test_f32_matmul_odd_shapes(void **unused)
+{
+    check_matmul(PIC_WTYPE_F32, 1, 7);
+    check_matmul(PIC_WTYPE_F32, 37, 19);
+    check_matmul(PIC_WTYPE_F32, 301, 133);      /* threaded, tails of 8/16 */
+    check_matmul(PIC_WTYPE_F32, 700, 1024);
 }
 
 static void
@@ -131,6 +167,7 @@ test_q8_matmul_odd_shapes(void **unused)
     check_matmul(PIC_WTYPE_Q8, 1, 32);
     check_matmul(PIC_WTYPE_Q8, 37, 96);
     check_matmul(PIC_WTYPE_Q8, 301, 160);
+    check_matmul(PIC_WTYPE_Q8, 43, 544);        /* 17 blocks: 16 + an odd one */
     check_matmul(PIC_WTYPE_Q8, 700, 1024);
 }
 
@@ -147,7 +184,7 @@ test_simd_paths_match_scalar(void **unused)
 
     assert_int_equal(pic_kernels_set_simd("scalar"), 0);
     assert_int_equal(pic_kernels_set_simd("no-such-path"), -1);
-    for (int t = PIC_WTYPE_BF16; t <= PIC_WTYPE_Q8; t++) {
+    for (int t = PIC_WTYPE_F32; t <= PIC_WTYPE_Q8; t++) {
         void     *store;
         pic_wmat  m = make_wmat((pic_wtype) t, w, rows, cols, &store);
         float    *ref = malloc((size_t) rows * cols * sizeof(float));
@@ -234,6 +271,32 @@ test_q8_error_is_half_a_step(void **unused)
     free(x); free(y); free(q); free(s);
 }
 
+/* Activations: |x − q·d| at most half a step, |q| <= 127, the block's
+ * largest magnitude exactly ±127, a zero block all zero. */
+static void
+test_q8_activations_are_half_a_step(void **unused)
+{
+    size_t  n = 32 * 16;
+    float  *x = frand_vec(n, 5.0f), d[16];
+    int8_t *q = malloc(n);
+
+    for (int i = 0; i < 32; i++) {
+        x[3 * 32 + i] = 0.0f;
+    }
+    pic_q8_act_from_f32(q, d, x, n);
+    for (size_t b = 0; b < n / 32; b++) {
+        int big = 0;
+
+        for (int i = 0; i < 32; i++) {
+            assert_true(fabsf(q[b * 32 + i] * d[b] - x[b * 32 + i]) <= 0.5f * d[b] * 1.0001f);
+            assert_true(q[b * 32 + i] >= -127 && q[b * 32 + i] <= 127);
+            big |= q[b * 32 + i] == 127 || q[b * 32 + i] == -127;
+        }
+        assert_true(b == 3 ? d[b] == 0.0f : big);
+    }
+    free(x); free(q);
+}
+
 static void
 test_view_and_bytes(void **unused)
 {
@@ -254,12 +317,14 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f32_matmul_odd_shapes),
         cmocka_unit_test(test_bf16_matmul_odd_shapes),
         cmocka_unit_test(test_q8_matmul_odd_shapes),
         cmocka_unit_test(test_simd_paths_match_scalar),
         cmocka_unit_test(test_bf16_rounds_to_nearest_even),
         cmocka_unit_test(test_half_round_trip),
         cmocka_unit_test(test_q8_error_is_half_a_step),
+        cmocka_unit_test(test_q8_activations_are_half_a_step),
         cmocka_unit_test(test_view_and_bytes),
     };
 
