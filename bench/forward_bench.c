@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "bench_read.h"
 #include "forward.h"
 #include "model.h"
 #include "pic_kernels.h"
@@ -97,43 +98,20 @@ bench_memcpy(void)
     return best / 1e9;
 }
 
-/* Best-of-5 read of a 512 MiB buffer (sum) by the engine's OpenMP threads,
- * each streaming its own contiguous share, as decode's matmuls split W:
- * bytes read per second. */
+/* Best-of-5 read of a 512 MiB buffer by the engine's OpenMP threads, each
+ * streaming its own share (bench_read.h): bytes read per second. */
 static double
 bench_read(void)
 {
     size_t  n = (size_t) 512 << 20, nf = n / sizeof(float);
     float  *a = malloc(n);
-    double  best = 0.0;
-    volatile float sink;
+    double  best;
 
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < nf; i++) {
         a[i] = (float) (i & 7);
     }
-    for (int r = 0; r < 5; r++) {
-        double t0 = pic_now_s();
-        float  tot = 0.0f;
-        #pragma omp parallel reduction(+:tot)
-        {
-            int    t = omp_get_thread_num(), T = omp_get_num_threads();
-            size_t per = (nf / T + 15) & ~(size_t) 15;
-            size_t i0 = (size_t) t * per, i1 = i0 + per < nf ? i0 + per : nf;
-            float  s[16] = { 0 };
-
-            for (size_t i = i0; i + 16 <= i1; i += 16) {
-                for (int j = 0; j < 16; j++) {
-                    s[j] += a[i + j];
-                }
-            }
-            tot += s[0] + s[15];
-        }
-        double dt = pic_now_s() - t0;
-        sink = tot;
-        best = n / dt > best ? n / dt : best;
-    }
-    (void) sink;
+    best = bench_read_bw(a, n, 5);
     free(a);
     return best / 1e9;
 }

@@ -4,7 +4,7 @@
  * path this CPU has, next to the machine's read bandwidth measured the same
  * way (threads streaming their own share of a buffer as large as W).
  * Figures are GB/s of weight bytes streamed, so a kernel at its roofline
- * reads as the read anchor.  Single-threaded by default: a ratio between two
+ * reads as the read anchor (bench_read.h).  Single-threaded by default: a ratio between two
  * kernels measured in one run holds on a shared machine where a threaded
  * figure does not.
  *
@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_read.h"
 #include "pic_kernels.h"
 #include "pic_time.h"
 
@@ -35,43 +36,6 @@ cpu_now(void)
 
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Best-of-reps threaded read of n bytes (a float sum, each thread over its
- * contiguous share): bytes per second. */
-static double
-bench_read(const float *a, size_t n, int reps)
-{
-    size_t          nf = n / sizeof(float);
-    double          best = 0.0;
-    volatile float  sink;
-
-    for (int r = 0; r < reps; r++) {
-        double t0 = pic_now_s();
-        float  tot = 0.0f;
-
-        #pragma omp parallel reduction(+:tot)
-        {
-            int    t = omp_get_thread_num(), T = omp_get_num_threads();
-            size_t per = (nf / T + 15) & ~(size_t) 15;
-            size_t i0 = (size_t) t * per, i1 = i0 + per < nf ? i0 + per : nf;
-            float  s[16] = { 0 };
-
-            for (size_t i = i0; i + 16 <= i1; i += 16) {
-                for (int j = 0; j < 16; j++) {
-                    s[j] += a[i + j];
-                }
-            }
-            for (int j = 0; j < 16; j++) {
-                tot += s[j];
-            }
-        }
-        double dt = pic_now_s() - t0;
-        sink = tot;
-        best = n / dt > best ? n / dt : best;
-    }
-    (void) sink;
-    return best;
 }
 
 int
@@ -116,7 +80,7 @@ main(int argc, char **argv)
     printf("{\"threads\": %d, \"rows\": %d, \"cols\": %d, \"n\": %d, \"best_path\": \"%s\", "
            "\"read_gbps\": %.3f, \"cases\": [",
            pic_kernels_threads(), rows, cols, n, best_path,
-           bench_read(w, nw * sizeof(float), reps) / 1e9);
+           bench_read_bw(w, nw * sizeof(float), reps) / 1e9);
     for (int t = PIC_WTYPE_F32; t <= PIC_WTYPE_Q8; t++) {
         void    *store = NULL;
         pic_wmat m = { .type = (pic_wtype) t, .rows = rows, .cols = cols };

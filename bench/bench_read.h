@@ -1,0 +1,84 @@
+/*
+ * bench_read.h — the read-bandwidth anchor of the decode benchmarks
+ * (forward_bench.c, wmat_bench.c): the engine's OpenMP threads each stream
+ * their own contiguous share of a buffer with the widest loads the CPU has
+ * (AVX-512 when present, else AVX2), four independent sums a step, as the
+ * decode GEMV streams W.  A kernel at this rate is at its roofline.
+ */
+#ifndef PIC_BENCH_READ_H
+#define PIC_BENCH_READ_H
+
+#include <immintrin.h>
+#include <omp.h>
+#include <stddef.h>
+
+#include "pic_time.h"
+
+__attribute__((target("avx512f")))
+static float
+bench_read_avx512(const float *a, size_t n)             /* n % 64 == 0 */
+{
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+
+    for (size_t i = 0; i < n; i += 64) {
+        s0 = _mm512_add_ps(s0, _mm512_loadu_ps(a + i));
+        s1 = _mm512_add_ps(s1, _mm512_loadu_ps(a + i + 16));
+        s2 = _mm512_add_ps(s2, _mm512_loadu_ps(a + i + 32));
+        s3 = _mm512_add_ps(s3, _mm512_loadu_ps(a + i + 48));
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1),
+                                              _mm512_add_ps(s2, s3)));
+}
+
+__attribute__((target("avx2")))
+static float
+bench_read_avx2(const float *a, size_t n)               /* n % 32 == 0 */
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    float  out[8], t = 0.0f;
+
+    for (size_t i = 0; i < n; i += 32) {
+        s0 = _mm256_add_ps(s0, _mm256_loadu_ps(a + i));
+        s1 = _mm256_add_ps(s1, _mm256_loadu_ps(a + i + 8));
+        s2 = _mm256_add_ps(s2, _mm256_loadu_ps(a + i + 16));
+        s3 = _mm256_add_ps(s3, _mm256_loadu_ps(a + i + 24));
+    }
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (int j = 0; j < 8; j++) {
+        t += out[j];
+    }
+    return t;
+}
+
+/* Best of reps: bytes of a (n bytes) read per second by the OpenMP threads. */
+static double
+bench_read_bw(const float *a, size_t n, int reps)
+{
+    size_t          nf = n / sizeof(float);
+    int             wide;
+    double          best = 0.0;
+    volatile float  sink;
+
+    __builtin_cpu_init();
+    wide = __builtin_cpu_supports("avx512f");
+    for (int r = 0; r < reps; r++) {
+        double t0 = pic_now_s();
+        float  tot = 0.0f;
+
+        #pragma omp parallel reduction(+:tot)
+        {
+            int    t = omp_get_thread_num(), T = omp_get_num_threads();
+            size_t per = (nf / T) & ~(size_t) 63;
+            const float *p = a + (size_t) t * per;
+
+            tot += wide ? bench_read_avx512(p, per) : bench_read_avx2(p, per);
+        }
+        double dt = pic_now_s() - t0;
+        sink = tot;
+        best = n / dt > best ? n / dt : best;
+    }
+    (void) sink;
+    return best;
+}
+
+#endif /* PIC_BENCH_READ_H */
