@@ -3,17 +3,18 @@
  * CPU backend, and the conversions the loader uses to make them.
  *
  * GEMV (n <= PIC_WMAT_GEMV_ROWS, the decode step of every running
- * sequence), every format: each thread streams its slice of W once, four
+ * sequence), BF16 and Q8: each thread streams its slice of W once, four
  * weight rows at a time, and dots them with the n activation rows, which
  * were prepared once per call — BF16 rows split into even and odd columns
  * so a 32-bit load of W is two fp32 values after a shift and a mask, Q8
  * rows quantised per 32-block so a block's dot is an int8 one (VNNI
  * vpdpbusd, or AVX2 maddubs, as llama.cpp's Q8_0) — and accumulates in
  * fp32.  GEMM (prefill): each thread converts tiles of its rows of W to
- * fp32 in a buffer that stays in L2 and hands the tile to the fp32 sgemm
- * (Q8: against the activations rounded as the GEMV rounds them, so a row
- * gets the same value either way up to fp32 rounding); F32 goes straight
- * to pic_cpu_matmul.
+ * fp32 (4 MiB, reused) and hands each tile to the fp32 sgemm
+ * (Q8: against the activations rounded as the GEMV rounds them).  F32
+ * goes straight to pic_cpu_matmul (OpenBLAS sgemv / sgemm: on its proper
+ * core, pic_kernels.c, its sgemv streams W as fast as a hand GEMV did,
+ * and decode then rounds as prefill does).
  *
  * SIMD is picked at run time (pic_kernels_simd): AVX-512 (F/BW/VL) with
  * VNNI, AVX-512 without, AVX2 + FMA + F16C, or portable C; the vector
@@ -38,7 +39,7 @@
 #endif
 
 #define PIC_WMAT_GEMV_ROWS 4            /* n up to this: GEMV kernel */
-#define PIC_WMAT_TILE_BYTES (256 * 1024)/* fp32 tile of W kept in L2 */
+#define PIC_WMAT_TILE_BYTES (4 << 20)   /* fp32 tile of W per sgemm call */
 
 
 /* --- scalar conversions --- */
@@ -207,7 +208,7 @@ pic_wtype_name(pic_wtype t)
  * 32-bit load of W pairs with an even and an odd column (pic_wmat_act.xp),
  * Q8 rows quantised per 32-block (.q, .d) so the dot is an integer one as
  * in llama.cpp's Q8_0 (the compact-weight decode is then bound by reading
- * W, not by converting it).  F32 rows are used as given.
+ * W, not by converting it).
  */
 
 typedef struct {
@@ -382,15 +383,7 @@ pic_wmat_gemv_scalar(float *y, int ldy, const pic_wmat_act *a, int n,
     for (int o = r0; o < r1; o++) {
         float acc[PIC_WMAT_GEMV_ROWS] = { 0 };
 
-        if (w->type == PIC_WTYPE_F32) {
-            const float *s = (const float *) w->data + (size_t) o * cols;
-
-            for (int r = 0; r < n; r++) {
-                for (int c = 0; c < cols; c++) {
-                    acc[r] += s[c] * a->x[(size_t) r * cols + c];
-                }
-            }
-        } else if (w->type == PIC_WTYPE_BF16) {
+        if (w->type == PIC_WTYPE_BF16) {
             const uint16_t *s = (const uint16_t *) w->data + (size_t) o * cols;
 
             for (int c = 0; c < cols; c++) {
@@ -489,46 +482,6 @@ pic_wmat_rows_avx2(float *dst, const pic_wmat *w, int r0, int nr)
         }
     } else {
         pic_wmat_rows_scalar(dst, w, r0, nr);
-    }
-}
-
-/* F32: rows o..o+R−1. */
-PIC_AVX2 static inline __attribute__((always_inline)) void
-pic_avx2_f32(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
-             int R, int N)
-{
-    int          cols = w->cols, c = 0;
-    const float *W = (const float *) w->data + (size_t) o * cols;
-    __m256       A[4][PIC_WMAT_GEMV_ROWS];
-
-    for (int r = 0; r < R; r++) {
-        for (int n = 0; n < N; n++) {
-            A[r][n] = _mm256_setzero_ps();
-        }
-    }
-    for (; c + 8 <= cols; c += 8) {
-        __m256 xv[PIC_WMAT_GEMV_ROWS];
-
-        for (int n = 0; n < N; n++) {
-            xv[n] = _mm256_loadu_ps(a->x + (size_t) n * cols + c);
-        }
-        for (int r = 0; r < R; r++) {
-            __m256 wv = _mm256_loadu_ps(W + (size_t) r * cols + c);
-
-            for (int n = 0; n < N; n++) {
-                A[r][n] = _mm256_fmadd_ps(wv, xv[n], A[r][n]);
-            }
-        }
-    }
-    for (int r = 0; r < R; r++) {
-        for (int n = 0; n < N; n++) {
-            float s = pic_avx2_hsum(A[r][n]);
-
-            for (int k = c; k < cols; k++) {
-                s += W[(size_t) r * cols + k] * a->x[(size_t) n * cols + k];
-            }
-            acc[r * PIC_WMAT_GEMV_ROWS + n] = s;
-        }
     }
 }
 
@@ -669,13 +622,6 @@ pic_avx2_q8(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
     } while (0)
 
 PIC_AVX2 static void
-pic_wmat_gemv_avx2_f32(float *y, int ldy, const pic_wmat_act *a, int n,
-                       const pic_wmat *w, int r0, int r1, float beta)
-{
-    PIC_WMAT_BY_N(pic_avx2_f32, 4, 2);
-}
-
-PIC_AVX2 static void
 pic_wmat_gemv_avx2_bf16(float *y, int ldy, const pic_wmat_act *a, int n,
                         const pic_wmat *w, int r0, int r1, float beta)
 {
@@ -693,9 +639,7 @@ PIC_AVX2 static void
 pic_wmat_gemv_avx2(float *y, int ldy, const pic_wmat_act *a, int n,
                    const pic_wmat *w, int r0, int r1, float beta)
 {
-    if (w->type == PIC_WTYPE_F32) {
-        pic_wmat_gemv_avx2_f32(y, ldy, a, n, w, r0, r1, beta);
-    } else if (w->type == PIC_WTYPE_BF16) {
+    if (w->type == PIC_WTYPE_BF16) {
         pic_wmat_gemv_avx2_bf16(y, ldy, a, n, w, r0, r1, beta);
     } else {
         pic_wmat_gemv_avx2_q8(y, ldy, a, n, w, r0, r1, beta);
@@ -755,44 +699,9 @@ pic_wmat_rows_avx512(float *dst, const pic_wmat *w, int r0, int nr)
     }
 }
 
-/* F32: rows o..o+R−1, 16 columns a step, the tail masked. */
-PIC_AVX512 static inline __attribute__((always_inline)) void
-pic_avx512_f32(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
-               int R, int N)
-{
-    int          cols = w->cols;
-    const float *W = (const float *) w->data + (size_t) o * cols;
-    __m512       A[4][PIC_WMAT_GEMV_ROWS];
-
-    for (int r = 0; r < R; r++) {
-        for (int n = 0; n < N; n++) {
-            A[r][n] = _mm512_setzero_ps();
-        }
-    }
-    for (int c = 0; c < cols; c += 16) {
-        __mmask16 m = cols - c >= 16 ? 0xffff : (__mmask16) ((1u << (cols - c)) - 1);
-        __m512    xv[PIC_WMAT_GEMV_ROWS];
-
-        for (int n = 0; n < N; n++) {
-            xv[n] = _mm512_maskz_loadu_ps(m, a->x + (size_t) n * cols + c);
-        }
-        for (int r = 0; r < R; r++) {
-            __m512 wv = _mm512_maskz_loadu_ps(m, W + (size_t) r * cols + c);
-
-            for (int n = 0; n < N; n++) {
-                A[r][n] = _mm512_fmadd_ps(wv, xv[n], A[r][n]);
-            }
-        }
-    }
-    for (int r = 0; r < R; r++) {
-        for (int n = 0; n < N; n++) {
-            acc[r * PIC_WMAT_GEMV_ROWS + n] = _mm512_reduce_add_ps(A[r][n]);
-        }
-    }
-}
-
 /* BF16: 32 columns a step as 16 even (shifted up) and 16 odd (masked)
- * against a->xp; the last partial step masked (a->xp is zero there). */
+ * against a->xp, each into its own sum; the last partial step masked
+ * (a->xp is zero there). */
 PIC_AVX512 static inline __attribute__((always_inline)) void
 pic_avx512_bf16(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
                 int R, int N)
@@ -800,11 +709,12 @@ pic_avx512_bf16(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
     int             cols = w->cols;
     const uint16_t *W = (const uint16_t *) w->data + (size_t) o * cols;
     const __m512i   hi = _mm512_set1_epi32((int) 0xffff0000u);
-    __m512          A[4][PIC_WMAT_GEMV_ROWS];
+    __m512          A[4][PIC_WMAT_GEMV_ROWS], B[4][PIC_WMAT_GEMV_ROWS];
 
     for (int r = 0; r < R; r++) {
         for (int n = 0; n < N; n++) {
             A[r][n] = _mm512_setzero_ps();
+            B[r][n] = _mm512_setzero_ps();
         }
     }
     for (int c = 0; c < cols; c += 32) {
@@ -817,19 +727,22 @@ pic_avx512_bf16(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
             xo[n] = _mm512_loadu_ps(a->xp + (size_t) n * a->cp + c + 16);
         }
         for (int r = 0; r < R; r++) {
-            __m512i v = _mm512_maskz_loadu_epi16(m, W + (size_t) r * cols + c);
+            __m512i v = m == 0xffffffffu
+                        ? _mm512_loadu_si512(W + (size_t) r * cols + c)
+                        : _mm512_maskz_loadu_epi16(m, W + (size_t) r * cols + c);
             __m512  ev = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
             __m512  od = _mm512_castsi512_ps(_mm512_and_si512(v, hi));
 
             for (int n = 0; n < N; n++) {
                 A[r][n] = _mm512_fmadd_ps(ev, xe[n], A[r][n]);
-                A[r][n] = _mm512_fmadd_ps(od, xo[n], A[r][n]);
+                B[r][n] = _mm512_fmadd_ps(od, xo[n], B[r][n]);
             }
         }
     }
     for (int r = 0; r < R; r++) {
         for (int n = 0; n < N; n++) {
-            acc[r * PIC_WMAT_GEMV_ROWS + n] = _mm512_reduce_add_ps(A[r][n]);
+            acc[r * PIC_WMAT_GEMV_ROWS + n] =
+                _mm512_reduce_add_ps(_mm512_add_ps(A[r][n], B[r][n]));
         }
     }
 }
@@ -907,13 +820,6 @@ pic_vnni_q8(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
 }
 
 PIC_AVX512 static void
-pic_wmat_gemv_avx512_f32(float *y, int ldy, const pic_wmat_act *a, int n,
-                         const pic_wmat *w, int r0, int r1, float beta)
-{
-    PIC_WMAT_BY_N(pic_avx512_f32, 4, 4);
-}
-
-PIC_AVX512 static void
 pic_wmat_gemv_avx512_bf16(float *y, int ldy, const pic_wmat_act *a, int n,
                           const pic_wmat *w, int r0, int r1, float beta)
 {
@@ -932,9 +838,7 @@ PIC_AVX512 static void
 pic_wmat_gemv_avx512(float *y, int ldy, const pic_wmat_act *a, int n,
                      const pic_wmat *w, int r0, int r1, float beta)
 {
-    if (w->type == PIC_WTYPE_F32) {
-        pic_wmat_gemv_avx512_f32(y, ldy, a, n, w, r0, r1, beta);
-    } else if (w->type == PIC_WTYPE_BF16) {
+    if (w->type == PIC_WTYPE_BF16) {
         pic_wmat_gemv_avx512_bf16(y, ldy, a, n, w, r0, r1, beta);
     } else {
         pic_wmat_gemv_avx2_q8(y, ldy, a, n, w, r0, r1, beta);
@@ -1101,8 +1005,12 @@ pic_wmat_slice(const pic_wmat_impl *im, float *y, const float *x,
         im->gemv(y, out, a, n, w, o0, o1, beta);
         return;
     }
+    /* sgemm packs all n activation rows again for every call, so the tiles
+     * are large (4 MiB: prefill of models/mid, one thread, 256 KiB tiles ran
+     * bf16/q8 at 0.6x the f32 sgemm, 4 MiB at 0.8-1.1x) */
     tb = (int) (PIC_WMAT_TILE_BYTES / ((size_t) in * sizeof(float)));
     tb = tb < 16 ? 16 : tb & ~15;
+    tb = tb < o1 - o0 ? tb : o1 - o0;
     {
         float *t = pic_wmat_tile((size_t) tb * in);
 
@@ -1128,7 +1036,7 @@ pic_cpu_matmul_w(float *y, const float *x, const pic_wmat *w, int n,
 
     PIC_OP_CHECK(y != NULL && x != NULL && w != NULL && w->data != NULL);
     PIC_OP_CHECK(n > 0 && w->rows > 0 && w->cols > 0);
-    if (w->type == PIC_WTYPE_F32 && n > PIC_WMAT_GEMV_ROWS) {
+    if (w->type == PIC_WTYPE_F32) {
         pic_cpu_matmul(y, x, w->data, n, w->cols, w->rows, accumulate);
         return;
     }
