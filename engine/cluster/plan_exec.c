@@ -149,135 +149,20 @@ pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
     return 0;
 }
 
-/* Keep a new entry under (key, len): pool it and announce it. */
+/* Keep a new entry: pool it, announce it, hold the one budget. */
 static void
-pic_plan_keep_key(const pic_plan_ctx *ctx, const char *key, uint64_t len, pic_entry *e)
+pic_plan_keep(const pic_plan_ctx *ctx, pic_job_segment *g, pic_entry *e)
 {
-    if (ctx->pool != NULL && pic_pool_put(ctx->pool, key, len, e) == 0
+    if (ctx->pool != NULL && pic_pool_put(ctx->pool, g->key, g->len, e) == 0
         && ctx->reg != NULL) {
-        pic_registry_post_add(ctx->reg, key);
+        pic_registry_post_add(ctx->reg, g->key);
     }
     pic_cache_budget_enforce(ctx->budget);
 }
 
-/* Keep a new entry of g. */
-static void
-pic_plan_keep(const pic_plan_ctx *ctx, pic_job_segment *g, pic_entry *e)
-{
-    pic_plan_keep_key(ctx, g->key, g->len, e);
-}
-
-/* --- deferred builds --- */
-
-/* Queue g's entry to be built off the request path (a copy of its ids);
- * the oldest waiting build is dropped when the ring is full. */
-static void
-pic_plan_defer_push(pic_plan_defer *d, const pic_job_segment *g)
-{
-    pic_plan_deferred *it;
-    int               *ids;
-
-    if (d == NULL || (ids = malloc((size_t) g->n_ids * sizeof(int))) == NULL) {
-        return;
-    }
-    memcpy(ids, g->ids, (size_t) g->n_ids * sizeof(int));
-    pthread_mutex_lock(&d->mu);
-    for (int k = 0; k < d->count; k++) {
-        it = &d->item[(d->head + k) % PIC_PLAN_DEFER];
-        if (it->len == g->len && strcmp(it->key, g->key) == 0) {
-            pthread_mutex_unlock(&d->mu);
-            free(ids);                  /* already waiting */
-            return;
-        }
-    }
-    if (d->count == PIC_PLAN_DEFER) {
-        it = &d->item[d->head];
-        free(it->ids);
-        d->head = (d->head + 1) % PIC_PLAN_DEFER;
-        d->count--;
-        d->dropped++;
-    }
-    it = &d->item[(d->head + d->count) % PIC_PLAN_DEFER];
-    snprintf(it->key, sizeof(it->key), "%s", g->key);
-    it->len = g->len;
-    it->ids = ids;
-    it->n_ids = g->n_ids;
-    d->count++;
-    d->queued++;
-    pthread_mutex_unlock(&d->mu);
-}
-
-/* Take the oldest waiting build into *it (the caller frees it->ids); 0 if
- * none. */
-static int
-pic_plan_defer_pop(pic_plan_defer *d, pic_plan_deferred *it)
-{
-    int got = 0;
-
-    if (d == NULL) {
-        return 0;
-    }
-    pthread_mutex_lock(&d->mu);
-    if (d->count > 0) {
-        *it = d->item[d->head];
-        d->item[d->head].ids = NULL;
-        d->head = (d->head + 1) % PIC_PLAN_DEFER;
-        d->count--;
-        got = 1;
-    }
-    pthread_mutex_unlock(&d->mu);
-    return got;
-}
-
-void
-pic_plan_defer_clear(pic_plan_defer *d)
-{
-    pic_plan_deferred it;
-
-    while (pic_plan_defer_pop(d, &it)) {
-        free(it.ids);
-    }
-}
-
 int
-pic_plan_defer_pending(pic_plan_defer *d)
+pic_plan_idle(const pic_plan_ctx *ctx)
 {
-    int n;
-
-    if (d == NULL) {
-        return 0;
-    }
-    pthread_mutex_lock(&d->mu);
-    n = d->count;
-    pthread_mutex_unlock(&d->mu);
-    return n;
-}
-
-int
-pic_plan_idle(const pic_plan_ctx *ctx, const pic_model *m)
-{
-    pic_plan_deferred it;
-    pic_entry        *e = NULL;
-    char              err[256];
-
-    while (pic_plan_defer_pop(ctx->defer, &it)) {
-        if (ctx->pool != NULL && !pic_pool_contains(ctx->pool, it.key, it.len)) {
-            if (pic_entry_build(m, NULL, it.ids, it.n_ids, &ctx->seam, &e, NULL, err,
-                                sizeof(err)) != 0) {
-                fprintf(stderr, "pic-engine: deferred build of %s failed: %s\n", it.key,
-                        err);
-            } else if (e != NULL) {
-                pic_plan_keep_key(ctx, it.key, it.len, e);
-                pic_entry_unref(e);
-                pthread_mutex_lock(&ctx->defer->mu);
-                ctx->defer->built++;
-                pthread_mutex_unlock(&ctx->defer->mu);
-            }
-            free(it.ids);
-            return 1;
-        }
-        free(it.ids);                   /* built meanwhile (its second sighting) */
-    }
     if (ctx->prefix != NULL && pic_prefix_cache_due(ctx->prefix)) {
         pic_prefix_cache_maintain(ctx->prefix);
         return 1;
@@ -477,11 +362,8 @@ pic_plan_resolve_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const p
         return 0;
     }
     if (remote == PIC_REMOTE_PENDING || remote == PIC_REMOTE_ARRIVED
-        || !pic_entry_worth(&m->cfg, g->n_ids, &ctx->seam)) {
-        return 0;
-    }
-    if (!pic_plan_door_seen(ctx->door, g->key)) {
-        pic_plan_defer_push(ctx->defer, g);     /* built when the engine is idle */
+        || !pic_entry_worth(&m->cfg, g->n_ids, &ctx->seam)
+        || !pic_plan_door_seen(ctx->door, g->key)) {
         return 0;
     }
     if (pic_entry_build(m, NULL, g->ids, g->n_ids, &ctx->seam, &e, NULL, err,

@@ -31,12 +31,12 @@
  * time outside any exact prefix is recomputed exactly (not built): an
  * append-only agent loop never composes its fresh tool results.  Entries
  * that existed before this request are composed (pool hits, pulls from
- * holders).  A first sighting's entry is built later off the request path
- * (ctx->defer, pic_plan_idle: a request never waits for it), so content
- * that moves (PIC territory) hits from its second sighting on, as in the
- * pic mode; when no idle time came (the deferred build is still queued or
- * was dropped) the second sighting builds it in the request.  A gateway
- * worker's fresh prefill is pooled for the requests after it, not used.
+ * holders), and so is one built here on the segment's second sighting
+ * outside an exact prefix (content that moves: PIC territory).  (Building
+ * first sightings' entries in the background instead was measured to cost
+ * an agent loop 2.4x its TTFT for entries it never uses: bench/agent.py.)
+ * A gateway worker's fresh prefill is pooled for the requests after it,
+ * not used.
  * Everything from c to the first composed interior's segment (x; the
  * prompt's end when none) is recomputed exactly, a scheduler step per
  * PIC_UBATCH tokens, cut at the planned checkpoint positions; assembly
@@ -145,25 +145,6 @@ typedef struct {
     uint64_t        slot[PIC_PLAN_DOOR];
 } pic_plan_door;
 
-#define PIC_PLAN_DEFER 64                  /* deferred builds waiting at most */
-
-/* A segment recomputed exactly on its first sighting, whose entry is built
- * later off the request path (pic_plan_idle). */
-typedef struct {
-    char     key[PIC_KEY_HEX + 1];
-    uint64_t len;                       /* bytes (the pool's length tag) */
-    int     *ids;                       /* (n_ids) */
-    int      n_ids;
-} pic_plan_deferred;
-
-/* The deferred builds: a ring, the oldest dropped when full. */
-typedef struct {
-    pthread_mutex_t   mu;
-    pic_plan_deferred item[PIC_PLAN_DEFER];
-    int               head, count;
-    uint64_t          queued, built, dropped;
-} pic_plan_defer;
-
 typedef struct {
     pic_mode          mode;             /* PIC_MODE_FULL never reaches here */
     pic_entry_opts    seam;             /* PIC segments: w, dtype */
@@ -173,9 +154,6 @@ typedef struct {
     pic_plan_door    *door;             /* with prefix: the doorkeeper */
     pic_cache_budget *budget;           /* one byte budget over pool and tree; NULL: each
                                          * keeps its own */
-    pic_plan_defer   *defer;            /* with prefix: first sightings' entries are
-                                         * built off the request path; NULL: on the
-                                         * second sighting, in the request */
     int               max_ctx;          /* a peer's prefill holds fewer tokens; 0: any */
 } pic_plan_ctx;
 
@@ -222,17 +200,10 @@ int pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
 void pic_plan_keep_session(const pic_plan_ctx *ctx, const pic_plan_job *pj,
                            const pic_state *s, const int *tokens, int n);
 
-/* One piece of cache upkeep off the request path (the scheduler's keeper
- * thread): the oldest deferred entry build (pooled and announced), else the
- * prefix tree's checkpoint re-solve when it is due.  1 if it did work, 0 if
- * nothing was pending. */
-int pic_plan_idle(const pic_plan_ctx *ctx, const pic_model *m);
-
-/* Drop every deferred build (NULL is fine); the struct stays usable. */
-void pic_plan_defer_clear(pic_plan_defer *d);
-
-/* Deferred builds waiting now. */
-int pic_plan_defer_pending(pic_plan_defer *d);
+/* Cache upkeep off the request path (the scheduler's keeper thread): the
+ * prefix tree's checkpoint re-solve when it is due.  1 if it did work, 0
+ * if nothing was pending. */
+int pic_plan_idle(const pic_plan_ctx *ctx);
 
 /* Worker side of a remote prefill (POST /v1/pic/prefill): resolve the
  * next segment (pool hit or build: whole entry for PREFIX, seam entry for

@@ -1188,10 +1188,10 @@ pic_worker_main(void *arg)
     return NULL;
 }
 
-/* The keeper: cache upkeep that no request waits for (pic_plan_idle:
- * deferred entry builds, the prefix tree's checkpoint re-solve), on one
- * thread of its own at a lower priority (nice + 10: the workers' requests
- * come first wherever they compete for a core). */
+/* The keeper: cache upkeep that no request waits for (pic_plan_idle: the
+ * prefix tree's checkpoint re-solve), on one thread of its own at a lower
+ * priority (nice + 10: the workers' requests come first wherever they
+ * compete for a core). */
 static void *
 pic_keeper_main(void *arg)
 {
@@ -1213,7 +1213,7 @@ pic_keeper_main(void *arg)
             break;
         }
         pthread_mutex_unlock(&s->qmu);
-        if (pic_plan_idle(s->o.plan_ctx, s->o.model)) {
+        if (pic_plan_idle(s->o.plan_ctx)) {
             continue;
         }
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -1287,7 +1287,7 @@ pic_sched_init(const pic_sched_opts *opts, char *err, size_t errlen)
         w->started = 1;
     }
     const pic_plan_ctx *pctx = opts->plan_ctx;
-    if (pctx != NULL && (pctx->defer != NULL || pctx->prefix != NULL)) {
+    if (pctx != NULL && pctx->prefix != NULL) {
         if (pthread_create(&s->keeper, NULL, pic_keeper_main, s) != 0) {
             snprintf(err, errlen, "%s: cannot start the keeper thread: %s", __func__,
                      strerror(errno));

@@ -444,15 +444,6 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         cJSON_AddNumberToObject(o, "tails", (double) px.tails);
         cJSON_AddNumberToObject(o, "insertions", (double) px.insertions);
         cJSON_AddNumberToObject(o, "evictions", (double) px.evictions);
-        if (srv->plan.defer != NULL) {
-            pic_plan_defer *d = srv->plan.defer;
-
-            pthread_mutex_lock(&d->mu);
-            cJSON_AddNumberToObject(o, "deferred_builds", (double) d->built);
-            cJSON_AddNumberToObject(o, "deferred_pending", (double) d->count);
-            cJSON_AddNumberToObject(o, "deferred_dropped", (double) d->dropped);
-            pthread_mutex_unlock(&d->mu);
-        }
         cJSON_AddNumberToObject(o, "bytes", (double) px.bytes);
         cJSON_AddNumberToObject(o, "budget", (double) px.budget);
     }
@@ -768,12 +759,8 @@ pic_server_init_cache(pic_server *srv)
             return -1;
         }
         pthread_mutex_init(&srv->door.mu, NULL);
-        pthread_mutex_init(&srv->defer.mu, NULL);
         srv->plan.prefix = srv->prefix;
         srv->plan.door = &srv->door;
-        if (srv->plan.mode == PIC_MODE_PIC) {
-            srv->plan.defer = &srv->defer;
-        }
     }
     srv->budget.pool = srv->pool;
     srv->budget.tree = srv->prefix;
@@ -1091,7 +1078,6 @@ done:
     }
     pic_registry_free(srv.reg);
     pic_pool_free(srv.pool);
-    pic_plan_defer_clear(srv.plan.defer);
     pic_prefix_cache_free(srv.prefix);
     if (srv.have_keys) {
         pic_key_ctx_free(&srv.keys);

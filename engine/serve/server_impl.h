@@ -92,7 +92,6 @@ typedef struct pic_server {
     pic_plan_ctx           plan;            /* how plan jobs use it */
     pic_prefix_cache      *prefix;          /* exact prefix tree (exact, prefix modes) */
     pic_plan_door          door;            /* second sightings (exact mode) */
-    pic_plan_defer         defer;           /* first sightings' builds (exact mode) */
     pic_cache_budget       budget;          /* one byte budget over pool and tree */
     const char            *mode_name;       /* --cache-mode as given */
 
