@@ -900,6 +900,17 @@ ngx_http_pic_header_filter(ngx_http_request_t *r)
     ngx_http_pic_ctx_t       *ctx;
     ngx_http_pic_loc_conf_t  *plcf;
 
+    if (r == r->main && r->upstream
+        && r->headers_out.status == NGX_HTTP_OK)
+    {
+        ctx = ngx_http_get_module_ctx(r, ngx_http_pic_module);
+
+        if (ctx && ctx->planned) {
+            /* the combine node ran the plan: what it holds now */
+            ngx_http_pic_route_confirmed(r, ctx);
+        }
+    }
+
     if (r != r->main || r->err_status < NGX_HTTP_BAD_REQUEST
         || r->headers_out.status != r->err_status)
     {
@@ -1139,8 +1150,7 @@ ngx_http_pic_log_handler(ngx_http_request_t *r)
     }
 
     if (ctx->inflight) {
-        (void) ngx_atomic_fetch_add(&zc->sh->engines[ctx->combine].inflight,
-                                    -1);
+        ngx_http_pic_engine_release(zc, ctx->combine, ctx->combine_gen);
         ctx->inflight = 0;
     }
 

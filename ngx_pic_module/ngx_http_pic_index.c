@@ -19,6 +19,7 @@ typedef struct {
     ngx_rbtree_node_t            node;         /* key: first 8 key bytes */
     ngx_queue_t                  queue;        /* LRU, most recent first */
     uint64_t                     engines;      /* slots holding the segment */
+    uint64_t                     stamp;        /* zone seq when last set */
     ngx_msec_t                   used;
     uint32_t                     len;
     u_char                       kind;         /* NGX_HTTP_PIC_NODE_* */
@@ -36,6 +37,10 @@ static void ngx_http_pic_index_expire_locked(ngx_http_pic_zone_ctx_t *zc,
     ngx_uint_t n);
 static void ngx_http_pic_index_register_engines_locked(
     ngx_http_pic_zone_ctx_t *zc);
+static uint64_t ngx_http_pic_index_holders_locked(ngx_http_pic_shctx_t *sh,
+    ngx_http_pic_index_node_t *n);
+static void ngx_http_pic_index_fresh_locked(ngx_http_pic_shctx_t *sh,
+    ngx_http_pic_index_node_t *n);
 
 
 /* upper bounds of the TTFT histogram buckets, ms; the last one is +Inf */
@@ -148,7 +153,7 @@ ngx_int_t
 ngx_http_pic_engine_slot_locked(ngx_http_pic_shctx_t *sh, ngx_str_t *name,
     ngx_uint_t add)
 {
-    ngx_uint_t                 i;
+    ngx_uint_t                 i, gen;
     ngx_http_pic_engine_sh_t  *e;
 
     for (i = 0; i < sh->nengines; i++) {
@@ -161,23 +166,89 @@ ngx_http_pic_engine_slot_locked(ngx_http_pic_shctx_t *sh, ngx_str_t *name,
         }
     }
 
-    if (!add || sh->nengines == NGX_HTTP_PIC_MAX_ENGINES
-        || name->len >= NGX_SOCKADDR_STRLEN)
-    {
+    if (!add || name->len >= NGX_SOCKADDR_STRLEN) {
         return -1;
     }
 
-    e = &sh->engines[sh->nengines];
+    if (sh->nengines < NGX_HTTP_PIC_MAX_ENGINES) {
+        i = sh->nengines++;
+
+    } else {
+        /*
+         * Full: reuse the slot of an engine that neither this configuration
+         * nor the previous one names (workers of the previous one may still
+         * finish requests; a reload that failed after the zone was set up
+         * leaves the previous one running).
+         */
+
+        for (i = 0; i < sh->nengines; i++) {
+            if (sh->engines[i].configured + 1 < sh->generation) {
+                break;
+            }
+        }
+
+        if (i == sh->nengines) {
+            return -1;
+        }
+
+        sh->reclaimed++;
+    }
+
+    e = &sh->engines[i];
+    gen = e->gen + 1;
+
     ngx_memzero(e, sizeof(ngx_http_pic_engine_sh_t));
 
     ngx_memcpy(e->name, name->data, name->len);
     e->name_len = name->len;
+    e->gen = gen;
+
+    /* whatever the index says a previous engine of this slot held */
+    e->forgot = ++sh->seq;
 
     /* healthy until a request or a probe says otherwise */
     e->healthy = 1;
     e->dialect = -1;
 
-    return sh->nengines++;
+    return i;
+}
+
+
+ngx_uint_t
+ngx_http_pic_engine_acquire(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t slot)
+{
+    ngx_uint_t                 gen;
+    ngx_http_pic_engine_sh_t  *e;
+
+    e = &zc->sh->engines[slot];
+
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    e->inflight++;
+    gen = e->gen;
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
+
+    return gen;
+}
+
+
+void
+ngx_http_pic_engine_release(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t slot,
+    ngx_uint_t gen)
+{
+    ngx_http_pic_engine_sh_t  *e;
+
+    e = &zc->sh->engines[slot];
+
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    /* a slot reused since the request began counts its new engine only */
+    if (e->gen == gen && e->inflight > 0) {
+        e->inflight--;
+    }
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
 }
 
 
@@ -331,6 +402,7 @@ ngx_http_pic_index_add_locked(ngx_http_pic_zone_ctx_t *zc, u_char *key,
     n->kind = (u_char) kind;
     n->len = len;
     n->engines = 0;
+    n->stamp = zc->sh->seq;
     n->used = ngx_current_msec;
 
     ngx_rbtree_insert(&zc->sh->rbtree, &n->node);
@@ -378,7 +450,7 @@ ngx_http_pic_index_lookup(ngx_http_pic_zone_ctx_t *zc,
             continue;
         }
 
-        segs[i].holders |= node->engines;
+        segs[i].holders |= ngx_http_pic_index_holders_locked(zc->sh, node);
 
         ngx_queue_remove(&node->queue);
         ngx_queue_insert_head(&zc->sh->lru, &node->queue);
@@ -418,6 +490,8 @@ ngx_http_pic_index_learn(ngx_http_pic_zone_ctx_t *zc,
             break;
         }
 
+        ngx_http_pic_index_fresh_locked(zc->sh, node);
+
         if (node->len == 0) {
             /* announced by an engine: the first request tells the length */
             node->len = segs[i].len;
@@ -450,6 +524,7 @@ ngx_http_pic_index_holder(ngx_http_pic_zone_ctx_t *zc, u_char *key,
         node = ngx_http_pic_index_add_locked(zc, key,
                                              NGX_HTTP_PIC_NODE_SEGMENT, 0);
         if (node) {
+            ngx_http_pic_index_fresh_locked(zc->sh, node);
             node->engines |= bit;
         }
 
@@ -457,6 +532,7 @@ ngx_http_pic_index_holder(ngx_http_pic_zone_ctx_t *zc, u_char *key,
         node = ngx_http_pic_index_find_locked(zc->sh, key,
                                               NGX_HTTP_PIC_NODE_SEGMENT);
         if (node) {
+            ngx_http_pic_index_fresh_locked(zc->sh, node);
             node->engines &= ~bit;
         }
     }
@@ -465,26 +541,51 @@ ngx_http_pic_index_holder(ngx_http_pic_zone_ctx_t *zc, u_char *key,
 }
 
 
+/*
+ * Forgetting is O(1) under the lock, whatever the index holds: the slot
+ * records the zone's forget sequence, and a node's bit of that slot counts
+ * only when the node was stamped at or after it.  A node is stamped
+ * whenever a bit is set, after its stale bits are cleared
+ * (ngx_http_pic_index_fresh_locked), so every bit it keeps was valid at its
+ * stamp: a forget since then is the only way it can have gone stale.
+ */
+
 void
 ngx_http_pic_index_forget_engine(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t slot)
 {
-    uint64_t                    bit;
-    ngx_queue_t                *q;
-    ngx_http_pic_index_node_t  *node;
-
-    bit = (uint64_t) 1 << slot;
-
     ngx_shmtx_lock(&zc->shpool->mutex);
 
-    for (q = ngx_queue_head(&zc->sh->lru);
-         q != ngx_queue_sentinel(&zc->sh->lru);
-         q = ngx_queue_next(q))
-    {
-        node = ngx_queue_data(q, ngx_http_pic_index_node_t, queue);
-        node->engines &= ~bit;
-    }
+    zc->sh->engines[slot].forgot = ++zc->sh->seq;
 
     ngx_shmtx_unlock(&zc->shpool->mutex);
+}
+
+
+static uint64_t
+ngx_http_pic_index_holders_locked(ngx_http_pic_shctx_t *sh,
+    ngx_http_pic_index_node_t *n)
+{
+    uint64_t    m, valid;
+    ngx_uint_t  s;
+
+    valid = 0;
+
+    for (m = n->engines, s = 0; m; m >>= 1, s++) {
+        if ((m & 1) && sh->engines[s].forgot <= n->stamp) {
+            valid |= (uint64_t) 1 << s;
+        }
+    }
+
+    return valid;
+}
+
+
+static void
+ngx_http_pic_index_fresh_locked(ngx_http_pic_shctx_t *sh,
+    ngx_http_pic_index_node_t *n)
+{
+    n->engines = ngx_http_pic_index_holders_locked(sh, n);
+    n->stamp = sh->seq;
 }
 
 

@@ -37,13 +37,21 @@
                                                   and engines holding it */
 
 
-/* one engine, shared by all workers */
+/*
+ * One engine, shared by all workers.  A slot is reused for another engine
+ * once no configuration of the last two generations names its engine (gen
+ * counts the engines a slot has held).  Forgetting what an engine holds is
+ * O(1): forgot is the zone's forget sequence at the time, and an index node
+ * holder bit of this slot stamped before it is stale (see the index).
+ */
 typedef struct {
     u_char                       name[NGX_SOCKADDR_STRLEN];
     size_t                       name_len;
     u_char                       id[NGX_HTTP_PIC_ENGINE_ID_LEN + 1];
     size_t                       id_len;       /* learned from probes */
     ngx_uint_t                   configured;   /* generation last seen */
+    ngx_uint_t                   gen;          /* engines this slot held */
+    uint64_t                     forgot;       /* seq of the last forget */
 
     ngx_uint_t                   healthy;
     ngx_uint_t                   probe_down;   /* the last probe failed */
@@ -114,6 +122,7 @@ typedef struct {
     ngx_atomic_t                 redis_errors;
     ngx_atomic_t                 redis_connects;
     ngx_atomic_t                 redis_up;     /* workers connected */
+    ngx_atomic_t                 redis_events; /* pic:events applied */
     ngx_msec_t                   redis_ok_at;  /* ngx_current_msec */
 
     ngx_atomic_t                 ttft[NGX_HTTP_PIC_TTFT_BUCKETS];
@@ -147,6 +156,13 @@ typedef struct {
     time_t                       started;
     ngx_uint_t                   generation;   /* reloads survived */
     ngx_msec_t                   probe_next;   /* who probes next */
+    uint64_t                     seq;          /* forgets, ever */
+    ngx_uint_t                   reclaimed;    /* engine slots reused */
+
+    /* the one worker subscribed to pic:events, and its lease */
+    ngx_pid_t                    sub_pid;
+    ngx_uint_t                   sub_generation;
+    ngx_msec_t                   sub_until;
 
     ngx_uint_t                   nengines;
     ngx_http_pic_engine_sh_t     engines[NGX_HTTP_PIC_MAX_ENGINES];
@@ -193,7 +209,8 @@ void ngx_http_pic_index_learn(ngx_http_pic_zone_ctx_t *zc,
 void ngx_http_pic_index_holder(ngx_http_pic_zone_ctx_t *zc, u_char *key,
     ngx_uint_t slot, ngx_uint_t add);
 
-/* Drop engine slot from every node (the engine restarted or left). */
+/* Drop engine slot from every node (the engine restarted or left), in
+ * O(1): the nodes' bits of slot older than now read as unset. */
 void ngx_http_pic_index_forget_engine(ngx_http_pic_zone_ctx_t *zc,
     ngx_uint_t slot);
 
@@ -229,7 +246,18 @@ void ngx_http_pic_index_ttft(ngx_http_pic_zone_ctx_t *zc, ngx_msec_t ms);
 void ngx_http_pic_index_history(ngx_http_pic_zone_ctx_t *zc,
     ngx_http_pic_history_t *h);
 
-/* Engine slot with this name (registering it when add); -1 when full. */
+/* A request is routed to slot: one more in flight there; returns the
+ * slot's generation for ngx_http_pic_engine_release. */
+ngx_uint_t ngx_http_pic_engine_acquire(ngx_http_pic_zone_ctx_t *zc,
+    ngx_uint_t slot);
+
+/* A request routed to slot (of generation gen) is over: its in-flight count
+ * back, unless the slot now holds another engine. */
+void ngx_http_pic_engine_release(ngx_http_pic_zone_ctx_t *zc,
+    ngx_uint_t slot, ngx_uint_t gen);
+
+/* Engine slot with this name (registering it when add, in a free slot or
+ * one no configuration of the last two generations names); -1 when full. */
 ngx_int_t ngx_http_pic_engine_slot_locked(ngx_http_pic_shctx_t *sh,
     ngx_str_t *name, ngx_uint_t add);
 

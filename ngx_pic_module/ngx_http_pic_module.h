@@ -177,6 +177,7 @@ typedef struct {
 
     size_t                       cdc_avg;
     ngx_int_t                    combine;      /* shm slot, -1: none */
+    ngx_uint_t                   combine_gen;  /* its engine's, see index */
     ngx_str_t                    combine_name;
     u_char                       plan_id[17];
 
@@ -205,6 +206,7 @@ typedef struct {
     unsigned                     rejected:1;
     unsigned                     usage_digits:1;
     unsigned                     usage_seen:1;
+    unsigned                     confirmed:1;  /* holders recorded */
 } ngx_http_pic_ctx_t;
 
 

@@ -30,6 +30,8 @@
 #define NGX_HTTP_PIC_REDIS_BACKOFF_MAX   2000
 #define NGX_HTTP_PIC_REDIS_STALLS        3       /* timeouts in a row */
 #define NGX_HTTP_PIC_REDIS_PAUSE_MAX     30000
+#define NGX_HTTP_PIC_REDIS_LEASE_TICK    1000    /* subscriber lease renewal */
+#define NGX_HTTP_PIC_REDIS_LEASE         3000    /* ... and its length */
 
 
 typedef struct {
@@ -89,6 +91,7 @@ static void ngx_http_pic_redis_event(redisAsyncContext *ac, void *r,
     void *privdata);
 static ngx_int_t ngx_http_pic_redis_slot(ngx_http_pic_shctx_t *sh,
     u_char *id, size_t len);
+static void ngx_http_pic_redis_lease_handler(ngx_event_t *ev);
 
 static ngx_int_t ngx_http_pic_redis_attach(redisAsyncContext *ac,
     ngx_log_t *log);
@@ -104,6 +107,8 @@ static void ngx_http_pic_redis_free_events(ngx_http_pic_redis_events_t *e);
 
 static ngx_http_pic_redis_t  *ngx_http_pic_redis;        /* lookups */
 static ngx_http_pic_redis_t  *ngx_http_pic_redis_sub;    /* pic:events */
+static ngx_event_t            ngx_http_pic_redis_lease;  /* who subscribes */
+static ngx_uint_t             ngx_http_pic_redis_gen;    /* our generation */
 
 
 /* --- the adapter --- */
@@ -323,15 +328,87 @@ ngx_http_pic_redis_init_process(ngx_cycle_t *cycle)
 
         if (i == 0) {
             ngx_http_pic_redis = rd;
+            ngx_http_pic_redis_connect(rd);
 
         } else {
+            /* subscribed only while this worker holds the zone's lease */
             ngx_http_pic_redis_sub = rd;
         }
-
-        ngx_http_pic_redis_connect(rd);
     }
 
+    ngx_http_pic_redis_gen = rd->zc->sh->generation;
+
+    ngx_http_pic_redis_lease.handler = ngx_http_pic_redis_lease_handler;
+    ngx_http_pic_redis_lease.data = ngx_http_pic_redis_sub;
+    ngx_http_pic_redis_lease.log = cycle->log;
+    ngx_http_pic_redis_lease.cancelable = 1;
+
+    ngx_add_timer(&ngx_http_pic_redis_lease, 1 + ngx_random() % 50);
+
     return NGX_OK;
+}
+
+
+/*
+ * One subscriber to pic:events per zone (DESIGN 4.2): every worker would
+ * apply every event to the same shared index.  The worker holding the
+ * zone's lease subscribes and renews it every second; another takes it when
+ * it lapses (its holder died) or when it is of a newer configuration (a
+ * reload: the old worker unsubscribes at its next tick).  Events sent while
+ * nobody is subscribed are lost: the index is a hint, lookups fill gaps.
+ */
+
+static void
+ngx_http_pic_redis_lease_handler(ngx_event_t *ev)
+{
+    ngx_http_pic_redis_t *rd = ev->data;
+
+    ngx_uint_t             own;
+    ngx_http_pic_shctx_t  *sh;
+
+    sh = rd->zc->sh;
+    own = 0;
+
+    ngx_shmtx_lock(&rd->zc->shpool->mutex);
+
+    if (ngx_exiting || ngx_quit || ngx_terminate) {
+        if (sh->sub_pid == ngx_pid) {
+            sh->sub_pid = 0;
+        }
+
+    } else if (sh->sub_pid == ngx_pid
+               || sh->sub_pid == 0
+               || (ngx_msec_int_t) (ngx_current_msec - sh->sub_until) > 0
+               || sh->sub_generation < ngx_http_pic_redis_gen)
+    {
+        sh->sub_pid = ngx_pid;
+        sh->sub_generation = ngx_http_pic_redis_gen;
+        sh->sub_until = ngx_current_msec + NGX_HTTP_PIC_REDIS_LEASE;
+        own = 1;
+    }
+
+    ngx_shmtx_unlock(&rd->zc->shpool->mutex);
+
+    if (own) {
+        if (rd->exiting) {
+            rd->exiting = 0;
+            rd->backoff = NGX_HTTP_PIC_REDIS_BACKOFF_MIN;
+        }
+
+        if (rd->ac == NULL && !rd->reconnect.timer_set) {
+            ngx_http_pic_redis_connect(rd);
+        }
+
+    } else if (!rd->exiting) {
+        /* the lease went to another worker, or we are shutting down */
+        ngx_http_pic_redis_close(rd);
+    }
+
+    if (ngx_exiting || ngx_quit || ngx_terminate) {
+        return;
+    }
+
+    ngx_add_timer(ev, NGX_HTTP_PIC_REDIS_LEASE_TICK);
 }
 
 
@@ -340,6 +417,22 @@ ngx_http_pic_redis_exit_process(ngx_cycle_t *cycle)
 {
     ngx_uint_t             i;
     ngx_http_pic_redis_t  *rd;
+
+    rd = ngx_http_pic_redis_sub;
+
+    if (rd) {
+        ngx_shmtx_lock(&rd->zc->shpool->mutex);
+
+        if (rd->zc->sh->sub_pid == ngx_pid) {
+            rd->zc->sh->sub_pid = 0;
+        }
+
+        ngx_shmtx_unlock(&rd->zc->shpool->mutex);
+    }
+
+    if (ngx_http_pic_redis_lease.timer_set) {
+        ngx_del_timer(&ngx_http_pic_redis_lease);
+    }
 
     for (i = 0; i < 2; i++) {
         rd = (i == 0) ? ngx_http_pic_redis : ngx_http_pic_redis_sub;
@@ -621,6 +714,7 @@ ngx_http_pic_redis_event(redisAsyncContext *ac, void *r, void *privdata)
 
     if (verb == 4 && ngx_strncmp(p, "down", 4) == 0) {
         ngx_http_pic_index_forget_engine(rd->zc, slot);
+        (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_events, 1);
         return;
     }
 
@@ -637,6 +731,8 @@ ngx_http_pic_redis_event(redisAsyncContext *ac, void *r, void *privdata)
     pic_key_to_bytes(&pk, key);
 
     ngx_http_pic_index_holder(rd->zc, key, slot, add);
+
+    (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_events, 1);
 }
 
 

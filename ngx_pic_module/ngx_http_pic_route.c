@@ -269,24 +269,14 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     h = XXH3_64bits(seed, sizeof(seed));
     ngx_sprintf(ctx->plan_id, "%016xL", (uint64_t) h);
 
-    /* what redis said warms the shm index (no lookup next time); the
-     * engines will hold what they compute: learn it now */
+    /* what redis said warms the shm index (no lookup next time); what the
+     * engines will compute is learned when they confirm it
+     * (ngx_http_pic_route_confirmed) */
 
     if (ctx->redis_hits) {
         ngx_http_pic_index_learn(zc, ctx->segs, ctx->nsegs, -1);
         (void) ngx_http_pic_index_learn_prefix(zc, ctx->chains, ctx->nsegs,
                                                -1);
-    }
-
-    ngx_http_pic_index_learn(zc, ctx->segs, ctx->nsegs, ctx->combine);
-    ngx_http_pic_index_learn(zc, ctx->wins, ctx->nwins, ctx->combine);
-
-    for (i = 0; i < ctx->nsegs; i++) {
-        s = &ctx->segs[i];
-
-        if (s->worker >= 0 && s->worker != ctx->combine) {
-            ngx_http_pic_index_learn(zc, s, 1, s->worker);
-        }
     }
 
     ctx->prefix_bytes = ngx_http_pic_index_prefix(zc, ctx->segs, ctx->chains,
@@ -318,7 +308,7 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     ctx->zc = zc;
 
     e = &zc->sh->engines[ctx->combine];
-    (void) ngx_atomic_fetch_add(&e->inflight, 1);
+    ctx->combine_gen = ngx_http_pic_engine_acquire(zc, ctx->combine);
     (void) ngx_atomic_fetch_add(&e->requests, 1);
     (void) ngx_atomic_fetch_add(&e->hit_bytes, cand[best].local);
 
@@ -826,6 +816,42 @@ ngx_http_pic_route_sign(ngx_http_request_t *r)
 }
 
 
+void
+ngx_http_pic_route_confirmed(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
+{
+    ngx_uint_t                 i;
+    ngx_http_pic_segment_t    *s;
+    ngx_http_pic_zone_ctx_t   *zc;
+    ngx_http_pic_main_conf_t  *pmcf;
+
+    zc = ctx->zc;
+
+    if (ctx->confirmed || zc == NULL || ctx->combine < 0) {
+        return;
+    }
+
+    ctx->confirmed = 1;
+
+    ngx_http_pic_index_learn(zc, ctx->wins, ctx->nwins, ctx->combine);
+
+    pmcf = ngx_http_get_module_main_conf(r, ngx_http_pic_module);
+
+    if (pmcf->redis) {
+        return;
+    }
+
+    ngx_http_pic_index_learn(zc, ctx->segs, ctx->nsegs, ctx->combine);
+
+    for (i = 0; i < ctx->nsegs; i++) {
+        s = &ctx->segs[i];
+
+        if (s->worker >= 0 && s->worker != ctx->combine) {
+            ngx_http_pic_index_learn(zc, s, 1, s->worker);
+        }
+    }
+}
+
+
 /* Pool cleanup of a planned request: its engine's in-flight count back. */
 
 static void
@@ -834,8 +860,7 @@ ngx_http_pic_route_done(void *data)
     ngx_http_pic_ctx_t  *ctx = data;
 
     if (ctx->inflight) {
-        (void) ngx_atomic_fetch_add(&ctx->zc->sh->engines[ctx->combine].inflight,
-                                    -1);
+        ngx_http_pic_engine_release(ctx->zc, ctx->combine, ctx->combine_gen);
         ctx->inflight = 0;
     }
 }

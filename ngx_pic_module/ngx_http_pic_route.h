@@ -27,6 +27,14 @@
  * (go on to proxy_pass) or an HTTP status. */
 ngx_int_t ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx);
 
+/* The combine node answered the plan (a 200 header: a stream's leaves once
+ * the prompt is assembled): record what it now holds (DESIGN 4.2: on the
+ * engine's confirmation, never when a plan names it).  With pic_redis the
+ * engines' own "add" events are the confirmation; only the S1 windows
+ * (where similar content went) are recorded here then. */
+void ngx_http_pic_route_confirmed(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx);
+
 /* The ctx of r's plan when r was planned before an internal redirect
  * (its module ctx is gone then, its pool cleanup is not), else NULL. */
 ngx_http_pic_ctx_t *ngx_http_pic_route_planned(ngx_http_request_t *r);

@@ -35,6 +35,8 @@ typedef struct {
     ngx_uint_t                   configured[NGX_HTTP_PIC_MAX_ENGINES];
     time_t                       uptime;
     ngx_uint_t                   generation;
+    ngx_uint_t                   reclaimed;
+    ngx_pid_t                    sub_pid;
     ngx_uint_t                   nodes;
     ngx_atomic_uint_t            evictions;
     ngx_str_t                    zone;
@@ -226,6 +228,8 @@ ngx_http_pic_status_snapshot(ngx_http_request_t *r,
     s->generation = zc->sh->generation;
     s->history_count = zc->sh->history_count;
     ngx_memcpy(s->history, zc->sh->history, sizeof(s->history));
+    s->reclaimed = zc->sh->reclaimed;
+    s->sub_pid = zc->sh->sub_pid;
 
     ngx_shmtx_unlock(&zc->shpool->mutex);
 
@@ -281,9 +285,10 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
     p = (u_char *) ngx_escape_json(p, s->zone.data, s->zone.len);
     p = ngx_sprintf(p, "\",\"size\":%uz,\"generation\":%ui,"
                     "\"uptime_s\":%T,\"index_entries\":%ui,"
-                    "\"evictions\":%uA},",
+                    "\"evictions\":%uA,\"engine_slots\":%ui,"
+                    "\"slots_reused\":%ui},",
                     s->zone_size, s->generation, s->uptime, s->nodes,
-                    s->evictions);
+                    s->evictions, s->nengines, s->reclaimed);
 
     p = ngx_sprintf(p, "\"requests\":{\"total\":%uA,\"errors\":%uA,"
                     "\"status\":%uA,\"passed\":%uA,\"planned\":%uA,"
@@ -348,11 +353,12 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
     p = (u_char *) ngx_escape_json(p, s->redis.data, s->redis.len);
     p = ngx_sprintf(p, "\",\"up\":%s,\"up_workers\":%uA,\"lookups\":%uA,"
                     "\"keys\":%uA,\"hits\":%uA,\"timeouts\":%uA,"
-                    "\"errors\":%uA,\"connects\":%uA,\"last_ok_ms_ago\":",
+                    "\"errors\":%uA,\"connects\":%uA,\"events\":%uA,"
+                    "\"subscriber_pid\":%P,\"last_ok_ms_ago\":",
                     st->redis_up ? "true" : "false", st->redis_up,
                     st->redis_lookups, st->redis_keys, st->redis_hits,
                     st->redis_timeouts, st->redis_errors,
-                    st->redis_connects);
+                    st->redis_connects, st->redis_events, s->sub_pid);
 
     if (s->redis_ok_known) {
         p = ngx_sprintf(p, "%M}", s->redis_ok_ago);
