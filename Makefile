@@ -80,7 +80,7 @@ PIC_LAB_BIN := $(BUILD)/pic-lab
 BENCH_CSRCS := $(filter-out bench/pic_lab.c,$(wildcard bench/*.c))
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_CSRCS))
 
-.PHONY: all deps test test-asan run help clean engine lab benchtools module unit cuda fuzz fuzz-long \
+.PHONY: all deps test test-asan run help clean engine lab benchtools module unit cuda fuzz fuzz-long soak \
         fixtures models distclean layers train
 .DEFAULT_GOAL := all
 
@@ -172,6 +172,9 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(CORE_SRCS) $(HEADERS) $(BUILD)/libpic.a
 
 fuzz-long: fuzz ## run every fuzz target FUZZ_TIME seconds (default 600) each; prints executions and crashes per target
 	@scripts/fuzz-long.sh $(BUILD) $(FUZZ_TIME)
+
+soak: deps all ## minutes of mixed clients, hang-ups, bad bodies, an engine and Redis restarted; checks fds/RSS (not in CI; SOAK_SECONDS=300 SOAK_CLIENTS=16, ASAN=1)
+	@PIC_BUILD=$(BUILD) ASAN=$(ASAN) $(VENV)/bin/python scripts/soak.py
 
 # CUDA: compile every kernel for sm_80 and sm_90 so a compile error fails the
 # build; the test binary skips (and says so) when no GPU is present.

@@ -77,6 +77,8 @@ class ServeEngine:
         self.log = open(os.path.join(logdir, f"{name}.log"), "ab")
         argv = [ENGINE, "serve", "--model", model, "--port", "0",
                 "--port-file", self.port_file] + list(extra)
+        if "--pool-secret-file" not in extra:
+            argv.append("--insecure-pool")          # loopback pools, no credential
         if core is not None:
             argv = ["taskset", "-c", str(core)] + argv
         self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)

@@ -55,7 +55,9 @@ serve_usage(FILE *f)
         "  --peer-timeout-ms N     deadline of a pull or remote prefill (default 30000)\n"
         "  --no-batch-decode       one forward per decode token instead of one per round\n"
         "  --pool-secret-file PATH pool credential (16+ bytes): peer endpoints, plans and\n"
-        "                          frames need its HMAC; without it the pool is open\n"
+        "                          frames need its HMAC; without it both are refused (403)\n"
+        "  --insecure-pool         no credential: open peer endpoints and plans to anyone\n"
+        "                          who can connect (a trusted network only)\n"
         "  --max-frame-bytes N     largest entry frame taken from a peer (default 268435456)\n"
         "  --script FILE           scripted replies for tests and demos of models that cannot\n"
         "                          decide (JSON [{\"when\": S, \"reply\": T}]: a request whose\n"
@@ -85,7 +87,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_NAME = 256, OPT_TEMPLATE, OPT_MARKER, OPT_WORKERS, OPT_BATCH, OPT_QUEUE,
         OPT_CTX, OPT_MAXTOK, OPT_TIMEOUT, OPT_MAXBODY, OPT_REDIS, OPT_ADVERTISE,
         OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_WEIGHTS, OPT_MINSEG,
-        OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT,
+        OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT, OPT_INSECURE,
         OPT_PBYTES, OPT_PBLOCK, OPT_CKPT, OPT_HOLD, OPT_CBYTES,
     };
     static const struct option longopts[] = {
@@ -119,6 +121,7 @@ pic_cmd_serve(int argc, char **argv)
         { "peer-timeout-ms", required_argument, NULL, OPT_PEERTO },
         { "no-batch-decode", no_argument, NULL, OPT_NOBATCH },
         { "pool-secret-file", required_argument, NULL, OPT_SECRET },
+        { "insecure-pool", no_argument, NULL, OPT_INSECURE },
         { "max-frame-bytes", required_argument, NULL, OPT_MAXFRAME },
         { "script", required_argument, NULL, OPT_SCRIPT },
         { "prefix-bytes", required_argument, NULL, OPT_PBYTES },
@@ -161,6 +164,7 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_WEIGHTS: opts.weights = optarg; continue;
         case OPT_NOBATCH: opts.no_batch_decode = 1; continue;
         case OPT_SECRET: opts.pool_secret_file = optarg; continue;
+        case OPT_INSECURE: opts.insecure_pool = 1; continue;
         case OPT_SCRIPT: opts.script = optarg; continue;
         case OPT_HOLD: opts.load_hold = optarg; continue;
         case 'h': serve_usage(stdout); return 0;

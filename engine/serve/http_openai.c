@@ -1530,11 +1530,17 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
         goto done;
     }
     authenticated = srv->auth.len > 0 && pic_plan_authorized(srv, req, body ? body : "", len);
-    if (srv->auth.len > 0 && !authenticated
+    if (!authenticated && !(srv->auth.len == 0 && srv->opts->insecure_pool)
         && cJSON_GetObjectItemCaseSensitive(r.root, "pic") != NULL) {
         /* a plan names peers and keys: only the gateway may send one */
+        if (srv->auth.len == 0) {
+            srv->hs.auth_failures++;
+        }
         pic_error_set(&err, 403, "permission_error", "pic", "pool_auth_failed",
-                      "a request with a plan ('pic') needs the pool credential (X-PIC-Auth)");
+                      srv->auth.len > 0
+                      ? "a request with a plan ('pic') needs the pool credential (X-PIC-Auth)"
+                      : "a request with a plan ('pic') needs the pool credential: this "
+                        "engine has none (--pool-secret-file), so it takes no plans");
         pic_reply_pic_error(srv, req, &err);
         goto done;
     }

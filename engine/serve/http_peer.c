@@ -88,7 +88,17 @@ pic_peer_authorized(pic_server *srv, struct evhttp_request *req)
     int              ok;
 
     if (srv->auth.len == 0) {
-        return 1;
+        if (srv->opts->insecure_pool) {
+            return 1;
+        }
+        pic_error err;
+
+        srv->hs.auth_failures++;
+        pic_error_set(&err, 403, "permission_error", NULL, "pool_auth_failed",
+                      "engine-internal endpoint: this engine has no pool credential "
+                      "(--pool-secret-file), so its pool is closed");
+        pic_reply_pic_error(srv, req, &err);
+        return 0;
     }
     head = malloc(strlen(uri) + 8);
     if (head == NULL) {
@@ -120,7 +130,7 @@ pic_plan_authorized(pic_server *srv, struct evhttp_request *req, const char *bod
     const char *t;
 
     if (srv->auth.len == 0) {
-        return 1;
+        return srv->opts->insecure_pool;
     }
     t = evhttp_find_header(evhttp_request_get_input_headers(req), "X-PIC-Timeout-Ms");
     if (pic_auth_header_ok(srv, req, "pic-plan-v1", t ? t : "", body, len)) {

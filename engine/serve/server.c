@@ -400,6 +400,7 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         cJSON_AddNumberToObject(o, "segments_served", (double) srv->hs.segments_served);
         cJSON_AddNumberToObject(o, "prefills_served", (double) srv->hs.prefills_served);
         cJSON_AddBoolToObject(o, "pool_auth", srv->auth.len > 0);
+        cJSON_AddBoolToObject(o, "pool_open", srv->auth.len == 0 && srv->opts->insecure_pool);
         cJSON_AddNumberToObject(o, "auth_failures", (double) srv->hs.auth_failures);
         if (srv->sched) {
             cJSON_AddNumberToObject(o, "plan_jobs", (double) st.plan_jobs);
@@ -1013,6 +1014,11 @@ pic_server_run(const pic_server_opts *opts)
     evhttp_set_max_body_size(srv.http, (ev_ssize_t) (opts->max_body * 4 + 65536));
     evhttp_set_gencb(srv.http, pic_dispatch, &srv);
 
+    if (opts->pool_secret_file != NULL && opts->insecure_pool) {
+        fprintf(stderr, "pic-engine[%s]: --insecure-pool contradicts --pool-secret-file\n",
+                opts->id);
+        goto done;
+    }
     if (opts->pool_secret_file != NULL) {
         char err[256];
 
@@ -1020,9 +1026,14 @@ pic_server_run(const pic_server_opts *opts)
             fprintf(stderr, "pic-engine[%s]: %s\n", opts->id, err);
             goto done;
         }
-    } else {
-        fprintf(stderr, "pic-engine[%s]: no --pool-secret-file: peer endpoints and plans "
+    } else if (opts->insecure_pool) {
+        fprintf(stderr, "pic-engine[%s]: --insecure-pool: peer endpoints and plans "
                 "are unauthenticated (trusted network only)\n", opts->id);
+    } else {
+        /* secure by default (DESIGN 4.5): no credential, no pool */
+        fprintf(stderr, "pic-engine[%s]: no --pool-secret-file: peer endpoints and plans "
+                "are refused (standalone OpenAI serving only; --insecure-pool opens "
+                "them on a trusted network)\n", opts->id);
     }
     srv.transport = pic_transport_tcp_new(srv.base, &srv.auth, opts->max_frame_bytes);
 

@@ -41,7 +41,9 @@ typedef struct {
     size_t      min_segment;    /* shorter non-prefix segments are recomputed */
     int         peer_timeout_ms;/* deadline of a pull / remote prefill */
     int         no_batch_decode;/* one forward per decode token (comparison) */
-    const char *pool_secret_file; /* pool credential (pic_auth.h); NULL: unauthenticated */
+    const char *pool_secret_file; /* pool credential (pic_auth.h); NULL: none */
+    int         insecure_pool;  /* without a credential, open peer endpoints and
+                                 * plans to anyone who can connect (else refused) */
     uint64_t    max_frame_bytes;/* largest entry frame accepted from a peer */
     const char *script;         /* scripted replies (JSON file, tests and demos of
                                  * random-weight models); NULL: none */

@@ -165,9 +165,12 @@ class Proc:
 
 
 class Engine(Proc):
-    """pic-engine serve on a free loopback port."""
+    """pic-engine serve on a free loopback port.  Without --pool-secret-file in
+    extra it runs with --insecure-pool (tests on loopback), unless secure_default:
+    then it gets neither, as an engine started with no pool options."""
 
-    def __init__(self, logdir, name="engine", model=None, extra=(), env=None):
+    def __init__(self, logdir, name="engine", model=None, extra=(), env=None,
+                 secure_default=False):
         self.port_file = os.path.join(logdir, f"{name}.port")
         if os.path.exists(self.port_file):
             os.unlink(self.port_file)
@@ -175,6 +178,8 @@ class Engine(Proc):
                 "--port-file", self.port_file, "--id", name]
         if model:
             argv += ["--model", model]
+        if "--pool-secret-file" not in extra and not secure_default:
+            argv += ["--insecure-pool"]
         super().__init__(name, argv + list(extra), logdir, env=env)
         wait_for(lambda: os.path.exists(self.port_file) and
                  open(self.port_file).read().strip() != "", what=f"{name} port", proc=self)
@@ -273,8 +278,9 @@ def nginx_test_config(conf_text, logdir, name="nginx-t"):
 class FakeBackend:
     """An OpenAI-shaped HTTP peer in a thread, for what a real engine cannot
     show: the exact bytes the gateway sent (mode "capture"), an answer that
-    trickles in fragments ("slow"), one that dies mid-stream ("die") or never
-    answers ("hang").  Every request body is kept in .bodies, every request's
+    trickles in fragments ("slow"), one that dies mid-stream ("die"), never
+    answers ("hang") or refuses with an OpenAI 429 ("busy"; the mode may be
+    changed while it runs).  Every request body is kept in .bodies, every request's
     headers in .headers."""
 
     checks_levels = False
@@ -317,6 +323,10 @@ class FakeBackend:
                 outer.headers.append(dict(self.headers))
                 if outer.mode == "hang":
                     time.sleep(3600)
+                    return
+                if outer.mode == "busy":
+                    self._json(429, {"error": {"message": "busy", "type": "rate_limit_error",
+                                               "param": None, "code": None}})
                     return
                 try:
                     stream = json.loads(body).get("stream")

@@ -67,6 +67,8 @@ def test_status_admin_example_serves_status_on_the_admin_port(procs, logdir):
         text = f.read()
     port, admin = harness.free_port(), harness.free_port()
     fake = procs._add(harness.FakeBackend("capture"))
+    os.makedirs(os.path.join(logdir, "nginx"), exist_ok=True)
+    harness.pool_secret(os.path.join(logdir, "nginx"))   # pic_pool_secret_file's
     body = text[text.index("http {") + len("http {"):text.rindex("}")]
     body = (body.replace("listen 8080;", f"listen 127.0.0.1:{port};\n"
                          "        location = /__pic_ready { return 204; }")

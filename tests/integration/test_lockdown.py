@@ -3,13 +3,14 @@ nginx where a client would go, straight to an engine where an attacker in the
 network would.  The pool credential is checked against Python's hmac (the
 oracle for pic_auth.h's HMAC-SHA256), keys against xxh128sum."""
 import json
+import subprocess
 import urllib.request
 
 import pytest
 
 import harness
-from test_gateway import MODEL, MARK, doc, gw_conf
-from test_server_pool import (FakePeer, addr, assign, ask, base_plan, body_with, engine,
+from test_gateway import MODEL, MARK, access_lines, doc, gw_conf
+from test_server_pool import (KEY_FP, FakePeer, addr, assign, ask, base_plan, body_with, engine,
                               oracle, status)  # noqa: F401  (oracle is a fixture)
 
 
@@ -127,6 +128,47 @@ def test_plan_needs_the_gateway_credential(procs, logdir):
                                 headers=hdrs, timeout=60)
     assert code == 200, raw
     assert status(e1)["cache"]["plans_received"] == 1
+
+
+def test_an_engine_without_a_credential_keeps_its_pool_closed(procs, logdir):
+    """Secure by default: an engine started with no pool option serves the
+    OpenAI API standalone but refuses plans and peer endpoints (403) instead of
+    trusting whoever can connect; --insecure-pool is the explicit opt-out and
+    contradicts a credential."""
+    e = procs.engine(name="closed", model=MODEL, extra=["--threads", "1"],
+                     secure_default=True)
+    code, _, raw = harness.http("POST", e.url + "/v1/chat/completions", {
+        "model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]},
+        timeout=60)
+    assert code == 200, raw
+    fp = status(e)["model"]["fingerprint"]
+    if not KEY_FP:
+        KEY_FP.append(fp)
+    victim = FakePeer(lambda h: h.send_error(500))
+    try:
+        body = body_with(assign(base_plan(), worker=f"127.0.0.1:{victim.port}"))
+        code, _, raw = harness.http("POST", e.url + "/v1/chat/completions", body)
+        assert code == 403, raw
+        assert_error(raw, "pool_auth_failed")
+        assert victim.requests == []
+    finally:
+        victim.close()
+    key = harness.segment_key(fp, "", b"hello")
+    code, _, raw = harness.http("GET", e.url + f"/v1/pic/segments/{key}?bytes=5")
+    assert code == 403, raw
+    assert_error(raw, "pool_auth_failed")
+    code, _, raw = harness.http("POST", e.url + "/v1/pic/prefill", {
+        "fingerprint": fp, "segments": [{"key": key, "bytes": 5, "kind": "pic",
+                                         "text": "hello"}]})
+    assert code == 403, raw
+    st = status(e)["cache"]
+    assert st["pool_auth"] is False and st["pool_open"] is False
+    assert st["auth_failures"] == 3
+    path, _ = harness.pool_secret(logdir)
+    r = subprocess.run([harness.ENGINE_BIN, "serve", "--port", "0", "--insecure-pool",
+                        "--pool-secret-file", path], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode != 0 and "contradicts" in r.stderr
 
 
 def test_pool_with_a_secret_prefills_and_pulls_signed(procs, logdir, oracle):
@@ -276,6 +318,9 @@ def test_planned_requests_through_nginx_with_a_secret(procs, logdir):
     e1 = procs.engine(name="e1", model=MODEL, extra=sec)
     e2 = procs.engine(name="e2", model=MODEL, extra=sec)
     ngx = procs.nginx(gw_conf([addr(e1), addr(e2)], http=f"pic_pool_secret_file {path};"))
+    # keys use the fingerprint the probes report: both requests after it
+    harness.wait_for(lambda: all(e["id"] for e in gw_status(ngx)["engines"]), timeout=10,
+                     what="engine ids from probes")
     body = {"model": "m", "max_tokens": 2, "temperature": 0,
             "messages": [{"role": "system", "content": doc(41, 900)},
                          {"role": "user", "content": "q"}]}
@@ -471,3 +516,247 @@ def test_large_body_is_never_buffered_to_a_file(procs):
     assert len(fake.bodies) == 2
     with open(ngx.error_log) as f:
         assert "buffered to a temporary file" not in f.read()
+
+
+# --- 5. engine slots: reused past the slot count, forgotten in O(1) -----------------
+
+
+def fresh_ports(n, used):
+    """n loopback ports nothing listens on, none of them in used (a name the
+    zone has seen would keep its slot)."""
+    out = []
+    while len(out) < n:
+        p = harness.free_port()
+        if p not in used:
+            used.add(p)
+            out.append(p)
+    return out
+
+
+@pytest.mark.allow_log(r"connect\(\) failed|unhealthy|no live upstreams")
+def test_engine_slots_are_reused_through_reloads(procs):
+    """Autoscaling: each configuration names 16 engines the last one did not
+    (one live, fifteen that refuse connections); six reloads name 96 engines
+    over the zone's lifetime, more than its 64 slots, and every generation is
+    still served by its live engine.  A document the first live engine held
+    is not believed of the engine that later takes its slot."""
+    http = "pic_health_check interval=100ms timeout=300ms;"
+    live = procs._add(harness.FakeBackend("capture", name="live0"))
+    used = {live.port}
+    dead = fresh_ports(15, used)
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{live.port}"]
+                              + [f"127.0.0.1:{p}" for p in dead], http=http))
+    d = doc(61, 600)
+    body = {"model": "m", "prompt": MARK.join(["header %d", d, "q"])}
+
+    def served(g, hit_expected):
+        names = {f"127.0.0.1:{live.port}"} | {f"127.0.0.1:{p}" for p in dead}
+        harness.wait_for(lambda: gw_status(ngx)["zone"]["generation"] == g, timeout=10,
+                         what=f"generation {g}")
+        harness.wait_for(
+            lambda: {e["name"]: e["healthy"] for e in gw_status(ngx)["engines"]}
+            == {n: n == f"127.0.0.1:{live.port}" for n in names},
+            timeout=10, what=f"generation {g}: probes")
+        n0 = len(access_lines(ngx))
+        b = dict(body, prompt=body["prompt"].replace("%d", str(g)))
+        code, _, raw = harness.http("POST", ngx.url + "/v1/completions", body=b)
+        assert code == 200, raw
+        harness.wait_for(lambda: len(access_lines(ngx)) > n0, timeout=5, what="log line")
+        row = access_lines(ngx)[-1]
+        assert row["combine"] == f"127.0.0.1:{live.port}", row
+        if hit_expected is not None:
+            assert (int(row["hit"]) > 0) == hit_expected, row
+
+    served(0, False)
+    body["prompt"] = body["prompt"].replace("header", "another header")
+    served(0, True)                    # the first live engine holds the document
+    for g in range(1, 6):
+        live = procs._add(harness.FakeBackend("capture", name=f"live{g}"))
+        used.add(live.port)
+        dead = fresh_ports(15, used)
+        with open(ngx.conf, "w") as f:
+            f.write(harness.nginx_conf(ngx.prefix, gw_conf(
+                [f"127.0.0.1:{live.port}"] + [f"127.0.0.1:{p}" for p in dead],
+                http=http).replace("$PORT", str(ngx.port))))
+        ngx.reload()
+        # generation 4 is the first past 64 names: its live engine takes the
+        # slot the first live engine had, which must not inherit its entries
+        served(g, False if g == 4 else None)
+    zone = gw_status(ngx)["zone"]
+    assert zone["engine_slots"] == 64 and zone["slots_reused"] == 32, zone
+
+
+# --- 6. redis: one subscriber per zone, one round trip per lookup -------------------
+
+
+class TurnCounter:
+    """A TCP proxy in front of redis-server that counts, per client
+    connection, the turns: how many times the client starts sending after
+    the server has answered (a pipelined batch is one turn, however it is
+    cut into segments; a command per round trip is one turn each)."""
+
+    def __init__(self, upstream_port):
+        import socket
+        import threading
+        self.upstream = upstream_port
+        self.conns = []                       # [{"turns", "sub", "last"}]
+        self.allowed = []
+        self.lock = threading.Lock()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+        import threading
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            u = socket.create_connection(("127.0.0.1", self.upstream))
+            st = {"turns": 0, "sub": False, "last": None}
+            with self.lock:
+                self.conns.append(st)
+            threading.Thread(target=self._pump, args=(c, u, st, "c"), daemon=True).start()
+            threading.Thread(target=self._pump, args=(u, c, st, "s"), daemon=True).start()
+
+    def _pump(self, src, dst, st, side):
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                for s in (src, dst):
+                    try:
+                        s.close()
+                    except OSError:
+                        pass
+                return
+            with self.lock:
+                if side == "c":
+                    if st["last"] != "c":
+                        st["turns"] += 1
+                    if b"SUBSCRIBE" in data.upper():
+                        st["sub"] = True
+                st["last"] = side
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def lookup_turns(self):
+        with self.lock:
+            return sum(c["turns"] for c in self.conns if not c["sub"])
+
+    def stop(self, *a, **kw):
+        self.sock.close()
+
+    def bad_lines(self):
+        return []
+
+
+def numsub(port):
+    from test_gateway_resilience import redis_cmd
+    return int(redis_cmd(port, "PUBSUB", "NUMSUB", "pic:events").split(b"\r\n")[-2][1:])
+
+
+def test_one_lookup_is_one_round_trip_whatever_the_segment_count(procs):
+    red = procs.redis()
+    proxy = procs._add(TurnCounter(red.port))
+    fake = procs._add(harness.FakeBackend("capture"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"],
+                              http=f"pic_redis 127.0.0.1:{proxy.port};"))
+    harness.wait_for(lambda: gw_status(ngx)["redis"]["up_workers"] == 2, timeout=5,
+                     what="both workers connected")
+    before = proxy.lookup_turns()
+    docs = [doc(300 + i, 300) for i in range(12)]
+    code, _, raw = harness.http("POST", ngx.url + "/v1/completions",
+                                body={"model": "m", "prompt": MARK.join(docs + ["q"])})
+    assert code == 200, raw
+    st = gw_status(ngx)["redis"]
+    assert st["lookups"] == 1 and st["keys"] >= 12, st
+    assert proxy.lookup_turns() - before == 1, "one pipelined write, one round trip"
+
+
+def test_one_worker_of_the_zone_applies_redis_events(procs, logdir):
+    from test_gateway_resilience import redis_cmd
+    red = procs.redis()
+    fake = procs._add(harness.FakeBackend("capture", name="fa"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"],
+                              http=f"pic_redis 127.0.0.1:{red.port};"))
+    harness.wait_for(lambda: numsub(red.port) == 1, timeout=5, what="a subscriber")
+    pid = gw_status(ngx)["redis"]["subscriber_pid"]
+    assert pid > 0
+    # every event reaches exactly one subscriber (PUBLISH counts receivers)
+    keys = [harness.segment_key("m", "", doc(400 + i, 300).encode()) for i in range(8)]
+    for k in keys:
+        assert redis_cmd(red.port, "PUBLISH", "pic:events", f"add fa {k}") == b":1\r\n"
+    harness.wait_for(lambda: gw_status(ngx)["redis"]["events"] == len(keys), timeout=5,
+                     what="events applied")
+    assert gw_status(ngx)["zone"]["index_entries"] >= len(keys)
+    # a reload hands the subscription to a worker of the new configuration
+    ngx.reload()
+    harness.wait_for(lambda: gw_status(ngx)["zone"]["generation"] == 1, timeout=10,
+                     what="reload")
+    harness.wait_for(lambda: gw_status(ngx)["redis"]["subscriber_pid"] not in (0, pid)
+                     and numsub(red.port) == 1, timeout=10, what="a new subscriber")
+    assert redis_cmd(red.port, "PUBLISH", "pic:events", f"evict fa {keys[0]}") == b":1\r\n"
+    harness.wait_for(lambda: gw_status(ngx)["redis"]["events"] == len(keys) + 1, timeout=5,
+                     what="event applied after the reload")
+
+
+# --- 6. holders recorded on the engine's confirmation --------------------------------
+
+
+def test_holders_are_recorded_when_the_engine_confirms(procs):
+    """Without redis the combine node's 200 is the confirmation: a plan the
+    engine refused (429) records nobody as holding its segments."""
+    fake = procs._add(harness.FakeBackend("busy", name="fa"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
+    d = doc(71, 600)
+
+    def send(head):
+        n0 = len(access_lines(ngx))
+        code, _, _ = harness.http("POST", ngx.url + "/v1/completions",
+                                  body={"model": "m", "prompt": MARK.join([head, d, "q"])})
+        harness.wait_for(lambda: len(access_lines(ngx)) > n0, timeout=5, what="log line")
+        return code, int(access_lines(ngx)[-1]["hit"])
+
+    assert send("header one") == (429, 0)
+    assert send("header two") == (429, 0), "a refused plan recorded its segments"
+    fake.mode = "capture"
+    assert send("header three") == (200, 0)
+    code, hit = send("header four")
+    assert code == 200 and hit >= 500, "the engine's 200 recorded what it computed"
+
+
+def test_with_redis_the_engines_announcements_record_holders(procs, logdir):
+    from test_gateway_resilience import redis_cmd
+    from test_gateway import xxh128_key
+    red = procs.redis()
+    fake = procs._add(harness.FakeBackend("capture", name="fa"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"], cdc="512 1024 4096",
+                              http=f"pic_redis 127.0.0.1:{red.port};"))
+    harness.wait_for(lambda: all(e["id"] for e in gw_status(ngx)["engines"]), timeout=5,
+                     what="engine ids from probes")
+    harness.wait_for(lambda: numsub(red.port) == 1, timeout=5, what="a subscriber")
+    d = doc(73, 400)
+    key = xxh128_key(b"m", b"", d.encode(), logdir)
+
+    def send(head):
+        n0 = len(access_lines(ngx))
+        code, _, _ = harness.http("POST", ngx.url + "/v1/completions",
+                                  body={"model": "m", "prompt": MARK.join([head, d, "q"])})
+        harness.wait_for(lambda: len(access_lines(ngx)) > n0, timeout=5, what="log line")
+        return code, int(access_lines(ngx)[-1]["hit"])
+
+    assert send("header one") == (200, 0)
+    assert send("header two") == (200, 0), "a plan naming fa is not fa's announcement"
+    assert redis_cmd(red.port, "PUBLISH", "pic:events", f"add fa {key}") == b":1\r\n"
+    harness.wait_for(lambda: gw_status(ngx)["redis"]["events"] == 1, timeout=5,
+                     what="announcement applied")
+    assert send("header three") == (200, len(d))
