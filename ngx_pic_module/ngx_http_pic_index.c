@@ -640,6 +640,7 @@ void
 ngx_http_pic_index_lookup_prefix(ngx_http_pic_zone_ctx_t *zc,
     ngx_http_pic_segment_t *chains, ngx_uint_t n)
 {
+    uint64_t                    holders;
     ngx_uint_t                  i;
     ngx_http_pic_index_node_t  *node;
 
@@ -649,11 +650,17 @@ ngx_http_pic_index_lookup_prefix(ngx_http_pic_zone_ctx_t *zc,
         node = ngx_http_pic_index_find_locked(zc->sh, chains[i].key,
                                               NGX_HTTP_PIC_NODE_PREFIX);
 
-        if (node == NULL || node->len != chains[i].len || !node->engines) {
+        if (node == NULL || node->len != chains[i].len) {
             continue;
         }
 
-        chains[i].holders |= node->engines;
+        holders = ngx_http_pic_index_holders_locked(zc->sh, node);
+
+        if (holders == 0) {
+            continue;
+        }
+
+        chains[i].holders |= holders;
 
         ngx_queue_remove(&node->queue);
         ngx_queue_insert_head(&zc->sh->lru, &node->queue);
@@ -694,6 +701,8 @@ ngx_http_pic_index_learn_prefix(ngx_http_pic_zone_ctx_t *zc,
         if (node == NULL) {
             break;
         }
+
+        ngx_http_pic_index_fresh_locked(zc->sh, node);
 
         if (node->len != chains[i].len) {
             node->len = chains[i].len;
