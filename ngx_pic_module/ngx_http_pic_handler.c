@@ -10,10 +10,14 @@
 #include <ngx_http.h>
 
 #include <xxhash.h>
+#if (NGX_THREADS)
+#include <ngx_thread_pool.h>
+#endif
 
 #include "pic_error.h"
 #include "pic_request.h"
 #include "pic_template.h"
+#include "pic_time.h"
 
 #include "ngx_http_pic_module.h"
 #include "ngx_http_pic_index.h"
@@ -24,18 +28,49 @@
 #include "ngx_http_pic_handler.h"
 
 
+/*
+ * The CPU part of a request (parse, model, render, mark, CDC, keys): on the
+ * event loop, or for bodies of pic_thread_pool's min size and more on one of
+ * its threads.  Nothing here touches an nginx object but the read-only
+ * location conf: the inputs are taken before, the outputs used after.
+ */
+typedef struct {
+    ngx_http_pic_loc_conf_t     *plcf;
+    ngx_uint_t                   kind;         /* pic_req_kind */
+    ngx_str_t                    body;
+    u_char                      *scope;
+    size_t                       scope_len;
+    ngx_str_t                    learned_fp;   /* from the probes, or empty */
+    ngx_int_t                    learned_dialect;
+
+    pic_request                 *req;
+    pic_key_ctx                 *kc;
+    pic_segmentation            *sg;
+
+    ngx_str_t                    fingerprint;  /* out */
+    ngx_uint_t                   dialect;
+    ngx_uint_t                   failed;       /* err and level are set */
+    ngx_uint_t                   level;
+    pic_error                    err;
+    uint64_t                     usec;
+} ngx_http_pic_work_t;
+
+
 static ngx_int_t ngx_http_pic_handler(ngx_http_request_t *r);
 static void ngx_http_pic_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_pic_prepare(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx);
 static ngx_int_t ngx_http_pic_body_text(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx, size_t max);
-static ngx_int_t ngx_http_pic_check_model(ngx_http_request_t *r,
-    ngx_http_pic_ctx_t *ctx, ngx_http_pic_loc_conf_t *plcf,
-    pic_request *req, pic_template_dialect *dialect);
+static void ngx_http_pic_work(ngx_http_pic_work_t *w);
+static ngx_int_t ngx_http_pic_prepared(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx, ngx_http_pic_work_t *w);
+#if (NGX_THREADS)
+static void ngx_http_pic_thread_handler(void *data, ngx_log_t *log);
+static void ngx_http_pic_thread_event_handler(ngx_event_t *ev);
+#endif
 static void ngx_http_pic_learned_model(ngx_http_request_t *r,
-    ngx_http_pic_ctx_t *ctx, ngx_http_pic_loc_conf_t *plcf,
-    ngx_int_t *dialect);
+    ngx_http_pic_loc_conf_t *plcf, ngx_str_t *fp, ngx_int_t *dialect);
 static ngx_int_t ngx_http_pic_scope(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx, ngx_http_pic_loc_conf_t *plcf);
 static void ngx_http_pic_lookup_handler(ngx_event_t *ev);
@@ -413,76 +448,282 @@ ngx_http_pic_cleanup(void *data)
 
 
 /*
- * Parse, render, segment and key the body; in observe mode account it; in
- * pic mode look the segments up.  Returns NGX_DECLINED when the request may
- * go on, NGX_AGAIN while redis answers, or an HTTP status.
+ * Parse, render, segment and key the body (ngx_http_pic_work, maybe on a
+ * thread); in observe mode account it; in pic mode look the segments up.
+ * Returns NGX_DECLINED when the request may go on, NGX_AGAIN while a thread
+ * or redis works, or an HTTP status.
  */
 
 static ngx_int_t
 ngx_http_pic_prepare(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 {
     ngx_int_t                  rc;
-    ngx_uint_t                 i, n, *idx;
-    pic_error                  err;
-    pic_request               *req;
     ngx_pool_cleanup_t        *cln;
-    pic_request_limits         lim;
-    pic_template_dialect       dialect;
-    ngx_http_pic_zone_ctx_t   *zc;
+    ngx_http_pic_work_t       *w;
     ngx_http_pic_loc_conf_t   *plcf;
+#if (NGX_THREADS)
+    ngx_thread_task_t         *task;
+    ngx_http_pic_zone_ctx_t   *zc;
+#endif
 
     plcf = ngx_http_get_module_loc_conf(r, ngx_http_pic_module);
-    zc = ngx_http_pic_zone(r);
 
     rc = ngx_http_pic_body_text(r, ctx, plcf->body_max);
     if (rc != NGX_OK) {
         return rc;
     }
 
-    /* parse: the cJSON tree is freed with the request */
+    w = ngx_pcalloc(r->pool, sizeof(ngx_http_pic_work_t));
+    if (w == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* the cJSON tree, the keys and the segmentation are freed with r */
 
     cln = ngx_pool_cleanup_add(r->pool, sizeof(pic_request));
     if (cln == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    req = cln->data;
-    ngx_memzero(req, sizeof(pic_request));
+    w->req = cln->data;
+    ngx_memzero(w->req, sizeof(pic_request));
     cln->handler = ngx_http_pic_request_cleanup;
 
-    pic_request_limits_default(&lim);
-
-    if (pic_request_parse(req, (pic_req_kind) ctx->kind,
-                          (const char *) ctx->body.data, ctx->body.len, &lim,
-                          &err)
-        != 0)
+    if (ngx_http_pic_segment_alloc(r, &w->kc, &w->sg) != NGX_OK
+        || ngx_http_pic_scope(r, ctx, plcf) != NGX_OK)
     {
-        return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
-    }
-
-    if (cJSON_GetObjectItemCaseSensitive(req->root, "pic") != NULL) {
-        pic_error_invalid(&err, "pic", "reserved_field",
-                          "the field 'pic' is reserved for the gateway's "
-                          "plan");
-        return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
-    }
-
-    dialect = PIC_TEMPLATE_QWEN3_5;
-
-    rc = ngx_http_pic_check_model(r, ctx, plcf, req, &dialect);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    if (ngx_http_pic_scope(r, ctx, plcf) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    /* render, mark, chunk, key */
+    w->plcf = plcf;
+    w->kind = ctx->kind;
+    w->body = ctx->body;
+    w->scope = ctx->scope;
+    w->scope_len = ctx->scope_len;
 
-    ctx->dialect = dialect;
+    ngx_http_pic_learned_model(r, plcf, &w->learned_fp, &w->learned_dialect);
 
-    rc = ngx_http_pic_segment(r, ctx, plcf, req);
+#if (NGX_THREADS)
+
+    if (plcf->thread_pool && ctx->body.len >= plcf->thread_min) {
+        task = ngx_thread_task_alloc(r->pool, 0);
+        if (task == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        task->ctx = w;
+        task->handler = ngx_http_pic_thread_handler;
+        task->event.handler = ngx_http_pic_thread_event_handler;
+        task->event.data = r;
+
+        if (ngx_thread_task_post(plcf->thread_pool, task) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        /* like nginx's own thread reads: r outlives the task */
+        r->main->blocked++;
+        r->aio = 1;
+
+        ctx->work = w;
+
+        zc = ngx_http_pic_zone(r);
+
+        if (zc) {
+            (void) ngx_atomic_fetch_add(&zc->sh->stats.offloaded, 1);
+        }
+
+        return NGX_AGAIN;
+    }
+
+#endif
+
+    ngx_http_pic_work(w);
+
+    return ngx_http_pic_prepared(r, ctx, w);
+}
+
+
+static void
+ngx_http_pic_work(ngx_http_pic_work_t *w)
+{
+    ngx_int_t                  d;
+    uint64_t                   t0;
+    ngx_uint_t                 i;
+    pic_request_limits         lim;
+    ngx_http_pic_model_t      *m;
+    ngx_http_pic_loc_conf_t   *plcf;
+
+    t0 = (uint64_t) (pic_now_ns() / 1000);
+    plcf = w->plcf;
+    w->level = NGX_LOG_INFO;
+
+    pic_request_limits_default(&lim);
+
+    if (pic_request_parse(w->req, (pic_req_kind) w->kind,
+                          (const char *) w->body.data, w->body.len, &lim,
+                          &w->err)
+        != 0)
+    {
+        w->failed = 1;
+        return;
+    }
+
+    if (cJSON_GetObjectItemCaseSensitive(w->req->root, "pic") != NULL) {
+        pic_error_invalid(&w->err, "pic", "reserved_field",
+                          "the field 'pic' is reserved for the gateway's "
+                          "plan");
+        w->failed = 1;
+        return;
+    }
+
+    /* the model: pic_model's fingerprint and template, else what the
+     * engines reported, else its name and the location's template */
+
+    ngx_str_null(&w->fingerprint);
+    d = (plcf->dialect == NGX_CONF_UNSET_UINT) ? -1 : (ngx_int_t) plcf->dialect;
+
+    if (plcf->models) {
+        m = plcf->models->elts;
+
+        for (i = 0; i < plcf->models->nelts; i++) {
+            if (m[i].name.len == w->req->model.len
+                && ngx_strncmp(m[i].name.data, w->req->model.ptr,
+                               w->req->model.len) == 0)
+            {
+                break;
+            }
+        }
+
+        if (i == plcf->models->nelts) {
+            pic_error_set(&w->err, NGX_HTTP_NOT_FOUND,
+                          "invalid_request_error", "model", "model_not_found",
+                          "The model '%.*s' does not exist",
+                          (int) ngx_min(w->req->model.len, 128),
+                          w->req->model.ptr);
+            w->failed = 1;
+            return;
+        }
+
+        w->fingerprint = m[i].fingerprint;
+
+        if (m[i].dialect >= 0) {
+            d = m[i].dialect;
+        }
+    }
+
+    if (w->fingerprint.len == 0) {
+        w->fingerprint = w->learned_fp;
+    }
+
+    if (d < 0) {
+        d = w->learned_dialect;
+    }
+
+    if (w->fingerprint.len == 0) {
+        /* no engine told yet: the model's name keys the segments */
+        w->fingerprint.data = (u_char *) w->req->model.ptr;
+        w->fingerprint.len = w->req->model.len;
+    }
+
+    w->dialect = (d < 0) ? PIC_TEMPLATE_QWEN3_5 : (ngx_uint_t) d;
+
+    if (ngx_http_pic_segment_run(plcf, w->dialect, &w->fingerprint, w->scope,
+                                 w->scope_len, w->req, w->kc, w->sg, &w->err)
+        != 0)
+    {
+        w->failed = 1;
+        w->level = (w->err.status >= 500) ? NGX_LOG_ERR : NGX_LOG_INFO;
+        return;
+    }
+
+    w->usec = (uint64_t) (pic_now_ns() / 1000) - t0;
+}
+
+
+#if (NGX_THREADS)
+
+static void
+ngx_http_pic_thread_handler(void *data, ngx_log_t *log)
+{
+    ngx_http_pic_work(data);
+}
+
+
+static void
+ngx_http_pic_thread_event_handler(ngx_event_t *ev)
+{
+    ngx_int_t            rc;
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+    ngx_http_pic_ctx_t  *ctx;
+
+    r = ev->data;
+    c = r->connection;
+
+    ngx_http_set_log_request(c->log, r);
+
+    r->main->blocked--;
+    r->aio = 0;
+
+    if (c->error) {
+        /* terminated meanwhile: the reference taken while waiting, then
+         * nginx's own finalizer */
+        ngx_http_finalize_request(r, NGX_DONE);
+        r->write_event_handler(r);
+        ngx_http_run_posted_requests(c);
+        return;
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_pic_module);
+
+    rc = ngx_http_pic_prepared(r, ctx, ctx->work);
+
+    if (rc == NGX_AGAIN) {
+        /* redis: ngx_http_pic_lookup_handler resumes with our reference */
+        return;
+    }
+
+    ctx->status = rc;
+
+    r->preserve_body = 1;
+
+    r->write_event_handler = ngx_http_core_run_phases;
+    ngx_http_core_run_phases(r);
+
+    /* the reference taken while waiting */
+    ngx_http_finalize_request(r, NGX_DONE);
+
+    ngx_http_run_posted_requests(c);
+}
+
+#endif
+
+
+/* After ngx_http_pic_work, on the event loop: the error, or the segments
+ * accounted (observe) or looked up (pic). */
+
+static ngx_int_t
+ngx_http_pic_prepared(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
+    ngx_http_pic_work_t *w)
+{
+    ngx_int_t                  rc;
+    ngx_uint_t                 i, n, *idx;
+    ngx_http_pic_zone_ctx_t   *zc;
+    ngx_http_pic_loc_conf_t   *plcf;
+
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pic_module);
+    zc = ngx_http_pic_zone(r);
+
+    if (w->failed) {
+        return ngx_http_pic_error(r, ctx, &w->err, w->level);
+    }
+
+    ctx->model.data = (u_char *) w->req->model.ptr;
+    ctx->model.len = w->req->model.len;
+    ctx->fingerprint = w->fingerprint;
+    ctx->dialect = w->dialect;
+
+    rc = ngx_http_pic_segment_finish(r, ctx, plcf, w->kc, w->sg, w->usec);
     if (rc != NGX_OK) {
         return rc;
     }
@@ -639,78 +880,21 @@ ngx_http_pic_body_text(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 }
 
 
-static ngx_int_t
-ngx_http_pic_check_model(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
-    ngx_http_pic_loc_conf_t *plcf, pic_request *req,
-    pic_template_dialect *dialect)
-{
-    ngx_int_t              d;
-    ngx_uint_t             i;
-    pic_error              err;
-    ngx_http_pic_model_t  *m;
-
-    ctx->model.data = (u_char *) req->model.ptr;
-    ctx->model.len = req->model.len;
-
-    ngx_str_null(&ctx->fingerprint);
-    d = (plcf->dialect == NGX_CONF_UNSET_UINT) ? -1 : (ngx_int_t) plcf->dialect;
-
-    if (plcf->models) {
-        m = plcf->models->elts;
-
-        for (i = 0; i < plcf->models->nelts; i++) {
-            if (m[i].name.len == ctx->model.len
-                && ngx_strncmp(m[i].name.data, ctx->model.data,
-                               ctx->model.len) == 0)
-            {
-                break;
-            }
-        }
-
-        if (i == plcf->models->nelts) {
-            pic_error_set(&err, NGX_HTTP_NOT_FOUND, "invalid_request_error",
-                          "model", "model_not_found",
-                          "The model '%.*s' does not exist",
-                          (int) ngx_min(ctx->model.len, 128), ctx->model.data);
-
-            return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
-        }
-
-        ctx->fingerprint = m[i].fingerprint;
-
-        if (m[i].dialect >= 0) {
-            d = m[i].dialect;
-        }
-    }
-
-    if (ctx->fingerprint.len == 0 || d < 0) {
-        /* what the engines' probes reported */
-        ngx_http_pic_learned_model(r, ctx, plcf, &d);
-    }
-
-    if (ctx->fingerprint.len == 0) {
-        /* no engine told yet: the model's name keys the segments */
-        ctx->fingerprint = ctx->model;
-    }
-
-    *dialect = (d < 0) ? PIC_TEMPLATE_QWEN3_5 : (pic_template_dialect) d;
-
-    return NGX_OK;
-}
-
-
 /* The model fingerprint and chat template of the first engine of this
- * location's pool that reported them. */
+ * location's pool that reported them (empty and -1 when none has). */
 
 static void
-ngx_http_pic_learned_model(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
-    ngx_http_pic_loc_conf_t *plcf, ngx_int_t *dialect)
+ngx_http_pic_learned_model(ngx_http_request_t *r,
+    ngx_http_pic_loc_conf_t *plcf, ngx_str_t *fp, ngx_int_t *dialect)
 {
     u_char                      *p;
     ngx_uint_t                   i;
     ngx_http_pic_zone_ctx_t     *zc;
     ngx_http_pic_engine_sh_t    *e;
     ngx_http_pic_engine_conf_t  *ec;
+
+    ngx_str_null(fp);
+    *dialect = -1;
 
     zc = ngx_http_pic_zone(r);
 
@@ -733,19 +917,15 @@ ngx_http_pic_learned_model(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
             continue;
         }
 
-        if (ctx->fingerprint.len == 0) {
-            p = ngx_pnalloc(r->pool, e->fp_len);
+        p = ngx_pnalloc(r->pool, e->fp_len);
 
-            if (p) {
-                ngx_memcpy(p, e->fingerprint, e->fp_len);
-                ctx->fingerprint.data = p;
-                ctx->fingerprint.len = e->fp_len;
-            }
+        if (p) {
+            ngx_memcpy(p, e->fingerprint, e->fp_len);
+            fp->data = p;
+            fp->len = e->fp_len;
         }
 
-        if (*dialect < 0) {
-            *dialect = e->dialect;
-        }
+        *dialect = e->dialect;
 
         break;
     }

@@ -86,6 +86,7 @@ typedef struct {
     ngx_atomic_t                 planned;
     ngx_atomic_t                 observed;
     ngx_atomic_t                 rejected;     /* bad input, 4xx by us */
+    ngx_atomic_t                 offloaded;    /* parsed on pic_thread_pool */
     ngx_atomic_t                 no_engine;
     ngx_atomic_t                 upstream_errors;
     ngx_atomic_t                 fallback;     /* rendezvous plans */

@@ -9,6 +9,9 @@
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_http.h>
+#if (NGX_THREADS)
+#include <ngx_thread_pool.h>
+#endif
 
 #include "ngx_http_pic_module.h"
 #include "ngx_http_pic_index.h"
@@ -42,6 +45,8 @@ static char *ngx_http_pic_cdc(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *ngx_http_pic_scope(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_pic_template(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_pic_thread_pool(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_pic_model(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -184,6 +189,13 @@ static ngx_command_t  ngx_http_pic_commands[] = {
       ngx_conf_set_size_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_pic_loc_conf_t, body_max),
+      NULL },
+
+    { ngx_string("pic_thread_pool"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,
+      ngx_http_pic_thread_pool,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
       NULL },
 
     { ngx_string("pic_imbalance"),
@@ -340,6 +352,8 @@ ngx_http_pic_create_loc_conf(ngx_conf_t *cf)
     plcf->s1 = NGX_CONF_UNSET;
     plcf->scope = NGX_CONF_UNSET_PTR;
     plcf->body_max = NGX_CONF_UNSET_SIZE;
+    plcf->thread_pool = NGX_CONF_UNSET_PTR;
+    plcf->thread_min = NGX_CONF_UNSET_SIZE;
     plcf->redis_timeout = NGX_CONF_UNSET_MSEC;
     plcf->imbalance = NGX_CONF_UNSET_UINT;
     plcf->exact_weight = NGX_CONF_UNSET_UINT;
@@ -376,6 +390,8 @@ ngx_http_pic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_ptr_value(conf->scope, prev->scope, NULL);
     ngx_conf_merge_size_value(conf->body_max, prev->body_max,
                               8 * 1024 * 1024);
+    ngx_conf_merge_ptr_value(conf->thread_pool, prev->thread_pool, NULL);
+    ngx_conf_merge_size_value(conf->thread_min, prev->thread_min, 64 * 1024);
     ngx_conf_merge_msec_value(conf->redis_timeout, prev->redis_timeout, 50);
     ngx_conf_merge_uint_value(conf->imbalance, prev->imbalance, 4);
     ngx_conf_merge_uint_value(conf->exact_weight, prev->exact_weight,
@@ -963,4 +979,68 @@ static void
 ngx_http_pic_exit_process(ngx_cycle_t *cycle)
 {
     ngx_http_pic_redis_exit_process(cycle);
+}
+
+
+/* pic_thread_pool NAME [min=SIZE] | off: parse, render, cut and key bodies
+ * of at least min bytes (64k) on nginx's thread pool NAME ("default" needs no
+ * thread_pool directive), off the event loop */
+
+static char *
+ngx_http_pic_thread_pool(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_pic_loc_conf_t  *plcf = conf;
+
+    ngx_str_t  *value, s;
+
+    if (plcf->thread_pool != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        if (cf->args->nelts > 2) {
+            return "takes no min= with \"off\"";
+        }
+
+        plcf->thread_pool = NULL;
+        return NGX_CONF_OK;
+    }
+
+#if (NGX_THREADS)
+
+    plcf->thread_pool = ngx_thread_pool_add(cf, &value[1]);
+    if (plcf->thread_pool == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (cf->args->nelts > 2) {
+        if (ngx_strncmp(value[2].data, "min=", 4) != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid parameter \"%V\"", &value[2]);
+            return NGX_CONF_ERROR;
+        }
+
+        s.data = value[2].data + 4;
+        s.len = value[2].len - 4;
+
+        plcf->thread_min = ngx_parse_size(&s);
+        if (plcf->thread_min == (size_t) NGX_ERROR) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid value \"%V\"", &value[2]);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    return NGX_CONF_OK;
+
+#else
+
+    (void) s;
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"pic_thread_pool\" needs nginx built --with-threads");
+    return NGX_CONF_ERROR;
+
+#endif
 }

@@ -117,6 +117,8 @@ typedef struct {
     ngx_flag_t                   s1;           /* pic_s1_fallback */
     ngx_http_complex_value_t    *scope;        /* pic_scope, NULL: global */
     size_t                       body_max;     /* pic_body_max */
+    void                        *thread_pool;  /* pic_thread_pool, or NULL */
+    size_t                       thread_min;   /* ... for bodies this long */
     ngx_msec_t                   redis_timeout;/* pic_redis_timeout */
     ngx_uint_t                   imbalance;    /* pic_imbalance */
     ngx_uint_t                   exact_weight; /* pic_exact_weight */
@@ -181,6 +183,7 @@ typedef struct {
     ngx_str_t                    combine_name;
     u_char                       plan_id[17];
 
+    void                        *work;         /* on a thread: its work */
     ngx_http_pic_lookup_t       *lookup;       /* redis lookup in flight */
     ngx_event_t                  lookup_event; /* its deadline or its end */
 

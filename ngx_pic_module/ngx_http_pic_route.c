@@ -822,7 +822,6 @@ ngx_http_pic_route_confirmed(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     ngx_uint_t                 i;
     ngx_http_pic_segment_t    *s;
     ngx_http_pic_zone_ctx_t   *zc;
-    ngx_http_pic_main_conf_t  *pmcf;
 
     zc = ctx->zc;
 
@@ -833,13 +832,6 @@ ngx_http_pic_route_confirmed(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     ctx->confirmed = 1;
 
     ngx_http_pic_index_learn(zc, ctx->wins, ctx->nwins, ctx->combine);
-
-    pmcf = ngx_http_get_module_main_conf(r, ngx_http_pic_module);
-
-    if (pmcf->redis) {
-        return;
-    }
-
     ngx_http_pic_index_learn(zc, ctx->segs, ctx->nsegs, ctx->combine);
 
     for (i = 0; i < ctx->nsegs; i++) {

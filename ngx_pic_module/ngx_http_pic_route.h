@@ -28,10 +28,10 @@
 ngx_int_t ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx);
 
 /* The combine node answered the plan (a 200 header: a stream's leaves once
- * the prompt is assembled): record what it now holds (DESIGN 4.2: on the
- * engine's confirmation, never when a plan names it).  With pic_redis the
- * engines' own "add" events are the confirmation; only the S1 windows
- * (where similar content went) are recorded here then. */
+ * the prompt is assembled): record its segments (and S1 windows) as held
+ * there and its workers' as held by them (DESIGN 4.2: on the engine's
+ * confirmation, never when a plan names it; the engines' redis "add"
+ * events confirm too). */
 void ngx_http_pic_route_confirmed(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx);
 

@@ -31,62 +31,75 @@ static void ngx_http_pic_key_ctx_cleanup(void *data);
 
 
 ngx_int_t
-ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
-    ngx_http_pic_loc_conf_t *plcf, pic_request *req)
+ngx_http_pic_segment_alloc(ngx_http_request_t *r, pic_key_ctx **kcp,
+    pic_segmentation **sgp)
 {
-    size_t                     i, at;
-    uint64_t                   t0;
-    pic_segment               *ps;
-    pic_error                  err;
-    ngx_uint_t                 markers, escapes;
-    pic_key_ctx               *kc;
-    pic_segment_cfg            cfg;
-    pic_segmentation          *sg;
-    ngx_pool_cleanup_t        *cln;
-    ngx_http_pic_segment_t    *s;
-    ngx_http_pic_zone_ctx_t   *zc;
-
-    t0 = (uint64_t) (pic_now_ns() / 1000);
+    pic_key_ctx         *kc;
+    pic_segmentation    *sg;
+    ngx_pool_cleanup_t  *cln;
 
     cln = ngx_pool_cleanup_add(r->pool, sizeof(pic_key_ctx));
     if (cln == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_ERROR;
     }
 
     kc = cln->data;
     kc->base = NULL;
     cln->handler = ngx_http_pic_key_ctx_cleanup;
 
-    if (pic_key_ctx_init(kc, (char *) ctx->fingerprint.data,
-                         ctx->fingerprint.len, (char *) ctx->scope,
-                         ctx->scope_len, &err)
-        != 0)
-    {
-        return ngx_http_pic_error(r, ctx, &err, NGX_LOG_INFO);
-    }
-
     cln = ngx_pool_cleanup_add(r->pool, sizeof(pic_segmentation));
     if (cln == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_ERROR;
     }
 
     sg = cln->data;
     pic_segmentation_init(sg);
     cln->handler = ngx_http_pic_segmentation_cleanup;
 
+    *kcp = kc;
+    *sgp = sg;
+
+    return NGX_OK;
+}
+
+
+int
+ngx_http_pic_segment_run(ngx_http_pic_loc_conf_t *plcf, ngx_uint_t dialect,
+    ngx_str_t *fingerprint, u_char *scope, size_t scope_len,
+    pic_request *req, pic_key_ctx *kc, pic_segmentation *sg, pic_error *err)
+{
+    pic_segment_cfg  cfg;
+
+    if (pic_key_ctx_init(kc, (char *) fingerprint->data, fingerprint->len,
+                         (char *) scope, scope_len, err)
+        != 0)
+    {
+        return -1;
+    }
+
     ngx_memzero(&cfg, sizeof(pic_segment_cfg));
-    cfg.dialect = (pic_template_dialect) ctx->dialect;
+    cfg.dialect = (pic_template_dialect) dialect;
     cfg.marker = plcf->split ? &plcf->marker : NULL;
     cfg.split_parts = plcf->split;
     cfg.cdc = plcf->cdc;
     cfg.keys = kc;
     cfg.min_pic_bytes = plcf->min_segment;
 
-    if (pic_segment_request(&cfg, req, sg, &err) != 0) {
-        return ngx_http_pic_error(r, ctx, &err,
-                                  err.status >= 500 ? NGX_LOG_ERR
-                                                    : NGX_LOG_INFO);
-    }
+    return pic_segment_request(&cfg, req, sg, err);
+}
+
+
+ngx_int_t
+ngx_http_pic_segment_finish(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
+    ngx_http_pic_loc_conf_t *plcf, pic_key_ctx *kc, pic_segmentation *sg,
+    uint64_t usec)
+{
+    size_t                     i, at;
+    pic_segment               *ps;
+    pic_error                  err;
+    ngx_uint_t                 markers, escapes;
+    ngx_http_pic_segment_t    *s;
+    ngx_http_pic_zone_ctx_t   *zc;
 
     ctx->segmentation = sg;
     ctx->key_ctx = kc;
@@ -169,8 +182,7 @@ ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
         (void) ngx_atomic_fetch_add(&zc->sh->stats.cdc_bytes,
                                     sg->render.text.len);
         (void) ngx_atomic_fetch_add(&zc->sh->stats.cdc_chunks, sg->n_segs);
-        (void) ngx_atomic_fetch_add(&zc->sh->stats.cdc_usec,
-                                    (uint64_t) (pic_now_ns() / 1000) - t0);
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.cdc_usec, usec);
         (void) ngx_atomic_fetch_add(&zc->sh->stats.markers, markers);
         (void) ngx_atomic_fetch_add(&zc->sh->stats.escapes, escapes);
     }

@@ -18,11 +18,24 @@
 #include "ngx_http_pic_module.h"
 
 
-/* Render req, cut it into segments, key them (model fingerprint, scope,
- * bytes) and fill ctx->segs / nsegs / total_bytes / segmentation; counts
- * the CDC statistics.  Returns NGX_OK or an HTTP status. */
-ngx_int_t ngx_http_pic_segment(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
-    ngx_http_pic_loc_conf_t *plcf, pic_request *req);
+/* A key context and a segmentation freed with r's pool. */
+ngx_int_t ngx_http_pic_segment_alloc(ngx_http_request_t *r,
+    pic_key_ctx **kc, pic_segmentation **sg);
+
+/* Render req, cut it into segments and key them (fingerprint, scope,
+ * bytes) into sg: 0, or -1 and err.  Touches no nginx object but the
+ * read-only location conf: safe on a thread of pic_thread_pool. */
+int ngx_http_pic_segment_run(ngx_http_pic_loc_conf_t *plcf,
+    ngx_uint_t dialect, ngx_str_t *fingerprint, u_char *scope,
+    size_t scope_len, pic_request *req, pic_key_ctx *kc,
+    pic_segmentation *sg, pic_error *err);
+
+/* Fill ctx->segs / nsegs / total_bytes / segmentation from sg and count
+ * the CDC statistics (usec: what the pipeline took).  Returns NGX_OK or an
+ * HTTP status. */
+ngx_int_t ngx_http_pic_segment_finish(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx, ngx_http_pic_loc_conf_t *plcf, pic_key_ctx *kc,
+    pic_segmentation *sg, uint64_t usec);
 
 
 /* The prefix chain of segs[0..n): chains[i].key = xxh3_128 (canonical) of

@@ -293,10 +293,12 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
     p = ngx_sprintf(p, "\"requests\":{\"total\":%uA,\"errors\":%uA,"
                     "\"status\":%uA,\"passed\":%uA,\"planned\":%uA,"
                     "\"observed\":%uA,\"rejected\":%uA,\"no_engine\":%uA,"
-                    "\"upstream_errors\":%uA,\"fallback\":%uA},",
+                    "\"upstream_errors\":%uA,\"fallback\":%uA,"
+                    "\"offloaded\":%uA},",
                     st->requests, st->errors, st->status_requests,
                     st->passed, st->planned, st->observed, st->rejected,
-                    st->no_engine, st->upstream_errors, st->fallback);
+                    st->no_engine, st->upstream_errors, st->fallback,
+                    st->offloaded);
 
     p = ngx_sprintf(p, "\"segments\":{\"total\":%uA,\"hits\":%uA,"
                     "\"misses\":%uA,\"dynamic\":%uA,\"s1_hits\":%uA},",

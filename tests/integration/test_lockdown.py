@@ -593,7 +593,8 @@ class TurnCounter:
     """A TCP proxy in front of redis-server that counts, per client
     connection, the turns: how many times the client starts sending after
     the server has answered (a pipelined batch is one turn, however it is
-    cut into segments; a command per round trip is one turn each)."""
+    cut into segments; a command per round trip is one turn each), and of
+    those the lookups (turns that start with SMEMBERS)."""
 
     def __init__(self, upstream_port):
         import socket
@@ -617,7 +618,7 @@ class TurnCounter:
             except OSError:
                 return
             u = socket.create_connection(("127.0.0.1", self.upstream))
-            st = {"turns": 0, "sub": False, "last": None}
+            st = {"turns": 0, "sub": False, "last": None, "lookups": 0}
             with self.lock:
                 self.conns.append(st)
             threading.Thread(target=self._pump, args=(c, u, st, "c"), daemon=True).start()
@@ -640,6 +641,8 @@ class TurnCounter:
                 if side == "c":
                     if st["last"] != "c":
                         st["turns"] += 1
+                        if b"SMEMBERS" in data.upper():
+                            st["lookups"] += 1
                     if b"SUBSCRIBE" in data.upper():
                         st["sub"] = True
                 st["last"] = side
@@ -649,8 +652,10 @@ class TurnCounter:
                 return
 
     def lookup_turns(self):
+        """Turns that asked SMEMBERS (writes such as the gateways' pic:pfx
+        records after an answer are turns of their own)."""
         with self.lock:
-            return sum(c["turns"] for c in self.conns if not c["sub"])
+            return sum(c["lookups"] for c in self.conns if not c["sub"])
 
     def stop(self, *a, **kw):
         self.sock.close()
@@ -735,10 +740,12 @@ def test_holders_are_recorded_when_the_engine_confirms(procs):
 
 
 def test_with_redis_the_engines_announcements_record_holders(procs, logdir):
+    """An engine's "add" event on pic:events records it as a holder, even of a
+    segment whose plans it refused."""
     from test_gateway_resilience import redis_cmd
     from test_gateway import xxh128_key
     red = procs.redis()
-    fake = procs._add(harness.FakeBackend("capture", name="fa"))
+    fake = procs._add(harness.FakeBackend("busy", name="fa"))
     ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"], cdc="512 1024 4096",
                               http=f"pic_redis 127.0.0.1:{red.port};"))
     harness.wait_for(lambda: all(e["id"] for e in gw_status(ngx)["engines"]), timeout=5,
@@ -754,9 +761,48 @@ def test_with_redis_the_engines_announcements_record_holders(procs, logdir):
         harness.wait_for(lambda: len(access_lines(ngx)) > n0, timeout=5, what="log line")
         return code, int(access_lines(ngx)[-1]["hit"])
 
-    assert send("header one") == (200, 0)
-    assert send("header two") == (200, 0), "a plan naming fa is not fa's announcement"
+    assert send("header one") == (429, 0)
+    assert send("header two") == (429, 0), "a plan naming fa is not fa's confirmation"
     assert redis_cmd(red.port, "PUBLISH", "pic:events", f"add fa {key}") == b":1\r\n"
     harness.wait_for(lambda: gw_status(ngx)["redis"]["events"] == 1, timeout=5,
                      what="announcement applied")
-    assert send("header three") == (200, len(d))
+    assert send("header three") == (429, len(d))
+
+
+# --- 7. bodies parsed, rendered and keyed off the event loop -------------------------
+
+
+def test_large_bodies_are_keyed_on_the_thread_pool_as_on_the_loop(procs):
+    """pic_thread_pool: a body of min= bytes or more is parsed, rendered, cut
+    and keyed on a thread; the plan is the one the event loop makes (same
+    segments, same keys), a bad body the same 400, a small body stays on the
+    loop."""
+    fake = procs._add(harness.FakeBackend("capture"))
+    threaded = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"],
+                                   loc="pic_thread_pool default min=16k;"), name="threaded")
+    loop = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]), name="loop")
+    docs = [doc(500 + i, 20000) for i in range(10)]
+    body = {"model": "m", "max_tokens": 1, "messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": MARK.join(docs + ["which document?"])}]}
+    plans = []
+    for ngx in (threaded, loop):
+        code, _, raw = harness.http("POST", ngx.url + "/v1/chat/completions", body=body)
+        assert code == 200, raw
+        plan = json.loads(fake.bodies[-1])["pic"]
+        plans.append([(s["key"], s["bytes"], s["kind"]) for s in plan["segments"]])
+    assert len(plans[0]) > 10 and plans[0] == plans[1]
+    assert gw_status(threaded)["requests"]["offloaded"] == 1
+    assert gw_status(loop)["requests"]["offloaded"] == 0
+    bad = b'{"model": "m", "messages": [' + b'{"role": "user", "content": "x"},' * 800 + b"]"
+    answers = []
+    for ngx in (threaded, loop):
+        code, _, raw = harness.http("POST", ngx.url + "/v1/chat/completions", body=bad)
+        assert code == 400, raw
+        answers.append(json.loads(raw)["error"])
+    assert answers[0] == answers[1]
+    assert gw_status(threaded)["requests"]["offloaded"] == 2
+    code, _, _ = harness.http("POST", threaded.url + "/v1/chat/completions", body={
+        "model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]})
+    assert code == 200
+    assert gw_status(threaded)["requests"]["offloaded"] == 2, "a small body stays on the loop"
