@@ -36,7 +36,7 @@ def tokenizer_lines(n_per_task=150):
     and level (deterministic)."""
     lines = list(tasks.prose())
     for task in tasks.TASKS:
-        for lv in sorted(tasks.LEVELS):
+        for lv in sorted(lv for lv in tasks.LEVELS if lv >= 0):
             for s in range(n_per_task):
                 it = tasks.item(task, TOKENIZER_SEEDS + s, lv)
                 lines.append(tasks.prompt_text(it) + it["answer"] + "<|im_end|>\n")

@@ -19,7 +19,9 @@ planted in it.  Task kinds:
             header, with another subset of tool schemas (same answer)
 
 Every item is a dict: {"task", "seed", "messages", "tools" (or None), "answer",
-"docs" (the document strings, for the PIC benchmark's markers)}.  `item(task, seed)`
+"docs" (the document strings, for the PIC benchmark's markers), "qa" (the other
+questions its context answers, [(question, answer)]: training appends some as
+follow-up turns; recorded without touching the item's random stream)}.  `item(task, seed)`
 is a pure function of its arguments (and of the prose corpus, whose digest
 `corpus_digest()` is recorded with every checkpoint).
 
@@ -170,8 +172,10 @@ def _question(r, e, a):
 
 # --------------------------------------------------------------------- documents
 
-# curriculum level -> (documents, paragraphs per document)
+# curriculum level -> (documents, paragraphs per document); level -1 (training's
+# warm-up, not a benchmark level) has documents of one short sentence plus the facts
 LEVELS = {
+    -1: ((2, 3), (0, 0)),
     0: ((2, 3), (1, 1)),
     1: ((2, 4), (1, 2)),
     2: ((3, 5), (1, 3)),
@@ -183,7 +187,11 @@ LEVELS = {
 def _doc(r, paras, facts, title):
     """A document: title line, paragraphs with the fact sentences planted at
     random paragraph ends."""
-    body = [r.choice(prose()) for _ in range(paras)]
+    if paras == 0:
+        s = r.choice(prose())
+        body = [s[:s.find(". ") + 1] if 0 < s.find(". ") < 100 else s[:s.rfind(" ", 0, 80)] + "."]
+    else:
+        body = [r.choice(prose()) for _ in range(paras)]
     for f in facts:
         i = r.randrange(len(body))
         body[i] = body[i] + " " + f if r.random() < 0.5 else f + " " + body[i]
@@ -207,8 +215,19 @@ def _header(r):
     return h.format(n=_name(r), t=_name(r))
 
 
+def _ask(known, skip):
+    """Follow-up questions [(question, answer)] of planted facts known =
+    [(entity, attribute, value)] other than `skip`; phrasing from their own
+    random stream (the item's stream is untouched)."""
+    out = []
+    for e, a, v in known:
+        if (e, a) != skip:
+            out.append((_question(random.Random("qa|%s|%s|%s" % (e, a, v)), e, a), v))
+    return out
+
+
 def _rag(r, level, n_extra_same=0):
-    """Shared body of single / distract: returns (docs, question, answer)."""
+    """Shared body of single / distract: returns (docs, question, answer, qa)."""
     (dlo, dhi), (plo, phi) = LEVELS[level]
     k = r.randint(dlo, dhi)
     ents = _entities(r, 2 * k + 2)
@@ -218,13 +237,17 @@ def _rag(r, level, n_extra_same=0):
     facts = [[] for _ in range(k)]
     gold = r.randrange(k)
     facts[gold].append(_fact(r, target_e, target_a[0], answer))
+    known = []
     if n_extra_same:
         # distractors: same entity, another attribute (another document when k > 1);
         # same attribute, another entity
         other = (gold + 1 + r.randrange(k - 1)) % k if k > 1 else gold
         a2 = attrs[1]
-        facts[other].append(_fact(r, target_e, a2[0], _value(r, a2[1])))
-        facts[r.randrange(k)].append(_fact(r, ents[1], target_a[0], _value(r, target_a[1])))
+        v2 = _value(r, a2[1])
+        facts[other].append(_fact(r, target_e, a2[0], v2))
+        i2, v3 = r.randrange(k), _value(r, target_a[1])
+        facts[i2].append(_fact(r, ents[1], target_a[0], v3))
+        known += [(target_e, a2[0], v2), (ents[1], target_a[0], v3)]
     used = set()
     for i in range(k):
         for _ in range(r.randint(0, 1) + (1 if i != gold else 0)):
@@ -233,19 +256,21 @@ def _rag(r, level, n_extra_same=0):
             if (e, a) in used:          # one value per (entity, attribute)
                 continue
             used.add((e, a))
-            facts[i].append(_fact(r, e, a[0], _value(r, a[1])))
+            v = _value(r, a[1])
+            facts[i].append(_fact(r, e, a[0], v))
+            known.append((e, a[0], v))
     docs = [_doc(r, r.randint(plo, phi), facts[i], _title(r)) for i in range(k)]
-    return docs, _question(r, target_e, target_a[0]), answer
+    return docs, _question(r, target_e, target_a[0]), answer, _ask(known, None)
 
 
 def _rag_item(r, level, distract):
-    docs, q, ans = _rag(r, level, n_extra_same=1 if distract else 0)
+    docs, q, ans, qa = _rag(r, level, n_extra_same=1 if distract else 0)
     msgs = []
     h = _header(r)
     if h:
         msgs.append({"role": "system", "content": h})
     msgs.append({"role": "user", "content": _docs_message(r, docs, q)})
-    return {"messages": msgs, "tools": None, "answer": ans, "docs": docs}
+    return {"messages": msgs, "tools": None, "answer": ans, "docs": docs, "qa": qa}
 
 
 def _multihop_item(r, level):
@@ -263,19 +288,26 @@ def _multihop_item(r, level):
     facts[da].append(link)
     facts[db].append(_fact(r, boss, a[0], answer))
     # distractors: the same attribute for x itself and for another entity
-    facts[r.randrange(k)].append(_fact(r, x, a[0], _value(r, a[1])))
-    facts[r.randrange(k)].append(_fact(r, ents[2], a[0], _value(r, a[1])))
+    ix, vx = r.randrange(k), _value(r, a[1])
+    facts[ix].append(_fact(r, x, a[0], vx))
+    i2, v2 = r.randrange(k), _value(r, a[1])
+    facts[i2].append(_fact(r, ents[2], a[0], v2))
     other = ents[3]
     facts[r.randrange(k)].append("%s %s %s." % (ents[4][0].upper() + ents[4][1:], rel[0], other))
     docs = [_doc(r, r.randint(plo, phi), facts[i], _title(r)) for i in range(k)]
     target = rel[1].format(x=x) if "{x}" in rel[1] else rel[1] + " " + x
     q = "What is the %s of %s?" % (a[0], target)
+    # follow-ups: the first hop, and each planted value directly
+    hop = {"is managed by": "Who manages %s?", "reports to": "Who does %s report to?",
+           "is stored with": "What is %s stored with?"}[rel[0]]
+    qa = [(hop % x, boss), (hop % ents[4], other)] + _ask(
+        [(boss, a[0], answer), (x, a[0], vx), (ents[2], a[0], v2)], None)
     msgs = []
     h = _header(r)
     if h:
         msgs.append({"role": "system", "content": h})
     msgs.append({"role": "user", "content": _docs_message(r, docs, q)})
-    return {"messages": msgs, "tools": None, "answer": answer, "docs": docs}
+    return {"messages": msgs, "tools": None, "answer": answer, "docs": docs, "qa": qa}
 
 
 # --------------------------------------------------------------------- tools
@@ -392,8 +424,9 @@ def _tool_item(r, level, tool_names=None):
         msgs.append({"role": "tool", "content": res})
     if ask_last:
         msgs.append({"role": "user", "content": q})
+    qa = [x for qs in qas for x in qs if x != (q, ans)]
     return {"messages": msgs, "tools": [TOOLS[n] for n in pool], "answer": ans,
-            "docs": results}
+            "docs": results, "qa": qa}
 
 
 def _shift_item(r, level):
@@ -415,14 +448,14 @@ def _shift_item(r, level):
         pool = sorted(set(used) | set(r2.sample(extra, r2.randint(0, len(extra)))),
                       key=list(TOOLS).index)
         return {"messages": msgs, "tools": [TOOLS[n] for n in pool],
-                "answer": it["answer"], "docs": it["docs"], "base": base}
+                "answer": it["answer"], "docs": it["docs"], "base": base, "qa": it["qa"]}
     docs = list(it["docs"])
     r2.shuffle(docs)
     u = msgs[-1]["content"]
     q = u[u.rindex("\n\nQuestion: ") + len("\n\nQuestion: "):]
     msgs[-1] = {"role": "user", "content": _docs_message(r2, docs, q)}
     return {"messages": msgs, "tools": None, "answer": it["answer"], "docs": docs,
-            "base": base}
+            "base": base, "qa": it["qa"]}
 
 
 def _make(task, seed, level):

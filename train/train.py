@@ -11,11 +11,20 @@ train_state.json (counters); --resume-from-release continues from it when no
 state.pt exists (a fresh machine: optimizer moments restart, the data stream
 and schedule continue where the release left them).
 
-Data: training item i (a global counter) is tasks.item(MIX[i % len(MIX)],
-TRAIN_SEEDS_FROM + i, level(i)), so a resumed run sees exactly the items an
-uninterrupted one would.  Held-out accuracy: greedy exact match (teacher-forced
-argmax over the answer tokens and the closing <|im_end|>, which is the same
-thing), seeds [0, --eval-n) of every task at the current level.
+Data: training item i (a global counter) is tasks.item(mix[i % len(mix)],
+TRAIN_SEEDS_FROM + i, level), followed by up to --follow follow-up turns (other
+questions its context answers, tasks' "qa"; chosen by random.Random(i)), so a
+resumed run with the same arguments sees exactly the items an uninterrupted one
+would.  Loss: mean cross-entropy over the answer tokens (each answer and its
+<|im_end|>) plus --lm-w times the mean over all other tokens.
+
+Held-out accuracy: greedy exact match (teacher-forced argmax over the answer
+tokens and the closing <|im_end|>, which is the same thing), seeds [0, --eval-n)
+of every task at --eval-level (the level bench/accuracy.py measures; its mean picks
+the release checkpoint), and at the training level when that differs.  The
+curriculum level rises when held-out exact match at the training level reaches
+--promote on every task of the mix (levels -1..4 of tasks.LEVELS; -1 is a
+warm-up of one-sentence documents).
 
 Usage:  train.py [--minutes M] [--run DIR] [--out DIR] [--threads N] ...
 """
@@ -37,20 +46,31 @@ import tasks   # noqa: E402
 MIX = ["single", "distract", "tool", "multihop", "shift", "single", "distract", "tool"]
 
 
-def level_of(tokens, schedule):
-    """Curriculum level for the number of tokens trained so far."""
-    lv = 0
-    for i, t in enumerate(schedule):
-        if tokens >= t:
-            lv = i + 1
-    return min(lv, max(tasks.LEVELS))
-
-
 def encode_item(tok, it, eos):
     """(ids, answer_start) with the answer and <|im_end|> at ids[answer_start:]."""
     p = tok.encode(tasks.prompt_text(it)).ids
     a = tok.encode(it["answer"]).ids
     return p + a + [eos], len(p)
+
+
+FOLLOW = ("\n<|im_start|>user\n%s<|im_end|>\n"
+          "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def encode_train(tok, it, eos, n_follow, rng):
+    """(ids, [(start, end)]): the item and its answer, then up to n_follow follow-up
+    turns (question, generation prompt, answer, <|im_end|>); ids[start:end] are
+    the answer tokens (each closing <|im_end|> included)."""
+    ids, a0 = encode_item(tok, it, eos)
+    spans = [(a0, len(ids))]
+    qa = list(it.get("qa") or [])
+    rng.shuffle(qa)
+    for q, a in qa[:n_follow]:
+        ids = ids + tok.encode(FOLLOW % q).ids
+        s0 = len(ids)
+        ids = ids + tok.encode(a).ids + [eos]
+        spans.append((s0, len(ids)))
+    return ids, spans
 
 
 def make_model(text_cfg, seed):
@@ -62,43 +82,65 @@ def make_model(text_cfg, seed):
     return m
 
 
-def batch_loss(model, seqs, ans_w, device="cpu"):
-    """Mean token loss over a padded batch; answer tokens weigh ans_w."""
+def batch_loss(model, seqs, lm_w, device="cpu"):
+    """(loss, answer loss) of a right-padded batch of (ids, answer spans): mean
+    cross-entropy over answer tokens + lm_w * mean over the other tokens."""
     import torch
     n = max(len(s) for s, _ in seqs)
     ids = torch.zeros(len(seqs), n, dtype=torch.long)
-    w = torch.zeros(len(seqs), n)
-    for b, (s, a0) in enumerate(seqs):
+    ans = torch.zeros(len(seqs), n)            # [B, n] 1 on answer targets
+    oth = torch.zeros(len(seqs), n)            # [B, n] 1 on the other targets
+    for b, (s, spans) in enumerate(seqs):
         ids[b, :len(s)] = torch.tensor(s)
-        w[b, 1:len(s)] = 1.0
-        w[b, a0:len(s)] = ans_w
-    ids, w = ids.to(device), w.to(device)
-    logits = model(input_ids=ids).logits[:, :-1].float()
+        oth[b, 1:len(s)] = 1.0
+        for s0, s1 in spans:
+            ans[b, s0:s1] = 1.0
+            oth[b, s0:s1] = 0.0
+    ids, ans, oth = ids.to(device), ans.to(device), oth.to(device)
+    logits = model(input_ids=ids).logits[:, :-1].float()       # [B, n-1, V]
     ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                            ids[:, 1:].reshape(-1), reduction="none")
-    w = w[:, 1:].reshape(-1)
-    return (ce * w).sum() / w.sum(), int((w > 0).sum())
+    ans, oth = ans[:, 1:].reshape(-1), oth[:, 1:].reshape(-1)
+    la = (ce * ans).sum() / ans.sum().clamp(min=1)
+    lo = (ce * oth).sum() / oth.sum().clamp(min=1)
+    return la + lm_w * lo, la
 
 
-def evaluate(model, tok, eos, level, n, tasks_=None, device="cpu"):
-    """{task: accuracy} on held-out seeds [0, n) at `level`."""
+def evaluate(model, tok, eos, level, n, tasks_=None, device="cpu", bs=8):
+    """({task: exact match}, {task: answer-token accuracy}, {task: answer loss}) on
+    held-out seeds [0, n) at `level` (teacher-forced, batches of bs)."""
     import torch
     model.eval()
-    acc = {}
+    acc, tacc, aloss = {}, {}, {}
     with torch.no_grad():
         for task in tasks_ or tasks.TASKS:
-            ok = 0
-            for s in range(n):
-                ids, a0 = encode_item(tok, tasks.item(task, s, level), eos)
-                x = torch.tensor([ids], device=device)
-                pred = model(input_ids=x).logits[0, a0 - 1:len(ids) - 1].argmax(-1)
-                ok += bool((pred == x[0, a0:]).all())
+            ok, tok_ok, tok_n, ce_sum = 0, 0, 0, 0.0
+            items = [encode_item(tok, tasks.item(task, s, level), eos) for s in range(n)]
+            for b0 in range(0, n, bs):
+                part = items[b0:b0 + bs]
+                L = max(len(ids) for ids, _ in part)
+                x = torch.zeros(len(part), L, dtype=torch.long)
+                for b, (ids, _) in enumerate(part):
+                    x[b, :len(ids)] = torch.tensor(ids)
+                logits = model(input_ids=x.to(device)).logits.float()
+                for b, (ids, a0) in enumerate(part):
+                    lg = logits[b, a0 - 1:len(ids) - 1]
+                    gold = x[b, a0:len(ids)].to(lg.device)
+                    hit = lg.argmax(-1) == gold
+                    ok += bool(hit.all())
+                    tok_ok += int(hit.sum())
+                    tok_n += len(gold)
+                    ce_sum += float(torch.nn.functional.cross_entropy(lg, gold, reduction="sum"))
             acc[task] = ok / n
+            tacc[task] = round(tok_ok / tok_n, 4)
+            aloss[task] = round(ce_sum / tok_n, 4)
     model.train()
-    return acc
+    return acc, tacc, aloss
 
 
 def lr_at(step, a):
+    """Learning rate at `step` steps into this run (warmup restarts with each run:
+    a resumed run may change the loss, and the moments must catch up)."""
     if step < a.warmup:
         return a.lr * (step + 1) / a.warmup
     return max(a.lr_min, a.lr)
@@ -110,32 +152,48 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(ROOT, "models", "pic-qa"))
     ap.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget")
     ap.add_argument("--until", default=None, help="stop at this UTC time HH:MM instead")
+    ap.add_argument("--until-step", type=int, default=0,
+                    help="stop after this optimizer step (reproducible phases)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1 on a shared machine: spinning OpenMP threads waste it)")
     ap.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when present)")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--batch-tokens", type=int, default=2048)
+    ap.add_argument("--batch-tokens", type=int, default=1024)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--lr-min", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--wd", type=float, default=0.01)
-    ap.add_argument("--ans-w", type=float, default=4.0, help="loss weight of answer tokens")
-    ap.add_argument("--schedule", default="1e6,3e6,8e6,16e6",
-                    help="tokens at which the curriculum level goes up (levels 1..4)")
-    ap.add_argument("--log-every", type=int, default=5)
-    ap.add_argument("--eval-every", type=float, default=15.0, help="minutes between evals")
-    ap.add_argument("--eval-n", type=int, default=10)
+    ap.add_argument("--lm-w", type=float, default=0.1,
+                    help="weight of the mean loss over non-answer tokens")
+    ap.add_argument("--follow", type=int, default=4,
+                    help="follow-up question turns appended to a training item (at most)")
+    ap.add_argument("--mix", default="single,distract,tool,multihop,shift",
+                    help="training tasks, in the order item i cycles through")
+    ap.add_argument("--level", type=int, default=None,
+                    help="set the curriculum level (else the state's; 0 on a fresh start)")
+    ap.add_argument("--promote", type=float, default=0.9,
+                    help="held-out exact match on every mix task that raises the level")
+    ap.add_argument("--max-level", type=int, default=max(tasks.LEVELS))
+    ap.add_argument("--eval-level", type=int, default=0,
+                    help="level of the held-out set that picks the release checkpoint")
+    ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--eval-every", type=float, default=12.0, help="minutes between evals")
+    ap.add_argument("--eval-n", type=int, default=50)
     ap.add_argument("--resume-from-release", action="store_true",
                     help="no state.pt: start from the release checkpoint in --out")
     a = ap.parse_args(argv)
 
+    import random
     import torch
     from tokenizers import Tokenizer
     import fastgdn
     fastgdn.patch()
     torch.set_num_threads(a.threads)
     os.makedirs(a.run, exist_ok=True)
-    schedule = [float(x) for x in a.schedule.split(",")]
+    mix = a.mix.split(",")
+    for t in mix:
+        if t not in tasks.TASKS:
+            sys.exit("train: unknown task %r in --mix" % t)
 
     state_path = os.path.join(a.run, "state.pt")
     tok_dir = a.out
@@ -151,7 +209,7 @@ def main(argv=None):
     model = make_model(ckpt.text_config_dict(tok_dir), a.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95),
                             weight_decay=a.wd)
-    st = {"step": 0, "item": 0, "tokens": 0, "seconds": 0.0, "best": -1.0,
+    st = {"step": 0, "item": 0, "tokens": 0, "seconds": 0.0, "best": -1.0, "level": 0,
           "digest": tasks.corpus_digest()}
     if os.path.exists(state_path):
         s = torch.load(state_path, weights_only=False, map_location="cpu")
@@ -163,9 +221,13 @@ def main(argv=None):
     elif a.resume_from_release and os.path.exists(os.path.join(a.out, "train_state.json")):
         ckpt.load_weights(model, a.out)
         with open(os.path.join(a.out, "train_state.json")) as f:
-            st.update(json.load(f)["state"])
+            rel = json.load(f)
+        st.update(rel["state"])
+        st.setdefault("level", rel.get("level", 0))
         print("train: resumed release %s at step %d, %d tokens" % (a.out, st["step"],
                                                                    st["tokens"]), flush=True)
+    if a.level is not None:
+        st["level"] = a.level
     if st["digest"] != tasks.corpus_digest():
         print("train: WARNING prose corpus digest %s != %s (other Python version): "
               "items differ from the original run" % (tasks.corpus_digest(), st["digest"]),
@@ -188,6 +250,12 @@ def main(argv=None):
         logf.flush()
         print(json.dumps(rec), flush=True)
 
+    args = dict(vars(a))
+    for k in ("run", "out"):
+        args[k] = os.path.relpath(args[k], ROOT)
+    log({"step": st["step"], "tokens": st["tokens"], "item": st["item"],
+         "level": st["level"], "start": args})
+
     def save(acc):
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "st": st},
                    state_path + ".tmp")
@@ -197,17 +265,33 @@ def main(argv=None):
             st["best"] = mean
             ckpt.write_json_files(a.out)
             ckpt.save_weights(model, a.out)
-            args = dict(vars(a))
-            for k in ("run", "out"):
-                args[k] = os.path.relpath(args[k], ROOT)
             with open(os.path.join(a.out, "train_state.json"), "w") as f:
-                json.dump({"state": st, "heldout": acc,
-                           "level": level_of(st["tokens"], schedule),
-                           "args": args}, f, indent=1, sort_keys=True)
+                json.dump({"state": st, "heldout": acc, "heldout_level": a.eval_level,
+                           "level": st["level"], "args": args}, f, indent=1, sort_keys=True)
                 f.write("\n")
             shutil.copyfile(os.path.join(a.run, "log.jsonl"),
                             os.path.join(a.out, "train_log.jsonl"))
             print("train: release checkpoint written to %s" % a.out, flush=True)
+
+    def eval_and_save(final=False):
+        acc, tacc, aloss = evaluate(model, tok, eos, a.eval_level, a.eval_n, device=device)
+        rec = {"step": st["step"], "tokens": st["tokens"], "level": a.eval_level,
+               "heldout": acc, "answer_token_acc": tacc, "answer_loss": aloss, "n": a.eval_n}
+        if final:
+            rec["final"] = True
+        log(rec)
+        lacc = acc
+        if st["level"] != a.eval_level:
+            lacc, tacc, aloss = evaluate(model, tok, eos, st["level"], a.eval_n,
+                                         tasks_=sorted(set(mix)), device=device)
+            log({"step": st["step"], "tokens": st["tokens"], "level": st["level"],
+                 "heldout": lacc, "answer_token_acc": tacc, "answer_loss": aloss,
+                 "n": a.eval_n})
+        if (not final and st["level"] < a.max_level
+                and all(lacc[t] >= a.promote for t in set(mix))):
+            st["level"] += 1
+            log({"step": st["step"], "tokens": st["tokens"], "promoted_to": st["level"]})
+        save(acc)
 
     if a.until:
         hh, mm_ = (int(x) for x in a.until.split(":"))
@@ -216,24 +300,25 @@ def main(argv=None):
         a.minutes = max(0.0, left)
     t_end = time.time() + a.minutes * 60
     t_eval = time.time() + a.eval_every * 60
+    step0 = st["step"]
     model.train()
-    run_loss, run_tok, t_log = 0.0, 0, time.time()
-    while time.time() < t_end:
+    run_loss, run_ans, run_tok, n_run, t_log = 0.0, 0.0, 0, 0, time.time()
+    while time.time() < t_end and not (a.until_step and st["step"] >= a.until_step):
         t0 = time.time()
-        lv = level_of(st["tokens"], schedule)
+        lv = st["level"]
         seqs, ntok = [], 0
         while ntok < a.batch_tokens:
             i = st["item"]
             # a quarter of the items come from a lower level (keeps short items in)
             li = lv - 1 if (lv > 0 and i % 4 == 3) else lv
-            it = tasks.item(MIX[i % len(MIX)], tasks.TRAIN_SEEDS_FROM + i, li)
-            s = encode_item(tok, it, eos)
+            it = tasks.item(mix[i % len(mix)], tasks.TRAIN_SEEDS_FROM + i, li)
+            s = encode_train(tok, it, eos, a.follow, random.Random(i))
             seqs.append(s)
             ntok += len(s[0])
             st["item"] += 1
         for g in opt.param_groups:
-            g["lr"] = lr_at(st["step"], a)
-        loss, _ = batch_loss(model, seqs, a.ans_w, device)
+            g["lr"] = lr_at(st["step"] - step0, a)
+        loss, aloss = batch_loss(model, seqs, a.lm_w, device)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -247,23 +332,19 @@ def main(argv=None):
         st["tokens"] += ntok
         st["seconds"] += time.time() - t0
         run_loss += loss.item()
+        run_ans += aloss.item()
         run_tok += ntok
+        n_run += 1
         if st["step"] % a.log_every == 0:
             dt = time.time() - t_log
             log({"step": st["step"], "tokens": st["tokens"], "level": lv,
-                 "loss": round(run_loss / a.log_every, 4),
-                 "tok_per_s": round(run_tok / dt, 1), "lr": lr_at(st["step"], a)})
-            run_loss, run_tok, t_log = 0.0, 0, time.time()
+                 "loss": round(run_loss / n_run, 4), "answer_loss": round(run_ans / n_run, 4),
+                 "tok_per_s": round(run_tok / dt, 1), "lr": lr_at(st["step"] - step0, a)})
+            run_loss, run_ans, run_tok, n_run, t_log = 0.0, 0.0, 0, 0, time.time()
         if time.time() >= t_eval:
-            acc = evaluate(model, tok, eos, lv, a.eval_n, device=device)
-            log({"step": st["step"], "tokens": st["tokens"], "level": lv, "heldout": acc})
-            save(acc)
+            eval_and_save()
             t_eval = time.time() + a.eval_every * 60
-    lv = level_of(st["tokens"], schedule)
-    acc = evaluate(model, tok, eos, lv, a.eval_n, device=device)
-    log({"step": st["step"], "tokens": st["tokens"], "level": lv, "heldout": acc,
-         "final": True})
-    save(acc)
+    eval_and_save(final=True)
     return 0
 
 
