@@ -58,19 +58,23 @@ FOLLOW = ("\n<|im_start|>user\n%s<|im_end|>\n"
 
 
 def encode_train(tok, it, eos, n_follow, rng):
-    """(ids, [(start, end)]): the item and its answer, then up to n_follow follow-up
-    turns (question, generation prompt, answer, <|im_end|>); ids[start:end] are
-    the answer tokens (each closing <|im_end|> included)."""
+    """(ids, [(start, end)], [(start, end)]): the item and its answer, then up to
+    n_follow follow-up turns (question, generation prompt, answer, <|im_end|>);
+    the first list spans the answer tokens (each closing <|im_end|> included), the
+    second the follow-up questions (their entity names are copies from the context)."""
     ids, a0 = encode_item(tok, it, eos)
-    spans = [(a0, len(ids))]
+    spans, qspans = [(a0, len(ids))], []
     qa = list(it.get("qa") or [])
     rng.shuffle(qa)
+    head = len(tok.encode("\n<|im_start|>user\n").ids)
     for q, a in qa[:n_follow]:
-        ids = ids + tok.encode(FOLLOW % q).ids
+        f = tok.encode(FOLLOW % q).ids
+        qspans.append((len(ids) + head, len(ids) + len(tok.encode(FOLLOW.split("%s")[0] + q).ids)))
+        ids = ids + f
         s0 = len(ids)
         ids = ids + tok.encode(a).ids + [eos]
         spans.append((s0, len(ids)))
-    return ids, spans
+    return ids, spans, qspans
 
 
 def make_model(text_cfg, seed):
@@ -82,28 +86,34 @@ def make_model(text_cfg, seed):
     return m
 
 
-def batch_loss(model, seqs, lm_w, device="cpu"):
-    """(loss, answer loss) of a right-padded batch of (ids, answer spans): mean
-    cross-entropy over answer tokens + lm_w * mean over the other tokens."""
+def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu"):
+    """(loss, answer loss) of a right-padded batch of (ids, answer spans, question
+    spans): mean cross-entropy over answer tokens + q_w * mean over follow-up
+    question tokens + lm_w * mean over the other tokens."""
     import torch
-    n = max(len(s) for s, _ in seqs)
+    n = max(len(s[0]) for s in seqs)
     ids = torch.zeros(len(seqs), n, dtype=torch.long)
     ans = torch.zeros(len(seqs), n)            # [B, n] 1 on answer targets
+    qst = torch.zeros(len(seqs), n)            # [B, n] 1 on follow-up question targets
     oth = torch.zeros(len(seqs), n)            # [B, n] 1 on the other targets
-    for b, (s, spans) in enumerate(seqs):
+    for b, (s, spans, qspans) in enumerate(seqs):
         ids[b, :len(s)] = torch.tensor(s)
         oth[b, 1:len(s)] = 1.0
         for s0, s1 in spans:
             ans[b, s0:s1] = 1.0
             oth[b, s0:s1] = 0.0
-    ids, ans, oth = ids.to(device), ans.to(device), oth.to(device)
+        for s0, s1 in qspans:
+            qst[b, s0:s1] = 1.0
+            oth[b, s0:s1] = 0.0
+    ids, ans, qst, oth = ids.to(device), ans.to(device), qst.to(device), oth.to(device)
     logits = model(input_ids=ids).logits[:, :-1].float()       # [B, n-1, V]
     ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                            ids[:, 1:].reshape(-1), reduction="none")
-    ans, oth = ans[:, 1:].reshape(-1), oth[:, 1:].reshape(-1)
+    ans, qst, oth = (x[:, 1:].reshape(-1) for x in (ans, qst, oth))
     la = (ce * ans).sum() / ans.sum().clamp(min=1)
+    lq = (ce * qst).sum() / qst.sum().clamp(min=1)
     lo = (ce * oth).sum() / oth.sum().clamp(min=1)
-    return la + lm_w * lo, la
+    return la + q_w * lq + lm_w * lo, la
 
 
 def evaluate(model, tok, eos, level, n, tasks_=None, device="cpu", bs=8):
@@ -165,6 +175,8 @@ def main(argv=None):
     ap.add_argument("--wd", type=float, default=0.01)
     ap.add_argument("--lm-w", type=float, default=0.1,
                     help="weight of the mean loss over non-answer tokens")
+    ap.add_argument("--q-w", type=float, default=0.5,
+                    help="weight of the mean loss over follow-up question tokens")
     ap.add_argument("--follow", type=int, default=4,
                     help="follow-up question turns appended to a training item (at most)")
     ap.add_argument("--mix", default="single,distract,tool,multihop,shift",
@@ -318,7 +330,7 @@ def main(argv=None):
             st["item"] += 1
         for g in opt.param_groups:
             g["lr"] = lr_at(st["step"] - step0, a)
-        loss, aloss = batch_loss(model, seqs, a.lm_w, device)
+        loss, aloss = batch_loss(model, seqs, a.lm_w, a.q_w, device)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
