@@ -235,7 +235,8 @@ def main(argv=None):
         with open(os.path.join(a.out, "train_state.json")) as f:
             rel = json.load(f)
         st.update(rel["state"])
-        st.setdefault("level", rel.get("level", 0))
+        if "level" not in rel["state"]:     # releases before the level was kept in the state
+            st["level"] = rel.get("level", 0)
         print("train: resumed release %s at step %d, %d tokens" % (a.out, st["step"],
                                                                    st["tokens"]), flush=True)
     if a.level is not None:
