@@ -8,8 +8,10 @@ that hang up mid-stream, malformed bodies.  Every request must end with an HTTP
 status and, for >= 400, an OpenAI-shaped JSON error; 502/503/504 are expected
 only while an engine or Redis is down.  Open fds and RSS of the nginx workers
 and of the engine that is never killed are sampled every SOAK_SAMPLE seconds
-after warm-up; at the end (idle again) fds must be back where they were and RSS
-within SOAK_RSS_SLACK of its first sample.  With ASAN=1 the sanitized nginx,
+after warm-up (the engines' caches are given 8 MiB budgets, full by then); at
+the end (idle again) fds must be back where they were and private RSS
+(RssAnon: the shared zone is not a worker's own) within SOAK_RSS_SLACK of its
+first sample (plus 2 MiB, or for the engine its 16 MiB of cache budgets).  With ASAN=1 the sanitized nginx,
 module and engine run (build them with `make ASAN=1`) and any sanitizer report
 fails the run.
 
@@ -88,7 +90,10 @@ class Stats:
             self.status[(kind, status)] = self.status.get((kind, status), 0) + 1
             expected = {"good": (200,), "stream": (200,), "hangup": (200, None),
                         "malformed": (400,)}[kind]
-            if status not in expected and not (self.disrupted and status in (502, 503, 504)):
+            # while an engine is being killed a stream on it is cut, or a
+            # request gets 502/503/504; nothing else is expected, ever
+            if status not in expected and not (
+                    self.disrupted and status in (502, 503, 504, "stream cut")):
                 self.bad.append((kind, status, detail[:300]))
 
 
@@ -168,9 +173,11 @@ def children(pid):
 
 
 def usage(pid):
-    """(RSS KiB, open fds) of pid."""
+    """(private RSS KiB, open fds) of pid: RssAnon, so that the pages of the
+    shared zone a worker touches (the same for every worker) are not
+    counted as its own growth."""
     with open(f"/proc/{pid}/status") as f:
-        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        rss = next(int(line.split()[1]) for line in f if line.startswith("RssAnon:"))
     return rss, len(os.listdir(f"/proc/{pid}/fd"))
 
 
@@ -195,8 +202,10 @@ def main():
         secret, _ = harness.pool_secret(logdir)
         red = harness.Redis(logdir)
         started.append(red)
+        # small cache budgets: full during warm-up, so growth after it is a leak
         extra = ["--threads", "1", "--pool-secret-file", secret,
-                 "--redis", f"127.0.0.1:{red.port}"]
+                 "--redis", f"127.0.0.1:{red.port}", "--pool-bytes", str(8 << 20),
+                 "--prefix-bytes", str(8 << 20)]
         e1 = harness.Engine(logdir, name="e1", model=MODEL, extra=extra)
         e2 = harness.Engine(logdir, name="e2", model=MODEL, extra=extra)
         started += [e1, e2]
@@ -210,7 +219,7 @@ def main():
         for t in threads:
             t.start()
         t0 = time.time()
-        warm = max(10.0, SECONDS * 0.1)
+        warm = max(20.0, SECONDS * 0.2)
         samples, events = [], []
         kill_at, redis_at = SECONDS / 3, 2 * SECONDS / 3
         next_sample = warm
@@ -266,7 +275,10 @@ def main():
         growth[name] = {"rss_kib": [rss0, rss1], "fds": [fd0, fd1]}
         if fd1 > fd0 + 8:               # keepalive 8 per worker may differ
             failures.append((name, "fds grew", f"{fd0} -> {fd1}"))
-        if rss1 > rss0 * (1 + RSS_SLACK) + 2048:
+        # an engine's caches may still be filling at the first sample: its
+        # budgets (8 MiB pool + 8 MiB prefix tree) are allowed on top
+        budget = 16 * 1024 if name.startswith("engine") else 2048
+        if rss1 > rss0 * (1 + RSS_SLACK) + budget:
             failures.append((name, "RSS grew", f"{rss0} -> {rss1} KiB"))
     expected = ("redis", "connect() failed", "prematurely closed", "recv() failed",
                 "no live upstreams", "readv() failed")  # while e2 or redis is down
