@@ -162,6 +162,42 @@ pic_pc_edge_chain_locked(pic_prefix_cache *pc, pic_pnode *head)
     return (int) L;
 }
 
+/* Every block that heads an edge, depth first over every scope, into a new
+ * array *heads (the caller frees it); their count (fewer on ENOMEM). */
+static size_t
+pic_pc_edge_heads_locked(const pic_prefix_cache *pc, pic_pnode ***heads)
+{
+    pic_pnode **stack = NULL;
+    size_t      cap = 0, top = 0, hcap = 0, nh = 0;
+
+    *heads = NULL;
+    for (pic_pnode *c = pc->root.child; c != NULL; c = c->sib) {
+        if (pic_grow((void **) &stack, &cap, top + 1, sizeof(*stack)) == 0) {
+            stack[top++] = c;
+        }
+    }
+    while (top > 0) {
+        pic_pnode *n = stack[--top], *only;
+
+        for (pic_pnode *c = n->child; c != NULL; c = c->sib) {
+            if (c->n_tok == pc->block
+                && pic_grow((void **) &stack, &cap, top + 1, sizeof(*stack)) == 0) {
+                stack[top++] = c;
+            }
+        }
+        if (n->n_tok != pc->block
+            || (n->parent->n_tok == pc->block
+                && pic_pc_block_children(pc, n->parent, &only) == 1)) {
+            continue;                   /* not the head of an edge */
+        }
+        if (pic_grow((void **) heads, &hcap, nh + 1, sizeof(**heads)) == 0) {
+            (*heads)[nh++] = n;
+        }
+    }
+    free(stack);
+    return nh;
+}
+
 static void
 pic_pc_ck_drop_locked(pic_prefix_cache *pc, pic_pnode *n)
 {
@@ -1000,8 +1036,8 @@ pic_pc_solve_edge_locked(pic_prefix_cache *pc, int L, double *mass, double *mass
 int
 pic_prefix_cache_maintain(pic_prefix_cache *pc)
 {
-    pic_pnode **stack = NULL;
-    size_t      cap = 0, top = 0, bins = 0;
+    pic_pnode **heads = NULL;
+    size_t      nh, bins = 0;
     double     *mass = NULL, *mass_d = NULL;
     int        *blk = malloc((size_t) pc->mmax * sizeof(int)), done = 0;
 
@@ -1011,27 +1047,9 @@ pic_prefix_cache_maintain(pic_prefix_cache *pc)
     pthread_mutex_lock(&pc->mu);
     pc->dirty = 0;
     pc->pend_obs = 0;
-    /* depth first over every scope; each block that heads an edge */
-    for (pic_pnode *c = pc->root.child; c != NULL; c = c->sib) {
-        if (pic_grow((void **) &stack, &cap, top + 1, sizeof(*stack)) == 0) {
-            stack[top++] = c;
-        }
-    }
-    while (top > 0) {
-        pic_pnode *n = stack[--top], *only;
-
-        for (pic_pnode *c = n->child; c != NULL; c = c->sib) {
-            if (c->n_tok == pc->block
-                && pic_grow((void **) &stack, &cap, top + 1, sizeof(*stack)) == 0) {
-                stack[top++] = c;
-            }
-        }
-        if (n->n_tok != pc->block
-            || (n->parent->n_tok == pc->block
-                && pic_pc_block_children(pc, n->parent, &only) == 1)) {
-            continue;                   /* not the head of an edge */
-        }
-        int L = pic_pc_edge_chain_locked(pc, n);
+    nh = pic_pc_edge_heads_locked(pc, &heads);
+    for (size_t h = 0; h < nh; h++) {
+        int L = pic_pc_edge_chain_locked(pc, heads[h]);
         if (L < 1) {
             continue;
         }
@@ -1050,7 +1068,7 @@ pic_prefix_cache_maintain(pic_prefix_cache *pc)
         done += pic_pc_solve_edge_locked(pc, L, mass, mass_d, blk);
     }
     pthread_mutex_unlock(&pc->mu);
-    free(stack);
+    free(heads);
     free(mass);
     free(mass_d);
     free(blk);
@@ -1060,32 +1078,15 @@ pic_prefix_cache_maintain(pic_prefix_cache *pc)
 void
 pic_prefix_cache_edges(pic_prefix_cache *pc, int *n_edges, int *max_ck)
 {
-    pic_pnode **stack = NULL;
-    size_t      cap = 0, top = 0;
+    pic_pnode **heads = NULL;
+    size_t      nh;
 
     *n_edges = 0;
     *max_ck = 0;
     pthread_mutex_lock(&pc->mu);
-    for (pic_pnode *c = pc->root.child; c != NULL; c = c->sib) {
-        if (pic_grow((void **) &stack, &cap, top + 1, sizeof(*stack)) == 0) {
-            stack[top++] = c;
-        }
-    }
-    while (top > 0) {
-        pic_pnode *n = stack[--top], *only;
-
-        for (pic_pnode *c = n->child; c != NULL; c = c->sib) {
-            if (c->n_tok == pc->block
-                && pic_grow((void **) &stack, &cap, top + 1, sizeof(*stack)) == 0) {
-                stack[top++] = c;
-            }
-        }
-        if (n->n_tok != pc->block
-            || (n->parent->n_tok == pc->block
-                && pic_pc_block_children(pc, n->parent, &only) == 1)) {
-            continue;
-        }
-        int L = pic_pc_edge_chain_locked(pc, n), held = 0;
+    nh = pic_pc_edge_heads_locked(pc, &heads);
+    for (size_t h = 0; h < nh; h++) {
+        int L = pic_pc_edge_chain_locked(pc, heads[h]), held = 0;
         for (int i = 0; i < L; i++) {
             held += pc->chain[i]->ck != NULL;
         }
@@ -1093,7 +1094,7 @@ pic_prefix_cache_edges(pic_prefix_cache *pc, int *n_edges, int *max_ck)
         *max_ck = held > *max_ck ? held : *max_ck;
     }
     pthread_mutex_unlock(&pc->mu);
-    free(stack);
+    free(heads);
 }
 
 void
