@@ -232,8 +232,30 @@ class Nginx(Proc):
     def log_files(self):
         return [self.log_path, self.error_log]
 
-    def reload(self):
+    def workers(self):
+        """The pids of the master's children (workers, helper processes)."""
+        kids = set()
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    st = f.read()
+            except OSError:
+                continue
+            # the ppid is the second field after the parenthesised command
+            if int(st.rsplit(")", 1)[1].split()[1]) == self.popen.pid:
+                kids.add(int(d))
+        return kids
+
+    def reload(self, timeout=15):
+        """SIGHUP, then wait until every worker of the old configuration has
+        exited and new ones run: until then an old worker may still accept a
+        connection and answer it with the old configuration."""
+        old = self.workers()
         os.kill(self.popen.pid, signal.SIGHUP)
+        wait_for(lambda: not (self.workers() & old) and self.workers(),
+                 timeout=timeout, what="nginx reload: old workers gone", proc=self)
 
     def stop(self, sig=signal.SIGQUIT, timeout=10):
         super().stop(sig, timeout)
