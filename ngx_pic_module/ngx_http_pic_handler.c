@@ -1077,17 +1077,20 @@ ngx_http_pic_header_filter(ngx_http_request_t *r)
     size_t                    len;
     ngx_buf_t                *b;
     pic_error                 err;
+    ngx_table_elt_t          *held;
     ngx_http_pic_ctx_t       *ctx;
     ngx_http_pic_loc_conf_t  *plcf;
 
-    if (r == r->main && r->upstream
-        && r->headers_out.status == NGX_HTTP_OK)
-    {
-        ctx = ngx_http_get_module_ctx(r, ngx_http_pic_module);
+    if (r->upstream) {
+        held = ngx_http_pic_route_held(r);
 
-        if (ctx && ctx->planned) {
-            /* the combine node ran the plan: what it holds now */
-            ngx_http_pic_route_confirmed(r, ctx);
+        if (r == r->main && r->headers_out.status == NGX_HTTP_OK) {
+            ctx = ngx_http_get_module_ctx(r, ngx_http_pic_module);
+
+            if (ctx && ctx->planned) {
+                /* the combine node ran the plan: what it holds now */
+                ngx_http_pic_route_confirmed(r, ctx, held);
+            }
         }
     }
 

@@ -816,12 +816,57 @@ ngx_http_pic_route_sign(ngx_http_request_t *r)
 }
 
 
-void
-ngx_http_pic_route_confirmed(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
+ngx_table_elt_t *
+ngx_http_pic_route_held(ngx_http_request_t *r)
 {
-    ngx_uint_t                 i;
-    ngx_http_pic_segment_t    *s;
-    ngx_http_pic_zone_ctx_t   *zc;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h, *held;
+
+    held = NULL;
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash == 0
+            || h[i].key.len != sizeof(PIC_PLAN_HELD_HEADER) - 1
+            || ngx_strncasecmp(h[i].key.data, (u_char *) PIC_PLAN_HELD_HEADER,
+                               sizeof(PIC_PLAN_HELD_HEADER) - 1)
+               != 0)
+        {
+            continue;
+        }
+
+        /* engine-internal: never passed on */
+        h[i].hash = 0;
+
+        if (held == NULL) {
+            held = &h[i];
+        }
+    }
+
+    return held;
+}
+
+
+void
+ngx_http_pic_route_confirmed(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
+    ngx_table_elt_t *held)
+{
+    u_char                   *bits;
+    ngx_uint_t                i, j;
+    ngx_http_pic_zone_ctx_t  *zc;
 
     zc = ctx->zc;
 
@@ -832,14 +877,38 @@ ngx_http_pic_route_confirmed(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     ctx->confirmed = 1;
 
     ngx_http_pic_index_learn(zc, ctx->wins, ctx->nwins, ctx->combine);
-    ngx_http_pic_index_learn(zc, ctx->segs, ctx->nsegs, ctx->combine);
 
-    for (i = 0; i < ctx->nsegs; i++) {
-        s = &ctx->segs[i];
+    if (held == NULL || ctx->nsegs == 0) {
+        return;
+    }
 
-        if (s->worker >= 0 && s->worker != ctx->combine) {
-            ngx_http_pic_index_learn(zc, s, 1, s->worker);
+    bits = ngx_palloc(r->pool, ctx->nsegs);
+    if (bits == NULL) {
+        return;
+    }
+
+    if (pic_plan_held_parse((const char *) held->value.data, held->value.len,
+                            ctx->nsegs, bits)
+        != 0)
+    {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "pic: engine \"%V\" sent a malformed "
+                      PIC_PLAN_HELD_HEADER " header", &ctx->combine_name);
+        return;
+    }
+
+    /* each run of held segments in one pass under the lock */
+
+    for (i = 0; i < ctx->nsegs; i = j) {
+
+        if (!bits[i]) {
+            j = i + 1;
+            continue;
         }
+
+        for (j = i + 1; j < ctx->nsegs && bits[j]; j++) { /* void */ }
+
+        ngx_http_pic_index_learn(zc, &ctx->segs[i], j - i, ctx->combine);
     }
 }
 

@@ -27,13 +27,17 @@
  * (go on to proxy_pass) or an HTTP status. */
 ngx_int_t ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx);
 
+/* The engine's X-PIC-Held answer header (pic_plan.h), hidden from the
+ * client (every copy); NULL when the answer has none.  Header filter. */
+ngx_table_elt_t *ngx_http_pic_route_held(ngx_http_request_t *r);
+
 /* The combine node answered the plan (a 200 header: a stream's leaves once
- * the prompt is assembled): record its segments (and S1 windows) as held
- * there and its workers' as held by them (DESIGN 4.2: on the engine's
- * confirmation, never when a plan names it; the engines' redis "add"
- * events confirm too). */
+ * the prompt is assembled): record as held there exactly the segments its
+ * X-PIC-Held lists (none when held is NULL or malformed), and its S1
+ * windows (DESIGN 4.2: on the engine's confirmation, never when a plan
+ * names it; workers confirm with their redis "add" events). */
 void ngx_http_pic_route_confirmed(ngx_http_request_t *r,
-    ngx_http_pic_ctx_t *ctx);
+    ngx_http_pic_ctx_t *ctx, ngx_table_elt_t *held);
 
 /* The ctx of r's plan when r was planned before an internal redirect
  * (its module ctx is gone then, its pool cleanup is not), else NULL. */

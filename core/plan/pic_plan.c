@@ -500,3 +500,71 @@ fail:
     pic_plan_free(p);
     return -1;
 }
+
+/* --- X-PIC-Held --- */
+
+size_t
+pic_plan_held_format(const unsigned char *held, size_t n, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t            k, i, nd, len = 0;
+    unsigned          d;
+
+    if (n > 4 * (size_t) PIC_PLAN_HELD_MAX) {
+        n = 4 * (size_t) PIC_PLAN_HELD_MAX;
+    }
+    nd = (n + 3) / 4;
+    for (k = 0; k < nd; k++) {
+        d = 0;
+        for (i = 0; i < 4 && 4 * k + i < n; i++) {
+            d |= held[4 * k + i] ? 1u << i : 0;
+        }
+        out[k] = hex[d];
+        if (d != 0) {
+            len = k + 1;
+        }
+    }
+    if (len == 0) {
+        out[0] = '0';
+        len = 1;
+    }
+    out[len] = '\0';
+    return len;
+}
+
+int
+pic_plan_held_parse(const char *hex, size_t len, size_t n, unsigned char *held)
+{
+    size_t   k, i;
+    unsigned d;
+
+    memset(held, 0, n);
+    if (len == 0 || len > PIC_PLAN_HELD_MAX) {
+        return -1;
+    }
+    for (k = 0; k < len; k++) {
+        char c = hex[k];
+
+        if (c >= '0' && c <= '9') {
+            d = (unsigned) (c - '0');
+        } else if (c >= 'a' && c <= 'f') {
+            d = (unsigned) (c - 'a' + 10);
+        } else if (c >= 'A' && c <= 'F') {
+            d = (unsigned) (c - 'A' + 10);
+        } else {
+            memset(held, 0, n);
+            return -1;
+        }
+        for (i = 0; i < 4; i++) {
+            if (!(d & (1u << i))) {
+                continue;
+            }
+            if (4 * k + i >= n) {
+                memset(held, 0, n);
+                return -1;
+            }
+            held[4 * k + i] = 1;
+        }
+    }
+    return 0;
+}

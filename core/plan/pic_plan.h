@@ -109,4 +109,27 @@ int pic_plan_encode(const pic_plan *p, pic_buf *out, pic_error *err);
  * 0, or -1 with a 400 (or 500 OOM) in err; p is left empty on error. */
 int pic_plan_decode(pic_plan *p, const char *json, size_t len, pic_error *err);
 
+/* --- what the combine engine holds after a plan (X-PIC-Held) ---
+ *
+ * A 200 to a planned request carries "X-PIC-Held: <hex>": the plan's
+ * segments whose entry the combine engine's pool holds once the prompt is
+ * assembled (hits, entries it built, entries a peer sent).  Hex digit k,
+ * most significant digit first, covers segments 4k..4k+3, bit 0 (value 1)
+ * being segment 4k; trailing zero digits are dropped and "0" means none.
+ * The gateway records exactly those holders and strips the header.  At
+ * most PIC_PLAN_HELD_MAX digits: segments past 4 * PIC_PLAN_HELD_MAX are
+ * never reported (under-reporting only costs a later miss). */
+#define PIC_PLAN_HELD_HEADER "X-PIC-Held"
+#define PIC_PLAN_HELD_MAX    2048          /* hex digits: 8192 segments */
+
+/* Writes the held set of n segments (held[i] != 0: segment i) as hex into
+ * out (room for PIC_PLAN_HELD_MAX + 1 bytes, NUL-terminated); returns the
+ * length (>= 1). */
+size_t pic_plan_held_format(const unsigned char *held, size_t n, char *out);
+
+/* Reads hex[0..len) into held[0..n) (0/1).  Returns 0, or -1 when it is not
+ * the format above (empty, too long, not hex, a bit past segment n - 1);
+ * held is then all zero. */
+int pic_plan_held_parse(const char *hex, size_t len, size_t n, unsigned char *held);
+
 #endif /* PIC_PLAN_H */

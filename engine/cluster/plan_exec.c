@@ -9,6 +9,7 @@
 
 #include "forward.h"
 #include "frame.h"
+#include "pic_plan.h"
 #include "pic_time.h"
 #include "plan_exec.h"
 
@@ -158,6 +159,28 @@ pic_plan_keep(const pic_plan_ctx *ctx, pic_job_segment *g, pic_entry *e)
         pic_registry_post_add(ctx->reg, g->key);
     }
     pic_cache_budget_enforce(ctx->budget);
+}
+
+char *
+pic_plan_held(const pic_plan_ctx *ctx, const pic_plan_job *pj)
+{
+    unsigned char *held = calloc((size_t) pj->n_segs + 1, 1);
+    char          *hex = malloc(PIC_PLAN_HELD_MAX + 1);
+
+    if (held == NULL || hex == NULL) {
+        free(held);
+        free(hex);
+        return NULL;
+    }
+    for (int i = 0; ctx->pool != NULL && i < pj->n_segs && i < 4 * PIC_PLAN_HELD_MAX; i++) {
+        const pic_job_segment *g = &pj->segs[i];
+
+        held[i] = g->kind != PIC_SEG_DYNAMIC && g->n_ids > 0
+                  && pic_pool_contains(ctx->pool, g->key, g->len);
+    }
+    pic_plan_held_format(held, (size_t) pj->n_segs, hex);
+    free(held);
+    return hex;
 }
 
 int

@@ -193,6 +193,11 @@ int pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
                   pic_state *s, float *logits, pic_job_error *why, char *err,
                   size_t errlen);
 
+/* After DONE: the segments of pj whose entry ctx's pool holds now (hits,
+ * builds and peers' entries the pool admitted and kept), as the
+ * X-PIC-Held hex of pic_plan.h; malloc'ed, NULL on ENOMEM. */
+char *pic_plan_held(const pic_plan_ctx *ctx, const pic_plan_job *pj);
+
 /* Session continuation: after the request of pj ended with s holding
  * tokens (n: the prompt's ids then the generated ids fed since) exactly,
  * keep s as a checkpoint at n under the prompt's scope (nothing when the

@@ -428,6 +428,17 @@ pic_oai_sse_raw(pic_oai_ctx *c, const char *text)
     }
 }
 
+/* A planned request's 200: which of the plan's segments the pool holds
+ * now (pic_plan.h), for the gateway's index; the gateway strips it. */
+static void
+pic_oai_held_header(pic_oai_ctx *c)
+{
+    if (c->from_gateway) {
+        evhttp_add_header(evhttp_request_get_output_headers(c->req), PIC_PLAN_HELD_HEADER,
+                          c->held != NULL ? c->held : "0");
+    }
+}
+
 /* Stream: headers and the opening chunk, once. */
 static void
 pic_oai_stream_start(pic_oai_ctx *c)
@@ -439,6 +450,7 @@ pic_oai_stream_start(pic_oai_ctx *c)
         return;
     }
     c->headers_sent = 1;
+    pic_oai_held_header(c);
     h = evhttp_request_get_output_headers(c->req);
     evhttp_add_header(h, "Content-Type", "text/event-stream");
     evhttp_add_header(h, "Cache-Control", "no-cache");
@@ -814,6 +826,7 @@ pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
         cJSON_AddStringToObject(ch, "finish_reason", reason);
         cJSON_AddItemToObject(doc, "usage", pic_oai_usage(u));
         pic_oai_release_conn(c);
+        pic_oai_held_header(c);
         pic_reply_json(c->req, 200, doc);
     }
     c->req = NULL;
@@ -921,6 +934,9 @@ pic_oai_progress(pic_oai_ctx *c)
     }
     pic_oai_keep_logprobs(c, u.lp, u.n_lp);
     free(u.lp);
+    if (u.held != NULL) {
+        c->held = u.held;
+    }
     if (!c->gone && (u.len > 0 || u.started)) {
         if (c->stream) {
             pic_oai_stream_start(c);

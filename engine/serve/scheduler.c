@@ -118,6 +118,7 @@ pic_job_free(pic_job *j)
         free(j->stop[i]);
     }
     free(j->out);
+    free(j->held);
     free(j->lp);
     free(j->bias_id);
     free(j->bias);
@@ -178,6 +179,7 @@ pic_job_take(pic_job *j, pic_job_update *u)
     u->finish = j->finish;
     u->error = j->error;
     u->err_msg = j->err_msg;
+    u->held = j->held;
     pthread_mutex_unlock(&j->mu);
     return changed;
 }
@@ -691,6 +693,7 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
     int           was_tokenized = pj->tokenized, rc;
     pic_job_error why;
     char          err[256];
+    char         *held;
 
     int64_t t0 = pic_now_ns();
     rc = pic_plan_step(s->o.plan_ctx, pj, s->o.model, s->o.tok, j->text, j->text_len, q->st,
@@ -744,7 +747,12 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
     if (j->max_tokens > 0 && j->max_tokens < q->max_gen) {
         q->max_gen = j->max_tokens;
     }
+    held = pic_plan_held(s->o.plan_ctx, pj);
     pthread_mutex_lock(&j->mu);
+    if (j->held == NULL) {
+        j->held = held;
+        held = NULL;
+    }
     j->n_prefilled = pj->n_prompt;
     j->n_cached = pj->n_cached;
     j->n_exact = pj->n_exact;
@@ -766,6 +774,7 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
     s->st.seg_remote_failed += (uint64_t) pj->n_remote_failed;
     s->st.assemble_s += pj->as.t_total;
     pthread_mutex_unlock(&s->stmu);
+    free(held);
     return 1;
 }
 

@@ -114,6 +114,9 @@ typedef struct pic_job {
     pic_finish         finish;
     pic_job_error      error;       /* why, for PIC_FINISH_ERROR */
     char               err_msg[256];
+    char              *held;        /* plan jobs, once assembled: the segments the
+                                     * pool holds (X-PIC-Held hex, pic_plan.h);
+                                     * set once, before the first token */
     int64_t            t_submit_ns, t_start_ns, t_first_ns, t_done_ns;
 
     int64_t            cancel_ns;   /* atomic: when pic_job_cancel was called */
@@ -139,6 +142,8 @@ typedef struct {
     pic_finish  finish;
     pic_job_error error;            /* PIC_FINISH_ERROR: why */
     const char *err_msg;            /* valid while the job lives */
+    const char *held;               /* pic_job.held (valid while the job lives), or
+                                     * NULL: not a plan job, or not assembled */
 } pic_job_update;
 
 typedef struct {

@@ -122,6 +122,8 @@ struct pic_oai_ctx {
                                                  * stream without usage still ends
                                                  * with a ": usage" SSE comment */
     int                       headers_sent;
+    const char               *held;             /* from_gateway: X-PIC-Held (the
+                                                 * job's), once assembled */
     int                       gone;             /* the client went away */
     int                       detached;         /* evhttp dropped the connection */
     int                       linked;           /* in srv->live */

@@ -297,13 +297,35 @@ def nginx_test_config(conf_text, logdir, name="nginx-t"):
     return r.returncode, r.stdout + r.stderr
 
 
+HELD_HEADER = "X-PIC-Held"
+
+
+def held_hex(held):
+    """X-PIC-Held of a list of booleans (segment i held), as core/plan/pic_plan.h
+    defines it: hex digit k covers segments 4k..4k+3, bit 0 = segment 4k,
+    trailing zero digits dropped, "0" for none."""
+    digits = [sum(1 << b for b in range(4) if 4 * k + b < len(held) and held[4 * k + b])
+              for k in range((len(held) + 3) // 4)]
+    while digits and digits[-1] == 0:
+        digits.pop()
+    return "".join("%x" % d for d in digits) or "0"
+
+
+def held_set(value, n):
+    """Segment indices an X-PIC-Held value lists (of n)."""
+    return {4 * k + b for k, c in enumerate(value) for b in range(4)
+            if int(c, 16) >> b & 1 and 4 * k + b < n}
+
+
 class FakeBackend:
     """An OpenAI-shaped HTTP peer in a thread, for what a real engine cannot
     show: the exact bytes the gateway sent (mode "capture"), an answer that
     trickles in fragments ("slow"), one that dies mid-stream ("die"), never
     answers ("hang") or refuses with an OpenAI 429 ("busy"; the mode may be
     changed while it runs).  Every request body is kept in .bodies, every request's
-    headers in .headers."""
+    headers in .headers.  A 200 to a planned body says, as an engine does, that
+    it holds every segment of the plan but the dynamic ones (X-PIC-Held); set
+    .held to a function plan -> header value (None: no header) to say else."""
 
     checks_levels = False
 
@@ -316,6 +338,7 @@ class FakeBackend:
         self.cache_mode = None     # likewise, as "cache": {"mode"}
         self.bodies, self.headers = [], []
         self.allowed = []
+        self.held = lambda plan: held_hex([s["kind"] != "dynamic" for s in plan["segments"]])
         self.name = name or "fake-" + mode
         outer = self
 
@@ -351,9 +374,16 @@ class FakeBackend:
                                                "param": None, "code": None}})
                     return
                 try:
-                    stream = json.loads(body).get("stream")
-                except ValueError:
-                    stream = False
+                    req = json.loads(body)
+                    stream = req.get("stream")
+                    plan = req.get("pic") if isinstance(req, dict) else None
+                except (ValueError, AttributeError):
+                    stream, plan = False, None
+                self.extra = {}
+                if isinstance(plan, dict) and outer.held is not None:
+                    value = outer.held(plan)
+                    if value is not None:
+                        self.extra[HELD_HEADER] = value
                 if outer.mode in ("slow", "die") or stream:
                     self._sse()
                 else:
@@ -364,6 +394,8 @@ class FakeBackend:
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for k, v in getattr(self, "extra", {}).items() if code == 200 else ():
+                    self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -371,6 +403,8 @@ class FakeBackend:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
+                for k, v in getattr(self, "extra", {}).items():
+                    self.send_header(k, v)
                 self.end_headers()
                 for i in range(outer.chunks):
                     doc = {"id": "c", "object": "chat.completion.chunk", "created": 0,

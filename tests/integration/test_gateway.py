@@ -54,9 +54,13 @@ def gw_conf(servers, loc="", http="", balancer=True, cdc="64 256 1024", min_segm
 """
 
 
-def engines(procs, n=2):
-    return [procs.engine(name=f"e{i + 1}", model=MODEL, extra=["--threads", "1"])
-            for i in range(n)]
+def engines(procs, n=2, mode=None):
+    """n real engines; mode "pic" pools every segment the first time it is seen
+    (an exact-first engine, the default, pools a segment on its second sighting
+    outside an exact prefix, and the gateway records only what an engine says
+    it pooled: X-PIC-Held)."""
+    extra = ["--threads", "1"] + (["--cache-mode", mode] if mode else [])
+    return [procs.engine(name=f"e{i + 1}", model=MODEL, extra=extra) for i in range(n)]
 
 
 def status(ngx):
@@ -157,7 +161,7 @@ def tool_conversation(tools):
 
 
 def test_sdk_tools_and_tool_results_hit_when_reordered(procs):
-    e1, = engines(procs, 1)
+    e1, = engines(procs, 1, mode="pic")
     ngx = procs.nginx(gw_conf([f"127.0.0.1:{e1.port}"]))
     c = client(ngx)
     r = c.chat.completions.create(**tool_conversation(TOOLS))
@@ -192,7 +196,7 @@ def test_engines_accept_the_gateways_plans(procs):
 
 
 def test_repeated_document_hits_on_the_same_engine(procs):
-    e1, e2 = engines(procs)
+    e1, e2 = engines(procs, mode="pic")
     ngx = procs.nginx(gw_conf([f"127.0.0.1:{e1.port}", f"127.0.0.1:{e2.port}"]))
     c = client(ngx)
     big = doc(7, 1500)

@@ -121,8 +121,12 @@ def test_sessions_stay_on_their_exact_prefix_over_pic_bytes(procs):
                 for attempt in range(3):
                     for k in range(12):
                         bait = doc(5000 + 100 * s + 20 * attempt + k, 6000)
+                        # the bait twice: an exact-first engine pools a
+                        # document on its second sighting, and the gateway
+                        # records only what the engine says it pooled
                         _, line = ask([{"role": "system",
                                         "content": f"bait {s}.{attempt}.{k} " + doc(k, 300)},
+                                       {"role": "user", "content": bait},
                                        {"role": "user", "content": bait},
                                        {"role": "user", "content": "ok?"}])
                         if line["combine"] != home[s]:

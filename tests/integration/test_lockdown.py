@@ -739,6 +739,83 @@ def test_holders_are_recorded_when_the_engine_confirms(procs):
     assert code == 200 and hit >= 500, "the engine's 200 recorded what it computed"
 
 
+def held_conf(servers, **kw):
+    """gw_conf whose location also logs what the engine said it holds
+    ($upstream_http_x_pic_held, logs/held.log) and the client's view."""
+    return gw_conf(servers, http="log_format held '$pic_plan_id $upstream_http_x_pic_held "
+                                 "$sent_http_x_pic_held';" + kw.pop("http", ""),
+                   loc="access_log logs/pic.log pic; access_log logs/held.log held;"
+                       + kw.pop("loc", ""), **kw)
+
+
+def held_lines(ngx):
+    """(plan id, what the engine sent, what the client got) per planned request."""
+    import os
+    with open(os.path.join(ngx.prefix, "logs", "held.log")) as f:
+        return [tuple(line.split()) for line in f if not line.startswith("- ")]
+
+
+def test_holders_are_exactly_what_the_engine_says_it_pooled(procs):
+    """A real exact-first engine does not pool a document the first time it
+    sees it (recomputed inside the exact run) and builds it on the second
+    sighting: its X-PIC-Held says so, the gateway records exactly that (the
+    first 200 records nothing, the second the document), and no client ever
+    sees the header."""
+    e1 = procs.engine(name="e1", model=MODEL, extra=["--threads", "1"])
+    ngx = procs.nginx(held_conf([addr(e1)]))
+    harness.wait_for(lambda: all(e["id"] for e in gw_status(ngx)["engines"]), timeout=10,
+                     what="engine ids from probes")
+    d = doc(91, 900)
+
+    def send(head, stream=False):
+        n0 = len(access_lines(ngx))
+        body = {"model": "m", "max_tokens": 2, "temperature": 0, "stream": stream,
+                "prompt": MARK.join([head, d, "which document?"])}
+        code, hdrs, raw = harness.http("POST", ngx.url + "/v1/completions", body, timeout=60)
+        assert code == 200, raw
+        assert not any(k.lower() == "x-pic-held" for k in hdrs), hdrs
+        harness.wait_for(lambda: len(access_lines(ngx)) > n0, timeout=5, what="log line")
+        row = access_lines(ngx)[-1]
+        plan, sent, seen = [x for x in held_lines(ngx) if x[0] == row["plan"]][0]
+        assert seen == "-", "the client got X-PIC-Held"
+        return int(row["hit"]), harness.held_set(sent, int(row["segments"]))
+
+    hit, held = send("first header")
+    assert hit == 0 and held == set(), "a first sighting is not pooled"
+    hit, held = send("second header", stream=True)
+    assert hit == 0, "the first 200 recorded segments the engine did not pool"
+    assert held, "the second sighting builds the document's entries"
+    hit, held3 = send("third header")
+    assert 0 < hit < len(d) + len(MARK), "exactly the pooled segments are recorded"
+    assert held3 == held
+
+
+def test_a_malformed_held_header_records_nothing(procs):
+    """An answer whose X-PIC-Held is not the format (or names a segment the
+    plan does not have) records no holder, and the client never sees it."""
+    fake = procs._add(harness.FakeBackend("capture"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
+    d = doc(93, 600)
+
+    def send(head):
+        n0 = len(access_lines(ngx))
+        code, hdrs, _ = harness.http("POST", ngx.url + "/v1/completions",
+                                     body={"model": "m", "prompt": MARK.join([head, d, "q"])})
+        assert code == 200 and not any(k.lower() == "x-pic-held" for k in hdrs), hdrs
+        harness.wait_for(lambda: len(access_lines(ngx)) > n0, timeout=5, what="log line")
+        return int(access_lines(ngx)[-1]["hit"])
+
+    for bad in ("zz", "f" * 40, "", "1,2"):
+        fake.held = lambda plan, bad=bad: bad
+        assert send("header " + bad) == 0
+    fake.held = lambda plan: None                   # an engine that says nothing
+    assert send("header none") == 0
+    fake.held = lambda plan: harness.held_hex([s["kind"] != "dynamic"
+                                               for s in plan["segments"]])
+    assert send("header good") == 0
+    assert send("header after") >= 500
+
+
 def test_with_redis_the_engines_announcements_record_holders(procs, logdir):
     """An engine's "add" event on pic:events records it as a holder, even of a
     segment whose plans it refused."""

@@ -304,6 +304,49 @@ test_plan_encode_validates(void **state)
     pic_plan_free(&p);
 }
 
+/* X-PIC-Held: hex digit k = segments 4k..4k+3, bit 0 first; values
+ * worked out by hand */
+static void
+test_plan_held_format_and_parse(void **state)
+{
+    (void) state;
+    unsigned char held[10] = { 1, 0, 1, 1, 0, 0, 0, 0, 0, 1 };
+    unsigned char back[10], none[10] = { 0 }, *big;
+    char          out[PIC_PLAN_HELD_MAX + 1];
+
+    assert_int_equal(pic_plan_held_format(held, 10, out), 3);
+    assert_string_equal(out, "d02");
+    assert_int_equal(pic_plan_held_parse(out, 3, 10, back), 0);
+    assert_memory_equal(back, held, 10);
+    assert_int_equal(pic_plan_held_parse("D02", 3, 10, back), 0);   /* either case */
+    assert_memory_equal(back, held, 10);
+
+    assert_int_equal(pic_plan_held_format(none, 10, out), 1);      /* none: "0" */
+    assert_string_equal(out, "0");
+    assert_int_equal(pic_plan_held_parse("0", 1, 10, back), 0);
+    assert_memory_equal(back, none, 10);
+    held[9] = 0;
+    assert_int_equal(pic_plan_held_format(held, 10, out), 1);      /* trailing zeros dropped */
+    assert_string_equal(out, "d");
+
+    /* malformed: empty, not hex, a bit past the last segment; held zeroed */
+    assert_int_equal(pic_plan_held_parse("", 0, 10, back), -1);
+    assert_int_equal(pic_plan_held_parse("dx", 2, 10, back), -1);
+    assert_memory_equal(back, none, 10);
+    assert_int_equal(pic_plan_held_parse("d04", 3, 10, back), -1);  /* segment 10 of 10 */
+    assert_int_equal(pic_plan_held_parse("d000", 4, 10, back), 0);  /* zero digits past n: fine */
+
+    /* more segments than the header reports: only the first 8192 */
+    big = malloc(9000);
+    assert_non_null(big);
+    memset(big, 1, 9000);
+    assert_int_equal(pic_plan_held_format(big, 9000, out), PIC_PLAN_HELD_MAX);
+    assert_int_equal(pic_plan_held_parse(out, PIC_PLAN_HELD_MAX, 9000, big), 0);
+    assert_int_equal(big[8191], 1);
+    assert_int_equal(big[8192], 0);
+    free(big);
+}
+
 int
 main(void)
 {
@@ -314,6 +357,7 @@ main(void)
         cmocka_unit_test(test_plan_from_segmentation_with_lpt),
         cmocka_unit_test(test_plan_encode_validates),
         cmocka_unit_test(test_plan_duplicate_fields_rejected),
+        cmocka_unit_test(test_plan_held_format_and_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
