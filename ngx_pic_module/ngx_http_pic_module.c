@@ -33,6 +33,8 @@ static char *ngx_http_pic_zone_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_pic_status(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static ngx_int_t ngx_http_pic_read_secret(ngx_conf_t *cf, ngx_str_t *name,
+    ngx_str_t *secret);
 static char *ngx_http_pic_redis_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_pic_secret(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -115,7 +117,7 @@ static ngx_command_t  ngx_http_pic_commands[] = {
       NULL },
 
     { ngx_string("pic_redis"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE123,
       ngx_http_pic_redis_directive,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
@@ -284,6 +286,8 @@ ngx_http_pic_create_main_conf(ngx_conf_t *cf)
      *     pmcf->shm_zone = NULL;
      *     pmcf->redis = NULL;
      *     pmcf->redis_name = { 0, NULL };
+     *     pmcf->redis_user = { 0, NULL };
+     *     pmcf->redis_password = { 0, NULL };
      *     pmcf->probe_uri = { 0, NULL };
      *     pmcf->default_pool = NULL;
      *     pmcf->enabled = 0;
@@ -593,8 +597,9 @@ ngx_http_pic_redis_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_pic_main_conf_t  *pmcf = conf;
 
-    ngx_str_t  *value;
-    ngx_url_t   u;
+    ngx_str_t   *value, name;
+    ngx_url_t    u;
+    ngx_uint_t   i;
 
     if (pmcf->redis) {
         return "is duplicate";
@@ -628,7 +633,127 @@ ngx_http_pic_redis_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     pmcf->redis = &u.addrs[0];
     pmcf->redis_name = value[1];
 
+    for (i = 2; i < cf->args->nelts; i++) {
+
+        if (ngx_strncmp(value[i].data, "user=", 5) == 0) {
+            pmcf->redis_user.data = value[i].data + 5;
+            pmcf->redis_user.len = value[i].len - 5;
+
+            if (pmcf->redis_user.len == 0) {
+                goto invalid;
+            }
+
+            continue;
+        }
+
+        if (pmcf->redis_password.data) {
+            return "has two passwords";
+        }
+
+        if (ngx_strncmp(value[i].data, "password=", 9) == 0) {
+            pmcf->redis_password.data = value[i].data + 9;
+            pmcf->redis_password.len = value[i].len - 9;
+
+            if (pmcf->redis_password.len == 0) {
+                goto invalid;
+            }
+
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "password_file=", 14) == 0) {
+            name.data = value[i].data + 14;
+            name.len = value[i].len - 14;
+
+            if (ngx_http_pic_read_secret(cf, &name, &pmcf->redis_password)
+                != NGX_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
+        goto invalid;
+    }
+
+    if (pmcf->redis_user.len && pmcf->redis_password.len == 0) {
+        return "has a user= but no password";
+    }
+
     return NGX_CONF_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid parameter \"%V\"", &value[i]);
+
+    return NGX_CONF_ERROR;
+}
+
+
+/*
+ * A secret from a file (read by the master at start-up, so the file may be
+ * readable by root only): the first line, at most 512 bytes, not empty.
+ */
+
+static ngx_int_t
+ngx_http_pic_read_secret(ngx_conf_t *cf, ngx_str_t *name, ngx_str_t *secret)
+{
+    u_char           *p, *last;
+    ssize_t           n;
+    ngx_fd_t          fd;
+    ngx_file_info_t   fi;
+    u_char            buf[514];
+
+    if (name->len == 0 || ngx_conf_full_name(cf->cycle, name, 1) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    fd = ngx_open_file(name->data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+    if (fd == NGX_INVALID_FILE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           ngx_open_file_n " \"%V\" failed", name);
+        return NGX_ERROR;
+    }
+
+    n = -1;
+
+    if (ngx_fd_info(fd, &fi) != NGX_FILE_ERROR
+        && ngx_file_size(&fi) < (off_t) sizeof(buf))
+    {
+        n = ngx_read_fd(fd, buf, sizeof(buf));
+    }
+
+    (void) ngx_close_file(fd);
+
+    last = (n > 0) ? ngx_strlchr(buf, buf + n, '\n') : NULL;
+    last = (last == NULL && n > 0) ? buf + n : last;
+
+    while (last && last > buf && (last[-1] == '\r' || last[-1] == ' ')) {
+        last--;
+    }
+
+    if (last == NULL || last == buf || last - buf > 512) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" must hold a secret of 1 to 512 bytes "
+                           "on its first line", name);
+        ngx_explicit_memzero(buf, sizeof(buf));
+        return NGX_ERROR;
+    }
+
+    p = ngx_pnalloc(cf->pool, last - buf);
+    if (p == NULL) {
+        ngx_explicit_memzero(buf, sizeof(buf));
+        return NGX_ERROR;
+    }
+
+    secret->len = ngx_cpymem(p, buf, last - buf) - p;
+    secret->data = p;
+
+    ngx_explicit_memzero(buf, sizeof(buf));
+
+    return NGX_OK;
 }
 
 

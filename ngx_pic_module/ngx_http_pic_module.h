@@ -86,6 +86,9 @@ typedef struct {
 
     ngx_addr_t                  *redis;        /* pic_redis, NULL when unset */
     ngx_str_t                    redis_name;
+    ngx_str_t                    redis_user;     /* AUTH user (ACL), or empty */
+    ngx_str_t                    redis_password; /* AUTH password, or empty;
+                                                    never logged */
     ngx_msec_t                   redis_connect_timeout;
 
     ngx_msec_t                   probe_interval;

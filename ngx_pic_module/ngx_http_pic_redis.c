@@ -57,6 +57,8 @@ typedef struct {
     unsigned                     connecting:1;
     unsigned                     down_logged:1;
     unsigned                     exiting:1;
+    unsigned                     hello:1;      /* AUTH or PING in flight */
+    unsigned                     auth_logged:1;
 } ngx_http_pic_redis_t;
 
 
@@ -83,6 +85,9 @@ static void ngx_http_pic_redis_on_connect(const redisAsyncContext *ac,
     int status);
 static void ngx_http_pic_redis_on_disconnect(const redisAsyncContext *ac,
     int status);
+static void ngx_http_pic_redis_hello(redisAsyncContext *ac, void *r,
+    void *privdata);
+static void ngx_http_pic_redis_up(ngx_http_pic_redis_t *rd);
 static void ngx_http_pic_redis_down(ngx_http_pic_redis_t *rd,
     const char *what, const char *err);
 static void ngx_http_pic_redis_reply(redisAsyncContext *ac, void *r,
@@ -599,6 +604,15 @@ ngx_http_pic_redis_reconnect_handler(ngx_event_t *ev)
 {
     ngx_http_pic_redis_t  *rd = ev->data;
 
+    if (rd->hello && rd->ac) {
+        /* connected, but AUTH / PING got no answer in time: the disconnect
+         * callback (inside redisAsyncFree) schedules the next try */
+        ngx_http_pic_redis_down(rd, "handshake", "timed out");
+        rd->hello = 0;
+        redisAsyncFree(rd->ac);
+        return;
+    }
+
     if (rd->connecting && rd->ac) {
         /* the connect did not finish in time */
         ngx_http_pic_redis_down(rd, "connect", "timed out");
@@ -637,6 +651,85 @@ ngx_http_pic_redis_on_connect(const redisAsyncContext *ac, int status)
         return;
     }
 
+    /* the first command says whether this connection may be used: AUTH
+     * with the configured credentials, else PING (a server that wants a
+     * password answers NOAUTH); replies come in order, nothing else is
+     * sent before the answer */
+
+    rd->hello = 1;
+    ngx_add_timer(&rd->reconnect, rd->pmcf->redis_connect_timeout);
+
+    if (rd->pmcf->redis_user.len) {
+        (void) redisAsyncCommand(rd->ac, ngx_http_pic_redis_hello, rd,
+                                 "AUTH %b %b", rd->pmcf->redis_user.data,
+                                 rd->pmcf->redis_user.len,
+                                 rd->pmcf->redis_password.data,
+                                 rd->pmcf->redis_password.len);
+
+    } else if (rd->pmcf->redis_password.len) {
+        (void) redisAsyncCommand(rd->ac, ngx_http_pic_redis_hello, rd,
+                                 "AUTH %b", rd->pmcf->redis_password.data,
+                                 rd->pmcf->redis_password.len);
+
+    } else {
+        (void) redisAsyncCommand(rd->ac, ngx_http_pic_redis_hello, rd, "PING");
+    }
+}
+
+
+static void
+ngx_http_pic_redis_hello(redisAsyncContext *ac, void *r, void *privdata)
+{
+    redisReply            *reply = r;
+    ngx_http_pic_redis_t  *rd = privdata;
+
+    if (reply == NULL || !rd->hello) {
+        /* the connection is going away */
+        return;
+    }
+
+    rd->hello = 0;
+
+    if (rd->reconnect.timer_set) {
+        ngx_del_timer(&rd->reconnect);
+    }
+
+    if (reply->type != REDIS_REPLY_ERROR) {
+        rd->auth_logged = 0;
+        ngx_http_pic_redis_up(rd);
+        return;
+    }
+
+    /* wrong or missing credentials: a configuration error, said once per
+     * worker (redis' own message, never the password), retried with
+     * back-off; requests are routed without redis meanwhile */
+
+    if (!rd->events) {
+        (void) ngx_atomic_fetch_add(&rd->zc->sh->stats.redis_errors, 1);
+
+        if (!rd->auth_logged) {
+            ngx_log_error(NGX_LOG_ERR, rd->log, 0,
+                          rd->pmcf->redis_password.len
+                          ? "pic: redis %V refused the credentials of "
+                            "pic_redis: %s; routing without redis"
+                          : "pic: redis %V wants a password (%s): set "
+                            "password_file= on pic_redis; routing without "
+                            "redis",
+                          &rd->pmcf->redis_name,
+                          reply->str ? reply->str : "error");
+        }
+    }
+
+    rd->auth_logged = 1;
+    rd->down_logged = 1;
+
+    redisAsyncDisconnect(ac);
+}
+
+
+static void
+ngx_http_pic_redis_up(ngx_http_pic_redis_t *rd)
+{
     rd->connected = 1;
     rd->backoff = NGX_HTTP_PIC_REDIS_BACKOFF_MIN;
 
@@ -769,7 +862,12 @@ ngx_http_pic_redis_on_disconnect(const redisAsyncContext *ac, int status)
 
     rd->connected = 0;
     rd->connecting = 0;
+    rd->hello = 0;
     rd->ac = NULL;
+
+    if (rd->reconnect.timer_set) {
+        ngx_del_timer(&rd->reconnect);
+    }
 
     if (rd->exiting) {
         return;

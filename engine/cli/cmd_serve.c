@@ -32,6 +32,9 @@ serve_usage(FILE *f)
         "  --request-timeout-ms N  per-request deadline, 504 after (default 600000; 0 off)\n"
         "  --max-body BYTES        request body limit, 413 above (default 16777216)\n"
         "  --redis IP:PORT         register in Redis (or unix:/path); default: no registry\n"
+        "  --redis-password-file PATH\n"
+        "                          AUTH with the file's first line (Redis requirepass)\n"
+        "  --redis-user NAME       ... as this ACL user (with --redis-password-file)\n"
         "  --advertise HOST:PORT   address announced in Redis (default host:bound port)\n"
         "  --heartbeat-ms N        Redis heartbeat period (default 1000)\n"
         "  --registry-ttl N        seconds before a silent engine expires (default 5)\n"
@@ -88,7 +91,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_CTX, OPT_MAXTOK, OPT_TIMEOUT, OPT_MAXBODY, OPT_REDIS, OPT_ADVERTISE,
         OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_WEIGHTS, OPT_MINSEG,
         OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT, OPT_INSECURE,
-        OPT_PBYTES, OPT_PBLOCK, OPT_CKPT, OPT_HOLD, OPT_CBYTES,
+        OPT_PBYTES, OPT_PBLOCK, OPT_CKPT, OPT_HOLD, OPT_CBYTES, OPT_RPASS, OPT_RUSER,
     };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -108,6 +111,8 @@ pic_cmd_serve(int argc, char **argv)
         { "request-timeout-ms", required_argument, NULL, OPT_TIMEOUT },
         { "max-body", required_argument, NULL, OPT_MAXBODY },
         { "redis", required_argument, NULL, OPT_REDIS },
+        { "redis-password-file", required_argument, NULL, OPT_RPASS },
+        { "redis-user", required_argument, NULL, OPT_RUSER },
         { "advertise", required_argument, NULL, OPT_ADVERTISE },
         { "heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT },
         { "registry-ttl", required_argument, NULL, OPT_TTL },
@@ -158,6 +163,8 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_TEMPLATE: opts.template_name = optarg; continue;
         case OPT_MARKER: opts.marker = optarg; continue;
         case OPT_REDIS: opts.redis = optarg; continue;
+        case OPT_RPASS: opts.redis_password_file = optarg; continue;
+        case OPT_RUSER: opts.redis_user = optarg; continue;
         case OPT_ADVERTISE: opts.advertise = optarg; continue;
         case OPT_MODE: opts.cache_mode = optarg; continue;
         case OPT_DTYPE: opts.entry_dtype = optarg; continue;

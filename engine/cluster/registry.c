@@ -64,6 +64,9 @@ struct pic_registry {
     size_t               resync_pos;        /* next keyset slot to re-send */
     int                  resyncing;
     int                  err_logged;        /* one error line per connection */
+    int                  auth_logged;       /* one refusal line until AUTH succeeds */
+    char                 user[128];         /* AUTH user; "" none */
+    char                 password[513];     /* AUTH password; "" none; never logged */
     time_t               started;
     pic_keyset           segs;
     char               (*pending)[PIC_KEY_HEX + 1];    /* evictions to replay */
@@ -78,7 +81,7 @@ struct pic_registry {
     /* counters */
     uint64_t             connects, connect_failures, disconnects, stalls;
     uint64_t             heartbeats, heartbeats_ok, replies_error, resyncs;
-    uint64_t             seg_adds, seg_evicts, evictions_dropped;
+    uint64_t             seg_adds, seg_evicts, evictions_dropped, auth_failures;
 };
 
 /* --- time and logging --- */
@@ -416,6 +419,8 @@ pic_reg_register(pic_registry *r)
 /* --- connection --- */
 
 static void pic_reg_connect(pic_registry *r);
+static void pic_reg_up(pic_registry *r);
+static void pic_reg_on_auth(redisAsyncContext *ac, void *reply, void *priv);
 
 static void
 pic_reg_set_state(pic_registry *r, pic_reg_state st)
@@ -463,6 +468,28 @@ pic_reg_on_connect(const redisAsyncContext *ac, int status)
         pic_reg_schedule_retry(r);
         return;
     }
+    /* first AUTH (or PING: a server that wants a password answers NOAUTH);
+     * the rest waits for the answer (still CONNECTING: the watchdog drops a
+     * silent server) */
+    int rc;
+    if (r->password[0] == '\0') {
+        rc = redisAsyncCommand((redisAsyncContext *) ac, pic_reg_on_auth, NULL, "PING");
+    } else if (r->user[0] != '\0') {
+        rc = redisAsyncCommand((redisAsyncContext *) ac, pic_reg_on_auth, NULL,
+                               "AUTH %s %s", r->user, r->password);
+    } else {
+        rc = redisAsyncCommand((redisAsyncContext *) ac, pic_reg_on_auth, NULL,
+                               "AUTH %s", r->password);
+    }
+    if (rc != REDIS_OK) {
+        pic_reg_drop(r, "cannot send the first command");
+    }
+}
+
+/* The connection may be used now: register. */
+static void
+pic_reg_up(pic_registry *r)
+{
     r->connects++;
     r->backoff_ms = PIC_REG_BACKOFF_MIN_MS;
     r->err_logged = 0;
@@ -471,6 +498,42 @@ pic_reg_on_connect(const redisAsyncContext *ac, int status)
                 r->unix_path[0] ? r->unix_path : r->ip, r->unix_path[0] ? "" : ":",
                 r->unix_path[0] ? 0 : r->port, r->id, r->segs.n);
     pic_reg_register(r);
+}
+
+/* Redis' answer to the first command (AUTH, or PING without a password). */
+static void
+pic_reg_on_auth(redisAsyncContext *ac, void *reply, void *priv)
+{
+    pic_registry *r = ac->data;
+    redisReply   *rep = reply;
+
+    (void) priv;
+    if (r == NULL || rep == NULL || r->ac != ac || r->state != PIC_REG_CONNECTING) {
+        return;                     /* the connection is going away */
+    }
+    if (rep->type != REDIS_REPLY_ERROR) {
+        r->auth_logged = 0;
+        pic_reg_up(r);
+        return;
+    }
+    r->auth_failures++;
+    if (!r->auth_logged) {
+        r->auth_logged = 1;
+        if (r->password[0] != '\0') {
+            pic_reg_log(r, "Redis refused the credentials (%s); serving without the "
+                        "registry, retrying", rep->str ? rep->str : "error");
+        } else {
+            pic_reg_log(r, "Redis wants a password (%s): start the engine with "
+                        "--redis-password-file; serving without the registry, retrying",
+                        rep->str ? rep->str : "error");
+        }
+    }
+    /* not registered: drop it quietly (freed after this callback) */
+    ac->data = NULL;
+    r->ac = NULL;
+    r->inflight = 0;
+    redisAsyncFree(ac);
+    pic_reg_schedule_retry(r);
 }
 
 static void
@@ -658,6 +721,35 @@ pic_reg_parse_addr(pic_registry *r, const char *s, char *err, size_t errlen)
     return 0;
 }
 
+/* The first line of path (1-512 bytes) as the AUTH
+ * password; 0, or -1 with err (which never holds the password). */
+static int
+pic_reg_read_password(pic_registry *r, const char *path, char *err, size_t errlen)
+{
+    char   buf[sizeof(r->password) + 2];
+    FILE  *f = fopen(path, "r");
+    size_t n;
+
+    if (f == NULL) {
+        snprintf(err, errlen, "%s: cannot open %s: %s", __func__, path, strerror(errno));
+        return -1;
+    }
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    n = strlen(buf);
+    if (n == 0 || n >= sizeof(r->password)) {
+        memset(buf, 0, sizeof(buf));
+        snprintf(err, errlen, "%s: %s must hold a password of 1 to 512 bytes on its "
+                 "first line", __func__, path);
+        return -1;
+    }
+    memcpy(r->password, buf, n + 1);
+    memset(buf, 0, sizeof(buf));
+    return 0;
+}
+
 /* --- public --- */
 
 static void pic_reg_on_posts(evutil_socket_t fd, short what, void *arg);
@@ -694,6 +786,24 @@ pic_registry_init(struct event_base *base, const pic_registry_opts *o, char *err
         free(r);
         return NULL;
     }
+    snprintf(r->user, sizeof(r->user), "%s", o->user ? o->user : "");
+    if (strpbrk(r->user, " \t\r\n") != NULL
+        || (o->user != NULL && (o->user[0] == '\0' || strlen(o->user) >= sizeof(r->user)))) {
+        snprintf(err, errlen, "%s: bad Redis user name", __func__);
+        free(r);
+        return NULL;
+    }
+    if (o->password_file != NULL && pic_reg_read_password(r, o->password_file, err,
+                                                          errlen) != 0) {
+        free(r);
+        return NULL;
+    }
+    if (r->user[0] != '\0' && r->password[0] == '\0') {
+        snprintf(err, errlen, "%s: a Redis user needs --redis-password-file", __func__);
+        free(r);
+        return NULL;
+    }
+    r->o.user = r->o.password_file = NULL;
     r->started = time(NULL);
     r->backoff_ms = PIC_REG_BACKOFF_MIN_MS;
     r->pending = calloc(PIC_REG_PENDING_MAX, sizeof(*r->pending));
@@ -735,6 +845,14 @@ pic_reg_goodbye(pic_registry *r)
         return;
     }
     redisSetTimeout(c, tv);
+    if (r->password[0] != '\0') {
+        if (r->user[0] != '\0') {
+            redisAppendCommand(c, "AUTH %s %s", r->user, r->password);
+        } else {
+            redisAppendCommand(c, "AUTH %s", r->password);
+        }
+        n++;
+    }
     redisAppendCommand(c, "DEL pic:eng:%s", r->id);
     n++;
     for (size_t i = 0; i < r->segs.cap; i++) {
@@ -786,6 +904,7 @@ pic_registry_free(pic_registry *r)
     free(r->posts);
     free(r->segs.keys);
     free(r->pending);
+    memset(r->password, 0, sizeof(r->password));
     free(r);
 }
 
@@ -931,6 +1050,8 @@ pic_registry_status(const pic_registry *r)
     cJSON_AddNumberToObject(o, "ttl_s", r->o.ttl_s);
     cJSON_AddNumberToObject(o, "connects", (double) r->connects);
     cJSON_AddNumberToObject(o, "connect_failures", (double) r->connect_failures);
+    cJSON_AddBoolToObject(o, "auth", r->password[0] != '\0');
+    cJSON_AddNumberToObject(o, "auth_failures", (double) r->auth_failures);
     cJSON_AddNumberToObject(o, "disconnects", (double) r->disconnects);
     cJSON_AddNumberToObject(o, "stalls", (double) r->stalls);
     cJSON_AddNumberToObject(o, "heartbeats", (double) r->heartbeats);

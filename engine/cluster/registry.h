@@ -30,6 +30,13 @@
  * Threads: everything runs on the loop thread except the pic_registry_post_*
  * calls, which any thread may make.
  *
+ * Credentials.  With password_file every connection starts with AUTH
+ * [user] password (nothing else is sent before Redis accepts it); a refusal
+ * is logged once (Redis' reason, never the password), counted
+ * (auth_failures) and retried with the backoff below; a server that wants a
+ * password the engine lacks answers NOAUTH, logged once.  The password is
+ * read at init and never appears in /status or a log line.
+ *
  * Failure handling.  Redis unreachable → retry with exponential backoff
  * (100 ms doubling to 5 s, ±25 % jitter); a connection whose replies stall
  * past timeout_ms is dropped and re-made (hiredis 0.14 has no command
@@ -66,6 +73,8 @@ typedef struct {
     const char *id;             /* engine id */
     const char *addr;           /* advertised host:port */
     const char *version;
+    const char *user;           /* AUTH user (Redis ACL), or NULL */
+    const char *password_file;  /* AUTH password: the file's first line; NULL: none */
     uint64_t    model_fp;       /* model fingerprint */
     int         heartbeat_ms;   /* default 1000 */
     int         ttl_s;          /* pic:eng:{id} expiry; default 5 */

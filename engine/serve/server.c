@@ -928,6 +928,8 @@ pic_server_ready(pic_server *srv)
 
         memset(&ro, 0, sizeof(ro));
         ro.redis = opts->redis;
+        ro.user = opts->redis_user;
+        ro.password_file = opts->redis_password_file;
         ro.id = opts->id;
         ro.addr = srv->addr;
         ro.version = PIC_ENGINE_VERSION;

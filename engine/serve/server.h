@@ -26,6 +26,8 @@ typedef struct {
     int64_t     request_timeout_ms; /* per-request deadline; 0: none */
     size_t      max_body;       /* request body limit in bytes (413 above) */
     const char *redis;          /* "IP:PORT" or "unix:/path"; NULL: no registration */
+    const char *redis_user;     /* AUTH user (Redis ACL); NULL: none */
+    const char *redis_password_file; /* AUTH password's file; NULL: no AUTH */
     const char *advertise;      /* host:port announced in Redis; NULL: host:bound port */
     int         heartbeat_ms;   /* Redis heartbeat period */
     int         registry_ttl_s; /* pic:eng:{id} expiry */

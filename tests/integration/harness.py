@@ -192,18 +192,25 @@ class Engine(Proc):
 class Redis(Proc):
     """redis-server on a free loopback port, no persistence."""
 
-    def __init__(self, logdir, name="redis", port=None):
+    def __init__(self, logdir, name="redis", port=None, password=None, extra=()):
         self.port = port or free_port()
+        self.password = password
         self.dir = os.path.join(logdir, name + "-data")
         os.makedirs(self.dir, exist_ok=True)
         argv = [REDIS_BIN, "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", self.dir,
                 "--protected-mode", "no"]
-        super().__init__(name, argv, logdir)
+        if password:
+            argv += ["--requirepass", password]
+        super().__init__(name, argv + list(extra), logdir)
         wait_for(self.ping, what="redis PING", proc=self)
 
     def ping(self):
         with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+            if self.password:
+                s.sendall(b"AUTH %s\r\n" % self.password.encode())
+                if not s.recv(16).startswith(b"+OK"):
+                    return False
             s.sendall(b"PING\r\n")
             return s.recv(16).startswith(b"+PONG")
 

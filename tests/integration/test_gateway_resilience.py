@@ -138,7 +138,8 @@ def test_redis_killed_and_restarted_mid_run_no_client_errors(procs):
 
 
 class HangingRedis:
-    """Accepts connections and reads commands, never answers."""
+    """Accepts connections, answers each one's first command (the gateway's
+    handshake PING), then reads commands and never answers."""
 
     def __init__(self):
         self.sock = socket.socket()
@@ -155,6 +156,22 @@ class HangingRedis:
             except OSError:
                 return
             self.conns.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    @staticmethod
+    def _serve(c):
+        data = b""
+        try:
+            while b"PING\r\n" not in data:
+                chunk = c.recv(4096)
+                if not chunk:
+                    return
+                data += chunk
+            c.sendall(b"+PONG\r\n")
+            while c.recv(4096):
+                pass
+        except OSError:
+            pass
 
     def close(self):
         for c in self.conns:
