@@ -664,8 +664,10 @@ class TurnCounter:
         return []
 
 
-def numsub(port):
+def numsub(port, password=None):
     from test_gateway_resilience import redis_cmd
+    if password:
+        return redis_auth_cmd(port, password, "PUBSUB", "NUMSUB", "pic:events")[1]
     return int(redis_cmd(port, "PUBSUB", "NUMSUB", "pic:events").split(b"\r\n")[-2][1:])
 
 
@@ -883,3 +885,152 @@ def test_large_bodies_are_keyed_on_the_thread_pool_as_on_the_loop(procs):
         "model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]})
     assert code == 200
     assert gw_status(threaded)["requests"]["offloaded"] == 2, "a small body stays on the loop"
+
+
+def test_clients_that_hang_up_while_their_body_is_on_the_thread_pool(procs):
+    """Many clients send a large body and hang up at once, while it is parsed,
+    cut and keyed on the thread pool (r->main->blocked): every request still
+    ends and is logged once, the engine's in-flight count returns to 0, no
+    worker dies, the next request is served, and the workers exit at teardown
+    with no socket left open (an [alert] would fail the test)."""
+    import socket
+    fake = procs._add(harness.FakeBackend("capture"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"],
+                              loc="pic_thread_pool default min=16k;"))
+    pids = sorted(ngx.workers())
+    n = 40
+    for i in range(n):
+        docs = [f"part {j} of {i}: " + doc(700 + i, 2000) * 15 for j in range(8)]
+        req = json.dumps({"model": "m", "max_tokens": 1, "messages": [
+            {"role": "user", "content": MARK.join(docs + ["which one?"])}]}).encode()
+        s = socket.create_connection(("127.0.0.1", ngx.port), timeout=10)
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                  % (len(req), req))
+        s.close()                   # the body is sent whole, then FIN
+    harness.wait_for(lambda: len(access_lines(ngx)) == n, timeout=60, what="every request ended")
+    assert {r["status"] for r in access_lines(ngx)} <= {"200", "499"}, access_lines(ngx)
+    st = gw_status(ngx)
+    assert st["requests"]["offloaded"] == n
+    harness.wait_for(lambda: gw_status(ngx)["engines"][0]["inflight"] == 0, timeout=10,
+                     what="the engine's in-flight count back to 0")
+    assert sorted(ngx.workers()) == pids, "a worker died"
+    body = {"model": "m", "max_tokens": 1, "messages": [
+        {"role": "user", "content": MARK.join([doc(999, 2000) * 15, "q"])}]}
+    code, _, raw = harness.http("POST", ngx.url + "/v1/chat/completions", body=body)
+    assert code == 200, raw
+    assert gw_status(ngx)["requests"]["offloaded"] == n + 1
+
+
+# --- Redis AUTH (requirepass, ACL users) ---------------------------------------------
+
+
+def secret_in(logdir, name, text):
+    import os
+    path = os.path.join(logdir, name)
+    with open(path, "w") as f:
+        f.write(text + "\n")
+    return path
+
+
+def redis_auth_cmd(port, password, *args, user=None):
+    """One command after AUTH on a fresh connection: its reply, decoded (RESP)."""
+    import socket
+
+    def enc(*a):
+        return b"*%d\r\n" % len(a) + b"".join(b"$%d\r\n%s\r\n" % (len(x), x)
+                                             for x in (y.encode() for y in a))
+
+    def read(f):
+        line = f.readline()[:-2]
+        kind, rest = line[:1], line[1:]
+        if kind == b"*":
+            return [read(f) for _ in range(int(rest))]
+        if kind == b"$":
+            return None if int(rest) < 0 else f.read(int(rest) + 2)[:-2]
+        if kind == b":":
+            return int(rest)
+        return line
+
+    auth = ("AUTH", user, password) if user else ("AUTH", password)
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+        s.sendall(enc(*auth) + enc(*args))
+        f = s.makefile("rb")
+        assert read(f) == b"+OK"
+        return read(f)
+
+
+def file_text(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def test_gateway_and_engine_authenticate_to_redis(procs, logdir):
+    """Redis with requirepass and an ACL user limited to pic:* keys and
+    channels: the engine (--redis-user, --redis-password-file) registers and
+    announces what it pools, the gateway (pic_redis ... user= password_file=)
+    looks up and its subscriber hears the announcements; the password is in
+    no log and no status page."""
+    import secrets
+    pw = "pic-" + secrets.token_hex(12)
+    red = procs.redis(password="admin-" + secrets.token_hex(12),
+                      extra=["--user", "pic", "on", ">" + pw, "~pic:*", "&pic:*", "+@all"])
+    path = secret_in(logdir, "redis.pw", pw)
+    e1 = procs.engine(name="e1", model=MODEL, extra=[
+        "--threads", "1", "--cache-mode", "pic", "--redis", f"127.0.0.1:{red.port}",
+        "--redis-user", "pic", "--redis-password-file", path])
+    ngx = procs.nginx(gw_conf([addr(e1)], cdc="512 1024 4096",
+                              http=f"pic_redis 127.0.0.1:{red.port} user=pic "
+                                   f"password_file={path};"))
+    harness.wait_for(lambda: status(e1)["registry"]["connected"], timeout=10,
+                     what="engine registered")
+    harness.wait_for(lambda: gw_status(ngx)["redis"]["up"] and numsub(red.port, red.password) == 1,
+                     timeout=10, what="gateway connected and subscribed")
+    assert b"e1" in redis_auth_cmd(red.port, pw, "SMEMBERS", "pic:engines", user="pic")
+    body = {"model": "m", "max_tokens": 1, "temperature": 0,
+            "prompt": MARK.join(["header", doc(95, 2000), "q"])}
+    code, _, raw = harness.http("POST", ngx.url + "/v1/completions", body, timeout=60)
+    assert code == 200, raw
+    harness.wait_for(lambda: gw_status(ngx)["redis"]["events"] > 0, timeout=10,
+                     what="the engine's add event through the authenticated subscriber")
+    st = gw_status(ngx)["redis"]
+    assert st["lookups"] >= 1 and st["errors"] == 0
+    reg = status(e1)["registry"]
+    assert reg["auth"] is True and reg["auth_failures"] == 0
+    for text in [json.dumps(gw_status(ngx)), json.dumps(status(e1)),
+                 file_text(ngx.error_log), file_text(e1.log_path)]:
+        assert pw not in text
+
+
+@pytest.mark.allow_log(r"refused the credentials of pic_redis|wants a password \(NOAUTH")
+def test_a_wrong_or_missing_redis_password_is_an_error_and_requests_complete(procs, logdir):
+    """A wrong password (gateway and engine) and none where Redis wants one:
+    each says so once in its log (Redis' reason, never the password), stays
+    off Redis, and requests are still answered."""
+    red = procs.redis(password="the-right-one")
+    wrong = secret_in(logdir, "wrong.pw", "not-the-right-one")
+    e1 = procs.engine(name="e1", model=MODEL, extra=[
+        "--threads", "1", "--redis", f"127.0.0.1:{red.port}", "--redis-password-file", wrong])
+    e2 = procs.engine(name="e2", model=MODEL, extra=[
+        "--threads", "1", "--redis", f"127.0.0.1:{red.port}"])
+    bad = procs.nginx(gw_conf([addr(e1), addr(e2)],
+                              http=f"pic_redis 127.0.0.1:{red.port} password_file={wrong};"),
+                      name="wrong")
+    none = procs.nginx(gw_conf([addr(e1), addr(e2)], http=f"pic_redis 127.0.0.1:{red.port};"),
+                       name="none")
+    for proc, line in ((bad, "refused the credentials of pic_redis: WRONGPASS"),
+                       (none, "wants a password (NOAUTH"),
+                       (e1, "refused the credentials (WRONGPASS"),
+                       (e2, "wants a password (NOAUTH")):
+        log = proc.error_log if proc in (bad, none) else proc.log_path
+        harness.wait_for(lambda: line in file_text(log), timeout=10, what=line)
+    for ngx in (bad, none):
+        body = {"model": "m", "max_tokens": 1, "prompt": MARK.join(["h", doc(96), "q"])}
+        code, _, raw = harness.http("POST", ngx.url + "/v1/completions", body, timeout=60)
+        assert code == 200, raw
+        assert gw_status(ngx)["redis"]["up"] is False
+        text = file_text(ngx.error_log)
+        assert "not-the-right-one" not in text and "the-right-one" not in text
+    assert status(e1)["registry"]["auth_failures"] >= 1
+    assert not status(e1)["registry"]["connected"] and not status(e2)["registry"]["connected"]
+    assert "not-the-right-one" not in file_text(e1.log_path)
