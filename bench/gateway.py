@@ -137,9 +137,15 @@ BACKEND = """
 """
 
 
-def gateway_conf(loc_extra="", http_extra="", log=""):
-    backend = free_port()
-    return (BACKEND.replace("$BACKEND", str(backend)) + f"""
+def gateway_conf(loc_extra="", http_extra="", log="", engine=None):
+    """engine: the port of a backend that answers like an engine (X-PIC-Held)
+    instead of the nginx `return 200` one."""
+    if engine:
+        upstream = ("upstream backend { pic_balancer; server 127.0.0.1:%d; keepalive 32; }"
+                    % engine)
+    else:
+        upstream = BACKEND.replace("$BACKEND", str(free_port()))
+    return (upstream + f"""
     pic_zone pic 64m;
     pic_health_check off;
     {http_extra}
@@ -353,13 +359,19 @@ def oracle_rendered(reqs, min_len=128):
 
 
 def bench_patterns(tmp):
+    # the gateway records a segment as held when the engine says it pooled it
+    # (X-PIC-Held); this backend says it pooled every segment of every plan,
+    # as a PIC-only engine does for segments past its break-even length
+    sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+    import harness
+    engine = harness.FakeBackend("capture")
     n = 4 if QUICK else 6
     rows = []
     for marked in (True, False):
         for name in wl.PATTERNS:
             reqs = wl.pattern(name, marked=marked, n=n)
             log = os.path.join(tmp, f"{name}-{int(marked)}.log")
-            ngx = Nginx(tmp, gateway_conf(log=f"access_log {log} pic;"))
+            ngx = Nginx(tmp, gateway_conf(log=f"access_log {log} pic;", engine=engine.port))
             try:
                 for body, _ in reqs:
                     assert ngx.post("/v1/chat/completions", body) == 200
@@ -381,6 +393,7 @@ def bench_patterns(tmp):
                          "exact_prefix_bytes": st["bytes"]["exact_prefix"],
                          "s1_bytes": st["bytes"]["s1"],
                          "s1_share": st["bytes"]["s1"] / shifted if shifted else 0.0})
+    engine.stop()
     common.table(rows, ["pattern", "marked", "prompt_bytes", "shifted_bytes",
                         "served_above_prefix", "ratio", "exact_prefix_bytes", "s1_bytes",
                         "s1_share"], "agentic patterns: shifted bytes served from cache")
