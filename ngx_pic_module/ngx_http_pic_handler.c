@@ -1357,6 +1357,7 @@ ngx_http_pic_history(ngx_http_request_t *r, ngx_http_pic_zone_ctx_t *zc,
 
     tp = ngx_timeofday();
 
+    h.start_ms = (uint64_t) r->start_sec * 1000 + r->start_msec;
     h.at_ms = (uint64_t) tp->sec * 1000 + tp->msec;
     h.status = (uint16_t) r->headers_out.status;
     h.planned = ctx->planned;

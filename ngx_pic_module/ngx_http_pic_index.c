@@ -752,7 +752,9 @@ void
 ngx_http_pic_index_history(ngx_http_pic_zone_ctx_t *zc,
     ngx_http_pic_history_t *h)
 {
-    ngx_http_pic_stats_t  *st;
+    ngx_uint_t              i, n;
+    ngx_http_pic_stats_t   *st;
+    ngx_http_pic_history_t *ring;
 
     st = &zc->sh->stats;
 
@@ -765,7 +767,25 @@ ngx_http_pic_index_history(ngx_http_pic_zone_ctx_t *zc,
 
     ngx_shmtx_lock(&zc->shpool->mutex);
 
-    zc->sh->history[zc->sh->history_count % NGX_HTTP_PIC_HISTORY] = *h;
+    /*
+     * The log phase of a request can run after a later request of the same
+     * client has finished (another worker, the upstream connection closed
+     * after the client had the last byte): insert by arrival, so the ring
+     * reads oldest .. newest as the clients sent them.
+     */
+
+    ring = zc->sh->history;
+    n = ngx_min(zc->sh->history_count, NGX_HTTP_PIC_HISTORY - 1);
+
+    for (i = zc->sh->history_count; n > 0; i--, n--) {
+        if (ring[(i - 1) % NGX_HTTP_PIC_HISTORY].start_ms <= h->start_ms) {
+            break;
+        }
+
+        ring[i % NGX_HTTP_PIC_HISTORY] = ring[(i - 1) % NGX_HTTP_PIC_HISTORY];
+    }
+
+    ring[i % NGX_HTTP_PIC_HISTORY] = *h;
     zc->sh->history_count++;
 
     ngx_shmtx_unlock(&zc->shpool->mutex);

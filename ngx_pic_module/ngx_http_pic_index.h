@@ -139,6 +139,7 @@ typedef struct {
 
 /* one finished request of the recent history */
 typedef struct {
+    uint64_t                     start_ms;     /* arrival, ms since the epoch */
     uint64_t                     at_ms;        /* end, ms since the epoch */
     uint32_t                     ttft_ms;
     uint32_t                     prompt_bytes;
@@ -242,8 +243,9 @@ void ngx_http_pic_index_seen(ngx_http_pic_zone_ctx_t *zc,
 /* Add one TTFT sample (ms) to the histogram. */
 void ngx_http_pic_index_ttft(ngx_http_pic_zone_ctx_t *zc, ngx_msec_t ms);
 
-/* Record a finished request in the history ring, and its usage.pic tokens
- * (exact >= 0) in the totals. */
+/* Record a finished request in the history ring, in order of arrival (a
+ * request logged after a later one is placed before it), and its usage.pic
+ * tokens (exact >= 0) in the totals. */
 void ngx_http_pic_index_history(ngx_http_pic_zone_ctx_t *zc,
     ngx_http_pic_history_t *h);
 

@@ -418,7 +418,8 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
 
 /*
  * ,"tokens":{usage.pic totals},"history":{"size":N,"requests":[oldest ..
- * newest]}: each recent request's end, status, engine, TTFT and prompt
+ * newest by arrival]}: each recent request's arrival and end, status,
+ * engine, TTFT and prompt
  * tokens by source (null where the answer carried no usage.pic).
  */
 static u_char *
@@ -447,8 +448,9 @@ ngx_http_pic_status_history(u_char *p, ngx_http_pic_status_snapshot_t *s)
 
         first = 0;
 
-        p = ngx_sprintf(p, "{\"at_ms\":%uL,\"status\":%ui,\"mode\":\"%s\","
-                        "\"engine\":", h->at_ms, (ngx_uint_t) h->status,
+        p = ngx_sprintf(p, "{\"start_ms\":%uL,\"at_ms\":%uL,\"status\":%ui,"
+                        "\"mode\":\"%s\",\"engine\":", h->start_ms, h->at_ms,
+                        (ngx_uint_t) h->status,
                         h->planned ? "planned" : "observed");
 
         if (h->engine >= 0 && (ngx_uint_t) h->engine < s->nengines) {

@@ -268,3 +268,31 @@ def test_dashboard_history_chart_matches_the_json(procs, logdir):
         png = f.read()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20000
     assert struct.unpack(">II", png[16:24]) == (1280, 1400)     # IHDR width, height
+
+
+def test_history_is_in_order_of_arrival(procs):
+    """A request that ends after a later one (its answer trickles in) still
+    comes first in the history: the ring is ordered by arrival, not by when
+    each request's log phase ran."""
+    import threading
+    fake = procs._add(harness.FakeBackend("slow", delay=0.3, chunks=4))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
+    slow = {"model": "m", "prompt": MARK.join(["slow header", doc(7, 900), "q"]), "stream": True}
+    quick = {"model": "m", "prompt": MARK.join(["quick header", doc(8, 300), "q"])}
+    done = []
+    t = threading.Thread(target=lambda: done.append(
+        harness.http("POST", ngx.url + "/v1/completions", body=slow, timeout=30)[0]))
+    t.start()
+    harness.wait_for(lambda: len(fake.bodies) == 1, timeout=10, what="the slow request upstream")
+    fake.mode = "capture"              # the next answer comes at once
+    assert harness.http("POST", ngx.url + "/v1/completions", body=quick)[0] == 200
+    t.join(30)
+    assert done == [200]
+
+    def hist():
+        return json.loads(harness.http("GET", ngx.url + "/pic/status")[2])["history"]
+
+    harness.wait_for(lambda: hist()["recorded"] == 2, timeout=5, what="log phase")
+    reqs = hist()["requests"]
+    assert reqs[0]["prompt_bytes"] > 2 * reqs[1]["prompt_bytes"], reqs   # slow, then quick
+    assert reqs[0]["start_ms"] <= reqs[1]["start_ms"] and reqs[0]["at_ms"] > reqs[1]["at_ms"], reqs
