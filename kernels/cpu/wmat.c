@@ -3,18 +3,17 @@
  * CPU backend, and the conversions the loader uses to make them.
  *
  * GEMV (n <= PIC_WMAT_GEMV_ROWS, the decode step of every running
- * sequence), BF16 and Q8: each thread streams its slice of W once, four
- * weight rows at a time, and dots them with the n activation rows, which
- * were prepared once per call — BF16 rows split into even and odd columns
- * so a 32-bit load of W is two fp32 values after a shift and a mask, Q8
- * rows quantised per 32-block so a block's dot is an int8 one (VNNI
- * vpdpbusd, or AVX2 maddubs, as llama.cpp's Q8_0) — and accumulates in
- * fp32.  GEMM (prefill): each thread converts tiles of its rows of W to
- * fp32 (4 MiB, reused) and hands each tile to the fp32 sgemm
- * (Q8: against the activations rounded as the GEMV rounds them).  F32
- * goes straight to pic_cpu_matmul (OpenBLAS sgemv / sgemm: on its proper
- * core, pic_kernels.c, its sgemv streams W as fast as a hand GEMV did,
- * and decode then rounds as prefill does).
+ * sequence), every format: each thread streams its slice of W once, four
+ * weight rows at a time, prefetching PIC_WMAT_PF_BYTES ahead, and dots
+ * them with the n activation rows, which were prepared once per call —
+ * BF16 rows split into even and odd columns so a 32-bit load of W is two
+ * fp32 values after a shift and a mask, Q8 rows quantised per 32-block so
+ * a block's dot is an int8 one (VNNI vpdpbusd, or AVX2 maddubs, as
+ * llama.cpp's Q8_0) — and accumulates in fp32.  GEMM (prefill): each
+ * thread converts tiles of its rows of W to fp32 (4 MiB, reused) and hands
+ * each tile to the fp32 sgemm (Q8: against the activations rounded as the
+ * GEMV rounds them); F32 GEMM (and F32 GEMV on the scalar path) is
+ * pic_cpu_matmul, OpenBLAS.
  *
  * SIMD is picked at run time (pic_kernels_simd): AVX-512 (F/BW/VL) with
  * VNNI, AVX-512 without, AVX2 + FMA + F16C, or portable C; the vector
@@ -40,6 +39,20 @@
 
 #define PIC_WMAT_GEMV_ROWS 4            /* n up to this: GEMV kernel */
 #define PIC_WMAT_TILE_BYTES (4 << 20)   /* fp32 tile of W per sgemm call */
+
+/* GEMV software prefetch: for every 64 bytes of a weight row a kernel
+ * reads, it asks for the line PIC_WMAT_PF_BYTES further on.  One core's
+ * hardware prefetchers alone are latency-bound on this stream (the L2
+ * streamer stops at every 4 KiB page; four q8 rows of 1 KiB share one):
+ * decode of models/mid, one thread, tok per CPU-second, loaded machine,
+ * alternated: q8 13.5-17.4 -> 22.3-24.9, bf16 12.2-12.6 -> 16.0-16.3, f32
+ * 7.2-7.9 -> 7.8-9.1 (4-32 KiB all within the noise).  A prefetch past the
+ * end of W is harmless (it never faults). */
+#ifndef PIC_WMAT_PF_BYTES
+#define PIC_WMAT_PF_BYTES 16384
+#endif
+#define PIC_WMAT_PF(p)                                                        \
+    _mm_prefetch((const char *) (p) + PIC_WMAT_PF_BYTES, _MM_HINT_T0)
 
 
 /* --- scalar conversions --- */
@@ -381,6 +394,7 @@ typedef struct {
     void (*rows)(float *dst, const pic_wmat *w, int r0, int nr);
     void (*gemv)(float *y, int ldy, const pic_wmat_act *a, int n,
                  const pic_wmat *w, int r0, int r1, float beta);
+    int   gemv_f32;     /* 1: gemv takes F32 too (else OpenBLAS sgemv) */
 } pic_wmat_impl;
 
 static void
@@ -560,6 +574,10 @@ pic_avx2_bf16(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
             for (int r = 0; r < R; r++) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)
                                                (W + (size_t) r * cols + c + 16 * h));
+
+                if (h == 0) {
+                    PIC_WMAT_PF(W + (size_t) r * cols + c);
+                }
                 __m256  ev = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
                 __m256  od = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
 
@@ -614,6 +632,13 @@ pic_avx2_q8(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
             __m256i aw = _mm256_abs_epi8(wv);
             float   dw = _cvtsh_ss(S[(size_t) r * nb + b]);
 
+            if ((b & 1) == 0) {
+                PIC_WMAT_PF(Q + (size_t) r * cols + b * PIC_Q8_BLOCK);
+            }
+            if ((b & 31) == 0) {
+                PIC_WMAT_PF(S + (size_t) r * nb + b);
+            }
+
             for (int n = 0; n < N; n++) {
                 __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv[n], wv));
 
@@ -626,6 +651,51 @@ pic_avx2_q8(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
     for (int r = 0; r < R; r++) {
         for (int n = 0; n < N; n++) {
             acc[r * PIC_WMAT_GEMV_ROWS + n] = pic_avx2_hsum(A[r][n]);
+        }
+    }
+}
+
+/* F32: 16 columns a step (two vectors, one 64-byte line of each row). */
+PIC_AVX2 static inline __attribute__((always_inline)) void
+pic_avx2_f32(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
+             int R, int N)
+{
+    int          cols = w->cols, c = 0;
+    const float *W = (const float *) w->data + (size_t) o * cols;
+    __m256       A[4][PIC_WMAT_GEMV_ROWS], B[4][PIC_WMAT_GEMV_ROWS];
+
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            A[r][n] = _mm256_setzero_ps();
+            B[r][n] = _mm256_setzero_ps();
+        }
+    }
+    for (; c + 16 <= cols; c += 16) {
+        __m256 x0[PIC_WMAT_GEMV_ROWS], x1[PIC_WMAT_GEMV_ROWS];
+
+        for (int n = 0; n < N; n++) {
+            x0[n] = _mm256_loadu_ps(a->x + (size_t) n * cols + c);
+            x1[n] = _mm256_loadu_ps(a->x + (size_t) n * cols + c + 8);
+        }
+        for (int r = 0; r < R; r++) {
+            const float *wr = W + (size_t) r * cols + c;
+            __m256       w0 = _mm256_loadu_ps(wr), w1 = _mm256_loadu_ps(wr + 8);
+
+            PIC_WMAT_PF(wr);
+            for (int n = 0; n < N; n++) {
+                A[r][n] = _mm256_fmadd_ps(w0, x0[n], A[r][n]);
+                B[r][n] = _mm256_fmadd_ps(w1, x1[n], B[r][n]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            float s = pic_avx2_hsum(_mm256_add_ps(A[r][n], B[r][n]));
+
+            for (int k = c; k < cols; k++) {
+                s += W[(size_t) r * cols + k] * a->x[(size_t) n * cols + k];
+            }
+            acc[r * PIC_WMAT_GEMV_ROWS + n] = s;
         }
     }
 }
@@ -682,10 +752,19 @@ pic_wmat_gemv_avx2_q8(float *y, int ldy, const pic_wmat_act *a, int n,
 }
 
 PIC_AVX2 static void
+pic_wmat_gemv_avx2_f32(float *y, int ldy, const pic_wmat_act *a, int n,
+                       const pic_wmat *w, int r0, int r1, float beta)
+{
+    PIC_WMAT_BY_N(pic_avx2_f32, 4, 1);
+}
+
+PIC_AVX2 static void
 pic_wmat_gemv_avx2(float *y, int ldy, const pic_wmat_act *a, int n,
                    const pic_wmat *w, int r0, int r1, float beta)
 {
-    if (w->type == PIC_WTYPE_BF16) {
+    if (w->type == PIC_WTYPE_F32) {
+        pic_wmat_gemv_avx2_f32(y, ldy, a, n, w, r0, r1, beta);
+    } else if (w->type == PIC_WTYPE_BF16) {
         pic_wmat_gemv_avx2_bf16(y, ldy, a, n, w, r0, r1, beta);
     } else {
         pic_wmat_gemv_avx2_q8(y, ldy, a, n, w, r0, r1, beta);
@@ -779,6 +858,7 @@ pic_avx512_bf16(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
             __m512  ev = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
             __m512  od = _mm512_castsi512_ps(_mm512_and_si512(v, hi));
 
+            PIC_WMAT_PF(W + (size_t) r * cols + c);
             for (int n = 0; n < N; n++) {
                 A[r][n] = _mm512_fmadd_ps(ev, xe[n], A[r][n]);
                 B[r][n] = _mm512_fmadd_ps(od, xo[n], B[r][n]);
@@ -789,6 +869,45 @@ pic_avx512_bf16(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
         for (int n = 0; n < N; n++) {
             acc[r * PIC_WMAT_GEMV_ROWS + n] =
                 _mm512_reduce_add_ps(_mm512_add_ps(A[r][n], B[r][n]));
+        }
+    }
+}
+
+/* F32: 16 columns (one 64-byte line of each row) a step; the last partial
+ * step masked. */
+PIC_AVX512 static inline __attribute__((always_inline)) void
+pic_avx512_f32(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
+               int R, int N)
+{
+    int          cols = w->cols;
+    const float *W = (const float *) w->data + (size_t) o * cols;
+    __m512       A[4][PIC_WMAT_GEMV_ROWS];
+
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            A[r][n] = _mm512_setzero_ps();
+        }
+    }
+    for (int c = 0; c < cols; c += 16) {
+        __mmask16 m = cols - c >= 16 ? 0xffff : (__mmask16) ((1u << (cols - c)) - 1);
+        __m512    xv[PIC_WMAT_GEMV_ROWS];
+
+        for (int n = 0; n < N; n++) {
+            xv[n] = _mm512_maskz_loadu_ps(m, a->x + (size_t) n * cols + c);
+        }
+        for (int r = 0; r < R; r++) {
+            const float *wr = W + (size_t) r * cols + c;
+            __m512       wv = _mm512_maskz_loadu_ps(m, wr);
+
+            PIC_WMAT_PF(wr);
+            for (int n = 0; n < N; n++) {
+                A[r][n] = _mm512_fmadd_ps(wv, xv[n], A[r][n]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            acc[r * PIC_WMAT_GEMV_ROWS + n] = _mm512_reduce_add_ps(A[r][n]);
         }
     }
 }
@@ -824,6 +943,8 @@ pic_vnni_q8(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
             __m512 dw = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
                             km, S + (size_t) r * nb + b0));
 
+            PIC_WMAT_PF(S + (size_t) r * nb + b0);
+
             for (int n = 0; n < N; n++) {
                 sc[r][n] = _mm512_mul_ps(dw, _mm512_maskz_loadu_ps(
                                                  km, a->d + (size_t) n * nb + b0));
@@ -848,6 +969,7 @@ pic_vnni_q8(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
                 __m512i nc = _mm512_sub_epi32(_mm512_setzero_si512(),
                                  _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wv));
 
+                PIC_WMAT_PF(Q + (size_t) r * cols + c);
                 for (int n = 0; n < N; n++) {
                     __m512i p = _mm512_dpbusd_epi32(nc, xu[n], wv);
 
@@ -872,6 +994,13 @@ pic_wmat_gemv_avx512_bf16(float *y, int ldy, const pic_wmat_act *a, int n,
     PIC_WMAT_BY_N(pic_avx512_bf16, 4, 2);
 }
 
+PIC_AVX512 static void
+pic_wmat_gemv_avx512_f32(float *y, int ldy, const pic_wmat_act *a, int n,
+                         const pic_wmat *w, int r0, int r1, float beta)
+{
+    PIC_WMAT_BY_N(pic_avx512_f32, 4, 4);
+}
+
 PIC_AVX512VNNI static void
 pic_wmat_gemv_vnni_q8(float *y, int ldy, const pic_wmat_act *a, int n,
                       const pic_wmat *w, int r0, int r1, float beta)
@@ -884,7 +1013,9 @@ PIC_AVX512 static void
 pic_wmat_gemv_avx512(float *y, int ldy, const pic_wmat_act *a, int n,
                      const pic_wmat *w, int r0, int r1, float beta)
 {
-    if (w->type == PIC_WTYPE_BF16) {
+    if (w->type == PIC_WTYPE_F32) {
+        pic_wmat_gemv_avx512_f32(y, ldy, a, n, w, r0, r1, beta);
+    } else if (w->type == PIC_WTYPE_BF16) {
         pic_wmat_gemv_avx512_bf16(y, ldy, a, n, w, r0, r1, beta);
     } else {
         pic_wmat_gemv_avx2_q8(y, ldy, a, n, w, r0, r1, beta);
@@ -906,11 +1037,11 @@ pic_wmat_gemv_avx512vnni(float *y, int ldy, const pic_wmat_act *a, int n,
 
 static const pic_wmat_impl pic_wmat_impls[] = {
 #if PIC_WMAT_X86
-    { "avx512vnni", pic_wmat_rows_avx512, pic_wmat_gemv_avx512vnni },
-    { "avx512",     pic_wmat_rows_avx512, pic_wmat_gemv_avx512 },
-    { "avx2",       pic_wmat_rows_avx2,   pic_wmat_gemv_avx2 },
+    { "avx512vnni", pic_wmat_rows_avx512, pic_wmat_gemv_avx512vnni, 1 },
+    { "avx512",     pic_wmat_rows_avx512, pic_wmat_gemv_avx512,     1 },
+    { "avx2",       pic_wmat_rows_avx2,   pic_wmat_gemv_avx2,       1 },
 #endif
-    { "scalar",     pic_wmat_rows_scalar, pic_wmat_gemv_scalar },
+    { "scalar",     pic_wmat_rows_scalar, pic_wmat_gemv_scalar,     0 },
 };
 
 #define PIC_WMAT_N_IMPLS (sizeof(pic_wmat_impls) / sizeof(pic_wmat_impls[0]))
@@ -1071,14 +1202,16 @@ pic_cpu_matmul_w(float *y, const float *x, const pic_wmat *w, int n,
 
     PIC_OP_CHECK(y != NULL && x != NULL && w != NULL && w->data != NULL);
     PIC_OP_CHECK(n > 0 && w->rows > 0 && w->cols > 0);
-    if (w->type == PIC_WTYPE_F32) {
-        pic_cpu_matmul(y, x, w->data, n, w->cols, w->rows, accumulate);
-        return;
-    }
     PIC_OP_CHECK(w->type != PIC_WTYPE_Q8
                  || (w->cols % PIC_Q8_BLOCK == 0 && w->scale != NULL));
 
     im = pic_wmat_impl_get();
+    if (w->type == PIC_WTYPE_F32
+        && (n > PIC_WMAT_GEMV_ROWS || !im->gemv_f32))
+    {
+        pic_cpu_matmul(y, x, w->data, n, w->cols, w->rows, accumulate);
+        return;
+    }
     if (n <= PIC_WMAT_GEMV_ROWS) {
         pic_wmat_act_prep(&a, x, n, w);
     } else if (w->type == PIC_WTYPE_Q8) {
