@@ -16,6 +16,7 @@ static const pic_backend pic_cpu_backend = {
     .name          = "cpu",
     .matmul        = pic_cpu_matmul,
     .matmul_w      = pic_cpu_matmul_w,
+    .matmul_w_multi = pic_cpu_matmul_w_multi,
     .wmat_rows     = pic_cpu_wmat_rows,
     .rmsnorm       = pic_cpu_rmsnorm,
     .silu          = pic_cpu_silu,

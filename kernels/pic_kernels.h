@@ -92,6 +92,13 @@ typedef struct pic_backend {
     void (*matmul_w)(float *y, const float *x, const pic_wmat *w, int n,
                      int accumulate);
 
+    /* ys[i](n, ws[i]->rows) = x(n, cols) · ws[i]ᵀ for i < k (no
+     * accumulate), every ws[i] of x's width and of one compact type (F32
+     * besides it allowed): matmul_w of each, equal bit for bit, but decode
+     * (n <= 4) prepares x once and runs all k in one parallel pass. */
+    void (*matmul_w_multi)(float *const *ys, const float *x,
+                           const pic_wmat *const *ws, int k, int n);
+
     /* dst(nr, w->cols) = rows [r0, r0+nr) of W as fp32. */
     void (*wmat_rows)(float *dst, const pic_wmat *w, int r0, int nr);
 

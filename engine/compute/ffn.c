@@ -24,8 +24,10 @@ static void
 pic_ffn_dense(const pic_backend *be, const pic_layer_weights *lw, int I,
               pic_ws *w, int nb)
 {
-    be->matmul_w(w->fg, w->xn, &lw->mlp_gate, nb, 0);
-    be->matmul_w(w->fu, w->xn, &lw->mlp_up, nb, 0);
+    const pic_wmat *ws[2] = { &lw->mlp_gate, &lw->mlp_up };
+    float          *ys[2] = { w->fg, w->fu };
+
+    be->matmul_w_multi(ys, w->xn, ws, 2, nb);
     pic_swiglu(w->fg, w->fu, (size_t) nb * I);
     be->matmul_w(w->x, w->fu, &lw->mlp_down, nb, 1);
 }

@@ -100,11 +100,15 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     int dk = c->lin_k_dim, dv = c->lin_v_dim, kd = Hk * dk, vd = Hv * dv;
     int C = 2 * kd + vd;
 
-    /* 1. projections */
-    be->matmul_w(w->qkv, w->xn, &lw->in_qkv, nb, 0);
-    be->matmul_w(w->z, w->xn, &lw->in_z, nb, 0);
-    be->matmul(w->beta, w->xn, lw->in_b, nb, H, Hv, 0);
-    be->matmul(w->g, w->xn, lw->in_a, nb, H, Hv, 0);
+    /* 1. projections (decode: one parallel pass over all four) */
+    {
+        pic_wmat        wb = pic_wmat_f32(lw->in_b, Hv, H);
+        pic_wmat        wa = pic_wmat_f32(lw->in_a, Hv, H);
+        const pic_wmat *ws[4] = { &lw->in_qkv, &lw->in_z, &wb, &wa };
+        float          *ys[4] = { w->qkv, w->z, w->beta, w->g };
+
+        be->matmul_w_multi(ys, w->xn, ws, 4, nb);
+    }
 
     /* 3. gates in fp32 (row-wise, state-free): β = σ(b),
      * g = −e^{A_log} softplus(a + dt_bias) */
@@ -183,9 +187,12 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     int qd = Hq * hd, kvd = Hkv * hd;
 
     /* 1. projections; q rows interleaved per head [q_h | gate_h] */
-    be->matmul_w(w->qp, w->xn, &lw->wq, nb, 0);
-    be->matmul_w(w->k, w->xn, &lw->wk, nb, 0);
-    be->matmul_w(w->v, w->xn, &lw->wv, nb, 0);
+    {
+        const pic_wmat *ws[3] = { &lw->wq, &lw->wk, &lw->wv };
+        float          *ys[3] = { w->qp, w->k, w->v };
+
+        be->matmul_w_multi(ys, w->xn, ws, 3, nb);
+    }
     for (int t = 0; t < nb; t++) {
         for (int h = 0; h < Hq; h++) {
             const float *src = w->qp + (size_t) t * 2 * qd + (size_t) h * 2 * hd;

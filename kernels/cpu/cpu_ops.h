@@ -11,6 +11,8 @@ void pic_cpu_matmul(float *y, const float *x, const float *w, int n, int in,
                     int out, int accumulate);
 void pic_cpu_matmul_w(float *y, const float *x, const pic_wmat *w, int n,
                       int accumulate);
+void pic_cpu_matmul_w_multi(float *const *ys, const float *x,
+                            const pic_wmat *const *ws, int k, int n);
 void pic_cpu_wmat_rows(float *dst, const pic_wmat *w, int r0, int nr);
 void pic_cpu_rmsnorm(float *y, const float *x, const float *w, int n,
                      int dim, float eps, int zero_centred);

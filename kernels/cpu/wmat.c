@@ -1236,3 +1236,56 @@ pic_cpu_matmul_w(float *y, const float *x, const pic_wmat *w, int n,
         pic_wmat_slice(im, y, x, &a, n, w, o0, o1, beta);
     }
 }
+
+/* The k matrices as one: thread t takes its share of the rows of all of
+ * them laid end to end (16-row steps), each piece with its own matrix's
+ * GEMV.  The activations are prepared once, for the compact type among
+ * them (an F32 matrix reads a.x, which every preparation keeps). */
+void
+pic_cpu_matmul_w_multi(float *const *ys, const float *x,
+                       const pic_wmat *const *ws, int k, int n)
+{
+    const pic_wmat_impl *im;
+    const pic_wmat      *cw = NULL;     /* the compact type's first matrix */
+    pic_wmat_act         a;
+    int                  total = 0, nt;
+
+    PIC_OP_CHECK(ys != NULL && x != NULL && ws != NULL && k > 0 && n > 0);
+    im = pic_wmat_impl_get();
+    for (int i = 0; i < k; i++) {
+        PIC_OP_CHECK(ws[i] != NULL && ws[i]->data != NULL && ys[i] != NULL);
+        PIC_OP_CHECK(ws[i]->rows > 0 && ws[i]->cols == ws[0]->cols);
+        PIC_OP_CHECK(ws[i]->type != PIC_WTYPE_Q8
+                     || (ws[i]->cols % PIC_Q8_BLOCK == 0 && ws[i]->scale != NULL));
+        if (ws[i]->type != PIC_WTYPE_F32) {
+            PIC_OP_CHECK(cw == NULL || cw->type == ws[i]->type);
+            cw = cw != NULL ? cw : ws[i];
+        }
+        total += ws[i]->rows;
+    }
+    nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (n > PIC_WMAT_GEMV_ROWS || !im->gemv_f32 || nt <= 1
+        || (double) n * ws[0]->cols * total < 262144.0)
+    {
+        for (int i = 0; i < k; i++) {
+            pic_cpu_matmul_w(ys[i], x, ws[i], n, 0);
+        }
+        return;
+    }
+    pic_wmat_act_prep(&a, x, n, cw != NULL ? cw : ws[0]);
+    #pragma omp parallel num_threads(nt)
+    {
+        int t = omp_get_thread_num(), T = omp_get_num_threads();
+        int per = ((total + T - 1) / T + 15) & ~15;
+        int v0 = t * per, v1 = v0 + per < total ? v0 + per : total;
+
+        for (int i = 0, base = 0; i < k && base < v1; base += ws[i++]->rows) {
+            int o0 = v0 > base ? v0 - base : 0;
+            int o1 = v1 - base < ws[i]->rows ? v1 - base : ws[i]->rows;
+
+            if (o0 < o1) {
+                im->gemv(ys[i], ws[i]->rows, &a, n, ws[i], o0, o1, 0.0f);
+            }
+        }
+    }
+}

@@ -214,6 +214,62 @@ test_simd_paths_match_scalar(void **unused)
     free(w); free(x);
 }
 
+/* matmul_w_multi gives each matrix matmul_w's answer bit for bit (one
+ * pass over all of them for decode; one matrix per call past it), with an
+ * F32 matrix beside the compact ones, on every path. */
+static void
+test_multi_matmul_is_matmul_of_each(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    const char        *saved = pic_kernels_simd();
+    int                cols = 256, rows[3] = { 1201, 16, 77 };  /* past the serial cut */
+
+    for (int t = PIC_WTYPE_F32; t <= PIC_WTYPE_Q8; t++) {
+        void           *store[3];
+        float          *w[3];
+        pic_wmat        m[3];
+        const pic_wmat *ws[3];
+
+        for (int i = 0; i < 3; i++) {
+            w[i] = frand_vec((size_t) rows[i] * cols, 0.5f);
+            m[i] = make_wmat(i == 1 ? PIC_WTYPE_F32 : (pic_wtype) t, w[i], rows[i], cols,
+                             &store[i]);
+            ws[i] = &m[i];
+        }
+        for (size_t p = 0; p < sizeof(simd_paths) / sizeof(simd_paths[0]); p++) {
+            if (pic_kernels_set_simd(simd_paths[p]) != 0) {
+                continue;
+            }
+            for (int n = 1; n <= 5; n++) {
+                float *x = frand_vec((size_t) n * cols, 1.0f);
+                float *ys[3];
+
+                for (int i = 0; i < 3; i++) {
+                    ys[i] = frand_vec((size_t) n * rows[i], 1.0f);  /* overwritten */
+                }
+                be->matmul_w_multi(ys, x, ws, 3, n);
+                for (int i = 0; i < 3; i++) {
+                    float *want = malloc((size_t) n * rows[i] * sizeof(float));
+
+                    be->matmul_w(want, x, &m[i], n, 0);
+                    if (memcmp(want, ys[i], (size_t) n * rows[i] * sizeof(float)) != 0) {
+                        fail_msg("%s %s n=%d: matrix %d differs from matmul_w",
+                                 simd_paths[p], pic_wtype_name((pic_wtype) t), n, i);
+                    }
+                    free(want);
+                    free(ys[i]);
+                }
+                free(x);
+            }
+        }
+        for (int i = 0; i < 3; i++) {
+            free(w[i]);
+            free(store[i]);
+        }
+    }
+    assert_int_equal(pic_kernels_set_simd(saved), 0);
+}
+
 static void
 test_bf16_rounds_to_nearest_even(void **unused)
 {
@@ -321,6 +377,7 @@ main(void)
         cmocka_unit_test(test_bf16_matmul_odd_shapes),
         cmocka_unit_test(test_q8_matmul_odd_shapes),
         cmocka_unit_test(test_simd_paths_match_scalar),
+        cmocka_unit_test(test_multi_matmul_is_matmul_of_each),
         cmocka_unit_test(test_bf16_rounds_to_nearest_even),
         cmocka_unit_test(test_half_round_trip),
         cmocka_unit_test(test_q8_error_is_half_a_step),
