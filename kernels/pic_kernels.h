@@ -161,7 +161,8 @@ void pic_kernels_set_threads(int n);
 int pic_kernels_threads(void);
 
 /* Call first thing in main(): sets the run-time defaults that libgomp and
- * OpenBLAS read when they load (OMP_WAIT_POLICY=passive; OPENBLAS_CORETYPE
+ * OpenBLAS read when they load (OMP_WAIT_POLICY=passive with GOMP_SPINCOUNT=2000:
+ * spin ~25 us, then sleep; OPENBLAS_CORETYPE
  * from our own cpuid where OpenBLAS's detection falls back to an older
  * core) and re-executes the process once when it changed one; a variable
  * the user set is never touched. */
