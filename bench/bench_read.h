@@ -3,7 +3,9 @@
  * (forward_bench.c, wmat_bench.c): the engine's OpenMP threads each stream
  * their own contiguous share of a buffer with the widest loads the CPU has
  * (AVX-512 when present, else AVX2), four independent sums a step, as the
- * decode GEMV streams W.  A kernel at this rate is at its roofline.
+ * decode GEMV streams W, with its software prefetch 16 KiB ahead (without
+ * it one core read ~14 GB/s, with it ~15.3: the anchor must not be slower
+ * than the kernels it measures).  A kernel at this rate is at its roofline.
  */
 #ifndef PIC_BENCH_READ_H
 #define PIC_BENCH_READ_H
@@ -14,6 +16,8 @@
 
 #include "pic_time.h"
 
+#define BENCH_READ_PF(p) _mm_prefetch((const char *) (p) + 16384, _MM_HINT_T0)
+
 __attribute__((target("avx512f")))
 static float
 bench_read_avx512(const float *a, size_t n)             /* n % 64 == 0 */
@@ -21,6 +25,10 @@ bench_read_avx512(const float *a, size_t n)             /* n % 64 == 0 */
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
 
     for (size_t i = 0; i < n; i += 64) {
+        BENCH_READ_PF(a + i);
+        BENCH_READ_PF(a + i + 16);
+        BENCH_READ_PF(a + i + 32);
+        BENCH_READ_PF(a + i + 48);
         s0 = _mm512_add_ps(s0, _mm512_loadu_ps(a + i));
         s1 = _mm512_add_ps(s1, _mm512_loadu_ps(a + i + 16));
         s2 = _mm512_add_ps(s2, _mm512_loadu_ps(a + i + 32));
@@ -38,6 +46,8 @@ bench_read_avx2(const float *a, size_t n)               /* n % 32 == 0 */
     float  out[8], t = 0.0f;
 
     for (size_t i = 0; i < n; i += 32) {
+        BENCH_READ_PF(a + i);
+        BENCH_READ_PF(a + i + 16);
         s0 = _mm256_add_ps(s0, _mm256_loadu_ps(a + i));
         s1 = _mm256_add_ps(s1, _mm256_loadu_ps(a + i + 8));
         s2 = _mm256_add_ps(s2, _mm256_loadu_ps(a + i + 16));
