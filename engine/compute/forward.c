@@ -89,6 +89,52 @@ pic_ws_get(const pic_config *cfg, pic_state *s, int nb, pic_ws *w)
 
 /* --- Gated DeltaNet layer (MODEL.md §3) --- */
 
+/* Decode (every span one token, no hooks): steps 2, 5 and 6 of every span
+ * and key head g — its q and k channels, the v channels of its r value
+ * heads, their conv window, and their recurrence — in one parallel pass
+ * over (span, g); each piece is the op of the span-wide call restricted to
+ * its channels and heads, so the result is the same bit for bit. */
+static void
+pic_gdn_decode_step(const pic_model *m, const pic_backend *be, int l,
+                    pic_ws *w, const pic_fwd_span *sp, int n_sp)
+{
+    const pic_config        *c = &m->cfg;
+    const pic_layer_weights *lw = &m->w.layers[l];
+    int Hk = c->lin_k_heads, Hv = c->lin_v_heads, r = Hv / Hk, K = c->conv_kernel;
+    int dk = c->lin_k_dim, dv = c->lin_v_dim, kd = Hk * dk, vd = Hv * dv;
+    int C = 2 * kd + vd, S = K - 1;
+
+    #pragma omp parallel for schedule(static) if (n_sp * Hk > 1)
+    for (int ig = 0; ig < n_sp * Hk; ig++) {
+        int    i = ig / Hk, g = ig % Hk, r0 = sp[i].row;
+        float *cv = w->cv + (size_t) r0 * C;       /* (1, C) */
+        float *u = w->qkv + (size_t) r0 * C;       /* (1, C) */
+        float *st = sp[i].s->conv[l];              /* (C, K-1) */
+        int    ch[3][2] = { { g * dk, dk }, { kd + g * dk, dk },
+                            { 2 * kd + g * r * dv, r * dv } };
+
+        for (int k = 0; k < 3; k++) {
+            int c0 = ch[k][0], len = ch[k][1];
+
+            be->conv1d(cv + c0, u + c0, st + (size_t) c0 * S, lw->conv_w + (size_t) c0 * K,
+                       1, len, K);
+            be->silu(cv + c0, (size_t) len);
+        }
+        be->l2norm(cv + g * dk, 1, dk, dk, 1e-6f, 1.0f / sqrtf((float) dk));
+        be->l2norm(cv + kd + g * dk, 1, dk, dk, 1e-6f, 1.0f);
+        pic_gdn_args a = {
+            .n = 1, .Hk = 1, .Hv = r, .dk = dk, .ds = dv,
+            .q = cv + g * dk, .ldq = C, .k = cv + kd + g * dk, .ldk = C,
+            .v = cv + 2 * kd + (size_t) g * r * dv, .ldv = C,
+            .g = w->g + (size_t) r0 * Hv + g * r,
+            .beta = w->beta + (size_t) r0 * Hv + g * r,
+            .S = sp[i].s->S[l] + (size_t) g * r * dk * dv,
+            .o = w->lo + (size_t) r0 * vd + (size_t) g * r * dv, .ldo = vd,
+        };
+        be->gdn_recurrent(&a);
+    }
+}
+
 static void
 pic_gdn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
               int nb, const pic_fwd_span *sp, int n_sp,
@@ -128,7 +174,15 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     /* per span, in order: the caller's prep (seam runs), 2. causal conv
      * with the span's carried window and SiLU, 5. q̂ = q/‖q‖ / sqrt(dk),
      * k̂ = k/‖k‖ (eps on the sum of squares), 6–7. the recurrence */
-    for (int i = 0; i < n_sp; i++) {
+    int decode = hooks == NULL || (hooks->on_run == NULL && hooks->on_gdn == NULL);
+
+    for (int i = 0; i < n_sp && decode; i++) {
+        decode = sp[i].n == 1;
+    }
+    if (decode) {
+        pic_gdn_decode_step(m, be, l, w, sp, n_sp);
+    }
+    for (int i = 0; i < n_sp && !decode; i++) {
         int    r0 = sp[i].row, n = sp[i].n;
         float *cv = w->cv + (size_t) r0 * C;   /* (n, C) this span's rows */
         int    chunk_min = sp[i].chunk_min > 0 ? sp[i].chunk_min : PIC_GDN_CHUNK;

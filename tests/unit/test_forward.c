@@ -238,6 +238,54 @@ test_prefill_then_decode_equals_one_prefill(void **unused)
     pic_state_free(s);
 }
 
+static void
+noop_gdn(void *user, int layer, int p0, const pic_gdn_args *a)
+{
+    (void) user; (void) layer; (void) p0; (void) a;
+}
+
+/* Decode without hooks (conv, norms and recurrence in one pass over key
+ * heads) is bit for bit the span-by-span path a hook forces. */
+static void
+test_decode_step_is_the_span_path(void **unused)
+{
+    pic_model         *m = tiny_model();
+    const pic_config  *c = &m->cfg;
+    int                n = 40, p = 9, V = c->vocab;
+    int               *ids = tokens(n, V);
+    float             *la = malloc((size_t) V * sizeof(float));
+    float             *lb = malloc((size_t) V * sizeof(float));
+    char               err[256];
+    pic_forward_hooks  h = { .on_gdn = noop_gdn };
+    pic_state         *a = pic_state_init(c, 0, err, sizeof(err));
+    pic_state         *b = pic_state_init(c, 0, err, sizeof(err));
+    size_t             sn = (size_t) c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+    size_t             cn = (size_t) pic_config_conv_ch(c) * (c->conv_kernel - 1);
+
+    assert_int_equal(pic_forward(m, NULL, a, ids, p, 0, PIC_LOGITS_LAST, la, NULL,
+                                 err, sizeof(err)), 0);
+    assert_int_equal(pic_forward(m, NULL, b, ids, p, 0, PIC_LOGITS_LAST, lb, NULL,
+                                 err, sizeof(err)), 0);
+    for (int t = p; t < n; t++) {
+        assert_int_equal(pic_forward(m, NULL, a, ids + t, 1, t, PIC_LOGITS_LAST, la,
+                                     NULL, err, sizeof(err)), 0);
+        assert_int_equal(pic_forward(m, NULL, b, ids + t, 1, t, PIC_LOGITS_LAST, lb,
+                                     &h, err, sizeof(err)), 0);
+        assert_memory_equal(la, lb, (size_t) V * sizeof(float));
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+            assert_memory_equal(a->S[l], b->S[l], sn * sizeof(float));
+            assert_memory_equal(a->conv[l], b->conv[l], cn * sizeof(float));
+        }
+    }
+    free(la);
+    free(lb);
+    free(ids);
+    pic_state_free(a);
+    pic_state_free(b);
+}
+
 /* A prefill longer than one micro-batch equals the same tokens fed in two
  * calls that cut elsewhere (the micro-batch edge is invisible). */
 static void
@@ -363,6 +411,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split_prefill_equals_one_prefill),
         cmocka_unit_test(test_prefill_then_decode_equals_one_prefill),
+        cmocka_unit_test(test_decode_step_is_the_span_path),
         cmocka_unit_test(test_microbatch_edge_invisible),
         cmocka_unit_test(test_bad_input_is_an_error),
         cmocka_unit_test(test_on_gdn_hook_gives_composable_operator),
