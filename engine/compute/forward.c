@@ -343,6 +343,7 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
     int               H = c->hidden, V = c->vocab;
     int               cap = total < PIC_UBATCH ? total : PIC_UBATCH;
     int               end = runs[n_runs - 1].p0 + runs[n_runs - 1].n;
+    pic_fwd_span      one;              /* the span of a one-run forward */
     pic_fwd_span     *sp;               /* (n_runs) spans of one pass */
     pic_ws            w;
 
@@ -356,10 +357,13 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
     if (pic_state_reserve(s, end, err, errlen) != 0) {
         return -1;
     }
-    sp = malloc((size_t) n_runs * sizeof(*sp));
+    /* decode (one run) allocates nothing: the workspace is s's, kept */
+    sp = n_runs == 1 ? &one : malloc((size_t) n_runs * sizeof(*sp));
     if (sp == NULL || pic_ws_get(c, s, cap, &w) != 0) {
         snprintf(err, errlen, "%s: out of memory for the workspace", __func__);
-        free(sp);
+        if (sp != &one) {
+            free(sp);
+        }
         return -1;
     }
 
@@ -394,7 +398,9 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
         }
         tok0 += nb;
     }
-    free(sp);
+    if (sp != &one) {
+        free(sp);
+    }
     s->pos = end;
     return 0;
 }
