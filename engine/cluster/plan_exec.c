@@ -350,15 +350,18 @@ pic_plan_door_seen(pic_plan_door *d, const char *key)
 
 /* Exact-first resolution of segment i (past the exact prefix): entries
  * that existed before this request, or one built now on the segment's
- * second sighting; a worker's fresh prefill is pooled, not used.  1 if it
- * took real work (a build), 0 if cheap, PIC_PLAN_WAIT, -1 on error. */
+ * second sighting.  A worker's fresh prefill is composed (waited for) only
+ * past the first composed segment, where the state is PIC's anyway
+ * (DESIGN §3.5); before it, it is pooled, not used (it would cost the
+ * exactness of what is recomputed exactly).  1 if it took real work (a
+ * build), 0 if cheap, PIC_PLAN_WAIT, -1 on error. */
 static int
 pic_plan_resolve_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const pic_model *m,
                        char *err, size_t errlen)
 {
     pic_job_segment *g = &pj->segs[i];
     pic_entry       *e = NULL;
-    int              remote;
+    int              remote, composed = 0;
 
     g->source = PIC_SRC_RECOMPUTE;
     if (g->n_ids == 0 || g->kind != PIC_SEG_PIC || ctx->mode == PIC_MODE_PREFIX) {
@@ -371,13 +374,18 @@ pic_plan_resolve_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const p
         pj->n_hits++;
         return 0;
     }
-    remote = __atomic_load_n(&g->remote, __ATOMIC_ACQUIRE);
-    if (remote == PIC_REMOTE_PENDING && g->remote_cached) {
-        return PIC_PLAN_WAIT;           /* a holder's entry: worth waiting for */
+    for (int j = 0; j < i && !composed; j++) {
+        composed = pj->segs[j].entry != NULL && pj->segs[j].start >= pj->resume;
     }
-    if (remote == PIC_REMOTE_ARRIVED && pic_plan_take_remote(ctx, pj, g, m, 0)) {
-        if (!g->remote_cached) {
-            /* a worker's fresh prefill: pooled (take_remote), not composed */
+    remote = __atomic_load_n(&g->remote, __ATOMIC_ACQUIRE);
+    if (remote == PIC_REMOTE_PENDING && (g->remote_cached || composed)) {
+        return PIC_PLAN_WAIT;           /* a holder's entry, or one past the exact part */
+    }
+    if ((remote == PIC_REMOTE_ARRIVED || remote == PIC_REMOTE_FAILED)
+        && pic_plan_take_remote(ctx, pj, g, m, 0)) {
+        if (!g->remote_cached && !composed) {
+            /* a worker's fresh prefill inside the exact part: pooled
+             * (take_remote), not composed */
             pic_entry_unref(g->entry);
             g->entry = NULL;
             g->source = PIC_SRC_RECOMPUTE;

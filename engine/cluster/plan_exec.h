@@ -35,8 +35,10 @@
  * outside an exact prefix (content that moves: PIC territory).  (Building
  * first sightings' entries in the background instead was measured to cost
  * an agent loop 2.4x its TTFT for entries it never uses: bench/agent.py.)
- * A gateway worker's fresh prefill is pooled for the requests after it,
- * not used.
+ * A gateway worker's fresh prefill is composed when its segment lies past
+ * the first composed one (waited for: the state there is PIC's anyway,
+ * DESIGN §3.5); before it, it is pooled for the requests after it, not
+ * used (the gateway sends no worker there under exact first).
  * Everything from c to the first composed interior's segment (x; the
  * prompt's end when none) is recomputed exactly, a scheduler step per
  * PIC_UBATCH tokens, cut at the planned checkpoint positions; assembly

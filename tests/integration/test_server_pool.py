@@ -143,6 +143,34 @@ def test_stalled_worker_hits_the_deadline(procs, oracle):
     assert status(e1)["cache"]["peer_failures"] == 1
 
 
+
+def test_exact_first_composes_worker_entries_past_the_first_composed_segment(procs):
+    """Exact first (DESIGN §3.5): the combine node recomputes exactly up to
+    the first segment it composes from an entry that existed before the
+    request (here DOC_A, pulled from a holder); a worker's fresh entries
+    past it (DOC_B, DOC_C) are waited for and composed, as the gateway
+    plans them.  Oracle: the same plan with all three pulled from the
+    holder, which composes the same entries (same answer, same PIC
+    tokens)."""
+    holder, worker = engine(procs, "holder"), engine(procs, "worker")
+    ask(holder, base_plan())                            # holds DOC_A, DOC_B, DOC_C
+    ref = engine(procs, "ref", ("--cache-mode", "exact"))
+    text_ref, usage_ref = ask(ref, assign(base_plan(), holder=addr(holder)))
+    pic_ref = usage_ref["pic"]["pic_tokens"]
+    assert pic_ref > 300, usage_ref
+
+    e1 = engine(procs, "e1", ("--cache-mode", "exact"))
+    plan = assign(base_plan(), worker=addr(worker))
+    first = next(s for s in plan["segments"] if s["kind"] == "pic")
+    first["worker"], first["holders"] = None, [addr(holder)]
+    text, usage = ask(e1, plan)
+    assert text == text_ref
+    assert usage["pic"]["pic_tokens"] == pic_ref, usage
+    assert status(worker)["cache"]["prefills_served"] == 1
+    assert status(worker)["cache"]["frames_sent"] == 2
+    st = status(e1)["cache"]
+    assert st["segment_peer"] == 3 and st["peer_failures"] == 0
+
 class FakePeer:
     """An engine impostor on a thread: `handler(req)` writes the answer."""
 

@@ -23,6 +23,7 @@
 
 #include "fixture_models.h"
 #include "forward.h"
+#include "frame.h"
 #include "model.h"
 #include "plan_exec.h"
 #include "prefix_cache.h"
@@ -425,6 +426,103 @@ test_keeper_resolves_between_requests(void **unused)
     fx_free(&f);
 }
 
+/* --- a gateway worker's entries (DESIGN §3.5 under exact first) --- */
+
+/* A segment's seam entry as a worker would stream it: a frame. */
+static void
+worker_frame(fx *f, pic_job_segment *g)
+{
+    pic_entry *e = NULL;
+    char       err[256];
+
+    assert_int_equal(pic_entry_build(f->m, NULL, g->ids, g->n_ids, &f->ctx.seam, &e, NULL,
+                                     err, sizeof(err)), 0);
+    assert_non_null(e);
+    g->frame = pic_frame_from_entry(e, g->key, g->len, &g->frame_len);
+    assert_non_null(g->frame);
+    pic_entry_unref(e);
+}
+
+/* Plan: [system] [c: worker, arrived] [a: pooled] [b: worker, pending]
+ * [question].  c lies before the first composed segment (a): its fresh
+ * entry is pooled, not used, and c is recomputed exactly.  b lies past
+ * a: the engine waits for the worker's entry and composes it (it counts
+ * in n_pic and is a peer's entry). */
+static void
+test_worker_entries_past_the_first_composed_segment_are_composed(void **unused)
+{
+    fx f;
+
+    if (fx_init(&f, 64u << 20) != 0) {
+        skip();
+    }
+    char sys[4096], a[4096], b[4096], c[4096], req[32768], err[256];
+    size_t cut[4];
+    int    at, rc, steps = 0, waits = 0;
+    pic_job_error why;
+
+    words(sys, sizeof(sys), 41, 80);
+    words(c, sizeof(c), 42, 120);
+    words(a, sizeof(a), 43, 120);
+    words(b, sizeof(b), 44, 120);
+    at = snprintf(req, sizeof(req), "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n", sys);
+    cut[0] = (size_t) at;
+    at += snprintf(req + at, sizeof(req) - at, "%s\n", c);
+    cut[1] = (size_t) at;
+    at += snprintf(req + at, sizeof(req) - at, "%s\n", a);
+    cut[2] = (size_t) at;
+    at += snprintf(req + at, sizeof(req) - at, "%s\n", b);
+    cut[3] = (size_t) at;
+    snprintf(req + at, sizeof(req) - at, "which one?<|im_end|>\n<|im_start|>assistant\n");
+
+    pic_plan_job *pj = job(req, cut, 4);
+    assert_int_equal(pic_plan_step(&f.ctx, pj, f.m, f.tok, req, strlen(req), f.s, f.lg, &why,
+                                   err, sizeof(err)), PIC_PLAN_MORE);      /* tokenized */
+    pic_job_segment *gc = &pj->segs[1], *ga = &pj->segs[2], *gb = &pj->segs[3];
+    pic_entry *ea = NULL;
+    assert_int_equal(pic_entry_build(f.m, NULL, ga->ids, ga->n_ids, &f.ctx.seam, &ea, NULL,
+                                     err, sizeof(err)), 0);
+    assert_int_equal(pic_pool_put(f.pool, ga->key, ga->len, ea), 0);
+    worker_frame(&f, gc);
+    gc->remote = PIC_REMOTE_ARRIVED;
+    gb->remote = PIC_REMOTE_PENDING;
+    do {
+        rc = pic_plan_step(&f.ctx, pj, f.m, f.tok, req, strlen(req), f.s, f.lg, &why, err,
+                           sizeof(err));
+        if (rc == PIC_PLAN_ERROR) {
+            fail_msg("plan step: %s", err);
+        }
+        if (rc == PIC_PLAN_WAIT) {
+            /* waiting on b's worker, not on c's (before anything composed) */
+            assert_int_equal(pj->next, 3);
+            if (waits++ == 0) {
+                worker_frame(&f, gb);
+                __atomic_store_n(&gb->remote, PIC_REMOTE_ARRIVED, __ATOMIC_RELEASE);
+            }
+        }
+        assert_true(++steps < 10000);
+    } while (rc != PIC_PLAN_DONE);
+    print_message("  exact %d, pic %d, peer %d, hits %d, xend %d (a starts at %d)\n",
+                  pj->n_exact, pj->n_pic, pj->n_peer, pj->n_hits, pj->xend, ga->start);
+    assert_int_equal(waits, 1);
+    assert_null(gc->entry);
+    assert_int_equal(gc->source, PIC_SRC_RECOMPUTE);
+    assert_true(pic_pool_contains(f.pool, gc->key, gc->len));   /* pooled for later requests */
+    assert_int_equal(ga->source, PIC_SRC_HIT);
+    assert_int_equal(gb->source, PIC_SRC_PEER);
+    assert_non_null(gb->entry);
+    assert_int_equal(pj->xend, ga->start);      /* exact up to the first composed one */
+    assert_int_equal(pj->as.n_rejected, 0);
+    /* both composed entries' interiors count as PIC tokens */
+    int ra = ea->has_T ? ea->i1 - ea->i0 : ea->n_tokens;
+    int rb = gb->entry->has_T ? gb->entry->i1 - gb->entry->i0 : gb->entry->n_tokens;
+    assert_int_equal(pj->n_pic, ra + rb);
+    assert_true(isfinite(f.lg[0]));
+    pic_entry_unref(ea);
+    pic_plan_job_free(pj);
+    fx_free(&f);
+}
+
 /* --- scopes --- */
 
 static void
@@ -497,6 +595,7 @@ main(void)
         cmocka_unit_test(test_generated_answer_is_resumed_next_turn),
         cmocka_unit_test(test_shifted_documents_after_a_shared_prefix_use_pic),
         cmocka_unit_test(test_keeper_resolves_between_requests),
+        cmocka_unit_test(test_worker_entries_past_the_first_composed_segment_are_composed),
         cmocka_unit_test(test_scopes_do_not_share_prefixes),
         cmocka_unit_test(test_ids_are_the_whole_texts_however_it_is_cut),
     };
