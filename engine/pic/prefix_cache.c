@@ -18,6 +18,7 @@
 typedef struct pic_pnode {
     struct pic_pnode *parent, *child, *sib;     /* tree */
     struct pic_pnode *lprev, *lnext;            /* recency: head = most recent */
+    struct pic_pnode *fprev, *fnext;            /* leaves only, same order */
     uint64_t          h;                        /* xxh64 of the block's tokens; scope */
     int               end;                      /* position after the block */
     int               n_tok;                    /* block; < block: a tail; 0: a scope */
@@ -48,6 +49,7 @@ struct pic_prefix_cache {
     size_t            chain_cap;
     pic_pnode         root;                     /* end 0, no block, not in the LRU */
     pic_pnode        *head, *tail;
+    pic_pnode        *lhead, *ltail;            /* the leaves (no child), by recency */
     pic_prefix_stats  st;
     size_t            kv_floats;                /* per node */
     size_t            ck_floats;                /* per checkpoint */
@@ -76,6 +78,52 @@ pic_pc_lru_push(pic_prefix_cache *pc, pic_pnode *n)
     n->used = pic_now_ns();
 }
 
+/* The leaf list: the nodes without children in the order of the recency
+ * list, so that its tail is the least recently used leaf (O(1)). */
+static int
+pic_pc_is_leafed(const pic_prefix_cache *pc, const pic_pnode *n)
+{
+    return n->fprev != NULL || pc->lhead == n;
+}
+
+static void
+pic_pc_leaf_unlink(pic_prefix_cache *pc, pic_pnode *n)
+{
+    if (!pic_pc_is_leafed(pc, n)) {
+        return;
+    }
+    if (n->fprev) n->fprev->fnext = n->fnext; else pc->lhead = n->fnext;
+    if (n->fnext) n->fnext->fprev = n->fprev; else pc->ltail = n->fprev;
+    n->fprev = n->fnext = NULL;
+}
+
+/* Leaf n (just touched or made) as the most recent leaf. */
+static void
+pic_pc_leaf_push(pic_prefix_cache *pc, pic_pnode *n)
+{
+    n->fprev = NULL;
+    n->fnext = pc->lhead;
+    if (pc->lhead) pc->lhead->fprev = n; else pc->ltail = n;
+    pc->lhead = n;
+}
+
+/* A node an eviction left without children into the leaf list by its
+ * recency (n->used), searched from the tail: its descendants were the
+ * least recently used leaves, so it lands at or next to the tail. */
+static void
+pic_pc_leaf_put_aged(pic_prefix_cache *pc, pic_pnode *n)
+{
+    pic_pnode *newer = pc->ltail;
+
+    while (newer != NULL && newer->used < n->used) {
+        newer = newer->fprev;
+    }
+    n->fprev = newer;
+    n->fnext = newer != NULL ? newer->fnext : pc->lhead;
+    if (n->fnext) n->fnext->fprev = n; else pc->ltail = n;
+    if (newer) newer->fnext = n; else pc->lhead = n;
+}
+
 /* Make the path ending at n most recent, leaf first, ancestors after. */
 static void
 pic_pc_touch_locked(pic_prefix_cache *pc, pic_pnode *n)
@@ -83,6 +131,10 @@ pic_pc_touch_locked(pic_prefix_cache *pc, pic_pnode *n)
     for (; n != NULL && n != &pc->root; n = n->parent) {
         pic_pc_lru_unlink(pc, n);
         pic_pc_lru_push(pc, n);
+        if (n->child == NULL) {
+            pic_pc_leaf_unlink(pc, n);
+            pic_pc_leaf_push(pc, n);
+        }
     }
 }
 
@@ -244,54 +296,40 @@ pic_pc_trim_locked(pic_prefix_cache *pc, pic_pnode *n)
     }
 }
 
-/* The least recently used leaf (NULL: empty). */
-static pic_pnode *
-pic_pc_lru_leaf_locked(pic_prefix_cache *pc)
-{
-    pic_pnode *n = pc->tail;
-
-    while (n != NULL && n->child != NULL) {
-        n = n->lprev;
-    }
-    return n;
-}
-
-/* Evict least recently used leaves until the budget holds (one leaf at
- * most when one). */
+/* Evict least recently used leaves (the leaf list's tail) until the
+ * budget holds (one leaf at most when one). */
 static size_t
 pic_pc_evict_locked(pic_prefix_cache *pc, int one)
 {
-    pic_pnode *n = pc->tail;
+    pic_pnode *n;
     size_t     freed = 0;
 
-    while ((one || pc->st.bytes > pc->st.budget) && n != NULL) {
-        pic_pnode *prev = n->lprev;
-        if (n->child == NULL) {
-            freed += n->bytes;
-            pic_pnode **pp = &n->parent->child;
-            while (*pp != n) {
-                pp = &(*pp)->sib;
-            }
-            *pp = n->sib;
-            pic_pc_lru_unlink(pc, n);
-            pc->dirty = 1;
-            pc->st.bytes -= n->bytes;
-            pc->st.blocks -= n->n_tok == pc->block;
-            pc->st.evictions += n->n_tok > 0;
-            pc->st.checkpoints -= n->ck != NULL;
-            pc->st.tails -= n->n_tok > 0 && n->n_tok < pc->block;
-            pic_pnode *par = n->parent, *only;
-            pic_pc_node_free(n);
-            if (par->n_tok == pc->block && pic_pc_block_children(pc, par, &only) == 1) {
-                pic_pc_trim_locked(pc, par);    /* two edges became one */
-            }
-            if (one) {
-                break;
-            }
-            n = pc->tail;               /* the parent may now be a leaf */
-            continue;
+    while ((one || pc->st.bytes > pc->st.budget) && (n = pc->ltail) != NULL) {
+        pic_pnode **pp = &n->parent->child, *par = n->parent, *only;
+
+        freed += n->bytes;
+        while (*pp != n) {
+            pp = &(*pp)->sib;
         }
-        n = prev;
+        *pp = n->sib;
+        pic_pc_lru_unlink(pc, n);
+        pic_pc_leaf_unlink(pc, n);
+        pc->dirty = 1;
+        pc->st.bytes -= n->bytes;
+        pc->st.blocks -= n->n_tok == pc->block;
+        pc->st.evictions += n->n_tok > 0;
+        pc->st.checkpoints -= n->ck != NULL;
+        pc->st.tails -= n->n_tok > 0 && n->n_tok < pc->block;
+        pic_pc_node_free(n);
+        if (par != &pc->root && par->child == NULL) {
+            pic_pc_leaf_put_aged(pc, par);      /* the parent is a leaf now */
+        }
+        if (par->n_tok == pc->block && pic_pc_block_children(pc, par, &only) == 1) {
+            pic_pc_trim_locked(pc, par);        /* two edges became one */
+        }
+        if (one) {
+            break;
+        }
     }
     return freed;
 }
@@ -462,6 +500,7 @@ pic_pc_scope_locked(pic_prefix_cache *pc, uint64_t scope, int make)
     c->bytes = sizeof(*c);
     pc->st.bytes += c->bytes;
     pic_pc_lru_push(pc, c);
+    pic_pc_leaf_push(pc, c);
     return c;
 }
 
@@ -761,6 +800,8 @@ pic_pc_node_new_locked(pic_prefix_cache *pc, pic_pnode *parent, const int *tb, i
     c->bytes = sizeof(*c) + (size_t) nt * sizeof(int) + kvf * sizeof(float);
     pc->st.bytes += c->bytes;
     pic_pc_lru_push(pc, c);
+    pic_pc_leaf_unlink(pc, parent);     /* has a child now */
+    pic_pc_leaf_push(pc, c);
     return c;
 }
 
@@ -1112,7 +1153,7 @@ pic_prefix_cache_oldest(pic_prefix_cache *pc)
     int64_t    t;
 
     pthread_mutex_lock(&pc->mu);
-    n = pic_pc_lru_leaf_locked(pc);
+    n = pc->ltail;
     t = n != NULL ? n->used : 0;
     pthread_mutex_unlock(&pc->mu);
     return t;
@@ -1148,4 +1189,31 @@ pic_prefix_cache_bytes(pic_prefix_cache *pc, size_t *blocks, size_t *checkpoints
         }
     }
     pthread_mutex_unlock(&pc->mu);
+}
+
+int
+pic_prefix_cache_check(pic_prefix_cache *pc)
+{
+    size_t nodes = 0, leaves = 0, listed = 0, bytes = 0;
+    int    ok = 1;
+
+    pthread_mutex_lock(&pc->mu);
+    for (pic_pnode *n = pc->head; n != NULL; n = n->lnext) {
+        nodes++;
+        bytes += n->bytes;
+        leaves += n->child == NULL;
+        ok &= (n->child == NULL) == pic_pc_is_leafed(pc, n);
+    }
+    for (pic_pnode *n = pc->lhead; n != NULL; n = n->fnext) {
+        listed++;
+        ok &= n->child == NULL && (n->fnext == NULL || n->fnext->used <= n->used);
+        ok &= n->fnext != NULL || pc->ltail == n;
+        if (listed > nodes) {
+            ok = 0;
+            break;
+        }
+    }
+    ok &= listed == leaves && bytes == pc->st.bytes;
+    pthread_mutex_unlock(&pc->mu);
+    return ok;
 }

@@ -36,9 +36,11 @@
  * per cache scope (a 64-bit value, 0 = the global one): a request only ever
  * walks its own scope's subtree.
  *
- * Budget: bytes of all nodes; least recently used leaves go first (a
+ * Budget: bytes of all nodes; least recently used leaves go first.  A
  * lookup touches its path leaf-first, so ancestors are always more recent
- * than their descendants and the LRU end is a leaf).
+ * than their descendants; the leaves are also kept in a list of their own
+ * in the same order, so finding (pic_prefix_cache_oldest) and evicting
+ * the least recently used leaf are O(1), not a walk past interior nodes.
  *
  * Thread safety: one mutex; the tree is only locked while walking and
  * copying, never during the forward pass.  Any number of threads may call
@@ -184,7 +186,12 @@ int64_t pic_prefix_cache_oldest(pic_prefix_cache *pc);
 void pic_prefix_cache_bytes(pic_prefix_cache *pc, size_t *blocks, size_t *checkpoints,
                             size_t *tails);
 
-/* Evict the least recently used leaf; bytes freed (0: empty). */
+/* Evict the least recently used leaf (the leaf list's tail: O(1)); bytes
+ * freed (0: empty). */
 size_t pic_prefix_cache_evict_one(pic_prefix_cache *pc);
+
+/* 1 if the tree's bookkeeping holds: the leaf list holds exactly the nodes
+ * without children, least recently used last; the bytes add up (tests). */
+int pic_prefix_cache_check(pic_prefix_cache *pc);
 
 #endif /* PIC_PREFIX_CACHE_H */

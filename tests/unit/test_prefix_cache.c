@@ -476,6 +476,87 @@ test_resolve_is_off_the_request_path(void **unused)
     pic_model_free(m);
 }
 
+/* The leaf list (O(1) victim): evictions take leaves in least recently
+ * used order, including a parent that its last child's eviction made a
+ * leaf (it goes in by its age, not as the newest leaf); the bookkeeping
+ * (pic_prefix_cache_check: the leaf list is exactly the childless nodes,
+ * oldest last) holds after every request and eviction of a stress run
+ * under a tight budget. */
+static void
+test_leaf_list_evicts_in_lru_order(void **unused)
+{
+    pic_model *m = fixture_load("tiny-qwen35");
+    if (m == NULL) {
+        skip();
+    }
+    char              err[256];
+    pic_prefix_opts   o = { .budget = 64u << 20,
+                            .ckpt = { .block = 16, .m = 2, .min_history = 1000 } };
+    pic_prefix_cache *pc = pic_prefix_cache_init(m, &o, err, sizeof(err));
+    pic_state        *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    int              *a = prompt(32, 0, 11, m->cfg.vocab);
+    int              *b = prompt(32, 0, 12, m->cfg.vocab);
+    int              *c = prompt(32, 0, 13, m->cfg.vocab);
+    int               depth, resume, ids[400];
+    pic_prefix_stats  st;
+
+    visit(pc, s, a, 32);
+    visit(pc, s, b, 32);
+    visit(pc, s, c, 32);
+    visit(pc, s, a, 32);                        /* recency: b < c < a */
+    assert_true(pic_prefix_cache_check(pc));
+    const int *order[3] = { b, c, a };
+    for (int k = 0; k < 6; k++) {
+        assert_true(pic_prefix_cache_evict_one(pc) > 0);
+        assert_true(pic_prefix_cache_check(pc));
+        for (int q = 0; q < 3; q++) {
+            /* prompts before the victim's are gone, after it whole */
+            int want = q < k / 2 ? 0 : q > k / 2 ? 32 : (k % 2 == 0 ? 16 : 0);
+            pic_prefix_cache_lookup(pc, order[q], 32, &depth, &resume);
+            if (depth != want) {
+                fail_msg("after %d evictions prompt %d shares %d tokens, not %d", k + 1, q,
+                         depth, want);
+            }
+        }
+    }
+    pic_prefix_cache_free(pc);
+
+    /* stress: branching prompts under a budget of a few prompts */
+    o.budget = 40 * (size_t) 16 * 2 * 4 * sizeof(float) * 64;
+    pc = pic_prefix_cache_init(m, &o, err, sizeof(err));
+    unsigned x = 777;
+    for (int r = 0; r < 300; r++) {
+        x = x * 1103515245u + 12345u;
+        int doc = (int) ((x >> 16) % 5), keep = 16 + (int) ((x >> 8) % 200);
+        int n = keep + 1 + (int) ((x >> 4) % 120);
+        for (int i = 0; i < n; i++) {
+            ids[i] = i < keep ? (int) ((unsigned) (doc * 7919 + i * 31) % (unsigned) m->cfg.vocab)
+                              : (int) ((x + (unsigned) i * 17u) % (unsigned) m->cfg.vocab);
+        }
+        visit(pc, s, ids, n);
+        if (!pic_prefix_cache_check(pc)) {
+            fail_msg("request %d: the leaf list or the bytes are off", r);
+        }
+        if (r % 7 == 0) {
+            pic_prefix_cache_evict_one(pc);
+            assert_true(pic_prefix_cache_check(pc));
+        }
+    }
+    pic_prefix_cache_stats_get(pc, &st);
+    print_message("  %zu blocks held, %llu evictions, %zu of %zu bytes\n", st.blocks,
+                  (unsigned long long) st.evictions, st.bytes, st.budget);
+    assert_true(st.evictions > 100 && st.bytes <= st.budget);
+    while (pic_prefix_cache_evict_one(pc) > 0) {
+        assert_true(pic_prefix_cache_check(pc));
+    }
+    pic_prefix_cache_stats_get(pc, &st);
+    assert_int_equal(st.bytes, 0);
+    free(a); free(b); free(c);
+    pic_state_free(s);
+    pic_prefix_cache_free(pc);
+    pic_model_free(m);
+}
+
 int
 main(void)
 {
@@ -487,6 +568,7 @@ main(void)
         cmocka_unit_test(test_each_edge_places_from_its_own_depths),
         cmocka_unit_test(test_edge_budget_holds_after_1000_requests),
         cmocka_unit_test(test_resolve_is_off_the_request_path),
+        cmocka_unit_test(test_leaf_list_evicts_in_lru_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
