@@ -20,6 +20,7 @@ typedef struct pic_pnode {
     struct pic_pnode *lprev, *lnext;            /* recency: head = most recent */
     struct pic_pnode *fprev, *fnext;            /* leaves only, same order */
     uint64_t          h;                        /* xxh64 of the block's tokens; scope */
+    uint64_t          id;                       /* serial, never reused */
     int               end;                      /* position after the block */
     int               n_tok;                    /* block; < block: a tail; 0: a scope */
     int              *tok;                      /* (n_tok) */
@@ -40,6 +41,7 @@ typedef struct pic_pnode {
 struct pic_prefix_cache {
     const pic_model  *m;
     pthread_mutex_t   mu;
+    pthread_mutex_t   maint_mu;                 /* one maintain at a time */
     int               block;
     pic_ckpt_opts     co;                       /* m, resolve_every, min_history, decay */
     double            scale;                    /* weight of the next observation */
@@ -54,6 +56,9 @@ struct pic_prefix_cache {
     size_t            kv_floats;                /* per node */
     size_t            ck_floats;                /* per checkpoint */
     int               mmax;                     /* checkpoints per edge (M) */
+    uint64_t          next_id;                  /* pic_pnode.id */
+    void            (*solve_hook)(void *);      /* tests: runs while maintain solves */
+    void             *solve_arg;
 };
 
 static __thread int pic_pc_in_request;          /* pic_prefix_cache_mark_request */
@@ -376,6 +381,7 @@ pic_prefix_cache_init(const pic_model *m, const pic_prefix_opts *o, char *err,
         }
     }
     pthread_mutex_init(&pc->mu, NULL);
+    pthread_mutex_init(&pc->maint_mu, NULL);
     return pc;
 }
 
@@ -391,6 +397,7 @@ pic_prefix_cache_free(pic_prefix_cache *pc)
     }
     free(pc->chain);
     pthread_mutex_destroy(&pc->mu);
+    pthread_mutex_destroy(&pc->maint_mu);
     free(pc);
 }
 
@@ -494,6 +501,7 @@ pic_pc_scope_locked(pic_prefix_cache *pc, uint64_t scope, int make)
         return NULL;
     }
     c->h = scope;
+    c->id = ++pc->next_id;
     c->parent = &pc->root;
     c->sib = pc->root.child;
     pc->root.child = c;
@@ -791,6 +799,7 @@ pic_pc_node_new_locked(pic_prefix_cache *pc, pic_pnode *parent, const int *tb, i
     }
     memcpy(c->tok, tb, (size_t) nt * sizeof(int));
     c->h = h;
+    c->id = ++pc->next_id;
     c->n_tok = nt;
     c->end = end;
     c->parent = parent;
@@ -1025,14 +1034,35 @@ pic_prefix_cache_due(pic_prefix_cache *pc)
     return due;
 }
 
-/* Re-solve the edge in pc->chain (L blocks) when due; 1 if it was. */
+/* One edge's re-solve, from its snapshot to the placement applied. */
+typedef struct {
+    int       L;                /* blocks */
+    int       dp;               /* history enough for the DP (else balanced) */
+    uint64_t *id;               /* (L) the blocks' ids: the edge unchanged iff equal */
+    int      *pend;             /* (L) observations pending at the snapshot */
+    double   *mass, *mass_d;    /* (L + 1) the histogram, as pic_ckpt_solve */
+    int      *blk;              /* (M) the placement: block indices in 1..L */
+    int       cnt;
+} pic_pc_solve;
+
+static void
+pic_pc_solve_free(pic_pc_solve *v)
+{
+    free(v->id);
+    free(v->pend);
+    free(v->mass);
+    free(v->mass_d);
+    free(v->blk);
+}
+
+/* Snapshot the edge in pc->chain (L blocks) into v when it is due; 1 if
+ * it was (v then owns arrays), 0 if not due, -1 on ENOMEM. */
 static int
-pic_pc_solve_edge_locked(pic_prefix_cache *pc, int L, double *mass, double *mass_d,
-                          int *blk)
+pic_pc_snapshot_edge_locked(pic_prefix_cache *pc, int L, pic_pc_solve *v)
 {
     pic_pnode *head = pc->chain[0];
     long       obs = 0;
-    int        pend = 0, held = 0, cnt, B = pc->block, e0 = head->end - B;
+    int        pend = 0, held = 0, B = pc->block, e0 = head->end - B;
 
     for (int i = 0; i < L; i++) {
         obs += pc->chain[i]->n_obs;
@@ -1042,29 +1072,70 @@ pic_pc_solve_edge_locked(pic_prefix_cache *pc, int L, double *mass, double *mass
     if (pend < pc->co.resolve_every && head->solved == L && held <= pc->mmax) {
         return 0;
     }
-    if (obs < pc->co.min_history) {
-        cnt = pic_ckpt_place(PIC_CKPT_BALANCED, B, pc->mmax, L * B, blk);
-        for (int i = 0; i < cnt; i++) {
-            blk[i] /= B;
+    memset(v, 0, sizeof(*v));
+    v->L = L;
+    v->dp = obs >= pc->co.min_history;
+    v->id = malloc((size_t) L * sizeof(uint64_t));
+    v->pend = malloc((size_t) L * sizeof(int));
+    v->mass = malloc(((size_t) L + 1) * sizeof(double));
+    v->mass_d = malloc(((size_t) L + 1) * sizeof(double));
+    v->blk = malloc((size_t) pc->mmax * sizeof(int));
+    if (v->id == NULL || v->pend == NULL || v->mass == NULL || v->mass_d == NULL
+        || v->blk == NULL) {
+        pic_pc_solve_free(v);
+        return -1;
+    }
+    /* bin j = depths in [e0 + j·B, e0 + (j+1)·B): block j−1's; bin 0 (the
+     * parent's last block) gains nothing from any checkpoint here */
+    v->mass[0] = v->mass_d[0] = 0.0;
+    for (int i = 0; i < L; i++) {
+        const pic_pnode *c = pc->chain[i];
+        v->id[i] = c->id;
+        v->pend[i] = c->pend;
+        v->mass[i + 1] = c->hw / pc->scale;
+        v->mass_d[i + 1] = (c->hwd - c->hw * e0) / pc->scale;
+    }
+    return 1;
+}
+
+/* The placement of a snapshot (no lock: the DP is the slow part). */
+static void
+pic_pc_solve_edge(const pic_prefix_cache *pc, pic_pc_solve *v)
+{
+    int B = pc->block;
+
+    if (!v->dp) {
+        v->cnt = pic_ckpt_place(PIC_CKPT_BALANCED, B, pc->mmax, v->L * B, v->blk);
+        for (int i = 0; i < v->cnt; i++) {
+            v->blk[i] /= B;
         }
     } else {
-        /* bin j = depths in [e0 + j·B, e0 + (j+1)·B): block j−1's; bin 0
-         * (the parent's last block) gains nothing from any checkpoint here */
-        mass[0] = mass_d[0] = 0.0;
-        for (int i = 0; i < L; i++) {
-            const pic_pnode *c = pc->chain[i];
-            mass[i + 1] = c->hw / pc->scale;
-            mass_d[i + 1] = (c->hwd - c->hw * e0) / pc->scale;
+        v->cnt = pic_ckpt_solve_fill(v->mass, v->mass_d, v->L, B, pc->mmax, v->blk);
+    }
+}
+
+/* Apply v to the edge in pc->chain (L blocks) if it is the edge solved
+ * (same blocks); 1 if applied. */
+static int
+pic_pc_apply_edge_locked(pic_prefix_cache *pc, int L, const pic_pc_solve *v)
+{
+    pic_pnode *head = pc->chain[0];
+
+    if (L != v->L) {
+        return 0;
+    }
+    for (int i = 0; i < L; i++) {
+        if (pc->chain[i]->id != v->id[i]) {
+            return 0;
         }
-        cnt = pic_ckpt_solve_fill(mass, mass_d, L, B, pc->mmax, blk);
     }
     for (int i = 0; i < L; i++) {
         pc->chain[i]->plan = 0;
-        pc->chain[i]->pend = 0;
+        pc->chain[i]->pend -= v->pend[i];       /* those observed meanwhile stay */
     }
-    for (int i = 0; i < cnt; i++) {
-        if (blk[i] >= 1 && blk[i] <= L) {
-            pc->chain[blk[i] - 1]->plan = 1;
+    for (int i = 0; i < v->cnt; i++) {
+        if (v->blk[i] >= 1 && v->blk[i] <= L) {
+            pc->chain[v->blk[i] - 1]->plan = 1;
         }
     }
     head->solved = L;
@@ -1074,46 +1145,93 @@ pic_pc_solve_edge_locked(pic_prefix_cache *pc, int L, double *mass, double *mass
     return 1;
 }
 
+static int
+pic_pc_solve_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const pic_pc_solve *) a)->id[0], y = ((const pic_pc_solve *) b)->id[0];
+
+    return x < y ? -1 : x > y;
+}
+
 int
 pic_prefix_cache_maintain(pic_prefix_cache *pc)
 {
-    pic_pnode **heads = NULL;
-    size_t      nh, bins = 0;
-    double     *mass = NULL, *mass_d = NULL;
-    int        *blk = malloc((size_t) pc->mmax * sizeof(int)), done = 0;
+    pic_pnode  **heads = NULL;
+    pic_pc_solve *v = NULL;
+    size_t       nh, nv = 0, vcap = 0;
+    int          done = 0, stale = 0;
 
-    if (blk == NULL) {
-        return 0;
-    }
+    /* 1. under the lock: snapshot the due edges' histograms */
+    pthread_mutex_lock(&pc->maint_mu);
     pthread_mutex_lock(&pc->mu);
     pc->dirty = 0;
     pc->pend_obs = 0;
     nh = pic_pc_edge_heads_locked(pc, &heads);
     for (size_t h = 0; h < nh; h++) {
         int L = pic_pc_edge_chain_locked(pc, heads[h]);
-        if (L < 1) {
+        if (L < 1 || pic_grow((void **) &v, &vcap, nv + 1, sizeof(*v)) != 0) {
             continue;
         }
-        if ((size_t) L + 1 > bins) {
-            double *a = realloc(mass, ((size_t) L + 1) * sizeof(double));
-            double *b = a != NULL ? realloc(mass_d, ((size_t) L + 1) * sizeof(double)) : NULL;
-            if (a != NULL) {
-                mass = a;
-            }
-            if (b == NULL) {
-                continue;
-            }
-            mass_d = b;
-            bins = (size_t) L + 1;
+        if (pic_pc_snapshot_edge_locked(pc, L, &v[nv]) == 1) {
+            nv++;
         }
-        done += pic_pc_solve_edge_locked(pc, L, mass, mass_d, blk);
     }
     pthread_mutex_unlock(&pc->mu);
     free(heads);
-    free(mass);
-    free(mass_d);
-    free(blk);
+    if (nv == 0) {
+        pthread_mutex_unlock(&pc->maint_mu);
+        free(v);
+        return 0;
+    }
+
+    /* 2. unlocked: the DP (requests walk and insert meanwhile) */
+    if (pc->solve_hook != NULL) {
+        pc->solve_hook(pc->solve_arg);
+    }
+    for (size_t k = 0; k < nv; k++) {
+        pic_pc_solve_edge(pc, &v[k]);
+    }
+    qsort(v, nv, sizeof(*v), pic_pc_solve_cmp);
+
+    /* 3. under the lock: apply to each edge that is still the one solved;
+     * an edge that changed meanwhile is due again (its shape changed) */
+    pthread_mutex_lock(&pc->mu);
+    nh = pic_pc_edge_heads_locked(pc, &heads);
+    for (size_t h = 0; h < nh; h++) {
+        pic_pc_solve key = { .id = &heads[h]->id }, *hit;
+
+        hit = bsearch(&key, v, nv, sizeof(*v), pic_pc_solve_cmp);
+        if (hit == NULL) {
+            continue;
+        }
+        int L = pic_pc_edge_chain_locked(pc, heads[h]);
+        if (L >= 1 && pic_pc_apply_edge_locked(pc, L, hit)) {
+            done++;
+            hit->cnt = -1;                      /* applied */
+        }
+    }
+    for (size_t k = 0; k < nv; k++) {
+        stale += v[k].cnt >= 0;
+    }
+    pc->st.resolves_dropped += (uint64_t) stale;
+    if (stale > 0) {
+        pc->dirty = 1;
+    }
+    pthread_mutex_unlock(&pc->mu);
+    pthread_mutex_unlock(&pc->maint_mu);
+    free(heads);
+    for (size_t k = 0; k < nv; k++) {
+        pic_pc_solve_free(&v[k]);
+    }
+    free(v);
     return done;
+}
+
+void
+pic_prefix_cache_set_solve_hook(pic_prefix_cache *pc, void (*fn)(void *), void *arg)
+{
+    pc->solve_hook = fn;
+    pc->solve_arg = arg;
 }
 
 void

@@ -21,7 +21,8 @@
  * survives splits); pic_prefix_cache_maintain re-solves an edge's
  * placement (balanced until the edge has min_history observations, then
  * the exact DP of checkpoint_dp.h over its histogram) every resolve_every
- * observations or when its shape changed.  That re-solve runs off the
+ * observations or when its shape changed, solving without the tree's lock
+ * (snapshot, solve, apply if the edge is unchanged).  That re-solve runs off the
  * request path (the server's keeper thread; a re-solve made while the
  * calling thread is marked as serving a request is counted in
  * resolves_in_request, which stays 0).  A request captures the planned
@@ -84,6 +85,7 @@ typedef struct {
     uint64_t observations;          /* depths observed (lookups that restored) */
     uint64_t resolves;              /* edge placements re-solved (maintain) */
     uint64_t resolves_in_request;   /* ... while the thread served a request: 0 */
+    uint64_t resolves_dropped;      /* solved, not applied: the edge changed meanwhile */
     uint64_t trims;                 /* checkpoints dropped to keep M per edge */
     int      ck_per_edge;          /* M */
     uint64_t tails;                 /* tail nodes held now (partial last blocks) */
@@ -145,9 +147,18 @@ int pic_prefix_cache_max_cuts(const pic_prefix_cache *pc);
 int pic_prefix_cache_due(pic_prefix_cache *pc);
 
 /* Re-solve the placement of every edge that is due (see above), drop the
- * checkpoints an edge holds past M; returns the edges re-solved.  Meant
- * for a thread that serves no request (the keeper). */
+ * checkpoints an edge holds past M; returns the edges re-solved.  The
+ * tree is locked only to snapshot the due edges' histograms and to apply
+ * the placements, not while solving: a placement is applied only to an
+ * edge that still has the blocks it was solved for (else it counts in
+ * resolves_dropped and the edge is due again).  Meant for a thread that
+ * serves no request (the keeper). */
 int pic_prefix_cache_maintain(pic_prefix_cache *pc);
+
+/* Tests: fn(arg) runs inside every pic_prefix_cache_maintain that has
+ * work, after the snapshot and before the solve, without the tree's lock
+ * (a slow solve); NULL clears it.  Set it before any maintain runs. */
+void pic_prefix_cache_set_solve_hook(pic_prefix_cache *pc, void (*fn)(void *), void *arg);
 
 /* Mark (on = 1) or unmark (0) the calling thread as running a request's
  * step; calls nest.  A maintain on a marked thread counts in

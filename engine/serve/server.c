@@ -441,6 +441,7 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         cJSON_AddNumberToObject(o, "observations", (double) px.observations);
         cJSON_AddNumberToObject(o, "resolves", (double) px.resolves);
         cJSON_AddNumberToObject(o, "resolves_in_request", (double) px.resolves_in_request);
+        cJSON_AddNumberToObject(o, "resolves_dropped", (double) px.resolves_dropped);
         cJSON_AddNumberToObject(o, "trims", (double) px.trims);
         cJSON_AddNumberToObject(o, "tails", (double) px.tails);
         cJSON_AddNumberToObject(o, "insertions", (double) px.insertions);

@@ -6,6 +6,7 @@
  * history exists; the budget evicts least recently used leaves; threads
  * prefill overlapping prompts at once.
  */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -557,6 +559,114 @@ test_leaf_list_evicts_in_lru_order(void **unused)
     pic_model_free(m);
 }
 
+/* A solve made slow (a hook that waits inside maintain, after the
+ * snapshot): a request walks and inserts into the tree meanwhile, which
+ * it could not if maintain held the tree's lock (the hook would then time
+ * out, failing the test).  The request split an edge being solved: that
+ * placement is dropped, not applied to blocks it was not solved for, and
+ * the edge is due again. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t  cv;
+    int             in_solve, released, timed_out;
+} gate;
+
+static void
+slow_solve(void *arg)
+{
+    gate           *g = arg;
+    struct timespec until;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 300;
+    pthread_mutex_lock(&g->mu);
+    g->in_solve = 1;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->released && !g->timed_out) {
+        g->timed_out = pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT;
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void *
+maintain_thread(void *pc)
+{
+    pic_prefix_cache_maintain(pc);
+    return NULL;
+}
+
+static void
+test_requests_proceed_while_a_solve_runs(void **unused)
+{
+    pic_model *m = fixture_load("tiny-qwen35");
+    if (m == NULL) {
+        skip();
+    }
+    char              err[256];
+    pic_prefix_opts   o = { .budget = 64u << 20,
+                            .ckpt = { .block = 16, .m = 2, .min_history = 1,
+                                      .resolve_every = 1 } };
+    pic_prefix_cache *pc = pic_prefix_cache_init(m, &o, err, sizeof(err));
+    pic_state        *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    gate              g = { .in_solve = 0 };
+    pic_prefix_stats  st;
+    pthread_t         t;
+    int               depth, resume;
+
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    for (int q = 0; q < 5; q++) {
+        int *p = prompt(200, 120, 3 + (unsigned) q, m->cfg.vocab);
+        visit(pc, s, p, 200);
+        free(p);
+    }
+    assert_true(pic_prefix_cache_due(pc));
+    pic_prefix_cache_set_solve_hook(pc, slow_solve, &g);
+    assert_int_equal(pthread_create(&t, NULL, maintain_thread, pc), 0);
+    pthread_mutex_lock(&g.mu);
+    while (!g.in_solve) {
+        pthread_cond_wait(&g.cv, &g.mu);
+    }
+    pthread_mutex_unlock(&g.mu);
+
+    /* while the solve runs: a request that branches inside the shared
+     * edge (a split), and a lookup */
+    int *p = prompt(200, 60, 99, m->cfg.vocab);
+    visit(pc, s, p, 200);
+    pic_prefix_cache_lookup(pc, p, 200, &depth, &resume);
+    assert_int_equal(depth, 192);               /* its full blocks went in */
+    assert_true(pic_prefix_cache_check(pc));
+
+    pthread_mutex_lock(&g.mu);
+    int late = g.timed_out;
+    g.released = 1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    pthread_join(t, NULL);
+    assert_false(late);
+    pic_prefix_cache_stats_get(pc, &st);
+    print_message("  during the solve: a request ran; %llu applied, %llu dropped\n",
+                  (unsigned long long) st.resolves, (unsigned long long) st.resolves_dropped);
+    assert_true(st.resolves_dropped >= 1);      /* the split edge */
+    assert_true(pic_prefix_cache_due(pc));      /* ... is due again */
+    pic_prefix_cache_set_solve_hook(pc, NULL, NULL);
+    uint64_t dropped = st.resolves_dropped;
+    assert_true(pic_prefix_cache_maintain(pc) > 0);
+    pic_prefix_cache_stats_get(pc, &st);
+    assert_int_equal(st.resolves_dropped, dropped);
+    assert_int_equal(st.resolves_in_request, 0);
+    assert_true(pic_prefix_cache_check(pc));
+    int n_edges, max_ck;
+    pic_prefix_cache_edges(pc, &n_edges, &max_ck);
+    assert_true(max_ck <= 2);
+    free(p);
+    pthread_mutex_destroy(&g.mu);
+    pthread_cond_destroy(&g.cv);
+    pic_state_free(s);
+    pic_prefix_cache_free(pc);
+    pic_model_free(m);
+}
+
 int
 main(void)
 {
@@ -569,6 +679,7 @@ main(void)
         cmocka_unit_test(test_edge_budget_holds_after_1000_requests),
         cmocka_unit_test(test_resolve_is_off_the_request_path),
         cmocka_unit_test(test_leaf_list_evicts_in_lru_order),
+        cmocka_unit_test(test_requests_proceed_while_a_solve_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
