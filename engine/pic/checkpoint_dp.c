@@ -4,6 +4,7 @@
  * snapshot, exact DP, fixed placements for comparison.
  */
 #include <float.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,8 +41,98 @@ pic_ckpt_waste(const double *mass, const double *mass_d, int B, int block,
     return w;
 }
 
+/* Row r of the DP by divide and conquer over i in [lo, hi], whose best
+ * next checkpoint lies in [olo, ohi]: F[i] = max over i2 in (i, B+1] of
+ * block·i·(P[i2] − P[i]) + Fp[i2] (Fp[B+1] = 0: no checkpoint after i).
+ * The cross term block·i·P[i2] has increasing differences (P does not
+ * decrease), so the largest maximiser i2*(i) does not decrease with i
+ * (Topkis): the middle row's argmax splits the range of the others. */
+static void
+pic_ckpt_row_dc(const double *P, const double *Fp, double *F, int *nx, int B, int block,
+                int lo, int hi, int olo, int ohi)
+{
+    while (lo <= hi) {
+        int    mid = lo + (hi - lo) / 2, arg = -1;
+        int    from = olo > mid + 1 ? olo : mid + 1;
+        double best = -INFINITY;
+
+        for (int i2 = from; i2 <= ohi; i2++) {
+            double g = (double) block * mid * (P[i2] - P[mid]) + Fp[i2];
+            if (g >= best) {
+                best = g;
+                arg = i2;
+            }
+        }
+        F[mid] = best;
+        nx[mid] = arg == B + 1 ? -1 : arg;
+        /* left half: recurse; right half: loop (depth stays log B) */
+        pic_ckpt_row_dc(P, Fp, F, nx, B, block, lo, mid - 1, olo, arg);
+        lo = mid + 1;
+        olo = arg;
+    }
+}
+
 double
 pic_ckpt_solve(const double *mass, const double *mass_d, int B, int block,
+               int m, int *blk, int *cnt)
+{
+    /* The recurrence of pic_ckpt_solve_quadratic (gain Σ_t block·i_t·
+     * Q(i_t, i_{t+1})), each row by divide and conquer: O(M·B log B). */
+    double *P = NULL, *F = NULL, total = 0.0;
+    int    *nx = NULL;
+
+    *cnt = 0;
+    for (int j = 0; j <= B; j++) {
+        total += mass_d[j];
+    }
+    if (B < 1 || m < 1) {
+        return total;
+    }
+    int    R = m < B ? m : B;
+    size_t W = (size_t) B + 2;                  /* a row: i = 0..B+1 */
+    P = malloc(W * sizeof(double));
+    F = malloc((size_t) R * W * sizeof(double));
+    nx = malloc((size_t) R * W * sizeof(int));
+    if (P == NULL || F == NULL || nx == NULL) {
+        free(P); free(F); free(nx);
+        return -1.0;
+    }
+    P[0] = 0.0;
+    for (int j = 0; j <= B; j++) {
+        P[j + 1] = P[j] + mass[j];
+    }
+    for (int r = 0; r < R; r++) {
+        double *Fr = F + (size_t) r * W;
+        int    *nr = nx + (size_t) r * W;
+
+        Fr[B + 1] = 0.0;
+        if (r == 0) {
+            for (int i = 1; i <= B; i++) {
+                Fr[i] = (double) block * i * (P[B + 1] - P[i]);
+                nr[i] = -1;
+            }
+        } else {
+            pic_ckpt_row_dc(P, F + (size_t) (r - 1) * W, Fr, nr, B, block, 1, B, 2, B + 1);
+        }
+    }
+    double best = 0.0;
+    int    first = -1;
+    for (int i = 1; i <= B; i++) {      /* ties: the later start, fewer checkpoints */
+        if (F[(size_t) (R - 1) * W + i] > 0.0 && F[(size_t) (R - 1) * W + i] >= best) {
+            best = F[(size_t) (R - 1) * W + i];
+            first = i;
+        }
+    }
+    for (int r = R - 1, i = first; i > 0 && r >= 0; r--) {
+        blk[(*cnt)++] = i;
+        i = nx[(size_t) r * W + i];
+    }
+    free(P); free(F); free(nx);
+    return pic_ckpt_waste(mass, mass_d, B, block, blk, *cnt);
+}
+
+double
+pic_ckpt_solve_quadratic(const double *mass, const double *mass_d, int B, int block,
                int m, int *blk, int *cnt)
 {
     /* Maximise the gain Σ_j mass[j]·c_j.  With Q(a, b) = Σ_{a ≤ j < b}

@@ -14,10 +14,10 @@
  * over the observed distribution p of overlap depths: an exponentially
  * weighted histogram (each observation multiplies the old weights by
  * `decay` and adds 1), snapshotted every `resolve_every` observations; the
- * optimum for an entry of n tokens is an exact O(M·B²) dynamic program over
- * its B = ⌊n/block⌋ block positions (when fewer than M positions have any
- * expected gain, the rest are filled with balanced ones: an extra
- * checkpoint never raises the waste).  Before `min_history` observations
+ * optimum for an entry of n tokens is an exact dynamic program over its
+ * B = ⌊n/block⌋ block positions, O(M·B log B) by divide and conquer
+ * (when fewer than M positions have any expected gain, the rest are
+ * filled with balanced ones: an extra checkpoint never raises the waste).  Before `min_history` observations
  * the placement is balanced (evenly spaced); the histogram is snapshotted
  * at min_history observations and every resolve_every after that.
  *
@@ -74,9 +74,16 @@ void pic_ckpt_dp_counts(pic_ckpt_dp *dp, long *observed, long *resolves);
 /* Exact optimum: mass[j], mass_d[j] (j = 0..B) are Σ p(d) and Σ p(d)·d over
  * depths d in block j (bin B holds every d ≥ B·block); chooses at most m
  * block indices in 1..B (ascending, into blk) minimising the waste, which
- * it returns; *cnt = how many. */
+ * it returns (-1 on ENOMEM); *cnt = how many.  O(m·B log B): each row of
+ * the DP by divide and conquer (the gain's cross term is supermodular, so
+ * the best next checkpoint moves right with the current one). */
 double pic_ckpt_solve(const double *mass, const double *mass_d, int B, int block,
                       int m, int *blk, int *cnt);
+
+/* The same optimum by the plain O(m·B²) DP (the oracle of tests and
+ * bench); ties may pick other positions of equal waste. */
+double pic_ckpt_solve_quadratic(const double *mass, const double *mass_d, int B, int block,
+                                int m, int *blk, int *cnt);
 
 /* The waste Σ_j (mass_d[j] − mass[j]·c_j) of checkpoints at block indices
  * blk (ascending, cnt of them). */

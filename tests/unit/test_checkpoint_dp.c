@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -88,7 +89,61 @@ test_dp_matches_brute_force(void **unused)
         assert_true(fabs(got - best) <= 1e-9 * fmax(1.0, best));
         assert_true(fabs(direct_waste(d, w, nd, pos, cnt) - best) <= 1e-9 * fmax(1.0, best));
         assert_true(fabs(pic_ckpt_waste(mass, mass_d, B, block, blk, cnt) - got) < 1e-9 * fmax(1.0, got));
+        int    qblk[16], qcnt = 0;
+        double q = pic_ckpt_solve_quadratic(mass, mass_d, B, block, m, qblk, &qcnt);
+        assert_true(fabs(q - best) <= 1e-9 * fmax(1.0, best));
     }
+}
+
+/* The O(M·B log B) solver against the O(M·B²) one (itself checked by brute
+ * force above) on random histograms up to B = 4096 blocks: sparse ones,
+ * dense ones, heavy tails, spikes, all mass in one bin; the same optimal
+ * waste (ties may choose other positions of the same waste). */
+static void
+test_divide_and_conquer_matches_quadratic(void **unused)
+{
+    static const int Bs[] = { 1, 2, 3, 17, 64, 257, 1000, 2048, 4096 };
+    int    block = 64, trials = 0;
+    double worst = 0.0;
+
+    for (size_t b = 0; b < sizeof(Bs) / sizeof(Bs[0]); b++) {
+        int B = Bs[b];
+        for (int shape = 0; shape < 5; shape++) {
+            int     m = 1 + (int) (rnd() % (B >= 1000 ? 8 : 24));
+            double *mass = calloc((size_t) B + 1, sizeof(double));
+            double *mass_d = calloc((size_t) B + 1, sizeof(double));
+            int    *blk = malloc((size_t) m * sizeof(int)), *qblk = malloc((size_t) m * sizeof(int));
+            int     cnt = 0, qcnt = 0, nobs = shape == 1 ? 40 * (B + 1) : 3 + (int) (rnd() % 200);
+
+            for (int k = 0; k < nobs; k++) {
+                unsigned u = rnd();
+                int      j = shape == 2 ? (int) ((double) (B + 1) * pow((u % 10007) / 10007.0, 4.0))
+                           : shape == 3 ? (int) ((u % 4) * (unsigned) B / 4u)
+                           : shape == 4 ? B / 2 : (int) (u % (unsigned) (B + 1));
+                int      d = j * block + (int) (rnd() % (unsigned) block);
+                double   w = (double) (1 + rnd() % 1000) / 37.0;
+                j = j > B ? B : j;
+                mass[j] += w;
+                mass_d[j] += w * d;
+            }
+            double got = pic_ckpt_solve(mass, mass_d, B, block, m, blk, &cnt);
+            double q = pic_ckpt_solve_quadratic(mass, mass_d, B, block, m, qblk, &qcnt);
+            double err = fabs(got - q) / fmax(1.0, q);
+            worst = fmax(worst, err);
+            if (err > 1e-9) {
+                fail_msg("B %d m %d shape %d: waste %.17g, quadratic %.17g", B, m, shape, got, q);
+            }
+            assert_true(cnt <= m);
+            for (int i = 0; i < cnt; i++) {
+                assert_true(blk[i] >= 1 && blk[i] <= B && (i == 0 || blk[i] > blk[i - 1]));
+            }
+            assert_true(fabs(pic_ckpt_waste(mass, mass_d, B, block, blk, cnt) - got)
+                        <= 1e-9 * fmax(1.0, got));
+            trials++;
+            free(mass); free(mass_d); free(blk); free(qblk);
+        }
+    }
+    print_message("  %d histograms, largest relative difference %.3g\n", trials, worst);
 }
 
 static void
@@ -205,6 +260,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dp_matches_brute_force),
+        cmocka_unit_test(test_divide_and_conquer_matches_quadratic),
         cmocka_unit_test(test_fixed_placements),
         cmocka_unit_test(test_policy_balanced_then_dp_then_decay),
         cmocka_unit_test(test_concurrent_observers),
