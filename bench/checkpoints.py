@@ -23,6 +23,10 @@ which is what placement changes.  Summary key `dp_dominates_all_budgets`: in ste
 DP recomputes no more than any other placement at every M on both workloads
 (`dp_dominates_all_budgets_whole_stream`: the same over every request).
 
+The solver's own cost (`build/bench/ckpt_dp_bench`, bench/ckpt_dp_bench.c): the engine's
+O(M*B log B) divide-and-conquer DP against the O(M*B^2) one on the same histograms, per edge
+length B (blocks) and M; summary key `dp_solve_speedup_at_4096_blocks` (M = 16).
+
 QUICK=1: fewer documents and requests; well under two minutes.
 """
 import json
@@ -34,7 +38,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PIC_LAB, QUICK, machine, table, write_results  # noqa: E402
+from common import BUILD, PIC_LAB, QUICK, machine, table, write_results  # noqa: E402
 
 BLOCK = 64
 POLICIES = ["dp", "balanced", "block", "log"]
@@ -216,11 +220,33 @@ def main():
                              "tokens than balanced, block and log placement at every M on "
                              "both workloads; the _whole_stream key counts every request"
                              % WARMUP}
+    solver = solver_times()
+    if solver:
+        table(solver, ["B", "M", "dc_ms", "quadratic_ms", "speedup", "same_waste"],
+              title="placement DP: divide and conquer (engine) vs O(M*B^2), best of "
+                    "%d, ms" % (1 if QUICK else 3))
+        big = [r for r in solver if r["B"] == 4096 and r["M"] == 16]
+        summary["dp_solve_speedup_at_4096_blocks"] = big[0]["speedup"] if big else None
+        summary["dp_solvers_agree"] = all(r["same_waste"] for r in solver)
     config = {"block": BLOCK, "policies": POLICIES, "dp": {"every": 10, "min_history": 10,
                                                             "decay": 0.99},
               "workloads": detail, "eviction": "none (unbounded budget)",
               "wall_s": time.time() - t0}
-    write_results("checkpoints", summary, config, info, rows=rows)
+    write_results("checkpoints", summary, config, info, rows=rows, solver=solver)
+
+
+def solver_times():
+    """Rows of build/bench/ckpt_dp_bench (empty when it was not built)."""
+    helper = os.path.join(BUILD, "bench", "ckpt_dp_bench")
+    if not os.path.exists(helper):
+        print(f"({helper} not built: make benchtools)")
+        return []
+    out = subprocess.run([helper, "--reps", "1" if QUICK else "3"], capture_output=True,
+                         text=True, check=True).stdout
+    rows = json.loads(out)["cases"]
+    for r in rows:
+        r["speedup"] = r["quadratic_ms"] / max(r["dc_ms"], 1e-6)
+    return rows
 
 
 if __name__ == "__main__":
