@@ -41,6 +41,8 @@ serve_usage(FILE *f)
         "  --cache-bytes N         one budget for every cache: prefix tree (KV, checkpoints,\n"
         "                          session ends) and PIC entries, least recently used\n"
         "                          evicted first across them (default 805306368)\n"
+        "  --cache-evict P         lru (default) or cost: GreedyDual-Size across tree and\n"
+        "                          entries (clock + recompute FLOPs / bytes, lowest first)\n"
         "  --cache-mode M          exact (default: exact prefix tree first, then PIC\n"
         "                          entries, then recompute), prefix (tree only), pic\n"
         "                          (PIC entries only), naive, or full (no caches)\n"
@@ -92,6 +94,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_WEIGHTS, OPT_MINSEG,
         OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT, OPT_INSECURE,
         OPT_PBYTES, OPT_PBLOCK, OPT_CKPT, OPT_HOLD, OPT_CBYTES, OPT_RPASS, OPT_RUSER,
+        OPT_EVICT,
     };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -118,6 +121,7 @@ pic_cmd_serve(int argc, char **argv)
         { "registry-ttl", required_argument, NULL, OPT_TTL },
         { "pool-bytes", required_argument, NULL, OPT_POOL },
         { "cache-bytes", required_argument, NULL, OPT_CBYTES },
+        { "cache-evict", required_argument, NULL, OPT_EVICT },
         { "cache-mode", required_argument, NULL, OPT_MODE },
         { "seam", required_argument, NULL, OPT_SEAM },
         { "entry-dtype", required_argument, NULL, OPT_DTYPE },
@@ -167,6 +171,7 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_RUSER: opts.redis_user = optarg; continue;
         case OPT_ADVERTISE: opts.advertise = optarg; continue;
         case OPT_MODE: opts.cache_mode = optarg; continue;
+        case OPT_EVICT: opts.cache_evict = optarg; continue;
         case OPT_DTYPE: opts.entry_dtype = optarg; continue;
         case OPT_WEIGHTS: opts.weights = optarg; continue;
         case OPT_NOBATCH: opts.no_batch_decode = 1; continue;

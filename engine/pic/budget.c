@@ -2,6 +2,8 @@
  * budget.c — one byte budget across the prefix tree and the pool
  * (budget.h).
  */
+#include <math.h>
+
 #include "budget.h"
 
 size_t
@@ -28,7 +30,22 @@ pic_cache_budget_enforce(pic_cache_budget *b)
     if (b == NULL) {
         return;
     }
-    while (pic_cache_budget_used(b) > b->budget) {
+    while (b->cost_aware && pic_cache_budget_used(b) > b->budget) {
+        double hp = b->pool != NULL ? pic_pool_victim_priority(b->pool) : INFINITY;
+        double ht = b->tree != NULL ? pic_prefix_cache_victim_priority(b->tree) : INFINITY;
+        size_t freed;
+
+        if (hp == INFINITY && ht == INFINITY) {
+            return;
+        }
+        /* the part evicting raises the shared clock to the victim's H */
+        freed = hp <= ht ? pic_pool_evict_one(b->pool) : pic_prefix_cache_evict_one(b->tree);
+        if (freed == 0) {
+            return;
+        }
+        __atomic_add_fetch(&b->cross_evictions, 1, __ATOMIC_RELAXED);
+    }
+    while (!b->cost_aware && pic_cache_budget_used(b) > b->budget) {
         int64_t tp = b->pool != NULL ? pic_pool_oldest(b->pool) : 0;
         int64_t tt = b->tree != NULL ? pic_prefix_cache_oldest(b->tree) : 0;
         size_t  freed;
@@ -45,5 +62,17 @@ pic_cache_budget_enforce(pic_cache_budget *b)
             break;
         }
         __atomic_add_fetch(&b->cross_evictions, 1, __ATOMIC_RELAXED);
+    }
+}
+
+void
+pic_cache_budget_set_cost(pic_cache_budget *b, double per_token)
+{
+    b->cost_aware = per_token > 0.0;
+    if (b->pool != NULL) {
+        pic_pool_set_cost(b->pool, per_token, &b->clock);
+    }
+    if (b->tree != NULL) {
+        pic_prefix_cache_set_cost(b->tree, per_token, &b->clock);
     }
 }

@@ -3,13 +3,16 @@
  * chained hash on xxh64(key, len), a recency list, a byte budget;
  * evicted items are unlinked under the lock and announced / freed after it.
  */
+#include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <xxhash.h>
 
+#include "gds.h"
 #include "pic_time.h"
 #include "pool.h"
 
@@ -21,6 +24,8 @@ typedef struct pic_lru_item {
     uint64_t             h, len;
     size_t               bytes;
     int64_t              used;          /* pic_now_ns of the last put or get */
+    double               cost;          /* FLOPs to rebuild it (cost-aware eviction) */
+    pic_gds_node         gn;            /* its place in the cost heap */
     void                *val;           /* pic_entry * */
     char                 key[PIC_POOL_KEY_MAX + 1];
 } pic_lru_item;
@@ -35,6 +40,11 @@ typedef struct {
     pic_pool_evict_fn  cb;
     void              *user;
     void             (*free_val)(void *);
+    /* cost-aware eviction (gds.h): on when per_token > 0 */
+    double             per_token;       /* FLOPs per token of the model */
+    double             own_clock;
+    double            *clock;           /* the shared L (own_clock or the budget's) */
+    pic_gds_heap       heap;
 } pic_lru;
 
 static uint64_t
@@ -56,6 +66,7 @@ pic_lru_init(pic_lru *L, size_t budget, uint64_t fp, void (*free_val)(void *))
     L->st.budget = budget;
     L->fingerprint = fp;
     L->free_val = free_val;
+    L->clock = &L->own_clock;
     return 0;
 }
 
@@ -74,6 +85,7 @@ pic_lru_destroy(pic_lru *L)
         pic_lru_item_free(L, it);
     }
     free(L->buckets);
+    pic_gds_free(&L->heap);
     pthread_mutex_destroy(&L->mu);
 }
 
@@ -105,6 +117,35 @@ pic_lru_list_push(pic_lru *L, pic_lru_item *it)
     L->head = it;
 }
 
+/* Cost-aware: it was just stored or used: H = L + cost / bytes. */
+static void
+pic_lru_prioritize_locked(pic_lru *L, pic_lru_item *it)
+{
+    if (L->per_token <= 0.0) {
+        return;
+    }
+    it->gn.key = pic_gds_clock(L->clock) + it->cost / (double) it->bytes;
+    if (it->gn.idx != 0) {
+        pic_gds_update(&L->heap, &it->gn);
+    } else {
+        pic_gds_push(&L->heap, &it->gn);
+    }
+}
+
+/* The next victim: the least recently used item, or under cost-aware
+ * eviction the smallest H (an item the heap lacks, after ENOMEM, goes by
+ * recency). */
+static pic_lru_item *
+pic_lru_victim_locked(pic_lru *L)
+{
+    pic_gds_node *g = L->per_token > 0.0 ? pic_gds_min(&L->heap) : NULL;
+
+    if (g == NULL || L->heap.n < L->st.items) {
+        return L->tail;
+    }
+    return (pic_lru_item *) ((char *) g - offsetof(pic_lru_item, gn));
+}
+
 /* Unlink it from hash and list (stats adjusted). */
 static void
 pic_lru_detach_locked(pic_lru *L, pic_lru_item *it)
@@ -117,6 +158,7 @@ pic_lru_detach_locked(pic_lru *L, pic_lru_item *it)
     *pp = it->hnext;
     it->hnext = NULL;
     pic_lru_list_unlink(L, it);
+    pic_gds_remove(&L->heap, &it->gn);
     L->st.bytes -= it->bytes;
     L->st.items--;
 }
@@ -151,7 +193,10 @@ static void
 pic_lru_shrink_locked(pic_lru *L, size_t extra, pic_lru_item **dead)
 {
     while (L->tail != NULL && L->st.bytes + extra > L->st.budget) {
-        pic_lru_item *it = L->tail;
+        pic_lru_item *it = pic_lru_victim_locked(L);
+        if (L->per_token > 0.0 && it->gn.idx != 0) {
+            pic_gds_raise(L->clock, it->gn.key);
+        }
         pic_lru_detach_locked(L, it);
         L->st.evictions++;
         it->hnext = *dead;
@@ -174,7 +219,7 @@ pic_lru_bury(pic_lru *L, pic_lru_item *dead, pic_pool_evict_fn cb, void *user)
 
 /* Insert val under (key, len): 0, or -1 when it cannot fit (val untouched). */
 static int
-pic_lru_put(pic_lru *L, const char *key, uint64_t len, void *val, size_t bytes)
+pic_lru_put(pic_lru *L, const char *key, uint64_t len, void *val, size_t bytes, int tokens)
 {
     pic_lru_item     *it, *old, *dead = NULL;
     pic_pool_evict_fn cb;
@@ -214,6 +259,8 @@ pic_lru_put(pic_lru *L, const char *key, uint64_t len, void *val, size_t bytes)
     it->hnext = L->buckets[it->h & (L->nb - 1)];
     L->buckets[it->h & (L->nb - 1)] = it;
     pic_lru_list_push(L, it);
+    it->cost = (double) tokens * L->per_token;
+    pic_lru_prioritize_locked(L, it);
     L->st.bytes += it->bytes;
     L->st.items++;
     L->st.insertions++;
@@ -319,7 +366,7 @@ pic_pool_put(pic_pool *p, const char *key, uint64_t len, pic_entry *e)
         return -1;
     }
     pic_entry_ref(e);
-    if (pic_lru_put(&p->lru, key, len, e, e->bytes) != 0) {
+    if (pic_lru_put(&p->lru, key, len, e, e->bytes, e->n_tokens) != 0) {
         pic_entry_unref(e);
         return -1;
     }
@@ -342,6 +389,7 @@ pic_pool_get(pic_pool *p, const char *key, uint64_t len)
         it->used = pic_now_ns();
         pic_lru_list_unlink(&p->lru, it);
         pic_lru_list_push(&p->lru, it);
+        pic_lru_prioritize_locked(&p->lru, it);
         p->lru.st.hits++;
     } else {
         p->lru.st.misses++;
@@ -405,8 +453,11 @@ pic_pool_evict_one(pic_pool *p)
     size_t            freed = 0;
 
     pthread_mutex_lock(&L->mu);
-    it = L->tail;
+    it = pic_lru_victim_locked(L);
     if (it != NULL) {
+        if (L->per_token > 0.0 && it->gn.idx != 0) {
+            pic_gds_raise(L->clock, it->gn.key);
+        }
         pic_lru_detach_locked(L, it);
         L->st.evictions++;
         freed = it->bytes;
@@ -416,4 +467,36 @@ pic_pool_evict_one(pic_pool *p)
     pthread_mutex_unlock(&L->mu);
     pic_lru_bury(L, it, cb, user);
     return freed;
+}
+
+void
+pic_pool_set_cost(pic_pool *p, double per_token, double *clock)
+{
+    pic_lru *L = &p->lru;
+
+    pthread_mutex_lock(&L->mu);
+    L->per_token = per_token > 0.0 ? per_token : 0.0;
+    L->clock = clock != NULL ? clock : &L->own_clock;
+    for (pic_lru_item *it = L->tail; it != NULL; it = it->prev) {
+        it->cost = L->per_token * (double) ((pic_entry *) it->val)->n_tokens;
+        if (L->per_token > 0.0) {
+            pic_lru_prioritize_locked(L, it);
+        } else {
+            pic_gds_remove(&L->heap, &it->gn);
+        }
+    }
+    pthread_mutex_unlock(&L->mu);
+}
+
+double
+pic_pool_victim_priority(pic_pool *p)
+{
+    pic_lru_item *it;
+    double        h;
+
+    pthread_mutex_lock(&p->lru.mu);
+    it = pic_lru_victim_locked(&p->lru);
+    h = it == NULL ? INFINITY : it->gn.idx != 0 ? it->gn.key : -INFINITY;
+    pthread_mutex_unlock(&p->lru.mu);
+    return h;
 }

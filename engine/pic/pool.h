@@ -8,7 +8,7 @@
  * hands out a new reference, so an entry evicted while a request composes
  * it stays alive until that request drops it.
  *
- * A byte budget with LRU eviction, counters (hits, misses,
+ * A byte budget with LRU (or cost-aware, gds.h) eviction, counters (hits, misses,
  * insertions, evictions, rejects, bytes), and an eviction callback (for the
  * Redis index) called after the pool's lock is released, once per evicted
  * key, from the thread whose insert caused it.
@@ -80,8 +80,19 @@ void pic_pool_stats_get(pic_pool *p, pic_pool_stats *st);
  * 0 when the pool is empty. */
 int64_t pic_pool_oldest(pic_pool *p);
 
-/* Evict the least recently used entry (callback fired); bytes freed, 0 when
- * the pool is empty. */
+/* Evict the least recently used entry, or under cost-aware eviction the
+ * one of smallest priority (callback fired); bytes freed, 0 when the pool
+ * is empty. */
 size_t pic_pool_evict_one(pic_pool *p);
+
+/* Cost-aware eviction (gds.h) when per_token > 0 (the model's FLOPs per
+ * token: an entry costs n_tokens·per_token to rebuild), over the shared
+ * clock *clock (NULL: the pool's own); per_token 0: LRU again. */
+void pic_pool_set_cost(pic_pool *p, double per_token, double *clock);
+
+/* Under cost-aware eviction the priority H of the entry evict_one would
+ * take; INFINITY when empty (-INFINITY for an entry the heap lost to OOM:
+ * it goes first). */
+double pic_pool_victim_priority(pic_pool *p);
 
 #endif /* PIC_POOL_H */

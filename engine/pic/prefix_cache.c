@@ -3,7 +3,9 @@
  * per block and linear-layer checkpoints at a few block ends
  * (prefix_cache.h).
  */
+#include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include <xxhash.h>
 
 #include "forward.h"
+#include "gds.h"
 #include "pic_buf.h"
 #include "pic_time.h"
 #include "prefix_cache.h"
@@ -28,6 +31,8 @@ typedef struct pic_pnode {
     float            *ck;                       /* per linear layer: S (Hv, dk, dv), conv (C, K−1); or NULL */
     size_t            bytes;
     int64_t           used;                     /* pic_now_ns when last touched */
+    double            tclock;                   /* the cost clock L when last touched */
+    pic_gds_node      gn;                       /* a leaf's place in the cost heap */
     /* checkpoint placement (blocks only) */
     double            hw, hwd;                  /* Σ w, Σ w·d of depths d in [end, end+block),
                                                  * w in units of the cache's scale */
@@ -59,6 +64,11 @@ struct pic_prefix_cache {
     uint64_t          next_id;                  /* pic_pnode.id */
     void            (*solve_hook)(void *);      /* tests: runs while maintain solves */
     void             *solve_arg;
+    /* cost-aware eviction (gds.h): on when per_token > 0 */
+    double            per_token;                /* FLOPs per token of the model */
+    double            own_clock;
+    double           *clock;                    /* the shared L (own_clock or the budget's) */
+    pic_gds_heap      heap;                     /* the leaves by H */
 };
 
 static __thread int pic_pc_in_request;          /* pic_prefix_cache_mark_request */
@@ -81,6 +91,40 @@ pic_pc_lru_push(pic_prefix_cache *pc, pic_pnode *n)
     if (pc->head) pc->head->lprev = n; else pc->tail = n;
     pc->head = n;
     n->used = pic_now_ns();
+    n->tclock = pc->clock != NULL ? pic_gds_clock(pc->clock) : 0.0;
+}
+
+/* Cost-aware: what losing leaf n costs, in tokens to recompute: with a
+ * checkpoint, back to the checkpoint above it (a request resumes there
+ * instead); without, its own tokens. */
+static double
+pic_pc_cost_tokens(const pic_prefix_cache *pc, const pic_pnode *n)
+{
+    const pic_pnode *a = n->parent;
+
+    if (n->ck == NULL) {
+        return n->n_tok;
+    }
+    while (a != NULL && a != &pc->root && a->ck == NULL) {
+        a = a->parent;
+    }
+    return n->end - (a != NULL && a != &pc->root ? a->end : 0);
+}
+
+/* Cost-aware: leaf n's H = L at its last touch + cost / bytes, into the
+ * heap or moved there. */
+static void
+pic_pc_prioritize_locked(pic_prefix_cache *pc, pic_pnode *n)
+{
+    if (pc->per_token <= 0.0) {
+        return;
+    }
+    n->gn.key = n->tclock + pic_pc_cost_tokens(pc, n) * pc->per_token / (double) n->bytes;
+    if (n->gn.idx != 0) {
+        pic_gds_update(&pc->heap, &n->gn);
+    } else {
+        pic_gds_push(&pc->heap, &n->gn);
+    }
 }
 
 /* The leaf list: the nodes without children in the order of the recency
@@ -100,6 +144,7 @@ pic_pc_leaf_unlink(pic_prefix_cache *pc, pic_pnode *n)
     if (n->fprev) n->fprev->fnext = n->fnext; else pc->lhead = n->fnext;
     if (n->fnext) n->fnext->fprev = n->fprev; else pc->ltail = n->fprev;
     n->fprev = n->fnext = NULL;
+    pic_gds_remove(&pc->heap, &n->gn);
 }
 
 /* Leaf n (just touched or made) as the most recent leaf. */
@@ -110,6 +155,7 @@ pic_pc_leaf_push(pic_prefix_cache *pc, pic_pnode *n)
     n->fnext = pc->lhead;
     if (pc->lhead) pc->lhead->fprev = n; else pc->ltail = n;
     pc->lhead = n;
+    pic_pc_prioritize_locked(pc, n);
 }
 
 /* A node an eviction left without children into the leaf list by its
@@ -127,6 +173,21 @@ pic_pc_leaf_put_aged(pic_prefix_cache *pc, pic_pnode *n)
     n->fnext = newer != NULL ? newer->fnext : pc->lhead;
     if (n->fnext) n->fnext->fprev = n; else pc->ltail = n;
     if (newer) newer->fnext = n; else pc->lhead = n;
+    pic_pc_prioritize_locked(pc, n);
+}
+
+/* The next leaf to evict: the least recently used, or under cost-aware
+ * eviction the one of smallest H (by recency if the heap lost leaves to
+ * OOM). */
+static pic_pnode *
+pic_pc_victim_locked(pic_prefix_cache *pc)
+{
+    pic_gds_node *g = pc->per_token > 0.0 ? pic_gds_min(&pc->heap) : NULL;
+
+    if (g == NULL || g->idx == 0) {
+        return pc->ltail;
+    }
+    return (pic_pnode *) ((char *) g - offsetof(pic_pnode, gn));
 }
 
 /* Make the path ending at n most recent, leaf first, ancestors after. */
@@ -263,6 +324,9 @@ pic_pc_ck_drop_locked(pic_prefix_cache *pc, pic_pnode *n)
     n->bytes -= pc->ck_floats * sizeof(float);
     pc->st.bytes -= pc->ck_floats * sizeof(float);
     pc->st.checkpoints--;
+    if (n->gn.idx != 0) {
+        pic_pc_prioritize_locked(pc, n);
+    }
 }
 
 /* Keep at most M block checkpoints on the edge holding block n: drop
@@ -309,8 +373,12 @@ pic_pc_evict_locked(pic_prefix_cache *pc, int one)
     pic_pnode *n;
     size_t     freed = 0;
 
-    while ((one || pc->st.bytes > pc->st.budget) && (n = pc->ltail) != NULL) {
+    while ((one || pc->st.bytes > pc->st.budget) && (n = pic_pc_victim_locked(pc)) != NULL) {
         pic_pnode **pp = &n->parent->child, *par = n->parent, *only;
+
+        if (pc->per_token > 0.0 && n->gn.idx != 0) {
+            pic_gds_raise(pc->clock, n->gn.key);
+        }
 
         freed += n->bytes;
         while (*pp != n) {
@@ -365,6 +433,7 @@ pic_prefix_cache_init(const pic_model *m, const pic_prefix_opts *o, char *err,
     }
     pc->co = co;
     pc->scale = 1.0;
+    pc->clock = &pc->own_clock;
     pc->m = m;
     pc->block = co.block;
     pc->mmax = co.m;
@@ -396,6 +465,7 @@ pic_prefix_cache_free(pic_prefix_cache *pc)
         pic_pc_node_free(n);
     }
     free(pc->chain);
+    pic_gds_free(&pc->heap);
     pthread_mutex_destroy(&pc->mu);
     pthread_mutex_destroy(&pc->maint_mu);
     free(pc);
@@ -826,6 +896,9 @@ pic_pc_attach_ck_locked(pic_prefix_cache *pc, pic_pnode *c, float **ck, int *add
     c->bytes += pc->ck_floats * sizeof(float);
     pc->st.bytes += pc->ck_floats * sizeof(float);
     pc->st.checkpoints++;
+    if (c->gn.idx != 0) {
+        pic_pc_prioritize_locked(pc, c);
+    }
 }
 
 /* The tail of tokens[par->end, p) under par (found or made, its KV from s),
@@ -1332,6 +1405,36 @@ pic_prefix_cache_check(pic_prefix_cache *pc)
         }
     }
     ok &= listed == leaves && bytes == pc->st.bytes;
+    ok &= pc->per_token <= 0.0 || pc->heap.n == leaves;
     pthread_mutex_unlock(&pc->mu);
     return ok;
+}
+
+void
+pic_prefix_cache_set_cost(pic_prefix_cache *pc, double per_token, double *clock)
+{
+    pthread_mutex_lock(&pc->mu);
+    pc->per_token = per_token > 0.0 ? per_token : 0.0;
+    pc->clock = clock != NULL ? clock : &pc->own_clock;
+    for (pic_pnode *n = pc->lhead; n != NULL; n = n->fnext) {
+        if (pc->per_token > 0.0) {
+            pic_pc_prioritize_locked(pc, n);
+        } else {
+            pic_gds_remove(&pc->heap, &n->gn);
+        }
+    }
+    pthread_mutex_unlock(&pc->mu);
+}
+
+double
+pic_prefix_cache_victim_priority(pic_prefix_cache *pc)
+{
+    pic_pnode *n;
+    double     h;
+
+    pthread_mutex_lock(&pc->mu);
+    n = pic_pc_victim_locked(pc);
+    h = n == NULL ? INFINITY : n->gn.idx != 0 ? n->gn.key : -INFINITY;
+    pthread_mutex_unlock(&pc->mu);
+    return h;
 }

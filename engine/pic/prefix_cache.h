@@ -197,9 +197,21 @@ int64_t pic_prefix_cache_oldest(pic_prefix_cache *pc);
 void pic_prefix_cache_bytes(pic_prefix_cache *pc, size_t *blocks, size_t *checkpoints,
                             size_t *tails);
 
-/* Evict the least recently used leaf (the leaf list's tail: O(1)); bytes
- * freed (0: empty). */
+/* Evict the least recently used leaf (the leaf list's tail: O(1)), or
+ * under cost-aware eviction the leaf of smallest priority (O(log n));
+ * bytes freed (0: empty). */
 size_t pic_prefix_cache_evict_one(pic_prefix_cache *pc);
+
+/* Cost-aware eviction (gds.h) when per_token > 0 (the model's FLOPs per
+ * token): a leaf's cost is the tokens a request would recompute without it
+ * (back to the checkpoint above it when it holds one, else its own
+ * tokens) times per_token, over the shared clock *clock (NULL: the tree's
+ * own); per_token 0: LRU again. */
+void pic_prefix_cache_set_cost(pic_prefix_cache *pc, double per_token, double *clock);
+
+/* Under cost-aware eviction the priority H of the leaf evict_one would
+ * take; INFINITY when empty. */
+double pic_prefix_cache_victim_priority(pic_prefix_cache *pc);
 
 /* 1 if the tree's bookkeeping holds: the leaf list holds exactly the nodes
  * without children, least recently used last; the bytes add up (tests). */

@@ -41,6 +41,7 @@
 #include <cjson/cJSON.h>
 #include <xxhash.h>
 
+#include "forward.h"
 #include "pic_kernels.h"
 #include "pic_time.h"
 #include "server_impl.h"
@@ -462,6 +463,7 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         pic_pool_stats_get(srv->pool, &ms);
         o = cJSON_AddObjectToObject(doc, "memory");
         cJSON_AddNumberToObject(o, "budget", (double) srv->budget.budget);
+        cJSON_AddStringToObject(o, "eviction", srv->budget.cost_aware ? "cost" : "lru");
         cJSON_AddNumberToObject(o, "bytes", (double) (ms.bytes + kb + cb + tb));
         cJSON_AddNumberToObject(o, "pic_entry_bytes", (double) ms.bytes);
         cJSON_AddNumberToObject(o, "prefix_kv_bytes", (double) kb);
@@ -768,6 +770,16 @@ pic_server_init_cache(pic_server *srv)
     srv->budget.tree = srv->prefix;
     srv->budget.budget = o->cache_bytes;
     srv->plan.budget = &srv->budget;
+    if (o->cache_evict != NULL && strcmp(o->cache_evict, "cost") == 0) {
+        /* a token's recompute cost: the model's FLOPs per prompt token */
+        pic_cache_budget_set_cost(&srv->budget,
+                                  pic_forward_flops(&srv->model->cfg, 64, 0,
+                                                    PIC_LOGITS_NONE) / 64.0);
+    } else if (o->cache_evict != NULL && strcmp(o->cache_evict, "lru") != 0) {
+        fprintf(stderr, "pic-engine[%s]: unknown --cache-evict '%s' (lru or cost)\n", o->id,
+                o->cache_evict);
+        return -1;
+    }
     return 0;
 }
 

@@ -158,15 +158,17 @@ def test_keeper_places_checkpoints_off_the_request_path(procs):
     assert p["max_checkpoints_on_an_edge"] <= p["checkpoints_per_edge"]
 
 
-def test_one_budget_evicts_across_tree_and_pool(procs):
+@pytest.mark.parametrize("policy", ["lru", "cost"])
+def test_one_budget_evicts_across_tree_and_pool(procs, policy):
     """--cache-bytes is one budget for the prefix tree, its session ends and
-    the PIC entries: under a tight one, eviction goes across them, nothing
-    stale is served (greedy output equals the oracle's), the memory stays in
-    budget, and Redis forgets every evicted entry."""
+    the PIC entries: under a tight one, eviction goes across them (by
+    recency, or by GreedyDual-Size priority with --cache-evict cost),
+    nothing stale is served (greedy output equals the oracle's), the memory
+    stays in budget, and Redis forgets every evicted entry."""
     rds = procs.redis()
     e = procs.engine(name="e1", model=TINY, extra=[
         "--threads", "1", "--redis", f"127.0.0.1:{rds.port}", "--heartbeat-ms", "100",
-        "--cache-bytes", str(1 << 20)])
+        "--cache-bytes", str(1 << 20), "--cache-evict", policy])
     oracle = client(engine(procs, "full", "full").url)
     c = client(e.url)
     harness.wait_for(lambda: status(e.url)["registry"]["connected"], what="registered",
@@ -189,7 +191,7 @@ def test_one_budget_evicts_across_tree_and_pool(procs):
     mem = st["memory"]
     print("memory:", mem, "pool evictions:", st["cache"]["evictions"],
           "tree evictions:", st["prefix"]["evictions"])
-    assert mem["budget"] == 1 << 20
+    assert mem["budget"] == 1 << 20 and mem["eviction"] == policy
     assert mem["bytes"] <= mem["budget"]
     assert mem["evictions"] > 0
     assert st["prefix"]["bytes"] + st["cache"]["bytes"] <= mem["budget"]
