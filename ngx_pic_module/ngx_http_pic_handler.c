@@ -1339,7 +1339,6 @@ ngx_http_pic_log_handler(ngx_http_request_t *r)
 
     if (ctx->planned) {
         ngx_http_pic_engine_account(r, zc, ctx);
-        ngx_http_pic_route_served(r, ctx);
     }
 
     return NGX_OK;

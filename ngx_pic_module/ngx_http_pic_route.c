@@ -54,6 +54,8 @@ static ngx_int_t ngx_http_pic_route_rewrite(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand, ngx_uint_t n);
 static ngx_int_t ngx_http_pic_route_sign(ngx_http_request_t *r);
 static void ngx_http_pic_route_done(void *data);
+static void ngx_http_pic_route_prefix(ngx_http_pic_ctx_t *ctx,
+    ngx_http_pic_zone_ctx_t *zc, ngx_int_t slot);
 static void ngx_http_pic_route_account(ngx_http_pic_zone_ctx_t *zc,
     ngx_http_pic_ctx_t *ctx);
 
@@ -398,7 +400,7 @@ ngx_http_pic_route_pick(ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand,
  * recomputes exactly up to the first segment whose entry it already has or
  * pulls from a holder (a hit past segment 0); a worker's fresh entry before
  * that could only be composed at the cost of exactness, so it would be
- * wasted; it keeps [0, that segment) in its tree (ngx_http_pic_route_served).
+ * wasted; it keeps [0, that segment) in its tree (ngx_http_pic_route_prefix).
  * An engine that composes nothing (prefix, full) wastes them all; a PIC-only
  * engine (or one that does not say) composes from segment 0.
  */
@@ -860,11 +862,26 @@ ngx_http_pic_route_held(ngx_http_request_t *r)
 }
 
 
+/*
+ * The engine that answered the plan with 200 (a stream's header leaves once
+ * the prompt is assembled), before the client can see a byte of the answer,
+ * so that a client sending its next turn at once finds it recorded: the
+ * segments its X-PIC-Held lists and the S1 windows, and the exact part of
+ * the prompt it keeps in its prefix tree.  The prefix chains it covers go
+ * to the shm index, and to redis (pic:pfx:{chain}) for the other gateways,
+ * only what was news.  An exact-first engine keeps the prompt up to the
+ * first segment it composed (a hit past its exact prefix: the plan's
+ * exact_end for its combine node; from 0 for another engine that took the
+ * request over), a prefix-only engine all of it, a PIC-only or cacheless
+ * engine none; an engine that does not say is believed to keep all of it.
+ */
+
 void
 ngx_http_pic_route_confirmed(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     ngx_table_elt_t *held)
 {
     u_char                   *bits;
+    ngx_int_t                 slot;
     ngx_uint_t                i, j;
     ngx_http_pic_zone_ctx_t  *zc;
 
@@ -877,6 +894,22 @@ ngx_http_pic_route_confirmed(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     ctx->confirmed = 1;
 
     ngx_http_pic_index_learn(zc, ctx->wins, ctx->nwins, ctx->combine);
+
+    /* the engine that answered: the combine node, or the one nginx passed
+     * the request on to (proxy_next_upstream) */
+
+    slot = -1;
+
+    if (r->upstream && r->upstream->peer.name) {
+        ngx_shmtx_lock(&zc->shpool->mutex);
+        slot = ngx_http_pic_engine_slot_locked(zc->sh, r->upstream->peer.name,
+                                               0);
+        ngx_shmtx_unlock(&zc->shpool->mutex);
+    }
+
+    if (slot >= 0) {
+        ngx_http_pic_route_prefix(ctx, zc, slot);
+    }
 
     if (held == NULL || ctx->nsegs == 0) {
         return;
@@ -913,59 +946,15 @@ ngx_http_pic_route_confirmed(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 }
 
 
-/* Pool cleanup of a planned request: its engine's in-flight count back. */
+/* the prefix chains of ctx that the engine in slot keeps in its tree */
 
 static void
-ngx_http_pic_route_done(void *data)
+ngx_http_pic_route_prefix(ngx_http_pic_ctx_t *ctx,
+    ngx_http_pic_zone_ctx_t *zc, ngx_int_t slot)
 {
-    ngx_http_pic_ctx_t  *ctx = data;
+    ngx_uint_t  n;
 
-    if (ctx->inflight) {
-        ngx_http_pic_engine_release(ctx->zc, ctx->combine, ctx->combine_gen);
-        ctx->inflight = 0;
-    }
-}
-
-
-/*
- * Log phase of a planned request: the engine that answered 200 keeps the
- * exact part of this prompt in its prefix tree now.  Record the prefix
- * chains it covers in the shm index, and in redis (pic:pfx:{chain}) for the
- * other gateways, only what was news.  An exact-first engine keeps the
- * prompt up to the first segment it composed (a hit past its exact prefix:
- * the plan's exact_end for its combine node; from 0 for another engine
- * that took the request over), a prefix-only engine all of it, a PIC-only
- * or cacheless engine none; an engine that does not say is believed to
- * keep all of it.
- */
-
-void
-ngx_http_pic_route_served(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
-{
-    ngx_int_t                   slot;
-    ngx_uint_t                  i, n;
-    ngx_http_pic_zone_ctx_t    *zc;
-    ngx_http_upstream_state_t  *state;
-
-    zc = ngx_http_pic_zone(r);
-
-    if (zc == NULL || ctx->chains == NULL || r->upstream_states == NULL) {
-        return;
-    }
-
-    state = r->upstream_states->elts;
-    slot = -1;
-
-    for (i = r->upstream_states->nelts; i-- > 0; /* void */) {
-        if (state[i].peer != NULL && state[i].status == NGX_HTTP_OK) {
-            ngx_shmtx_lock(&zc->shpool->mutex);
-            slot = ngx_http_pic_engine_slot_locked(zc->sh, state[i].peer, 0);
-            ngx_shmtx_unlock(&zc->shpool->mutex);
-            break;
-        }
-    }
-
-    if (slot < 0) {
+    if (ctx->chains == NULL) {
         return;
     }
 
@@ -992,6 +981,20 @@ ngx_http_pic_route_served(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 
     if (ngx_http_pic_index_learn_prefix(zc, ctx->chains, n, slot)) {
         ngx_http_pic_redis_record_prefix(zc, ctx->chains, n, slot);
+    }
+}
+
+
+/* Pool cleanup of a planned request: its engine's in-flight count back. */
+
+static void
+ngx_http_pic_route_done(void *data)
+{
+    ngx_http_pic_ctx_t  *ctx = data;
+
+    if (ctx->inflight) {
+        ngx_http_pic_engine_release(ctx->zc, ctx->combine, ctx->combine_gen);
+        ctx->inflight = 0;
     }
 }
 

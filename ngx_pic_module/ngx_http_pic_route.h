@@ -32,21 +32,18 @@ ngx_int_t ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx);
 ngx_table_elt_t *ngx_http_pic_route_held(ngx_http_request_t *r);
 
 /* The combine node answered the plan (a 200 header: a stream's leaves once
- * the prompt is assembled): record as held there exactly the segments its
- * X-PIC-Held lists (none when held is NULL or malformed), and its S1
- * windows (DESIGN 4.2: on the engine's confirmation, never when a plan
- * names it; workers confirm with their redis "add" events). */
+ * the prompt is assembled, before the client sees the answer): record as
+ * held there exactly the segments its X-PIC-Held lists (none when held is
+ * NULL or malformed), its S1 windows, and the exact prefix the engine that
+ * answered keeps in its tree (shm index, redis) (DESIGN 4.2: on the
+ * engine's confirmation, never when a plan names it; workers confirm with
+ * their redis "add" events). */
 void ngx_http_pic_route_confirmed(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx, ngx_table_elt_t *held);
 
 /* The ctx of r's plan when r was planned before an internal redirect
  * (its module ctx is gone then, its pool cleanup is not), else NULL. */
 ngx_http_pic_ctx_t *ngx_http_pic_route_planned(ngx_http_request_t *r);
-
-/* Log phase: the engine that answered 200 holds the request's exact prefix
- * now; record it (shm index, redis). */
-void ngx_http_pic_route_served(ngx_http_request_t *r,
-    ngx_http_pic_ctx_t *ctx);
 
 /* Observe mode: account what an exact-prefix cache and PIC would serve. */
 void ngx_http_pic_route_observe(ngx_http_request_t *r,
