@@ -332,7 +332,9 @@ class FakeBackend:
     changed while it runs).  Every request body is kept in .bodies, every request's
     headers in .headers.  A 200 to a planned body says, as an engine does, that
     it holds every segment of the plan but the dynamic ones (X-PIC-Held); set
-    .held to a function plan -> header value (None: no header) to say else."""
+    .held to a function plan -> header value (None: no header) to say else.
+    With .hold_end an Event, a stream stops after its "data: [DONE]" (the
+    client has its answer) and ends only once it is set."""
 
     checks_levels = False
 
@@ -343,6 +345,7 @@ class FakeBackend:
         self.mode, self.delay, self.chunks = mode, delay, chunks
         self.load = None           # reported to health probes when set
         self.cache_mode = None     # likewise, as "cache": {"mode"}
+        self.hold_end = None       # an Event the end of every stream waits for
         self.bodies, self.headers = [], []
         self.allowed = []
         self.held = lambda plan: held_hex([s["kind"] != "dynamic" for s in plan["segments"]])
@@ -425,6 +428,8 @@ class FakeBackend:
                     if outer.mode == "slow":
                         time.sleep(outer.delay)
                 self._chunk(b"data: [DONE]\n\n")
+                if outer.hold_end is not None:
+                    outer.hold_end.wait(30)
                 self._chunk(b"")
 
             def _chunk(self, data):

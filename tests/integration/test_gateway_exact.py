@@ -6,15 +6,18 @@ through redis (pic:pfx:{chain}); it prefers that engine over PIC hit bytes
 (pic_exact_weight) within pic_imbalance of the least load, falls back when the
 holder dies, and sends no remote prefill for the segments an exact-first
 combine node recomputes anyway (up to the first segment it composes)."""
+import http.client
 import json
 import os
+import random
 import subprocess
+import threading
 
 import openai
 import pytest
 
 import harness
-from test_gateway import doc, gw_conf, planned_lines, xxh128_key
+from test_gateway import access_lines, doc, gw_conf, planned_lines, xxh128_key
 from test_gateway_resilience import post, prompt, redis_cmd, status
 
 TINY = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
@@ -33,6 +36,18 @@ def chain_keys(keys, tmpdir):
         out.append(h)
         prev = bytes.fromhex(h)
     return out
+
+
+def fresh(tag, n):
+    """About n bytes of doc()'s words that share no segment with doc()'s
+    texts: doc()'s generator is an LCG whose low bits repeat, so two seeds
+    can give overlapping texts (doc(5107, 6000) holds doc(1000, 2000))."""
+    rng = random.Random(tag)
+    words = doc(0, 200).split()
+    out = []
+    while sum(len(w) + 1 for w in out) < n:
+        out.append(rng.choice(words))
+    return " ".join(out)
 
 
 def fakes(procs, mode="exact"):
@@ -114,32 +129,32 @@ def test_sessions_stay_on_their_exact_prefix_over_pic_bytes(procs):
                         break
             elif t == 2:
                 # a document the other engine is given first, then this
-                # session's next tool result: a bait of PIC bytes.  Up to
-                # three baits: one run in ~6 full suites saw the gateway not
-                # believe the other engine held a fresh bait (a race not yet
-                # found, see the #10 note); every try must still stay home.
-                for attempt in range(3):
-                    for k in range(12):
-                        bait = doc(5000 + 100 * s + 20 * attempt + k, 6000)
-                        # the bait twice: an exact-first engine pools a
-                        # document on its second sighting, and the gateway
-                        # records only what the engine says it pooled
-                        _, line = ask([{"role": "system",
-                                        "content": f"bait {s}.{attempt}.{k} " + doc(k, 300)},
-                                       {"role": "user", "content": bait},
-                                       {"role": "user", "content": bait},
-                                       {"role": "user", "content": "ok?"}])
-                        if line["combine"] != home[s]:
-                            break
-                    assert line["combine"] != home[s], "no bait landed on the other engine"
-                    decided = status(ngx)["routing"]["exact_decided"]
-                    r, line = ask(session(sid[s], t, last=bait))
-                    followups += 1
-                    assert line["combine"] == home[s], f"session {s} left its engine for a bait"
-                    if status(ngx)["routing"]["exact_decided"] == decided + 1:
+                # session's next tool result: a bait of PIC bytes, twice (an
+                # exact-first engine pools a document on its second sighting,
+                # and the gateway records only what the engine says it
+                # pooled).  The bait request is all new text (no hit): an
+                # exact-first combine recomputes it whole and names no worker
+                # (end == segments), so only that engine holds the bait.
+                # (With a hit, LPT gives the cold rest to both engines, split
+                # by the load the probes last saw: the bait is then held on
+                # both, or not, as the workers' redis events come.)
+                for k in range(12):
+                    bait = fresh(f"bait {s}.{k}", 6000)
+                    _, line = ask([{"role": "system",
+                                    "content": fresh(f"bait system {s}.{k}", 300)},
+                                   {"role": "user", "content": bait},
+                                   {"role": "user", "content": bait},
+                                   {"role": "user", "content": "ok?"}])
+                    assert int(line["hit"]) == 0 and line["end"] == line["segments"], (s, k, line)
+                    if line["combine"] != home[s]:
                         break
+                assert line["combine"] != home[s], "no bait landed on the other engine"
+                decided = status(ngx)["routing"]["exact_decided"]
+                r, line = ask(session(sid[s], t, last=bait))
+                followups += 1
+                assert line["combine"] == home[s], f"session {s} left its engine for a bait"
                 assert status(ngx)["routing"]["exact_decided"] == decided + 1, \
-                    "PIC bytes alone would have chosen the other engine"
+                    f"PIC bytes alone would have chosen the other engine: {line}"
                 assert int(line["hit"]) > int(line["exact"]) // 4
             else:
                 r, line = ask(session(sid[s], t))
@@ -281,6 +296,47 @@ def test_dead_holder_falls_back(procs):
     assert lines[2]["status"] == "200" and lines[3]["status"] == "200"
     assert lines[3]["combine"] == addr(live)
     assert int(lines[3]["exact"]) > 0, "the engine that served turn 2 holds the prefix now"
+
+
+def test_next_turn_finds_the_prefix_while_the_answer_is_still_open(procs):
+    """An agent loop sends its next turn as soon as it has the answer
+    ("data: [DONE]"), on a new connection (so maybe another nginx worker),
+    while nginx has not finished the previous request: its engine has not
+    ended the stream, there was no log phase yet.  The prefix was recorded
+    when the engine's 200 header came, before the client saw a byte, so the
+    next turn goes to the holder on its exact prefix."""
+    fa, fb = fakes(procs)
+    hold = threading.Event()
+    fa.hold_end = fb.hold_end = hold
+    ngx = procs.nginx(gw_conf([addr(fa), addr(fb)]))
+    ready(ngx)
+    conn = http.client.HTTPConnection("127.0.0.1", ngx.port, timeout=30)
+    try:
+        conn.request("POST", "/v1/chat/completions",
+                     json.dumps({"model": "m", "messages": session(2, 0), "stream": True,
+                                 "max_tokens": 1}),
+                     {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        got = b""
+        while b"data: [DONE]" not in got:
+            chunk = resp.read1(65536)
+            assert chunk, "the stream ended before [DONE]"
+            got += chunk
+        holder = fa if len(fa.bodies) == 1 else fb
+        assert len(holder.bodies) == 1 and len(fa.bodies) + len(fb.bodies) == 1
+        c = openai.OpenAI(base_url=ngx.url + "/v1", api_key="none", max_retries=0, timeout=30)
+        c.chat.completions.create(model="m", messages=session(2, 1), max_tokens=1)
+        line, = planned_lines(ngx, 1)
+        assert line["combine"] == addr(holder) and int(line["exact"]) > 0, line
+        assert len(access_lines(ngx)) == 1, "the first turn is still open"
+    finally:
+        hold.set()
+    assert got + resp.read() and planned_lines(ngx, 2)[1]["status"] == "200"
+    conn.close()
+    st = status(ngx)
+    assert st["routing"]["exact_routed"] == 1
+    assert [e["exact_requests"] for e in st["engines"] if e["id"] == holder.name] == [1]
 
 
 # --- no remote prefill for what an exact-first combine recomputes (DESIGN §3.5) ----
