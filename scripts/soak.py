@@ -30,6 +30,16 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
 import harness  # noqa: E402
 
+if harness.ASAN:
+    # the sanitizer settings of scripts/test.sh (make test-asan): nginx's own
+    # core is suppressed, the module and the engine stay fully checked
+    os.environ.setdefault("ASAN_OPTIONS", "detect_leaks=1:detect_odr_violation=0:"
+                                          "abort_on_error=0:halt_on_error=1")
+    os.environ.setdefault("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=0:suppressions="
+                          + os.path.join(harness.ROOT, "tests", "ubsan.supp"))
+    os.environ.setdefault("LSAN_OPTIONS", "suppressions="
+                          + os.path.join(harness.ROOT, "tests", "lsan.supp"))
+
 SECONDS = int(os.environ.get("SOAK_SECONDS", "300"))
 CLIENTS = int(os.environ.get("SOAK_CLIENTS", "16"))
 SAMPLE = float(os.environ.get("SOAK_SAMPLE", "10"))
