@@ -413,6 +413,14 @@ ngx_http_pic_lookup_handler(ngx_event_t *ev)
 
     ngx_http_set_log_request(c->log, r);
 
+    if (c->error) {
+        /* the client went away while redis answered: as on the thread
+         * pool (ngx_http_pic_thread_event_handler) */
+        ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
+        ngx_http_run_posted_requests(c);
+        return;
+    }
+
     ctx->status = ngx_http_pic_route(r, ctx);
 
     r->preserve_body = 1;
@@ -666,10 +674,14 @@ ngx_http_pic_thread_event_handler(ngx_event_t *ev)
     r->aio = 0;
 
     if (c->error) {
-        /* terminated meanwhile: the reference taken while waiting, then
-         * nginx's own finalizer */
-        ngx_http_finalize_request(r, NGX_DONE);
-        r->write_event_handler(r);
+        /*
+         * the client went away meanwhile: an HTTP/2 connection that ended
+         * marks each stream's connection failed without terminating the
+         * stream (its read handler blocks reading), and a terminate that
+         * found r blocked left it to us; end r now (terminating drops
+         * every reference, the one taken while waiting included)
+         */
+        ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
         ngx_http_run_posted_requests(c);
         return;
     }

@@ -922,6 +922,93 @@ def test_clients_that_hang_up_while_their_body_is_on_the_thread_pool(procs):
     assert gw_status(ngx)["requests"]["offloaded"] == n + 1
 
 
+def h2_frame(kind, flags, stream, payload):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) \
+        + stream.to_bytes(4, "big") + payload
+
+
+def hpack_literal(name, value):
+    """A header as an HPACK literal without indexing, new name, no Huffman
+    (RFC 7541 6.2.2; lengths below 127)."""
+    name, value = name.encode(), value.encode()
+    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+def test_http2_clients_that_hang_up_while_their_bodies_are_on_the_thread_pool(procs):
+    """HTTP/2: each connection sends ten streams with bodies for the thread
+    pool, then ends the connection.  nginx marks every stream's connection
+    as failed (c->error) at once, also those whose body is still on a
+    thread: each ends when its task comes back (the terminated-while-
+    threaded path), is logged once, gives the engine's in-flight count
+    back; no worker dies and no socket is left at exit."""
+    import socket
+    fake = procs._add(harness.FakeBackend("capture"))
+    conf = gw_conf([f"127.0.0.1:{fake.port}"], loc="pic_thread_pool default min=16k;")
+    h2_port = harness.free_port()
+    ngx = procs.nginx(conf.replace("listen 127.0.0.1:$PORT;", "listen 127.0.0.1:$PORT; "
+                                   f"listen 127.0.0.1:{h2_port} http2;"))
+    pids = sorted(ngx.workers())
+    conns, streams = 24, 10
+    for c in range(conns):
+        s = socket.create_connection(("127.0.0.1", h2_port), timeout=30)
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b""))
+        # wait for nginx's connection window update (it opens the window
+        # past 64 KB) before sending 10 x 48 KB
+        data = b""
+        while True:
+            while len(data) < 9 or len(data) < 9 + int.from_bytes(data[:3], "big"):
+                data += s.recv(65536)
+            n, kind, sid = int.from_bytes(data[:3], "big"), data[3], \
+                int.from_bytes(data[5:9], "big")
+            data = data[9 + n:]
+            if kind == 8 and sid == 0:
+                break
+        out = b""
+        for k in range(streams):
+            body = json.dumps({"model": "m", "max_tokens": 1, "messages": [
+                {"role": "user", "content": MARK.join(
+                    [f"conn {c} stream {k} " + doc(800 + k, 2000) * 22, "q"])}]}).encode()
+            assert 16384 < len(body) < 65000
+            hdrs = b"".join(hpack_literal(n, v) for n, v in (
+                (":method", "POST"), (":scheme", "http"), (":path", "/v1/chat/completions"),
+                (":authority", "x"), ("content-type", "application/json"),
+                ("content-length", str(len(body)))))
+            sid = 2 * k + 1
+            out += h2_frame(1, 0x4, sid, hdrs) + h2_frame(0, 0x1, sid, body)
+        s.sendall(out)
+        s.shutdown(socket.SHUT_WR)          # the client is gone
+        while s.recv(65536):                # nginx closes once every stream ended
+            pass
+        s.close()
+    total = conns * streams
+
+    def ended():
+        # every /v1 stream's line, planned or not (one that ended while on
+        # the thread was never planned); nothing else is logged meanwhile
+        import os
+        with open(os.path.join(ngx.prefix, "logs", "pic.log")) as f:
+            return [line.split()[0] for line in f if not line.startswith("204 ")]
+
+    harness.wait_for(lambda: len(ended()) == total, timeout=60, what="every stream ended")
+    assert set(ended()) <= {"200", "499"}
+    # how many bodies reached the thread pool before their stream was failed
+    # depends on when nginx read the end of the connection: at most all
+    offloaded = gw_status(ngx)["requests"]["offloaded"]
+    assert offloaded <= total
+    harness.wait_for(lambda: gw_status(ngx)["engines"][0]["inflight"] == 0, timeout=10,
+                     what="the engine's in-flight count back to 0")
+    assert sorted(ngx.workers()) == pids, "a worker died"
+    body = json.dumps({"model": "m", "max_tokens": 1, "messages": [
+        {"role": "user", "content": MARK.join([doc(999, 2000) * 15, "q"])}]})
+    out = subprocess.run(["curl", "-s", "--http2-prior-knowledge", "-o", "/dev/null",
+                          "-w", "%{http_code}", "-H", "Content-Type: application/json",
+                          "--data-binary", "@-",
+                          f"http://127.0.0.1:{h2_port}/v1/chat/completions"],
+                         input=body, capture_output=True, text=True, timeout=30)
+    assert out.stdout == "200", out
+    assert gw_status(ngx)["requests"]["offloaded"] == offloaded + 1
+
+
 # --- Redis AUTH (requirepass, ACL users) ---------------------------------------------
 
 
