@@ -21,6 +21,7 @@ Writes $BUILD/soak.json (the samples: the RSS curve) and prints a summary.
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import sys
@@ -204,6 +205,7 @@ def sample(ngx, eng):
 
 def main():
     logdir = os.path.join(harness.BUILD, "soak")
+    shutil.rmtree(logdir, ignore_errors=True)     # a previous run's logs are not this run's
     os.makedirs(logdir, exist_ok=True)
     started = []
     stats = Stats()

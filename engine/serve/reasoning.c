@@ -54,6 +54,9 @@ pic_think_partial(const char *s, size_t n, const char *tag)
 static void
 pic_think_consume(pic_thinkstream *t, size_t n)
 {
+    if (n == 0) {
+        return;                 /* hold may be empty (data NULL): no memmove */
+    }
     memmove(t->hold.data, t->hold.data + n, t->hold.len - n);
     pic_buf_truncate(&t->hold, t->hold.len - n);
 }
