@@ -27,7 +27,19 @@ The solver's own cost (`build/bench/ckpt_dp_bench`, bench/ckpt_dp_bench.c): the 
 O(M*B log B) divide-and-conquer DP against the O(M*B^2) one on the same histograms, per edge
 length B (blocks) and M; summary key `dp_solve_speedup_at_4096_blocks` (M = 16).
 
-QUICK=1: fewer documents and requests; well under two minutes.
+Sparse vs dense at equal memory, on real engines (issue 10): an append-only agent loop
+(bench/agent.py's workload: system prompt + tool schemas + task, then a tool call and a tool
+result appended per turn, sessions interleaved) sent to two `pic-engine serve` processes
+(exact first, the default) side by side, one request at a time to each in turn: `sparse`
+(--checkpoints 4: M per edge, placed by the DP) and `dense` (--checkpoints 4096: a checkpoint
+at every block, i.e. dense block caching of the recurrent state), both under the same
+--cache-bytes, set to half of what the dense engine holds after the same workload with an
+unbounded budget (a calibration pass).  Per engine: prompt tokens recomputed per request
+(usage.pic.recomputed_tokens) and TTFT (max_tokens 1) p50/p99 over turns after the first,
+checkpoints and bytes held, evictions.  Summary keys `dense_over_sparse_recomputed` and
+`dense_over_sparse_ttft_p50` (> 1: sparse is better at equal memory).
+
+QUICK=1: fewer documents and requests, the demo model; a few minutes.
 """
 import json
 import os
@@ -38,7 +50,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BUILD, PIC_LAB, QUICK, machine, table, write_results  # noqa: E402
+from common import BUILD, PIC_LAB, QUICK, ServeEngine, machine, table, write_results  # noqa: E402
 
 BLOCK = 64
 POLICIES = ["dp", "balanced", "block", "log"]
@@ -232,7 +244,81 @@ def main():
                                                             "decay": 0.99},
               "workloads": detail, "eviction": "none (unbounded budget)",
               "wall_s": time.time() - t0}
-    write_results("checkpoints", summary, config, info, rows=rows, solver=solver)
+    engines = sparse_vs_dense(info)
+    if engines:
+        table(engines["rows"], ["engine", "checkpoints_per_edge", "recomputed_per_req",
+                                "ttft_p50_ms", "ttft_p99_ms", "checkpoints", "bytes",
+                                "evictions"],
+              title="agent loop at equal memory (--cache-bytes %d): sparse DP placement vs "
+                    "dense block checkpoints" % engines["budget"])
+        summary.update(engines["summary"])
+        config["sparse_vs_dense"] = {k: v for k, v in engines.items()
+                                     if k not in ("rows", "summary")}
+    write_results("checkpoints", summary, config, info, rows=rows, solver=solver,
+                  sparse_vs_dense=engines.get("rows") if engines else None)
+
+
+def sparse_vs_dense(info):
+    """The real-engine comparison (module docstring); {} when the engine is missing."""
+    import tempfile
+
+    import agent
+    from decode_batch import ensure_model
+    if not os.path.exists(os.path.join(BUILD, "pic-engine")):
+        return {}
+    agent.SESSIONS = 4 if QUICK else 6
+    agent.TURNS = 4 if QUICK else 6
+    reqs = agent.agent_requests()
+    model = ensure_model("demo" if QUICK else "mid")
+    threads = int(info.get("cores", os.cpu_count() or 1))
+    logdir = tempfile.mkdtemp(prefix="bench-checkpoints-")
+    kinds = {"sparse": 4, "dense": 4096}
+
+    def start(name, m, budget):
+        return ServeEngine(name, model, logdir, start_timeout=300, extra=[
+            "--id", name, "--threads", str(threads), "--checkpoints", str(m),
+            "--cache-bytes", str(budget)])
+
+    # calibration: what dense block checkpoints hold for this workload, unbounded
+    eng = start("dense-unbounded", kinds["dense"], 64 << 30)
+    try:
+        for _, _, body in reqs:
+            agent.post(eng, body, 1)
+        need = eng.status()["memory"]["bytes"]
+    finally:
+        eng.stop()
+    budget = need // 2
+    engines, res = {}, {k: [] for k in kinds}
+    try:
+        for k, m in kinds.items():
+            engines[k] = start(k, m, budget)
+        for label, turn, body in reqs:
+            for k in kinds:
+                dt, doc = agent.post(engines[k], body, 1)
+                res[k].append({"turn": turn, "ttft": dt,
+                               "recomputed": doc["usage"]["pic"]["recomputed_tokens"]})
+        rows = []
+        for k, m in kinds.items():
+            st = engines[k].status()
+            rs = [r for r in res[k] if r["turn"] > 0]
+            rows.append({"engine": k, "checkpoints_per_edge": m,
+                         "recomputed_per_req": sum(r["recomputed"] for r in rs) / len(rs),
+                         "ttft_p50_ms": 1e3 * agent.pct([r["ttft"] for r in rs], 0.5),
+                         "ttft_p99_ms": 1e3 * agent.pct([r["ttft"] for r in rs], 0.99),
+                         "checkpoints": st["prefix"]["checkpoints"],
+                         "bytes": st["memory"]["bytes"],
+                         "evictions": st["memory"]["evictions"]})
+    finally:
+        for e in engines.values():
+            e.stop()
+    by = {r["engine"]: r for r in rows}
+    return {"rows": rows, "budget": budget, "dense_unbounded_bytes": need,
+            "requests": len(reqs), "sessions": agent.SESSIONS, "turns": agent.TURNS,
+            "model": os.path.basename(model),
+            "summary": {
+                "dense_over_sparse_recomputed":
+                    by["dense"]["recomputed_per_req"] / max(1e-9, by["sparse"]["recomputed_per_req"]),
+                "dense_over_sparse_ttft_p50": by["dense"]["ttft_p50_ms"] / by["sparse"]["ttft_p50_ms"]}}
 
 
 def solver_times():
