@@ -172,9 +172,13 @@ def _question(r, e, a):
 
 # --------------------------------------------------------------------- documents
 
-# curriculum level -> (documents, paragraphs per document); level -1 (training's
-# warm-up, not a benchmark level) has documents of one short sentence plus the facts
+# curriculum level -> (documents, paragraphs per document); levels -2 and -1 are
+# training's warm-ups, not benchmark levels: -1 has documents of one short sentence
+# plus the facts; -2 is dense associative recall (_recall_item: `single` and
+# `distract` are a list of 2-8 fact sentences and nothing else; the other tasks
+# are their level -1 items)
 LEVELS = {
+    -2: ((0, 0), (0, 0)),
     -1: ((2, 3), (0, 0)),
     0: ((2, 3), (1, 1)),
     1: ((2, 4), (1, 2)),
@@ -271,6 +275,42 @@ def _rag_item(r, level, distract):
         msgs.append({"role": "system", "content": h})
     msgs.append({"role": "user", "content": _docs_message(r, docs, q)})
     return {"messages": msgs, "tools": None, "answer": ans, "docs": docs, "qa": qa}
+
+
+NUM_ATTRS = [a for a in ATTRS if a[1][0] == "n"]
+
+
+def _recall_item(r, distract):
+    """Level -2: dense associative recall (the copy circuit's warm-up).  2-8
+    fact sentences (entity -> number), one question; every other fact is a
+    follow-up ("qa"), so almost every token of a training sequence is a fact or
+    an answer.  distract: two attributes shared by the entities, so a question
+    needs entity and attribute together."""
+    n = r.randint(2, 8)
+    ents = _entities(r, n)
+    attrs = r.sample(NUM_ATTRS, 2 if distract else n)
+    pairs = []
+    for i, e in enumerate(ents):
+        if distract:
+            for a in attrs:
+                if len(pairs) < 8 and (r.random() < 0.6 or a is attrs[i % 2]):
+                    pairs.append((e, a))
+        else:
+            pairs.append((e, attrs[i] if r.random() < 0.5 else r.choice(attrs)))
+    known = [(e, a[0], _value(r, a[1])) for e, a in pairs]
+    r.shuffle(known)
+    facts = [_fact(r, e, a, v) for e, a, v in known]
+    e, a, v = known[r.randrange(len(known))]
+    q = _question(r, e, a)
+    msgs = []
+    h = _header(r)
+    if h:
+        msgs.append({"role": "system", "content": h})
+    intro = r.choice(["Facts:", "Context:", "Remember these.", "Records:"])
+    msgs.append({"role": "user", "content": intro + "\n" + "\n".join(facts) +
+                 "\n\nQuestion: " + q})
+    return {"messages": msgs, "tools": None, "answer": v, "docs": facts,
+            "qa": _ask(known, (e, a))}
 
 
 def _multihop_item(r, level):
@@ -460,6 +500,10 @@ def _shift_item(r, level):
 
 def _make(task, seed, level):
     r = random.Random("%s/%d/%d" % (task, seed, level))
+    if level == -2:
+        if task in ("single", "distract"):
+            return _recall_item(r, task == "distract")
+        level = -1
     if task == "single":
         return _rag_item(r, level, False)
     if task == "distract":
