@@ -23,10 +23,25 @@ import tasks                      # noqa: E402
 
 L, F = mm.L, mm.F
 
-# the trained model: Qwen3.5 dense, GDN:attention 3:1, tied
-PRESET = dict(family="qwen3_5", H=256, layer_types=[L, L, L, F, L, L, L, F],
-              Hq=4, Hkv=2, hd=64, Hk=4, Hv=4, dk=64, dv=64, I=512,
-              tied=True, dtype="bf16-mixed")
+# the trained model: Qwen3.5 dense, GDN:attention 3:1, tied.  PRESETS names the
+# sizes train.py can train (--preset); PRESET is the committed model's (what
+# write_json_files writes unless train.py picked another with use_preset).
+PRESETS = {
+    "h256x8": dict(family="qwen3_5", H=256, layer_types=[L, L, L, F, L, L, L, F],
+                   Hq=4, Hkv=2, hd=64, Hk=4, Hv=4, dk=64, dv=64, I=512,
+                   tied=True, dtype="bf16-mixed"),          # 7.2 M parameters
+    "h128x4": dict(family="qwen3_5", H=128, layer_types=[L, L, L, F],
+                   Hq=2, Hkv=1, hd=64, Hk=2, Hv=2, dk=64, dv=64, I=384,
+                   tied=True, dtype="bf16-mixed"),          # 1.7 M: ~2-4x the steps per second
+}
+PRESET_NAME = "h256x8"
+PRESET = dict(PRESETS[PRESET_NAME])
+
+
+def use_preset(name):
+    """Make PRESETS[name] the dims that dims() / write_json_files() use."""
+    PRESET.clear()
+    PRESET.update(PRESETS[name])
 VOCAB_BPE = 6144 - len(mt.ADDED_TOKENS)     # 6135 BPE + 9 added = 6144
 TOKENIZER_SEEDS = 500000                    # seeds of the tokenizer corpus (not held out)
 

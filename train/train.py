@@ -23,8 +23,9 @@ tokens and the closing <|im_end|>, which is the same thing), seeds [0, --eval-n)
 of every task at --eval-level (the level bench/accuracy.py measures; its mean picks
 the release checkpoint), and at the training level when that differs.  The
 curriculum level rises when held-out exact match at the training level reaches
---promote on every task of the mix (levels -1..4 of tasks.LEVELS; -1 is a
-warm-up of one-sentence documents).
+--promote on every task of the mix (levels -2..4 of tasks.LEVELS; -2 is dense
+associative recall, -1 a warm-up of one-sentence documents).  --preset picks the
+model size (ckpt.PRESETS; kept in the state).
 
 Usage:  train.py [--minutes M] [--run DIR] [--out DIR] [--threads N] ...
 """
@@ -191,6 +192,8 @@ def main(argv=None):
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--eval-every", type=float, default=12.0, help="minutes between evals")
     ap.add_argument("--eval-n", type=int, default=50)
+    ap.add_argument("--preset", default=None, choices=sorted(ckpt.PRESETS),
+                    help="model size (ckpt.PRESETS; else the state's, else ckpt.PRESET_NAME)")
     ap.add_argument("--resume-from-release", action="store_true",
                     help="no state.pt: start from the release checkpoint in --out")
     a = ap.parse_args(argv)
@@ -218,13 +221,26 @@ def main(argv=None):
     device = a.device if a.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
+    s = None
+    rel_state = os.path.join(a.out, "train_state.json")
+    if os.path.exists(state_path):
+        s = torch.load(state_path, weights_only=False, map_location="cpu")
+        had = s["st"].get("preset", ckpt.PRESET_NAME)
+    elif a.resume_from_release and os.path.exists(rel_state):
+        with open(rel_state) as f:
+            had = json.load(f)["state"].get("preset", ckpt.PRESET_NAME)
+    else:
+        had = a.preset or ckpt.PRESET_NAME
+    if a.preset and a.preset != had:
+        sys.exit("train: --preset %s but the state to resume is %s (use another --run/--out)"
+                 % (a.preset, had))
+    ckpt.use_preset(had)
     model = make_model(ckpt.text_config_dict(tok_dir), a.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95),
                             weight_decay=a.wd)
     st = {"step": 0, "item": 0, "tokens": 0, "seconds": 0.0, "best": -1.0, "level": 0,
-          "digest": tasks.corpus_digest()}
-    if os.path.exists(state_path):
-        s = torch.load(state_path, weights_only=False, map_location="cpu")
+          "digest": tasks.corpus_digest(), "preset": had}
+    if s is not None:
         model.load_state_dict(s["model"])
         opt.load_state_dict(s["opt"])
         st.update(s["st"])
