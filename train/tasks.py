@@ -175,8 +175,8 @@ def _question(r, e, a):
 # curriculum level -> (documents, paragraphs per document); levels -2 and -1 are
 # training's warm-ups, not benchmark levels: -1 has documents of one short sentence
 # plus the facts; -2 is dense associative recall (_recall_item: `single` and
-# `distract` are a list of 2-8 fact sentences and nothing else; the other tasks
-# are their level -1 items)
+# `distract` are a list of 2-8 facts and nothing else; the other tasks are their
+# level -1 items)
 LEVELS = {
     -2: ((0, 0), (0, 0)),
     -1: ((2, 3), (0, 0)),
@@ -282,10 +282,12 @@ NUM_ATTRS = [a for a in ATTRS if a[1][0] == "n"]
 
 def _recall_item(r, distract):
     """Level -2: dense associative recall (the copy circuit's warm-up).  2-8
-    fact sentences (entity -> number), one question; every other fact is a
-    follow-up ("qa"), so almost every token of a training sequence is a fact or
-    an answer.  distract: two attributes shared by the entities, so a question
-    needs entity and attribute together."""
+    facts (entity -> number), one question; every other fact is a follow-up
+    ("qa"), so almost every token of a training sequence is a fact or an answer.
+    single: "Registration number of Vornak: 48213" lines (the question repeats
+    the key; the answer is what follows it: plain induction); distract: fact
+    sentences of the other levels, two attributes shared by the entities, so a
+    question needs entity and attribute together."""
     n = r.randint(2, 8)
     ents = _entities(r, n)
     attrs = r.sample(NUM_ATTRS, 2 if distract else n)
@@ -299,7 +301,10 @@ def _recall_item(r, distract):
             pairs.append((e, attrs[i] if r.random() < 0.5 else r.choice(attrs)))
     known = [(e, a[0], _value(r, a[1])) for e, a in pairs]
     r.shuffle(known)
-    facts = [_fact(r, e, a, v) for e, a, v in known]
+    if distract:
+        facts = [_fact(r, e, a, v) for e, a, v in known]
+    else:       # "key: value" lines: the question repeats the key, the value follows it
+        facts = ["%s%s of %s: %s" % (a[0].upper(), a[1:], e, v) for e, a, v in known]
     e, a, v = known[r.randrange(len(known))]
     q = _question(r, e, a)
     msgs = []
