@@ -78,12 +78,30 @@ def encode_train(tok, it, eos, n_follow, rng):
     return ids, spans, qspans
 
 
-def make_model(text_cfg, seed):
+def make_model(text_cfg, seed, gdn_init="fla"):
+    """A fresh Qwen3_5ForCausalLM.  gdn_init "fla": the GDN decay parameters as
+    flash-linear-attention / Mamba2 initialise them (A ~ U(0, 16), dt = softplus(dt_bias)
+    log-uniform in [0.001, 0.1]: per-token decay exp(-A dt) ~ 0.2-1, memories of
+    tens of tokens); "hf": transformers' init (dt_bias = 1, so decay ~ exp(-10) per
+    token: the GDN layers start with no memory and their decay gradients vanish;
+    the committed model's steps 0-1121 were trained from it)."""
     import torch
     from transformers import Qwen3_5TextConfig, Qwen3_5ForCausalLM
     cfg = Qwen3_5TextConfig(**{k: v for k, v in text_cfg.items() if k != "model_type"})
     torch.manual_seed(seed)
     m = Qwen3_5ForCausalLM(cfg)
+    if gdn_init == "fla":
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for layer in m.model.layers:
+                la = getattr(layer, "linear_attn", None)
+                if la is None:
+                    continue
+                n = la.dt_bias.numel()
+                lo, hi = math.log(0.001), math.log(0.1)
+                dt = torch.exp(torch.rand(n, generator=g) * (hi - lo) + lo).clamp(min=1e-4)
+                la.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))      # softplus^-1(dt)
+                la.A_log.copy_(torch.log(torch.rand(n, generator=g) * 16).clamp(min=-20))
     return m
 
 
@@ -194,6 +212,8 @@ def main(argv=None):
     ap.add_argument("--eval-n", type=int, default=50)
     ap.add_argument("--preset", default=None, choices=sorted(ckpt.PRESETS),
                     help="model size (ckpt.PRESETS; else the state's, else ckpt.PRESET_NAME)")
+    ap.add_argument("--gdn-init", default="fla", choices=["fla", "hf"],
+                    help="GDN decay init of a fresh model (make_model; a resumed one keeps its weights)")
     ap.add_argument("--resume-from-release", action="store_true",
                     help="no state.pt: start from the release checkpoint in --out")
     a = ap.parse_args(argv)
@@ -235,7 +255,7 @@ def main(argv=None):
         sys.exit("train: --preset %s but the state to resume is %s (use another --run/--out)"
                  % (a.preset, had))
     ckpt.use_preset(had)
-    model = make_model(ckpt.text_config_dict(tok_dir), a.seed)
+    model = make_model(ckpt.text_config_dict(tok_dir), a.seed, a.gdn_init)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95),
                             weight_decay=a.wd)
     st = {"step": 0, "item": 0, "tokens": 0, "seconds": 0.0, "best": -1.0, "level": 0,
