@@ -93,9 +93,11 @@ def test_engine_announcements_keep_the_index_warm(procs, logdir):
     assert line["combine"] == f"127.0.0.1:{fb.port}" and int(line["hit"]) == len(e)
     assert status(ngx)["redis"]["lookups"] <= 1, "the hit came from shm, not a lookup"
     # both engines now hold it (fb announced, the combine computed); both evict
+    applied = status(ngx)["redis"]["events"]
     redis_cmd(red.port, "PUBLISH", "pic:events", f"evict fb {key}")
     redis_cmd(red.port, "PUBLISH", "pic:events", f"evict fa {key}")
-    time.sleep(0.3)
+    harness.wait_for(lambda: status(ngx)["redis"]["events"] == applied + 2, timeout=5,
+                     what="both evictions applied")
     assert post(ngx, {"model": "m", "prompt": prompt("head two", e, "q2")})[0] == 200
     assert int(planned_lines(ngx, 2)[1]["hit"]) == 0, "evicted everywhere: a miss"
 
