@@ -999,6 +999,21 @@ ngx_http_pic_probe_learn_locked(ngx_http_pic_engine_sh_t *e, cJSON *doc)
     item = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, "mode")
                                : NULL;
 
+    /* its break-even length, to size segments (docs/SIZING.md) */
+
+    obj = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj,
+                                                                 "capacity")
+                              : NULL;
+    obj = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj,
+                                                         "break_even_tokens")
+                              : NULL;
+
+    if (cJSON_IsNumber(obj) && obj->valuedouble >= 1
+        && obj->valuedouble < (double) (1 << 20))
+    {
+        e->break_even = (ngx_uint_t) (obj->valuedouble + 0.5);
+    }
+
     if (cJSON_IsString(item)) {
         if (ngx_strcmp(item->valuestring, "exact") == 0) {
             e->cache = NGX_HTTP_PIC_CACHE_EXACT;

@@ -42,6 +42,8 @@ typedef struct {
     size_t                       scope_len;
     ngx_str_t                    learned_fp;   /* from the probes, or empty */
     ngx_int_t                    learned_dialect;
+    pic_cdc                     *cdc;          /* the request's sizes */
+    size_t                       min_segment;
 
     pic_request                 *req;
     pic_key_ctx                 *kc;
@@ -70,7 +72,8 @@ static void ngx_http_pic_thread_handler(void *data, ngx_log_t *log);
 static void ngx_http_pic_thread_event_handler(ngx_event_t *ev);
 #endif
 static void ngx_http_pic_learned_model(ngx_http_request_t *r,
-    ngx_http_pic_loc_conf_t *plcf, ngx_str_t *fp, ngx_int_t *dialect);
+    ngx_http_pic_loc_conf_t *plcf, ngx_str_t *fp, ngx_int_t *dialect,
+    ngx_uint_t *break_even);
 static ngx_int_t ngx_http_pic_scope(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx, ngx_http_pic_loc_conf_t *plcf);
 static void ngx_http_pic_lookup_handler(ngx_event_t *ev);
@@ -88,6 +91,8 @@ static void ngx_http_pic_usage_scan(ngx_http_pic_ctx_t *ctx, u_char *p,
     u_char *last);
 static void ngx_http_pic_history(ngx_http_request_t *r,
     ngx_http_pic_zone_ctx_t *zc, ngx_http_pic_ctx_t *ctx);
+static void ngx_http_pic_finish(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx);
 
 static ngx_int_t ngx_http_pic_variable_combine(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
@@ -169,7 +174,13 @@ ngx_http_pic_handler_init(ngx_conf_t *cf)
         return NGX_ERROR;
     }
 
-    *h = ngx_http_pic_log_handler;
+    /* the first log handler: a request's access log line is written once
+     * the status location counts it */
+
+    h = cmcf->phases[NGX_HTTP_LOG_PHASE].handlers.elts;
+    ngx_memmove(&h[1], &h[0], (cmcf->phases[NGX_HTTP_LOG_PHASE].handlers.nelts
+                               - 1) * sizeof(ngx_http_handler_pt));
+    h[0] = ngx_http_pic_log_handler;
 
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_pic_header_filter;
@@ -466,6 +477,7 @@ static ngx_int_t
 ngx_http_pic_prepare(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 {
     ngx_int_t                  rc;
+    ngx_uint_t                 break_even;
     ngx_pool_cleanup_t        *cln;
     ngx_http_pic_work_t       *w;
     ngx_http_pic_loc_conf_t   *plcf;
@@ -509,7 +521,13 @@ ngx_http_pic_prepare(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     w->scope = ctx->scope;
     w->scope_len = ctx->scope_len;
 
-    ngx_http_pic_learned_model(r, plcf, &w->learned_fp, &w->learned_dialect);
+    ngx_http_pic_learned_model(r, plcf, &w->learned_fp, &w->learned_dialect,
+                               &break_even);
+
+    ngx_http_pic_segment_sizes(ctx, plcf, break_even);
+
+    w->cdc = ctx->cdc;
+    w->min_segment = ctx->min_segment;
 
 #if (NGX_THREADS)
 
@@ -635,8 +653,9 @@ ngx_http_pic_work(ngx_http_pic_work_t *w)
 
     w->dialect = (d < 0) ? PIC_TEMPLATE_QWEN3_5 : (ngx_uint_t) d;
 
-    if (ngx_http_pic_segment_run(plcf, w->dialect, &w->fingerprint, w->scope,
-                                 w->scope_len, w->req, w->kc, w->sg, &w->err)
+    if (ngx_http_pic_segment_run(plcf, w->cdc, w->min_segment, w->dialect,
+                                 &w->fingerprint, w->scope, w->scope_len,
+                                 w->req, w->kc, w->sg, &w->err)
         != 0)
     {
         w->failed = 1;
@@ -892,12 +911,14 @@ ngx_http_pic_body_text(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 }
 
 
-/* The model fingerprint and chat template of the first engine of this
- * location's pool that reported them (empty and -1 when none has). */
+/* The model fingerprint, chat template and break-even length of the first
+ * engine of this location's pool that reported them (empty, -1 and 0 when
+ * none has). */
 
 static void
 ngx_http_pic_learned_model(ngx_http_request_t *r,
-    ngx_http_pic_loc_conf_t *plcf, ngx_str_t *fp, ngx_int_t *dialect)
+    ngx_http_pic_loc_conf_t *plcf, ngx_str_t *fp, ngx_int_t *dialect,
+    ngx_uint_t *break_even)
 {
     u_char                      *p;
     ngx_uint_t                   i;
@@ -907,6 +928,7 @@ ngx_http_pic_learned_model(ngx_http_request_t *r,
 
     ngx_str_null(fp);
     *dialect = -1;
+    *break_even = 0;
 
     zc = ngx_http_pic_zone(r);
 
@@ -938,6 +960,7 @@ ngx_http_pic_learned_model(ngx_http_request_t *r,
         }
 
         *dialect = e->dialect;
+        *break_even = e->break_even;
 
         break;
     }
@@ -1213,6 +1236,8 @@ ngx_http_pic_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         out.next = NULL;
         ctx->err_body = NULL;
 
+        ngx_http_pic_finish(r, ctx);
+
         return ngx_http_next_body_filter(r, &out);
     }
 
@@ -1237,6 +1262,14 @@ ngx_http_pic_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
             if (ngx_buf_in_memory(cl->buf)) {
                 ngx_http_pic_usage_scan(ctx, cl->buf->pos, cl->buf->last);
             }
+        }
+    }
+
+    for (cl = in; cl; cl = cl->next) {
+        if (cl->buf->last_buf) {
+            /* counted before the client can have the whole answer */
+            ngx_http_pic_finish(r, ctx);
+            break;
         }
     }
 
@@ -1324,16 +1357,50 @@ ngx_http_pic_log_handler(ngx_http_request_t *r)
         return NGX_OK;
     }
 
-    (void) ngx_atomic_fetch_add(&zc->sh->stats.requests, 1);
-
-    if (r->headers_out.status >= NGX_HTTP_BAD_REQUEST) {
-        (void) ngx_atomic_fetch_add(&zc->sh->stats.errors, 1);
-    }
-
     ctx = ngx_http_get_module_ctx(r, ngx_http_pic_module);
 
     if (ctx == NULL) {
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.requests, 1);
+
+        if (r->headers_out.status >= NGX_HTTP_BAD_REQUEST) {
+            (void) ngx_atomic_fetch_add(&zc->sh->stats.errors, 1);
+        }
+
         return NGX_OK;
+    }
+
+    ngx_http_pic_finish(r, ctx);
+
+    return NGX_OK;
+}
+
+
+/*
+ * A request of a pic location is over for its client: its TTFT, history,
+ * engine load and health, and last requests.total (a test or a dashboard
+ * that sees the count sees the rest).  Called once, from the body filter
+ * with the last buffer, before the client can have it (an agent loop may
+ * send its next turn at once, to another worker), or from the log phase
+ * when no last buffer went out (a hang-up, a header-only answer).
+ */
+
+static void
+ngx_http_pic_finish(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
+{
+    ngx_http_pic_zone_ctx_t   *zc;
+    ngx_http_pic_loc_conf_t   *plcf;
+
+    if (ctx->finished) {
+        return;
+    }
+
+    ctx->finished = 1;
+
+    zc = ngx_http_pic_zone(r);
+    plcf = ngx_http_get_module_loc_conf(r, ngx_http_pic_module);
+
+    if (zc == NULL || plcf->status || plcf->mode == NGX_HTTP_PIC_OFF) {
+        return;
     }
 
     if (ctx->first_byte && r->headers_out.status < NGX_HTTP_BAD_REQUEST) {
@@ -1353,7 +1420,11 @@ ngx_http_pic_log_handler(ngx_http_request_t *r)
         ngx_http_pic_engine_account(r, zc, ctx);
     }
 
-    return NGX_OK;
+    if (r->headers_out.status >= NGX_HTTP_BAD_REQUEST) {
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.errors, 1);
+    }
+
+    (void) ngx_atomic_fetch_add(&zc->sh->stats.requests, 1);
 }
 
 

@@ -63,6 +63,7 @@ typedef struct {
     size_t                       fp_len;       /* its model's, from probes */
     ngx_int_t                    dialect;      /* its chat template, or -1 */
     ngx_uint_t                   cache;        /* NGX_HTTP_PIC_CACHE_* */
+    ngx_uint_t                   break_even;   /* its L*, tokens; 0: unknown */
     time_t                       started;      /* now - its uptime */
 
     ngx_atomic_t                 inflight;     /* routed here, not finished */

@@ -353,6 +353,8 @@ ngx_http_pic_create_loc_conf(ngx_conf_t *cf)
     plcf->cdc_avg = NGX_CONF_UNSET_SIZE;
     plcf->cdc_max = NGX_CONF_UNSET_SIZE;
     plcf->min_segment = NGX_CONF_UNSET_SIZE;
+    plcf->cdc_auto = NGX_CONF_UNSET;
+    plcf->min_segment_auto = NGX_CONF_UNSET;
     plcf->s1 = NGX_CONF_UNSET;
     plcf->scope = NGX_CONF_UNSET_PTR;
     plcf->body_max = NGX_CONF_UNSET_SIZE;
@@ -383,13 +385,37 @@ ngx_http_pic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->status, prev->status, 0);
     ngx_conf_merge_ptr_value(conf->pool, prev->pool, NULL);
     ngx_conf_merge_value(conf->split, prev->split, 1);
+    /* not configured here nor above: sized from the engines' break-even
+     * length at request time (ngx_http_pic_segment_sizes) */
+
+    if (conf->cdc_avg != NGX_CONF_UNSET_SIZE) {
+        conf->cdc_auto = 0;
+
+    } else if (prev->cdc_avg != NGX_CONF_UNSET_SIZE) {
+        conf->cdc_auto = (prev->cdc_auto == 1);
+
+    } else {
+        conf->cdc_auto = 1;
+    }
+
+    if (conf->min_segment != NGX_CONF_UNSET_SIZE) {
+        conf->min_segment_auto = 0;
+
+    } else if (prev->min_segment != NGX_CONF_UNSET_SIZE) {
+        conf->min_segment_auto = (prev->min_segment_auto == 1);
+
+    } else {
+        conf->min_segment_auto = 1;
+    }
+
     ngx_conf_merge_size_value(conf->cdc_min, prev->cdc_min,
                               NGX_HTTP_PIC_CDC_MIN);
     ngx_conf_merge_size_value(conf->cdc_avg, prev->cdc_avg,
                               NGX_HTTP_PIC_CDC_AVG);
     ngx_conf_merge_size_value(conf->cdc_max, prev->cdc_max,
                               NGX_HTTP_PIC_CDC_MAX);
-    ngx_conf_merge_size_value(conf->min_segment, prev->min_segment, 128);
+    ngx_conf_merge_size_value(conf->min_segment, prev->min_segment,
+                              NGX_HTTP_PIC_MIN_SEGMENT);
     ngx_conf_merge_value(conf->s1, prev->s1, 1);
     ngx_conf_merge_ptr_value(conf->scope, prev->scope, NULL);
     ngx_conf_merge_size_value(conf->body_max, prev->body_max,

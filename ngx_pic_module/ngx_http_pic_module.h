@@ -37,6 +37,8 @@
 #define NGX_HTTP_PIC_CDC_MIN          256
 #define NGX_HTTP_PIC_CDC_AVG          1024
 #define NGX_HTTP_PIC_CDC_MAX          4096
+#define NGX_HTTP_PIC_MIN_SEGMENT      128
+#define NGX_HTTP_PIC_BYTES_PER_TOKEN  4        /* of English text, about */
 
 #define NGX_HTTP_PIC_SEG_FIRST        0x01     /* leading segment (sink) */
 #define NGX_HTTP_PIC_SEG_DYNAMIC      0x02     /* trailing query: never hit */
@@ -117,6 +119,8 @@ typedef struct {
     size_t                       cdc_max;
     pic_cdc                     *cdc;          /* its gear table */
     size_t                       min_segment;  /* pic_min_segment */
+    ngx_flag_t                   cdc_auto;     /* neither configured: from */
+    ngx_flag_t                   min_segment_auto; /* the engines' L* */
     ngx_flag_t                   s1;           /* pic_s1_fallback */
     ngx_http_complex_value_t    *scope;        /* pic_scope, NULL: global */
     size_t                       body_max;     /* pic_body_max */
@@ -180,7 +184,10 @@ typedef struct {
     ngx_uint_t                   s1_hits;
     size_t                       s1_bytes;
 
+    pic_cdc                     *cdc;          /* this request's sizes */
+    size_t                       cdc_min;
     size_t                       cdc_avg;
+    size_t                       min_segment;
     ngx_int_t                    combine;      /* shm slot, -1: none */
     ngx_uint_t                   combine_gen;  /* its engine's, see index */
     ngx_str_t                    combine_name;
@@ -213,6 +220,7 @@ typedef struct {
     unsigned                     usage_digits:1;
     unsigned                     usage_seen:1;
     unsigned                     confirmed:1;  /* holders recorded */
+    unsigned                     finished:1;   /* counted in the status */
 } ngx_http_pic_ctx_t;
 
 
@@ -228,7 +236,9 @@ ngx_int_t ngx_http_pic_handler_init(ngx_conf_t *cf);
 /* registers the $pic_* variables */
 ngx_int_t ngx_http_pic_add_variables(ngx_conf_t *cf);
 
-/* log phase: counters, TTFT, engine load and health for the request */
+/* log phase, the first handler of it: counters, TTFT, history, engine load
+ * and health of a request that did not send its last byte (those that did
+ * were counted just before it: ngx_http_pic_finish) */
 ngx_int_t ngx_http_pic_log_handler(ngx_http_request_t *r);
 
 /* ngx_http_pic_status.c */

@@ -252,11 +252,9 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         ctx->combine_name = cand[best].conf->name;
     }
 
-    ctx->cdc_avg = plcf->cdc_avg;
-
     if (ctx->fallback
         && ngx_http_pic_route_misses(r, ctx, cand, n, plcf->imbalance,
-                                     plcf->cdc_avg)
+                                     ctx->cdc_avg)
            != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;

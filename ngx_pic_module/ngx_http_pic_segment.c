@@ -63,10 +63,78 @@ ngx_http_pic_segment_alloc(ngx_http_request_t *r, pic_key_ctx **kcp,
 }
 
 
+/* gear tables of the derived CDC sizes, by log2 of the average; made on
+ * first use by the worker's event loop, kept for its life */
+static pic_cdc  *ngx_http_pic_auto_cdc[32];
+
+
+void
+ngx_http_pic_segment_sizes(ngx_http_pic_ctx_t *ctx,
+    ngx_http_pic_loc_conf_t *plcf, ngx_uint_t break_even)
+{
+    size_t           lstar, avg;
+    pic_cdc         *cdc;
+    pic_error        err;
+    ngx_uint_t       bits;
+    pic_cdc_params   params;
+
+    ctx->cdc = plcf->cdc;
+    ctx->cdc_min = plcf->cdc_min;
+    ctx->cdc_avg = plcf->cdc_avg;
+    ctx->min_segment = plcf->min_segment;
+
+    if (break_even == 0 || break_even > (1 << 20)) {
+        return;
+    }
+
+    lstar = break_even * NGX_HTTP_PIC_BYTES_PER_TOKEN;
+
+    if (plcf->min_segment_auto) {
+        ctx->min_segment = ngx_max(lstar / 2, 16);
+    }
+
+    if (!plcf->cdc_auto) {
+        return;
+    }
+
+    for (bits = 6, avg = 64; avg * 2 <= 2 * lstar && bits < 22; bits++) {
+        avg *= 2;
+    }
+
+    cdc = ngx_http_pic_auto_cdc[bits];
+
+    if (cdc == NULL) {
+        cdc = ngx_alloc(sizeof(pic_cdc), ngx_cycle->log);
+        if (cdc == NULL) {
+            return;
+        }
+
+        pic_cdc_params_default(&params);
+        params.min_size = avg / 2;
+        params.avg_size = avg;
+        params.max_size = avg * 4;
+
+        if (pic_cdc_init(cdc, &params, &err) != 0) {
+            ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                          "pic: cdc %uz: %s", avg, err.message);
+            ngx_free(cdc);
+            return;
+        }
+
+        ngx_http_pic_auto_cdc[bits] = cdc;
+    }
+
+    ctx->cdc = cdc;
+    ctx->cdc_min = avg / 2;
+    ctx->cdc_avg = avg;
+}
+
+
 int
-ngx_http_pic_segment_run(ngx_http_pic_loc_conf_t *plcf, ngx_uint_t dialect,
-    ngx_str_t *fingerprint, u_char *scope, size_t scope_len,
-    pic_request *req, pic_key_ctx *kc, pic_segmentation *sg, pic_error *err)
+ngx_http_pic_segment_run(ngx_http_pic_loc_conf_t *plcf, pic_cdc *cdc,
+    size_t min_segment, ngx_uint_t dialect, ngx_str_t *fingerprint,
+    u_char *scope, size_t scope_len, pic_request *req, pic_key_ctx *kc,
+    pic_segmentation *sg, pic_error *err)
 {
     pic_segment_cfg  cfg;
 
@@ -81,9 +149,9 @@ ngx_http_pic_segment_run(ngx_http_pic_loc_conf_t *plcf, ngx_uint_t dialect,
     cfg.dialect = (pic_template_dialect) dialect;
     cfg.marker = plcf->split ? &plcf->marker : NULL;
     cfg.split_parts = plcf->split;
-    cfg.cdc = plcf->cdc;
+    cfg.cdc = cdc;
     cfg.keys = kc;
-    cfg.min_pic_bytes = plcf->min_segment;
+    cfg.min_pic_bytes = min_segment;
 
     return pic_segment_request(&cfg, req, sg, err);
 }
@@ -245,7 +313,7 @@ ngx_http_pic_segment_windows(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
         return NGX_OK;
     }
 
-    win = plcf->cdc_min;
+    win = ctx->cdc_min;
     text = (u_char *) ctx->segmentation->render.text.data;
 
     /* non-overlapping windows: at most len / win per segment */
@@ -284,7 +352,7 @@ ngx_http_pic_segment_windows(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
             continue;
         }
 
-        n = pic_cdc_windows(plcf->cdc, ctx->key_ctx, (char *) text + s->off,
+        n = pic_cdc_windows(ctx->cdc, ctx->key_ctx, (char *) text + s->off,
                             s->len, (uint32_t) win, out,
                             cap - ctx->nwins);
 

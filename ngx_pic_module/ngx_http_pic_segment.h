@@ -14,6 +14,7 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "pic_cdc.h"
 #include "pic_request.h"
 #include "ngx_http_pic_module.h"
 
@@ -22,12 +23,23 @@
 ngx_int_t ngx_http_pic_segment_alloc(ngx_http_request_t *r,
     pic_key_ctx **kc, pic_segmentation **sg);
 
-/* Render req, cut it into segments and key them (fingerprint, scope,
- * bytes) into sg: 0, or -1 and err.  Touches no nginx object but the
- * read-only location conf: safe on a thread of pic_thread_pool. */
-int ngx_http_pic_segment_run(ngx_http_pic_loc_conf_t *plcf,
-    ngx_uint_t dialect, ngx_str_t *fingerprint, u_char *scope,
-    size_t scope_len, pic_request *req, pic_key_ctx *kc,
+/* The segment sizes of a request into ctx->cdc, cdc_min, cdc_avg,
+ * min_segment (docs/SIZING.md): pic_cdc and pic_min_segment where
+ * configured; else, when the engines told their break-even length L*
+ * (break_even tokens, 0: unknown), CDC average the power of two at or below
+ * 2 L* (NGX_HTTP_PIC_BYTES_PER_TOKEN bytes a token), minimum half of it,
+ * maximum four times it, and a minimum PIC segment of L* / 2; else the
+ * built-in defaults. */
+void ngx_http_pic_segment_sizes(ngx_http_pic_ctx_t *ctx,
+    ngx_http_pic_loc_conf_t *plcf, ngx_uint_t break_even);
+
+/* Render req, cut it into segments (cdc, min_segment: the request's sizes)
+ * and key them (fingerprint, scope, bytes) into sg: 0, or -1 and err.
+ * Touches no nginx object but the read-only location conf: safe on a
+ * thread of pic_thread_pool. */
+int ngx_http_pic_segment_run(ngx_http_pic_loc_conf_t *plcf, pic_cdc *cdc,
+    size_t min_segment, ngx_uint_t dialect, ngx_str_t *fingerprint,
+    u_char *scope, size_t scope_len, pic_request *req, pic_key_ctx *kc,
     pic_segmentation *sg, pic_error *err);
 
 /* Fill ctx->segs / nsegs / total_bytes / segmentation from sg and count
@@ -47,7 +59,7 @@ void ngx_http_pic_segment_chains(ngx_http_pic_segment_t *segs,
     ngx_http_pic_segment_t *chains, ngx_uint_t n);
 
 
-/* S1 fallback: the keys of fixed windows (pic_cdc_min bytes) at content-
+/* S1 fallback: the keys of fixed windows (ctx->cdc_min bytes) at content-
  * defined anchors inside every PIC segment not flagged NGX_HTTP_PIC_SEG_HIT,
  * into ctx->wins / nwins. */
 ngx_int_t ngx_http_pic_segment_windows(ngx_http_request_t *r,

@@ -18,7 +18,6 @@
 #include "ngx_http_pic_dashboard.h"
 
 
-#define NGX_HTTP_PIC_BYTES_PER_TOKEN  4
 
 
 typedef enum {
@@ -394,14 +393,14 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
                         "\"inflight\":%uA,\"requests\":%uA,"
                         "\"failures\":%uA,\"hit_bytes\":%uA,"
                         "\"exact_requests\":%uA,\"exact_bytes\":%uA,"
-                        "\"cache_mode\":\"%s\","
+                        "\"cache_mode\":\"%s\",\"break_even_tokens\":%ui,"
                         "\"probes\":%uA,\"probe_failures\":%uA}",
                         e->healthy ? "true" : "false", e->fails, e->load,
                         e->inflight, e->requests, e->failures, e->hit_bytes,
                         e->exact_requests, e->exact_bytes,
                         ngx_http_pic_cache_names[e->cache <= NGX_HTTP_PIC_CACHE_FULL
                                                  ? e->cache : 0],
-                        e->probes, e->probe_failures);
+                        e->break_even, e->probes, e->probe_failures);
     }
 
     p = ngx_cpymem(p, "]", 1);

@@ -17,7 +17,8 @@ MARK = "<|pic_sep|>"
 
 
 def gw_conf(servers, loc="", http="", balancer=True, cdc="64 256 1024", min_segment=64):
-    """nginx http{} body: zone, an upstream of `servers`, a pic location."""
+    """nginx http{} body: zone, an upstream of `servers`, a pic location
+    (cdc / min_segment None: not configured, sized from the engines)."""
     ups = "\n".join(f"        server {s};" for s in servers)
     return f"""
     pic_zone pic 4m;
@@ -39,8 +40,8 @@ def gw_conf(servers, loc="", http="", balancer=True, cdc="64 256 1024", min_segm
         location /v1/ {{
             pic on;
             pic_upstream engines;
-            pic_cdc {cdc};
-            pic_min_segment {min_segment};
+            {f"pic_cdc {cdc};" if cdc else ""}
+            {f"pic_min_segment {min_segment};" if min_segment else ""}
             {loc}
             proxy_pass http://engines;
             proxy_http_version 1.1;
@@ -124,6 +125,29 @@ def test_sdk_chat_nonstream_through_gateway(procs):
     assert re.fullmatch(r"[0-9a-f]{16}", line["plan"])
 
 
+def test_a_request_is_counted_before_its_client_has_the_answer(procs):
+    """Each request's numbers (requests.total, errors, TTFT, history, the
+    engine's in-flight count) are in the status location as soon as its
+    client has the whole answer, JSON, stream or error alike: read at once,
+    no wait (a client's next request may go to another worker)."""
+    fake = procs._add(harness.FakeBackend("capture"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
+    url = ngx.url + "/v1/chat/completions"
+    msgs = [{"role": "system", "content": doc(3)}, {"role": "user", "content": "hi"}]
+    for i, (body, code) in enumerate([({"model": "m", "messages": msgs}, 200),
+                                      ({"model": "m", "messages": msgs, "stream": True}, 200),
+                                      (b"{bad", 400),
+                                      ({"model": "m", "messages": msgs}, 200)]):
+        got, _, raw = harness.http("POST", url, body=body)
+        assert got == code, raw
+        st = status(ngx)
+        assert st["requests"]["total"] == i + 1
+        assert st["requests"]["errors"] == (i >= 2)
+        assert st["ttft_ms"]["count"] == i + 1 - (i >= 2)
+        assert st["history"]["recorded"] == i + 1 - (i >= 2)
+        assert st["engines"][0]["inflight"] == 0
+
+
 def test_sdk_chat_stream_through_gateway(procs):
     e1, = engines(procs, 1)
     ngx = procs.nginx(gw_conf([f"127.0.0.1:{e1.port}"]))
@@ -134,8 +158,7 @@ def test_sdk_chat_stream_through_gateway(procs):
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
     assert finishes[-1] in ("length", "stop")
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens >= 1
-    # the TTFT sample is recorded when the request ends (log phase): wait for it
-    harness.wait_for(lambda: status(ngx)["ttft_ms"]["count"] == 1, timeout=5, what="ttft")
+    # the TTFT sample is recorded before the stream's last byte leaves
     st = status(ngx)
     assert st["requests"]["planned"] == 1
     assert st["ttft_ms"]["count"] == 1

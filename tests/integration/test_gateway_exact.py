@@ -420,3 +420,41 @@ def test_engine_status_reports_pool_capacity(procs):
         assert abs(cap["break_even_tokens"] - fixed / kv) < 1e-9
         assert cap["entries"] == budget // (2 * fixed)
         assert abs(cap["tokens"] - budget / (2 * fixed) * fixed / kv) <= fixed / kv + 1
+
+
+@pytest.mark.skipif(not os.path.isdir(TINY), reason="fixture models missing")
+def test_segment_sizes_follow_the_engines_break_even(procs):
+    """Without pic_cdc and pic_min_segment the gateway sizes segments from
+    the break-even length L* its probes read from the engines' /status
+    (cache.capacity.break_even_tokens; docs/SIZING.md): CDC average the
+    power of two at or below 2 L* at 4 bytes a token, minimum half of it,
+    maximum four times it, minimum PIC segment L*/2.  Oracle: a gateway
+    configured with those numbers, computed here, cuts the same requests
+    into the same segments; the built-in defaults do not."""
+    e = procs.engine(name="e", model=TINY, extra=["--threads", "1"])
+    cap = json.loads(harness.http("GET", e.url + "/status")[2])["cache"]["capacity"]
+    lstar = int(cap["break_even_tokens"] + 0.5)
+    avg = 64
+    while avg * 2 <= 2 * 4 * lstar:
+        avg *= 2
+    auto = procs.nginx(gw_conf([addr(e)], cdc=None, min_segment=None), name="nginx-auto")
+    same = procs.nginx(gw_conf([addr(e)], cdc=f"{avg // 2} {avg} {4 * avg}",
+                               min_segment=max(4 * lstar // 2, 16)), name="nginx-same")
+    builtin = procs.nginx(gw_conf([addr(e)], cdc="256 1024 4096", min_segment=128),
+                          name="nginx-builtin")
+    harness.wait_for(lambda: [x["break_even_tokens"] for x in status(auto)["engines"]]
+                     == [lstar], timeout=5, what="L* learned by the probes")
+    bodies = [{"model": "m", "max_tokens": 1, "messages": [
+        {"role": "system", "content": fresh(f"sizing system {i}", 2000)},
+        {"role": "user", "content": fresh(f"sizing doc {i}", 6000)},
+        {"role": "user", "content": fresh(f"sizing note {i}", 40 + 60 * i)},
+        {"role": "user", "content": "q?"}]} for i in range(3)]
+    seen = {}
+    for ngx in (auto, same, builtin):
+        for b in bodies:
+            assert post(ngx, b, "/v1/chat/completions")[0] == 200
+        st = status(ngx)["segments"]
+        seen[ngx] = ([line["segments"] for line in planned_lines(ngx, len(bodies))],
+                     st["total"], st["dynamic"])
+    assert seen[auto] == seen[same]
+    assert seen[auto] != seen[builtin]
