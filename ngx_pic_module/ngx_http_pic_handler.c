@@ -1265,11 +1265,18 @@ ngx_http_pic_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         }
     }
 
-    for (cl = in; cl; cl = cl->next) {
-        if (cl->buf->last_buf) {
-            /* counted before the client can have the whole answer */
+    /* counted before the client can have the whole answer: its last
+     * buffer, or the last byte of a Content-Length (the client is done with
+     * it before nginx sends the empty last buffer) */
+
+    for (cl = in; cl && !ctx->finished; cl = cl->next) {
+        ctx->body_sent += ngx_buf_size(cl->buf);
+
+        if (cl->buf->last_buf
+            || (r->headers_out.content_length_n >= 0
+                && ctx->body_sent >= r->headers_out.content_length_n))
+        {
             ngx_http_pic_finish(r, ctx);
-            break;
         }
     }
 
@@ -1284,6 +1291,17 @@ ngx_http_pic_usage_scan(ngx_http_pic_ctx_t *ctx, u_char *p, u_char *last)
     u_char  c, want;
 
     for ( /* void */ ; p < last; p++) {
+
+        if (ctx->usage_pos == 0) {
+            /* outside the pattern: on to its first byte, the next quote
+             * (libc's memchr, many bytes a step) */
+            p = memchr(p, '"', last - p);
+
+            if (p == NULL) {
+                return;
+            }
+        }
+
         c = *p;
         want = ngx_http_pic_usage_pattern[ctx->usage_pos];
 

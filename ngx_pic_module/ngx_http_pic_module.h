@@ -201,6 +201,7 @@ typedef struct {
     ngx_buf_t                   *err_body;
 
     ngx_msec_t                   ttft;         /* first body byte, ms */
+    off_t                        body_sent;    /* bytes of the answer */
 
     /* usage.pic found in the answer (ngx_http_pic_usage_scan) */
     ngx_uint_t                   usage_pos;    /* bytes of the pattern met */
