@@ -223,6 +223,41 @@ pic_plan_reused(const pic_entry *e)
     return e->has_T ? e->i1 - e->i0 : e->n_tokens;
 }
 
+/* The prompt's tokens by how they were served (plan_exec.h), after
+ * assembly; resumed: tokens restored from the prefix tree.  pic: every
+ * token composed from an entry (the approximation), whatever made the
+ * entry; exact: resumed, or a leading whole entry that existed before;
+ * cached: exact plus tokens composed from entries that existed before the
+ * request (local hits, holders' entries).  An entry built for this
+ * request, here or by a worker, was computed for it: composed, not
+ * cached.  An entry assembly refused served nothing. */
+static void
+pic_plan_count(pic_plan_job *pj, int resumed)
+{
+    int old = 0, lead = 0;
+
+    for (int i = 0; i < pj->n_segs; i++) {
+        const pic_job_segment *g = &pj->segs[i];
+
+        if (g->entry != NULL && (g->source == PIC_SRC_HIT
+                                 || (g->source == PIC_SRC_PEER && g->remote_cached))) {
+            old += pic_plan_reused(g->entry);
+            if (lead == 0 && g->start == 0) {
+                lead = pj->as.n_prefix;
+            }
+        }
+    }
+    if (old > pj->as.n_reused) {
+        old = pj->as.n_reused;
+    }
+    pj->n_exact = resumed + (lead < old ? lead : old);
+    pj->n_pic = pj->as.n_reused - pj->as.n_prefix;
+    pj->n_cached = resumed + old;
+    if (pj->n_cached < pj->n_exact) {
+        pj->n_cached = pj->n_exact;
+    }
+}
+
 /* Take segment g's remote entry if one arrived and fits: 1 taken, 0 none
  * (pending is handled by the caller). */
 static int
@@ -616,9 +651,7 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
                             pj->n_cut, pj->exact_all && s->pos == n, NULL, NULL);
     pic_cache_budget_enforce(ctx->budget);
     pic_plan_clock(pj, PIC_PH_INSERT, &t0);
-    pj->n_exact = pj->resume;
-    pj->n_pic = pj->as.n_reused;
-    pj->n_cached = pj->n_exact + pj->n_pic;
+    pic_plan_count(pj, pj->resume);
     *why = PIC_JOB_ERROR_NONE;
     return PIC_PLAN_DONE;
 }
@@ -721,22 +754,7 @@ pic_plan_step_marked(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model 
         return PIC_PLAN_ERROR;
     }
     pj->n_rejected = pj->as.n_rejected;
-    if (pj->as.n_rejected > 0) {
-        /* an entry assembly refused was recomputed: it served nothing */
-        pj->n_cached = 0;
-        for (int i = 0; i < pj->n_segs; i++) {
-            const pic_job_segment *g = &pj->segs[i];
-            if ((g->source == PIC_SRC_HIT || (g->source == PIC_SRC_PEER && g->remote_cached))
-                && g->entry) {
-                pj->n_cached += pic_plan_reused(g->entry);
-            }
-        }
-        if (pj->n_cached > pj->as.n_reused) {
-            pj->n_cached = pj->as.n_reused;
-        }
-    }
-    pj->n_exact = pj->as.n_prefix < pj->n_cached ? pj->as.n_prefix : pj->n_cached;
-    pj->n_pic = pj->n_cached - pj->n_exact;
+    pic_plan_count(pj, 0);
     pic_plan_clock(pj, PIC_PH_ASSEMBLE, &t0);
     pic_plan_trace(pj, PIC_PLAN_DONE);
     return PIC_PLAN_DONE;

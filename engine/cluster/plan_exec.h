@@ -130,9 +130,9 @@ typedef struct pic_plan_job {
     int       exact_all;                /* [0, n_prompt) computed exactly */
     /* results, valid once the step reports DONE */
     int       n_prompt;                 /* Σ n_ids = the whole text's ids */
-    int       n_cached;                 /* n_exact + n_pic */
-    int       n_exact;                  /* tokens resumed from the prefix tree */
-    int       n_pic;                    /* tokens whose state came from pooled/peer entries */
+    int       n_cached;                 /* exact + composed from entries older than the request */
+    int       n_exact;                  /* resumed from the prefix tree or a leading whole entry */
+    int       n_pic;                    /* composed from entries (any origin): the approximation */
     int       n_hits, n_peer, n_built, n_rejected, n_remote_failed;
     pic_assemble_stats as;
     int64_t   t_ns[PIC_PLAN_PHASES];    /* time per phase (pic_plan_phase_name) */

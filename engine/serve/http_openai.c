@@ -233,11 +233,13 @@ pic_oai_usage(const pic_job_update *u)
     cJSON_AddNumberToObject(usage, "total_tokens", u->n_prompt + u->n_gen);
     det = cJSON_AddObjectToObject(usage, "prompt_tokens_details");
     cJSON_AddNumberToObject(det, "cached_tokens", u->n_cached);
-    /* vendor split of cached_tokens (DESIGN §3.4: exact first, then PIC) */
+    /* vendor split of the prompt by how it was served (DESIGN §3.4: exact
+     * first, then PIC): exact + pic + recomputed = prompt_tokens; cached
+     * is exact + the pic tokens whose entries existed before the request */
     det = cJSON_AddObjectToObject(usage, "pic");
     cJSON_AddNumberToObject(det, "exact_tokens", u->n_exact);
     cJSON_AddNumberToObject(det, "pic_tokens", u->n_pic);
-    cJSON_AddNumberToObject(det, "recomputed_tokens", u->n_prompt - u->n_cached);
+    cJSON_AddNumberToObject(det, "recomputed_tokens", u->n_prompt - u->n_exact - u->n_pic);
     return usage;
 }
 

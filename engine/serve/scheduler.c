@@ -766,7 +766,7 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
     s->st.cached_tokens += (uint64_t) pj->n_cached;
     s->st.exact_tokens += (uint64_t) pj->n_exact;
     s->st.pic_tokens += (uint64_t) pj->n_pic;
-    s->st.recomputed_tokens += (uint64_t) (pj->n_prompt - pj->n_cached);
+    s->st.recomputed_tokens += (uint64_t) (pj->n_prompt - pj->n_exact - pj->n_pic);
     s->st.seg_hits += (uint64_t) pj->n_hits;
     s->st.seg_peer += (uint64_t) pj->n_peer;
     s->st.seg_built += (uint64_t) pj->n_built;

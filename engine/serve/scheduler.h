@@ -100,9 +100,9 @@ typedef struct pic_job {
     size_t             out_len, out_cap;
     int                dirty;       /* something changed since the last take */
     int                n_prompt_tokens;   /* known once tokenized */
-    int                n_cached;    /* prompt tokens served from a cache: n_exact + n_pic */
-    int                n_exact;     /* of which resumed exactly from the prefix tree */
-    int                n_pic;       /* of which composed from PIC entries */
+    int                n_cached;    /* prompt tokens found cached: n_exact + older entries' */
+    int                n_exact;     /* resumed exactly (prefix tree, leading whole entry) */
+    int                n_pic;       /* composed from PIC entries, whatever made them */
     int                n_gen;       /* tokens generated so far */
     int                n_prefilled; /* prompt positions in the state so far (restored
                                      * from a cache or computed): prefill progress */
@@ -132,7 +132,7 @@ typedef struct {
     size_t      len;
     int         n_prompt;
     int         n_cached;
-    int         n_exact;            /* n_cached = n_exact + n_pic */
+    int         n_exact;            /* n_exact <= n_cached <= n_exact + n_pic */
     int         n_pic;
     int         n_gen;
     pic_token_logprob *lp;          /* (n_lp) new logprob records, caller frees */
@@ -164,7 +164,7 @@ typedef struct {
 typedef struct {
     uint64_t submitted, rejected, completed, cancelled, expired, failed;
     uint64_t prompt_tokens, gen_tokens, cached_tokens;
-    uint64_t exact_tokens, pic_tokens;  /* cached_tokens = exact + pic (plan jobs) */
+    uint64_t exact_tokens, pic_tokens;  /* exact <= cached <= exact + pic (plan jobs) */
     uint64_t recomputed_tokens;     /* plan jobs' prompt tokens run through the model */
     uint64_t sessions_kept;         /* finished requests kept as a tree checkpoint */
     uint64_t prefill_steps, decode_steps, rounds;

@@ -129,6 +129,24 @@ serve_scope(fx *f, uint64_t scope, const char *text, const size_t *cut, int nc)
     return pj;
 }
 
+/* Tokens composed from entries made for this request (built here, or a
+ * worker's fresh prefill): composed, not cached. */
+static int
+built_tokens(const pic_plan_job *pj)
+{
+    int n = 0;
+
+    for (int i = 0; i < pj->n_segs; i++) {
+        const pic_job_segment *g = &pj->segs[i];
+
+        if (g->entry != NULL && (g->source == PIC_SRC_BUILT
+                                 || (g->source == PIC_SRC_PEER && !g->remote_cached))) {
+            n += g->entry->has_T ? g->entry->i1 - g->entry->i0 : g->entry->n_tokens;
+        }
+    }
+    return n;
+}
+
 static pic_plan_job *
 serve(fx *f, const char *text, const size_t *cut, int nc)
 {
@@ -216,7 +234,12 @@ agent_loop(size_t budget, int tight)
             print_message("  session %d turn %d: %d tokens, exact %d, pic %d, |Δ| %.3g\n",
                           k, t, pj->n_prompt, pj->n_exact, pj->n_pic, mx);
             assert_int_equal(pj->n_prompt, n_ids);
-            assert_int_equal(pj->n_cached, pj->n_exact + pj->n_pic);
+            /* cached: exact + entries older than the request (a built
+             * entry is composed, not cached) */
+            assert_true(pj->n_cached >= pj->n_exact
+                        && pj->n_cached <= pj->n_exact + pj->n_pic);
+            assert_int_equal(pj->n_cached - pj->n_exact,
+                             pj->n_pic - built_tokens(pj));
             if (!tight) {
                 /* every turn resumes where the previous one's prompt ended */
                 assert_true(mx <= 1e-4f);
@@ -517,6 +540,8 @@ test_worker_entries_past_the_first_composed_segment_are_composed(void **unused)
     int ra = ea->has_T ? ea->i1 - ea->i0 : ea->n_tokens;
     int rb = gb->entry->has_T ? gb->entry->i1 - gb->entry->i0 : gb->entry->n_tokens;
     assert_int_equal(pj->n_pic, ra + rb);
+    /* cached: the pooled entry's tokens, not the worker's fresh one's */
+    assert_int_equal(pj->n_cached, pj->n_exact + ra);
     assert_true(isfinite(f.lg[0]));
     pic_entry_unref(ea);
     pic_plan_job_free(pj);
