@@ -719,19 +719,26 @@ def test_one_worker_of_the_zone_applies_redis_events(procs, logdir):
 # --- 6. holders recorded on the engine's confirmation --------------------------------
 
 
+def send_doc(ngx, head, d):
+    """POST a completion of [head, d, "q"] through ngx; (status, response
+    headers, the access log's hit bytes) once its log line is written."""
+    n0 = len(access_lines(ngx))
+    code, hdrs, _ = harness.http("POST", ngx.url + "/v1/completions",
+                                 body={"model": "m", "prompt": MARK.join([head, d, "q"])})
+    harness.wait_for(lambda: len(access_lines(ngx)) > n0, timeout=5, what="log line")
+    return code, hdrs, int(access_lines(ngx)[-1]["hit"])
+
+
 def test_holders_are_recorded_when_the_engine_confirms(procs):
-    """Without redis the combine node's 200 is the confirmation: a plan the
+    """Without redis the combine node's 200 (its X-PIC-Held) is the confirmation: a plan the
     engine refused (429) records nobody as holding its segments."""
     fake = procs._add(harness.FakeBackend("busy", name="fa"))
     ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
     d = doc(71, 600)
 
     def send(head):
-        n0 = len(access_lines(ngx))
-        code, _, _ = harness.http("POST", ngx.url + "/v1/completions",
-                                  body={"model": "m", "prompt": MARK.join([head, d, "q"])})
-        harness.wait_for(lambda: len(access_lines(ngx)) > n0, timeout=5, what="log line")
-        return code, int(access_lines(ngx)[-1]["hit"])
+        code, _, hit = send_doc(ngx, head, d)
+        return code, hit
 
     assert send("header one") == (429, 0)
     assert send("header two") == (429, 0), "a refused plan recorded its segments"
@@ -800,12 +807,9 @@ def test_a_malformed_held_header_records_nothing(procs):
     d = doc(93, 600)
 
     def send(head):
-        n0 = len(access_lines(ngx))
-        code, hdrs, _ = harness.http("POST", ngx.url + "/v1/completions",
-                                     body={"model": "m", "prompt": MARK.join([head, d, "q"])})
+        code, hdrs, hit = send_doc(ngx, head, d)
         assert code == 200 and not any(k.lower() == "x-pic-held" for k in hdrs), hdrs
-        harness.wait_for(lambda: len(access_lines(ngx)) > n0, timeout=5, what="log line")
-        return int(access_lines(ngx)[-1]["hit"])
+        return hit
 
     for bad in ("zz", "f" * 40, "", "1,2"):
         fake.held = lambda plan, bad=bad: bad
@@ -834,11 +838,8 @@ def test_with_redis_the_engines_announcements_record_holders(procs, logdir):
     key = xxh128_key(b"m", b"", d.encode(), logdir)
 
     def send(head):
-        n0 = len(access_lines(ngx))
-        code, _, _ = harness.http("POST", ngx.url + "/v1/completions",
-                                  body={"model": "m", "prompt": MARK.join([head, d, "q"])})
-        harness.wait_for(lambda: len(access_lines(ngx)) > n0, timeout=5, what="log line")
-        return code, int(access_lines(ngx)[-1]["hit"])
+        code, _, hit = send_doc(ngx, head, d)
+        return code, hit
 
     assert send("header one") == (429, 0)
     assert send("header two") == (429, 0), "a plan naming fa is not fa's confirmation"
