@@ -35,23 +35,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 sys.path.insert(0, os.path.join(common.ROOT, "tests", "tools"))
-from make_tokenizer import make_tokenizer  # noqa: E402
+from make_tokenizer import byte_to_unicode, make_tokenizer  # noqa: E402
 
 HELPER = os.path.join(common.BUILD, "bench", "grammar_bench")
 VOCAB = 32000 if common.QUICK else 248044
 REPS = 3 if common.QUICK else 7
-
-
-def byte_level_map():
-    """GPT-2 byte-level map: byte -> unicode char (as in tokenizer.json vocab keys)."""
-    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
 
 
 def fill_vocab(path, size, seed=14):
@@ -60,7 +48,7 @@ def fill_vocab(path, size, seed=14):
     with open(path) as f:
         doc = json.load(f)
     vocab = doc["model"]["vocab"]
-    enc = byte_level_map()
+    enc = byte_to_unicode()
     rng = random.Random(seed)
     syl = [a + b for a in ["", "b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s",
                            "t", "v", "w", "st", "tr", "ch", "sh", "pl", "gr"]

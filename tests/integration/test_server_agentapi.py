@@ -13,6 +13,7 @@ scripted reply (--script) is generated token by token through the model.
 import json
 import os
 import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -21,6 +22,9 @@ import pytest
 import tokenizers
 
 import harness
+
+sys.path.insert(0, os.path.join(harness.ROOT, "tests", "tools"))
+from make_tokenizer import byte_to_unicode  # noqa: E402
 
 MODELS = os.path.join(harness.ROOT, "tests", "fixtures", "models")
 TINY = os.path.join(MODELS, "tiny-qwen35")
@@ -136,23 +140,12 @@ def test_accepted_no_op_fields_do_not_change_output(procs):
 
 # --- logprobs, penalties, bias against the forward pass ---
 
-_B2U = None
+B2U = byte_to_unicode()
 
 
 def byte_level(bs):
     """GPT-2 byte-to-unicode string of token bytes (tokenizer.json's vocab keys)."""
-    global _B2U
-    if _B2U is None:
-        keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + \
-            list(range(0xAE, 0x100))
-        cs, n = keep[:], 0
-        for b in range(256):
-            if b not in keep:
-                keep.append(b)
-                cs.append(256 + n)
-                n += 1
-        _B2U = dict(zip(keep, map(chr, cs)))
-    return "".join(_B2U[b] for b in bs)
+    return "".join(B2U[b] for b in bs)
 
 
 def forward_logits(model, ids, tmp_path):

@@ -19,26 +19,14 @@ from tokenizers import Tokenizer
 import harness
 
 sys.path.insert(0, os.path.join(harness.ROOT, "tests", "tools"))
-from make_tokenizer import make_tokenizer  # noqa: E402
+from make_tokenizer import byte_to_unicode, make_tokenizer  # noqa: E402
 
 ENGINE = harness.ENGINE_BIN
 VARIANTS = ["qwen3_5", "qwen3_next"]
 UTF8PROC = ctypes.CDLL(ctypes.util.find_library("utf8proc") or "libutf8proc.so.2")
 
 
-def _byte_of():
-    """GPT-2 byte-level map: unicode char -> byte."""
-    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
-
-
-BYTE_OF = _byte_of()
+BYTE_OF = {c: b for b, c in byte_to_unicode().items()}   # char -> byte
 
 # one behaviour per entry; all must tokenize exactly as tokenizers does
 CORPUS = {

@@ -131,6 +131,19 @@ _WORDS = ("time person year way day thing man world life hand part child eye "
           "request server engine worker queue latency throughput memory").split()
 
 
+def byte_to_unicode():
+    """{byte: char}: the GPT-2 byte-level map (the characters of tokenizer.json's
+    vocab keys; printable Latin-1 bytes stand for themselves, the rest move to 256+)."""
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
 def _lcg(seed):
     """Deterministic pseudo-random stream (no dependence on Python's hash)."""
     x = seed
