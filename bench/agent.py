@@ -39,7 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import QUICK, ServeEngine, machine, table, write_results  # noqa: E402
-from decode_batch import ensure_model  # noqa: E402
+from common import ensure_model  # noqa: E402
 
 MODEL = "demo" if QUICK else "mid"
 SESSIONS = 2 if QUICK else 5

@@ -263,7 +263,7 @@ def sparse_vs_dense(info):
     import tempfile
 
     import agent
-    from decode_batch import ensure_model
+    from common import ensure_model
     if not os.path.exists(os.path.join(BUILD, "pic-engine")):
         return {}
     agent.SESSIONS = 4 if QUICK else 6

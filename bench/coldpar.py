@@ -40,7 +40,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ENGINE, QUICK, ROOT, ServeEngine, machine, table, write_results  # noqa: E402
+from common import ENGINE, QUICK, ROOT, ServeEngine, ensure_model, machine, table, write_results  # noqa: E402
 
 MODEL = os.environ.get("PIC_BENCH_MODEL", os.path.join(ROOT, "models", "mid"))
 MARK = "<|pic_sep|>"
@@ -51,14 +51,6 @@ SYSTEM = "Answer from the documents."
 QUESTION = "Which documents agree?"
 WORDS = ("state cache segment prefix seam layer token query document model engine pool "
          "gateway attention recurrent transition operator compose splice position").split()
-
-
-def ensure_model():
-    if not os.path.exists(os.path.join(MODEL, "model.safetensors")):
-        print(f"making {MODEL} (tests/tools/make_models.py --preset mid)", flush=True)
-        subprocess.run([os.path.join(ROOT, ".venv", "bin", "python"),
-                        os.path.join(ROOT, "tests", "tools", "make_models.py"),
-                        "--preset", "mid", "--out", os.path.dirname(MODEL)], check=True)
 
 
 def count_tokens(text):
@@ -190,7 +182,7 @@ def run_workers(n, docs, logdir):
 
 
 def main():
-    ensure_model()
+    ensure_model(MODEL)
     info = machine(threads=1)
     print(f"machine: {info}", flush=True)
     logdir = tempfile.mkdtemp(prefix="pic-coldpar-")

@@ -27,6 +27,21 @@ def need_binary(path):
         sys.exit("%s missing: run `make BUILD=%s all` first" % (path, os.path.relpath(BUILD, ROOT)))
 
 
+def ensure_model(model):
+    """Directory of the benchmark checkpoint `model` (a preset name of
+    tests/tools/make_models.py, e.g. "mid", or a directory named after one),
+    generated once when missing."""
+    d = model if os.sep in model else os.path.join(ROOT, "models", model)
+    if not os.path.exists(os.path.join(d, "model.safetensors")):
+        name = os.path.basename(os.path.normpath(d))
+        print(f"making {d} (tests/tools/make_models.py --preset {name})", flush=True)
+        py = os.path.join(ROOT, ".venv", "bin", "python")
+        subprocess.run([py if os.path.exists(py) else sys.executable,
+                        os.path.join(ROOT, "tests", "tools", "make_models.py"),
+                        "--preset", name, "--out", os.path.dirname(d)], check=True)
+    return d
+
+
 def machine(threads=0):
     """cores, cpu, sgemm GFLOP/s and memcpy GB/s, measured now with the engine's BLAS."""
     out = subprocess.run([ENGINE, "sysinfo", "--threads", str(threads)] +

@@ -18,14 +18,13 @@ QUICK=1: the demo model only, G = 32, REPEAT = 1; under two minutes.
 import http.client
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import QUICK, ROOT, ServeEngine, machine, table, write_results  # noqa: E402
+from common import QUICK, ROOT, ServeEngine, ensure_model, machine, table, write_results  # noqa: E402
 
 MODELS = ["demo"] if QUICK else ["demo", "mid"]
 CONCURRENCY = [1, 2, 4, 8]
@@ -34,16 +33,6 @@ REPEAT = {"demo": 1 if QUICK else 5, "mid": 2}
 PROMPTS = ["Once upon a time", "The quick brown fox jumps over", "1 2 3 4 5",
            "Hello world", "In the beginning", "A B C D", "Tell me about caches",
            "Numbers: 7 11 13"]
-
-
-def ensure_model(name):
-    d = os.path.join(ROOT, "models", name)
-    if not os.path.exists(os.path.join(d, "model.safetensors")):
-        print(f"making {d} (tests/tools/make_models.py --preset {name})", flush=True)
-        subprocess.run([os.path.join(ROOT, ".venv", "bin", "python"),
-                        os.path.join(ROOT, "tests", "tools", "make_models.py"),
-                        "--preset", name, "--out", os.path.dirname(d)], check=True)
-    return d
 
 
 class Engine(ServeEngine):

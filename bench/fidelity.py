@@ -28,18 +28,10 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PIC_LAB, QUICK, ROOT, machine, table, write_results  # noqa: E402
+from common import PIC_LAB, QUICK, ROOT, ensure_model, machine, table, write_results  # noqa: E402
 
 TINY = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads"]
 MID = os.environ.get("PIC_BENCH_MODEL", os.path.join(ROOT, "models", "mid"))
-
-
-def ensure_mid():
-    if not os.path.exists(os.path.join(MID, "model.safetensors")):
-        print(f"making {MID} (tests/tools/make_models.py --preset mid)", flush=True)
-        subprocess.run([os.path.join(ROOT, ".venv", "bin", "python"),
-                        os.path.join(ROOT, "tests", "tools", "make_models.py"),
-                        "--preset", "mid", "--out", os.path.dirname(MID)], check=True)
 
 
 def vocab_of(d):
@@ -95,7 +87,7 @@ def run_model(name, path, doc_len, n_docs, n_req, ws, teacher, greedy, seed):
 
 
 def main():
-    ensure_mid()
+    ensure_model(MID)
     info = machine()
     t0 = time.time()
     ws_full = [0, 4, 8, 16, 32]

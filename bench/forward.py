@@ -43,21 +43,11 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 BUILD = os.environ.get("BUILD") or os.environ.get("PIC_BUILD") or "build"
 BUILD = BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import need_binary  # noqa: E402
+from common import ensure_model, need_binary  # noqa: E402
 QUICK = os.environ.get("QUICK", "") not in ("", "0")
 THREADS = int(os.environ.get("THREADS", "0") or 0)
 MODEL = os.path.join(ROOT, "models", "mid")
 HELPER = os.path.join(BUILD, "bench", "forward_bench")
-
-
-def ensure_model():
-    if os.path.exists(os.path.join(MODEL, "model.safetensors")):
-        return
-    print("forward.py: generating models/mid (about 0.8 GB, once)", file=sys.stderr)
-    py = os.path.join(ROOT, ".venv", "bin", "python")
-    subprocess.run([py if os.path.exists(py) else sys.executable,
-                    os.path.join(ROOT, "tests", "tools", "make_models.py"),
-                    "--out", os.path.join(ROOT, "models"), "--preset", "mid"], check=True)
 
 
 def cpu_model():
@@ -73,7 +63,7 @@ def cpu_model():
 
 def main():
     need_binary(HELPER)
-    ensure_model()
+    ensure_model(MODEL)
     lens = [512, 2048] if QUICK else [512, 2048, 8192]
     steps = 9 if QUICK else 17
     reps = 2

