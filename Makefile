@@ -39,7 +39,7 @@ CFLAGS     := $(OPT) $(SANFLAGS) -std=gnu11 -Wall -Wextra \
 TEST_CFLAGS := $(CFLAGS) -Wno-unused-parameter
 LDFLAGS    := $(SANFLAGS) -fopenmp -pthread \
               -L/usr/lib/x86_64-linux-gnu/openblas-pthread
-LDLIBS     := -levent -levent_pthreads -lhiredis -lcjson -lxxhash -lcrypto -lopenblas \
+LDLIBS     := -levent -levent_pthreads -levent_openssl -lssl -lhiredis -lcjson -lxxhash -lcrypto -lopenblas \
               -lpcre2-8 -lutf8proc -lm
 
 CORE_SRCS   := $(wildcard $(addsuffix /*.c,$(CORE_DIRS)))

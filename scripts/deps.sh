@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 PKGS=(
   build-essential pkg-config clang libclang-rt-14-dev   # engine, fuzzers
-  nginx nginx-dev libpcre2-dev zlib1g-dev libssl-dev   # module build (+ asan nginx), HMAC
+  nginx nginx-dev libpcre2-dev zlib1g-dev libssl-dev   # module build (+ asan nginx), HMAC, TLS
+  openssl                                              # certificates in the TLS tests
   libcjson-dev libxxhash-dev libhiredis-dev            # shared core, gateway index
   libevent-dev                                         # engine HTTP server
   libopenblas-dev                                      # engine GEMM

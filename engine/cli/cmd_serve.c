@@ -64,6 +64,11 @@ serve_usage(FILE *f)
         "  --insecure-pool         no credential: open peer endpoints and plans to anyone\n"
         "                          who can connect (a trusted network only)\n"
         "  --max-frame-bytes N     largest entry frame taken from a peer (default 268435456)\n"
+        "  --tls-cert PEM, --tls-key PEM\n"
+        "                          serve TLS on the listener and reach peers (pulls, remote\n"
+        "                          prefills) over TLS presenting this certificate\n"
+        "  --tls-client-ca PEM     the pool CA: clients without a certificate it signed are\n"
+        "                          refused, and peers' certificates must chain to it\n"
         "  --script FILE           scripted replies for tests and demos of models that cannot\n"
         "                          decide (JSON [{\"when\": S, \"reply\": T}]: a request whose\n"
         "                          last message contains S generates T, token by token through\n"
@@ -94,7 +99,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_WEIGHTS, OPT_MINSEG,
         OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT, OPT_INSECURE,
         OPT_PBYTES, OPT_PBLOCK, OPT_CKPT, OPT_HOLD, OPT_CBYTES, OPT_RPASS, OPT_RUSER,
-        OPT_EVICT,
+        OPT_EVICT, OPT_TLSCERT, OPT_TLSKEY, OPT_TLSCA,
     };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -132,6 +137,9 @@ pic_cmd_serve(int argc, char **argv)
         { "pool-secret-file", required_argument, NULL, OPT_SECRET },
         { "insecure-pool", no_argument, NULL, OPT_INSECURE },
         { "max-frame-bytes", required_argument, NULL, OPT_MAXFRAME },
+        { "tls-cert", required_argument, NULL, OPT_TLSCERT },
+        { "tls-key", required_argument, NULL, OPT_TLSKEY },
+        { "tls-client-ca", required_argument, NULL, OPT_TLSCA },
         { "script", required_argument, NULL, OPT_SCRIPT },
         { "prefix-bytes", required_argument, NULL, OPT_PBYTES },
         { "prefix-block", required_argument, NULL, OPT_PBLOCK },
@@ -177,6 +185,9 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_NOBATCH: opts.no_batch_decode = 1; continue;
         case OPT_SECRET: opts.pool_secret_file = optarg; continue;
         case OPT_INSECURE: opts.insecure_pool = 1; continue;
+        case OPT_TLSCERT: opts.tls_cert = optarg; continue;
+        case OPT_TLSKEY: opts.tls_key = optarg; continue;
+        case OPT_TLSCA: opts.tls_client_ca = optarg; continue;
         case OPT_SCRIPT: opts.script = optarg; continue;
         case OPT_HOLD: opts.load_hold = optarg; continue;
         case 'h': serve_usage(stdout); return 0;

@@ -37,6 +37,7 @@
 #include <event2/event.h>
 
 #include "pic_auth.h"
+#include "tls.h"
 
 #define PIC_RECORD_MAGIC 0x52434950u    /* "PICR" little-endian */
 #define PIC_RECORD_HDR   16
@@ -90,6 +91,8 @@ struct pic_transport {
     void                    *priv;
     const pic_auth          *auth;      /* pool credential; NULL or len 0: none */
     uint64_t                 max_frame; /* larger frames are refused (<= PIC_FRAME_MAX_BYTES) */
+    SSL_CTX                 *tls;       /* set: every peer is reached over TLS (tls.h);
+                                         * borrowed */
 };
 
 /* The TCP transport: HTTP/1.1 over loopback or the network (evhttp client

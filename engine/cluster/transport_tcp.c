@@ -341,7 +341,18 @@ pic_op_start(pic_transport *t, const char *peer, enum evhttp_cmd_type cmd, const
     op->arg = arg;
     op->acc = evbuffer_new();
     op->timer = evtimer_new(t->base, pic_op_on_timer, op);
-    op->evcon = evhttp_connection_base_new(t->base, NULL, host, (unsigned short) port);
+    if (t->tls != NULL) {
+        struct bufferevent *bev = pic_tls_connect_bev(t->base, t->tls);
+
+        op->evcon = bev ? evhttp_connection_base_bufferevent_new(t->base, NULL, bev, host,
+                                                                 (unsigned short) port)
+                        : NULL;
+        if (bev != NULL && op->evcon == NULL) {
+            bufferevent_free(bev);
+        }
+    } else {
+        op->evcon = evhttp_connection_base_new(t->base, NULL, host, (unsigned short) port);
+    }
     op->req = evhttp_request_new(pic_op_on_complete, op);
     if (op->acc == NULL || op->timer == NULL || op->evcon == NULL || op->req == NULL) {
         if (op->req) {

@@ -169,10 +169,13 @@ pic_oai_on_readable(evutil_socket_t fd, short what, void *arg)
 {
     pic_oai_ctx *c = arg;
     char         b;
-    ssize_t      n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    ssize_t      n;
 
-    (void) what;
-
+    if (what & EV_CLOSED) {
+        pic_oai_mark_gone(c);       /* the peer closed (TLS: EV_CLOSED only) */
+        return;
+    }
+    n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
         pic_oai_mark_gone(c);
     } else if (n > 0) {
@@ -1497,8 +1500,15 @@ pic_oai_start(pic_server *srv, pic_oai_ctx *c)
 
         evhttp_connection_set_closecb(c->evcon, pic_oai_on_conn_close, c);
         if (fd >= 0) {
-            c->watch = event_new(srv->base, fd, EV_READ | EV_PERSIST,
-                                 pic_oai_on_readable, c);
+            short ev = EV_READ | EV_PERSIST;
+
+            if (srv->tls_server != NULL
+                && (event_base_get_features(srv->base) & EV_FEATURE_EARLY_CLOSE)) {
+                /* TLS: a client's close_notify is a record like any other;
+                 * only its FIN (EPOLLRDHUP) says it is gone */
+                ev = EV_CLOSED | EV_PERSIST;
+            }
+            c->watch = event_new(srv->base, fd, ev, pic_oai_on_readable, c);
             if (c->watch) {
                 event_add(c->watch, NULL);
             }

@@ -966,8 +966,8 @@ pic_server_ready(pic_server *srv)
             return -1;
         }
     }
-    fprintf(stderr, "pic-engine[%s]: ready on http://%s:%d\n", opts->id, opts->host,
-            srv->port);
+    fprintf(stderr, "pic-engine[%s]: ready on %s://%s:%d\n", opts->id,
+            srv->tls_server ? "https" : "http", opts->host, srv->port);
     return 0;
 }
 
@@ -997,6 +997,43 @@ pic_on_loaded(evutil_socket_t fd, short what, void *arg)
         srv->failed = 1;
         event_base_loopexit(srv->base, NULL);
     }
+}
+
+/* With --tls-cert/--tls-key: the listener serves TLS (clients verified
+ * against --tls-client-ca when given) and the transport reaches peers over
+ * TLS with the same certificate; 0 or -1 (said on stderr). */
+static int
+pic_server_init_tls(pic_server *srv)
+{
+    const pic_server_opts *o = srv->opts;
+    char                   err[320];
+
+    if (o->tls_cert == NULL && o->tls_key == NULL) {
+        if (o->tls_client_ca != NULL) {
+            fprintf(stderr, "pic-engine[%s]: --tls-client-ca needs --tls-cert and "
+                    "--tls-key\n", o->id);
+            return -1;
+        }
+        return 0;
+    }
+    srv->tls_server = pic_tls_server_ctx(o->tls_cert, o->tls_key, o->tls_client_ca, err,
+                                         sizeof(err));
+    if (srv->tls_server != NULL) {
+        srv->tls_client = pic_tls_client_ctx(o->tls_cert, o->tls_key, o->tls_client_ca,
+                                             err, sizeof(err));
+    }
+    if (srv->tls_server == NULL || srv->tls_client == NULL || srv->transport == NULL) {
+        fprintf(stderr, "pic-engine[%s]: %s\n", o->id,
+                srv->transport ? err : "cannot create the transport");
+        return -1;
+    }
+    evhttp_set_bevcb(srv->http, pic_tls_accept_bev, srv->tls_server);
+    srv->transport->tls = srv->tls_client;
+    if (o->tls_client_ca == NULL) {
+        fprintf(stderr, "pic-engine[%s]: TLS without --tls-client-ca: any client is "
+                "accepted and peers' certificates are not checked\n", o->id);
+    }
+    return 0;
 }
 
 int
@@ -1051,6 +1088,9 @@ pic_server_run(const pic_server_opts *opts)
                 "them on a trusted network)\n", opts->id);
     }
     srv.transport = pic_transport_tcp_new(srv.base, &srv.auth, opts->max_frame_bytes);
+    if (pic_server_init_tls(&srv) != 0) {
+        goto done;
+    }
 
     bs = evhttp_bind_socket_with_handle(srv.http, opts->host, (ev_uint16_t) opts->port);
     if (bs == NULL) {
@@ -1070,8 +1110,8 @@ pic_server_run(const pic_server_opts *opts)
     event_add(sigint, NULL);
     event_add(sigterm, NULL);
 
-    fprintf(stderr, "pic-engine[%s]: listening on http://%s:%d\n", opts->id, opts->host,
-            srv.port);
+    fprintf(stderr, "pic-engine[%s]: listening on %s://%s:%d\n", opts->id,
+            srv.tls_server ? "https" : "http", opts->host, srv.port);
     if (opts->model_dir != NULL) {
         srv.loaded = event_new(srv.base, -1, 0, pic_on_loaded, &srv);
         srv.loading = 1;
@@ -1129,6 +1169,8 @@ done:
     pic_tokenizer_free(srv.tok);
     pic_model_free(srv.model);
     pic_auth_clear(&srv.auth);
+    pic_tls_ctx_free(srv.tls_server);
+    pic_tls_ctx_free(srv.tls_client);
     cJSON_Delete(srv.script);
     return rc;
 }

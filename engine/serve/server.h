@@ -48,6 +48,12 @@ typedef struct {
     int         insecure_pool;  /* without a credential, open peer endpoints and
                                  * plans to anyone who can connect (else refused) */
     uint64_t    max_frame_bytes;/* largest entry frame accepted from a peer */
+    const char *tls_cert;       /* PEM certificate (chain): the listener serves TLS and
+                                 * peers are reached over TLS with it; NULL: plain HTTP */
+    const char *tls_key;        /* its PEM private key */
+    const char *tls_client_ca;  /* the pool CA: clients must present a certificate it
+                                 * signed, and peers' certificates are checked against
+                                 * it; NULL: neither */
     const char *script;         /* scripted replies (JSON file, tests and demos of
                                  * random-weight models); NULL: none */
     const char *load_hold;      /* tests: the model load waits after its first

@@ -103,6 +103,8 @@ typedef struct pic_server {
     pic_registry          *reg;             /* NULL: no Redis */
     pic_transport         *transport;       /* entries between engines */
     pic_auth               auth;            /* pool credential; auth.len 0: none */
+    SSL_CTX               *tls_server;      /* the listener's TLS (tls.h); NULL: plain */
+    SSL_CTX               *tls_client;      /* pulls and remote prefills; NULL: plain */
     cJSON                 *script;          /* --script rules, or NULL */
     pic_http_stats         hs;
 } pic_server;
