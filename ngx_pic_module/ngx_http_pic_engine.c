@@ -38,6 +38,10 @@ typedef struct {
     ngx_uint_t                         slot;
     ngx_str_t                          name;
     ngx_http_pic_zone_ctx_t           *zc;
+#if (NGX_HTTP_SSL)
+    ngx_ssl_t                         *ssl;     /* pic_probe_ssl, or NULL */
+    ngx_uint_t                         verify;  /* the engine's cert checked */
+#endif
 } ngx_http_pic_probe_t;
 
 
@@ -56,6 +60,11 @@ static void ngx_http_pic_probe_start(ngx_http_pic_zone_ctx_t *zc,
     ngx_log_t *log);
 static void ngx_http_pic_probe_write(ngx_event_t *wev);
 static void ngx_http_pic_probe_read(ngx_event_t *rev);
+#if (NGX_HTTP_SSL)
+static void ngx_http_pic_probe_ssl_start(ngx_http_pic_probe_t *pr,
+    ngx_connection_t *c);
+static void ngx_http_pic_probe_ssl_done(ngx_connection_t *c);
+#endif
 static ngx_uint_t ngx_http_pic_probe_learn_locked(ngx_http_pic_engine_sh_t *e,
     cJSON *doc);
 static ngx_uint_t ngx_http_pic_probe_string(cJSON *item, u_char *dst,
@@ -763,6 +772,11 @@ ngx_http_pic_probe_start(ngx_http_pic_zone_ctx_t *zc,
     pr->peer.log = &pr->log;
     pr->peer.log_error = NGX_ERROR_ERR;
 
+#if (NGX_HTTP_SSL)
+    pr->ssl = pmcf->probe_ssl_ctx;
+    pr->verify = pmcf->probe_ssl_trusted_certificate.len != 0;
+#endif
+
     (void) ngx_atomic_fetch_add(&zc->sh->engines[ec->slot].probes, 1);
 
     rc = ngx_event_connect_peer(&pr->peer);
@@ -806,6 +820,14 @@ ngx_http_pic_probe_write(ngx_event_t *wev)
         ngx_http_pic_probe_finish(pr, "timed out");
         return;
     }
+
+#if (NGX_HTTP_SSL)
+    if (pr->ssl && c->ssl == NULL) {
+        /* connected: the handshake first, then this again */
+        ngx_http_pic_probe_ssl_start(pr, c);
+        return;
+    }
+#endif
 
     while (pr->request->pos < pr->request->last) {
         n = c->send(c, pr->request->pos, pr->request->last - pr->request->pos);
@@ -873,6 +895,13 @@ ngx_http_pic_probe_read(ngx_event_t *rev)
         }
 
         if (n == NGX_ERROR) {
+#if (NGX_HTTP_SSL)
+            if (c->ssl && pr->response->last > pr->response->pos) {
+                /* an engine may close TLS without close_notify after its
+                 * answer: what came is judged below */
+                break;
+            }
+#endif
             ngx_http_pic_probe_finish(pr, "connection refused or reset");
             return;
         }
@@ -1117,8 +1146,83 @@ ngx_http_pic_probe_finish(ngx_http_pic_probe_t *pr, const char *failure)
                              failure ? failure : "", ngx_cycle->log);
 
     if (pr->peer.connection) {
+#if (NGX_HTTP_SSL)
+        if (pr->peer.connection->ssl) {
+            /* the answer is in: no close_notify round trip */
+            pr->peer.connection->ssl->no_wait_shutdown = 1;
+            pr->peer.connection->ssl->no_send_shutdown = 1;
+            (void) ngx_ssl_shutdown(pr->peer.connection);
+        }
+#endif
         ngx_close_connection(pr->peer.connection);
     }
 
     ngx_destroy_pool(pr->pool);
 }
+
+
+#if (NGX_HTTP_SSL)
+
+/* TLS on a connected probe (pic_probe_ssl); the request follows the
+ * handshake */
+
+static void
+ngx_http_pic_probe_ssl_start(ngx_http_pic_probe_t *pr, ngx_connection_t *c)
+{
+    if (ngx_ssl_create_connection(pr->ssl, c, NGX_SSL_BUFFER|NGX_SSL_CLIENT)
+        != NGX_OK)
+    {
+        ngx_http_pic_probe_finish(pr, "TLS failed");
+        return;
+    }
+
+    if (ngx_ssl_handshake(c) == NGX_AGAIN) {
+        c->ssl->handler = ngx_http_pic_probe_ssl_done;
+        return;
+    }
+
+    ngx_http_pic_probe_ssl_done(c);
+}
+
+
+static void
+ngx_http_pic_probe_ssl_done(ngx_connection_t *c)
+{
+    long                   rc;
+    X509                  *cert;
+    ngx_http_pic_probe_t  *pr;
+
+    pr = c->data;
+
+    if (c->read->timedout || c->write->timedout) {
+        ngx_http_pic_probe_finish(pr, "timed out");
+        return;
+    }
+
+    if (!c->ssl->handshaked) {
+        ngx_http_pic_probe_finish(pr, "TLS handshake failed");
+        return;
+    }
+
+    if (pr->verify) {
+        rc = SSL_get_verify_result(c->ssl->connection);
+        cert = SSL_get_peer_certificate(c->ssl->connection);
+
+        if (cert) {
+            X509_free(cert);
+        }
+
+        if (rc != X509_V_OK || cert == NULL) {
+            ngx_http_pic_probe_finish(pr, "the engine's certificate is not "
+                                          "a pool certificate");
+            return;
+        }
+    }
+
+    c->read->handler = ngx_http_pic_probe_read;
+    c->write->handler = ngx_http_pic_probe_write;
+
+    ngx_http_pic_probe_write(c->write);
+}
+
+#endif

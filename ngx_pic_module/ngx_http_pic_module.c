@@ -39,6 +39,8 @@ static char *ngx_http_pic_redis_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_pic_secret(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_pic_probe_ssl_init(ngx_conf_t *cf,
+    ngx_http_pic_main_conf_t *pmcf);
 static char *ngx_http_pic_health_check(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_pic_marker(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -142,6 +144,34 @@ static ngx_command_t  ngx_http_pic_commands[] = {
       ngx_http_pic_health_check,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
+      NULL },
+
+    { ngx_string("pic_probe_ssl"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_pic_main_conf_t, probe_ssl),
+      NULL },
+
+    { ngx_string("pic_probe_ssl_certificate"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_pic_main_conf_t, probe_ssl_certificate),
+      NULL },
+
+    { ngx_string("pic_probe_ssl_certificate_key"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_pic_main_conf_t, probe_ssl_certificate_key),
+      NULL },
+
+    { ngx_string("pic_probe_ssl_trusted_certificate"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_pic_main_conf_t, probe_ssl_trusted_certificate),
       NULL },
 
     { ngx_string("pic_marker"),
@@ -305,6 +335,7 @@ ngx_http_pic_create_main_conf(ngx_conf_t *cf)
     pmcf->probe_timeout = NGX_CONF_UNSET_MSEC;
     pmcf->max_fails = NGX_CONF_UNSET_UINT;
     pmcf->fail_timeout = NGX_CONF_UNSET;
+    pmcf->probe_ssl = NGX_CONF_UNSET;
 
     return pmcf;
 }
@@ -325,7 +356,100 @@ ngx_http_pic_init_main_conf(ngx_conf_t *cf, void *conf)
         ngx_str_set(&pmcf->probe_uri, "/status");
     }
 
+    ngx_conf_init_value(pmcf->probe_ssl, 0);
+
+    return ngx_http_pic_probe_ssl_init(cf, pmcf);
+}
+
+
+/*
+ * pic_probe_ssl on: the health probes speak TLS to the engines (which then
+ * serve --tls-cert), presenting pic_probe_ssl_certificate (the pool
+ * certificate the engines' --tls-client-ca asks for) and, with
+ * pic_probe_ssl_trusted_certificate, accepting only an engine whose
+ * certificate chains to it (names are not checked: the pool CA is the
+ * membership, as for the engines).
+ */
+
+static char *
+ngx_http_pic_probe_ssl_init(ngx_conf_t *cf, ngx_http_pic_main_conf_t *pmcf)
+{
+#if (NGX_HTTP_SSL)
+    ngx_ssl_t           *ssl;
+    ngx_pool_cleanup_t  *cln;
+
+    if (!pmcf->probe_ssl) {
+        if (pmcf->probe_ssl_certificate.len
+            || pmcf->probe_ssl_trusted_certificate.len)
+        {
+            ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                               "pic_probe_ssl_* are ignored without "
+                               "\"pic_probe_ssl on\"");
+        }
+
+        return NGX_CONF_OK;
+    }
+
+    if ((pmcf->probe_ssl_certificate.len == 0)
+        != (pmcf->probe_ssl_certificate_key.len == 0))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "pic_probe_ssl_certificate and "
+                           "pic_probe_ssl_certificate_key go together");
+        return NGX_CONF_ERROR;
+    }
+
+    ssl = ngx_pcalloc(cf->pool, sizeof(ngx_ssl_t));
+    if (ssl == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ssl->log = cf->log;
+
+    if (ngx_ssl_create(ssl, NGX_SSL_TLSv1_2|NGX_SSL_TLSv1_3, NULL) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        ngx_ssl_cleanup_ctx(ssl);
+        return NGX_CONF_ERROR;
+    }
+
+    cln->handler = ngx_ssl_cleanup_ctx;
+    cln->data = ssl;
+
+    if (pmcf->probe_ssl_certificate.len
+        && ngx_ssl_certificate(cf, ssl, &pmcf->probe_ssl_certificate,
+                               &pmcf->probe_ssl_certificate_key, NULL)
+           != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    if (pmcf->probe_ssl_trusted_certificate.len
+        && ngx_ssl_trusted_certificate(cf, ssl,
+                                       &pmcf->probe_ssl_trusted_certificate, 2)
+           != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    pmcf->probe_ssl_ctx = ssl;
+
     return NGX_CONF_OK;
+
+#else
+
+    if (pmcf->probe_ssl) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "pic_probe_ssl needs nginx built with "
+                           "ngx_http_ssl_module");
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+#endif
 }
 
 

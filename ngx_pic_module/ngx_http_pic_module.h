@@ -99,6 +99,14 @@ typedef struct {
     ngx_uint_t                   max_fails;
     time_t                       fail_timeout;
 
+    ngx_flag_t                   probe_ssl;    /* pic_probe_ssl */
+    ngx_str_t                    probe_ssl_certificate;
+    ngx_str_t                    probe_ssl_certificate_key;
+    ngx_str_t                    probe_ssl_trusted_certificate;
+#if (NGX_HTTP_SSL)
+    ngx_ssl_t                   *probe_ssl_ctx; /* NULL: plain probes */
+#endif
+
     pic_auth                    *secret;       /* pic_pool_secret_file, or NULL */
 
     ngx_http_pic_pool_t         *default_pool; /* the proxy_pass target */
