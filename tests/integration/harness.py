@@ -37,15 +37,16 @@ def free_port():
         return s.getsockname()[1]
 
 
-def http(method, url, body=None, headers=None, timeout=10):
-    """(status, headers, bytes) for one HTTP request; never raises on HTTP errors."""
+def http(method, url, body=None, headers=None, timeout=10, context=None):
+    """(status, headers, bytes) for one HTTP request; never raises on HTTP errors.
+    context: the ssl.SSLContext of an https URL (client certificate, CA)."""
     data = body if body is None or isinstance(body, bytes) else (
         json.dumps(body).encode() if not isinstance(body, str) else body.encode())
     req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     if data is not None and "Content-Type" not in (headers or {}):
         req.add_header("Content-Type", "application/json")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
@@ -170,7 +171,10 @@ class Engine(Proc):
     then it gets neither, as an engine started with no pool options."""
 
     def __init__(self, logdir, name="engine", model=None, extra=(), env=None,
-                 secure_default=False):
+                 secure_default=False, tls=None):
+        """tls: an ssl.SSLContext when extra makes the engine serve TLS (its
+        url is then https and the health wait uses the context)."""
+        self.tls = tls
         self.port_file = os.path.join(logdir, f"{name}.port")
         if os.path.exists(self.port_file):
             os.unlink(self.port_file)
@@ -184,8 +188,8 @@ class Engine(Proc):
         wait_for(lambda: os.path.exists(self.port_file) and
                  open(self.port_file).read().strip() != "", what=f"{name} port", proc=self)
         self.port = int(open(self.port_file).read())
-        self.url = f"http://127.0.0.1:{self.port}"
-        wait_for(lambda: http("GET", self.url + "/healthz", timeout=2)[0] == 200,
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        wait_for(lambda: http("GET", self.url + "/healthz", timeout=2, context=tls)[0] == 200,
                  what=f"{name} /healthz", proc=self)
 
 

@@ -28,7 +28,7 @@ def localise(text, prefix):
 def test_there_are_examples():
     names = {os.path.basename(p) for p in EXAMPLES}
     assert {"agent-one-engine.conf", "agent-pool.conf", "pool-with-redis.conf",
-            "observe-external-api.conf", "status-admin.conf"} <= names
+            "observe-external-api.conf", "status-admin.conf", "pool-tls.conf"} <= names
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
@@ -38,6 +38,10 @@ def test_example_passes_nginx_t(path, logdir):
         os.makedirs(os.path.join(prefix, d), exist_ok=True)
     conf = os.path.join(prefix, "nginx.conf")
     harness.pool_secret(prefix, "pool.secret")      # pic_pool_secret_file's file
+    if "tls/" in open(path).read():                 # the certificates nginx loads
+        from test_tls import Pki
+        os.makedirs(os.path.join(prefix, "tls"), exist_ok=True)
+        Pki(os.path.join(prefix, "tls")).cert("gateway")
     with open(path) as f, open(conf, "w") as out:
         out.write(localise(f.read(), prefix))
     # nginx -t exits without freeing its configuration: not a leak to report
