@@ -1010,6 +1010,96 @@ def test_http2_clients_that_hang_up_while_their_bodies_are_on_the_thread_pool(pr
     assert gw_status(ngx)["requests"]["offloaded"] == offloaded + 1
 
 
+def test_clients_that_hang_up_while_redis_answers_their_lookup(procs):
+    """The Redis-lookup wait (ngx_http_pic_lookup_handler): Redis is frozen
+    (SIGSTOP: a real redis-server that answers nothing until SIGCONT, where
+    DEBUG SLEEP and CLIENT PAUSE end on their own clock and Redis 7.0 blocks
+    CLIENT UNPAUSE itself under PAUSE ALL), HTTP/1.1 clients and HTTP/2
+    connections send requests whose segments the index does not know; once
+    the gateway has sent every lookup they all hang up; once nginx has
+    failed every HTTP/2 stream (c->error), Redis answers.  Every request
+    ends (an HTTP/2 stream failed during the wait without reaching the
+    engine), the engine's in-flight count is back to 0, no worker died, the
+    next request is served and no socket is left at exit (teardown)."""
+    import os
+    import signal
+    import socket
+    fake = procs._add(harness.FakeBackend("capture"))
+    redis = procs.redis()
+    conf = gw_conf([f"127.0.0.1:{fake.port}"], loc="pic_redis_timeout 120s;",
+                   http=f"pic_redis 127.0.0.1:{redis.port};")
+    h2_port = harness.free_port()
+    conf = conf.replace("location /pic/status { pic_status; }",     # polled: not logged
+                        "location /pic/status { pic_status; access_log off; }")
+    assert "access_log off" in conf
+    ngx = procs.nginx(conf.replace("listen 127.0.0.1:$PORT;", "listen 127.0.0.1:$PORT; "
+                                   f"listen 127.0.0.1:{h2_port} http2;"))
+    harness.wait_for(lambda: gw_status(ngx)["redis"]["up_workers"] == 2, timeout=20,
+                     what="both workers connected to redis")
+    pids = sorted(ngx.workers())
+    before = gw_status(ngx)["redis"]["lookups"]
+    n1, conns, streams = 16, 6, 8
+
+    def body(tag):
+        return json.dumps({"model": "m", "max_tokens": 1, "messages": [
+            {"role": "user", "content": MARK.join([f"{tag} " + doc(len(tag), 1200), "q"])}]
+        }).encode()
+
+    def h2_ends():
+        # "recv() failed (104: ...)" or "client prematurely closed connection"
+        with open(ngx.error_log) as f:
+            return sum("while processing HTTP/2 connection" in line for line in f)
+
+    os.kill(redis.popen.pid, signal.SIGSTOP)
+    try:
+        h1 = []
+        for i in range(n1):
+            s = socket.create_connection(("127.0.0.1", ngx.port), timeout=30)
+            b = body(f"http1 client {i}")
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                      % len(b) + b)
+            h1.append(s)
+        h2 = []
+        for c in range(conns):
+            s = socket.create_connection(("127.0.0.1", h2_port), timeout=30)
+            out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b"")
+            for k in range(streams):
+                b = body(f"http2 conn {c} stream {k}")
+                hdrs = b"".join(hpack_literal(n, v) for n, v in (
+                    (":method", "POST"), (":scheme", "http"), (":path", "/v1/chat/completions"),
+                    (":authority", "x"), ("content-type", "application/json"),
+                    ("content-length", str(len(b)))))
+                out += h2_frame(1, 0x4, 2 * k + 1, hdrs) + h2_frame(0, 0x1, 2 * k + 1, b)
+            s.sendall(out)
+            h2.append(s)
+        total = n1 + conns * streams
+        harness.wait_for(lambda: gw_status(ngx)["redis"]["lookups"] - before == total,
+                         timeout=30, what="every lookup sent to the frozen redis")
+        ends0 = h2_ends()
+        for s in h1 + h2:
+            s.close()                       # every client is gone
+        # nginx has read the end of each HTTP/2 connection (and failed its streams)
+        harness.wait_for(lambda: h2_ends() - ends0 == conns, timeout=30,
+                         what="nginx saw every HTTP/2 connection end")
+    finally:
+        os.kill(redis.popen.pid, signal.SIGCONT)
+
+    def ended():
+        with open(os.path.join(ngx.prefix, "logs", "pic.log")) as f:
+            return [line.split()[0] for line in f if not line.startswith("204 ")]
+
+    harness.wait_for(lambda: len(ended()) == total, timeout=60, what="every request ended")
+    assert set(ended()) <= {"200", "499"}, ended()
+    # the failed HTTP/2 streams ended in the lookup handler, never reaching the engine
+    assert not any(b"http2 conn" in b for b in fake.bodies)
+    harness.wait_for(lambda: gw_status(ngx)["engines"][0]["inflight"] == 0, timeout=10,
+                     what="the engine's in-flight count back to 0")
+    assert sorted(ngx.workers()) == pids, "a worker died"
+    code, _, raw = harness.http("POST", ngx.url + "/v1/chat/completions", body("after"))
+    assert code == 200, raw
+
+
 # --- Redis AUTH (requirepass, ACL users) ---------------------------------------------
 
 

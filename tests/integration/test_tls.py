@@ -220,3 +220,24 @@ def test_a_tls_client_that_hangs_up_stops_the_compute(procs, pki):
     st = tls_status(e)
     assert st["scheduler"]["cancelled"] == 1 and st["http"]["disconnects"] == 1, st
     assert st["scheduler"]["generated_tokens"] < 30000
+
+
+@pytest.mark.allow_log(r"is unhealthy \(the engine's certificate is not a pool certificate\)"
+                       r"|no live upstreams|pic: no healthy engine")
+def test_a_probe_that_does_not_trust_the_engine_keeps_it_out(procs, pki):
+    """pic_probe_ssl_trusted_certificate names a CA the engine's certificate
+    does not chain to: the probe fails (with that reason) and the engine is
+    never in rotation, though it answers TLS."""
+    e = tls_engine(procs, pki, "e1")
+    gw_cert, gw_key = pki.cert("gateway")
+    ngx = procs.nginx(gw_conf([addr(e)], http=f"""
+    pic_probe_ssl on;
+    pic_probe_ssl_certificate {gw_cert};
+    pic_probe_ssl_certificate_key {gw_key};
+    pic_probe_ssl_trusted_certificate {pki.rogue_ca};"""))
+    harness.wait_for(lambda: gw_status(ngx)["engines"][0]["probe_failures"] >= 2, timeout=20,
+                     what="failed probes")
+    g = gw_status(ngx)["engines"][0]
+    assert not g["healthy"] and g["id"] == "", g
+    with open(ngx.error_log) as f:
+        assert "the engine's certificate is not a pool certificate" in f.read()
