@@ -571,8 +571,10 @@ def test_engine_slots_are_reused_through_reloads(procs):
     body["prompt"] = body["prompt"].replace("header", "another header")
     served(0, True)                    # the first live engine holds the document
     for g in range(1, 6):
-        live = procs._add(harness.FakeBackend("capture", name=f"live{g}"))
-        used.add(live.port)
+        # never a port an earlier generation named (the zone would keep its
+        # slot: one reuse fewer); the OS may hand out a dead one again
+        live = procs._add(harness.FakeBackend("capture", name=f"live{g}",
+                                              port=fresh_ports(1, used)[0]))
         dead = fresh_ports(15, used)
         with open(ngx.conf, "w") as f:
             f.write(harness.nginx_conf(ngx.prefix, gw_conf(
