@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <xxhash.h>
 
@@ -14,25 +15,40 @@
 #include "plan_exec.h"
 
 enum { PIC_PH_TOKENIZE = 0, PIC_PH_RESTORE, PIC_PH_RESOLVE, PIC_PH_EXACT, PIC_PH_ASSEMBLE,
-       PIC_PH_INSERT };
+       PIC_PH_INSERT, PIC_PH_SNAP };
 
 const char *
 pic_plan_phase_name(int i)
 {
     static const char *const name[PIC_PLAN_PHASES] = { "tokenize", "restore", "resolve",
-                                                       "exact", "assemble", "insert" };
+                                                       "exact", "assemble", "insert",
+                                                       "snap" };
 
     return i >= 0 && i < PIC_PLAN_PHASES ? name[i] : "?";
 }
 
-/* Add the time since *t0 to phase ph and restart the clock. */
+/* CPU time of the calling thread in nanoseconds (with one thread, all of
+ * a step's work: PIC_TRACE's cpu= figures). */
+static int64_t
+pic_plan_cpu_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Add the time since *t0 (and the thread's CPU time since pj->c0) to
+ * phase ph and restart both clocks. */
 static void
 pic_plan_clock(pic_plan_job *pj, int ph, int64_t *t0)
 {
-    int64_t now = pic_now_ns();
+    int64_t now = pic_now_ns(), cpu = pic_plan_cpu_ns();
 
     pj->t_ns[ph] += now - *t0;
+    pj->t_cpu_ns[ph] += cpu - pj->c0;
     *t0 = now;
+    pj->c0 = cpu;
 }
 
 pic_plan_job *
@@ -494,6 +510,7 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
     int               n = pj->n_prompt, rc;
     int64_t           t0 = pic_now_ns();
 
+    pj->c0 = pic_plan_cpu_ns();
     if (pj->phase == 0) {
         if (pic_prefix_cache_restore(pc, pj->scope, s, pj->ids, n, &pj->depth,
                                      &pj->resume, err, errlen) != 0) {
@@ -602,10 +619,12 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
             return PIC_PLAN_ERROR;
         }
         pj->pos = to;
+        pj->n_fwd++;
+        pic_plan_clock(pj, PIC_PH_EXACT, &t0);
         if (pj->next_cut < pj->n_cut && pj->cuts[pj->next_cut] == to) {
             pj->snap[pj->next_cut++] = pic_prefix_cache_snap(pc, s);
+            pic_plan_clock(pj, PIC_PH_SNAP, &t0);
         }
-        pic_plan_clock(pj, PIC_PH_EXACT, &t0);
         if (pj->pos < pj->xend) {
             return PIC_PLAN_MORE;
         }
@@ -657,12 +676,13 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
 }
 
 /* With PIC_TRACE set in the environment, one stderr line per finished job:
- * its token split and the time per phase. */
+ * its token split, the exact run's forward calls, the wall time per phase
+ * and the worker thread's CPU time per phase (cpu_*). */
 static void
 pic_plan_trace(const pic_plan_job *pj, int rc)
 {
     static int on = -1;
-    char       line[512];
+    char       line[1024];
     int        at;
 
     if (on < 0) {
@@ -672,11 +692,16 @@ pic_plan_trace(const pic_plan_job *pj, int rc)
         return;
     }
     at = snprintf(line, sizeof(line), "pic-trace: job n=%d exact=%d pic=%d resume=%d "
-                  "depth=%d xend=%d built=%d hits=%d", pj->n_prompt, pj->n_exact, pj->n_pic,
-                  pj->resume, pj->depth, pj->xend, pj->n_built, pj->n_hits);
+                  "depth=%d xend=%d built=%d hits=%d forwards=%d", pj->n_prompt, pj->n_exact,
+                  pj->n_pic, pj->resume, pj->depth, pj->xend, pj->n_built, pj->n_hits,
+                  pj->n_fwd);
     for (int i = 0; i < PIC_PLAN_PHASES && at > 0 && (size_t) at < sizeof(line); i++) {
         at += snprintf(line + at, sizeof(line) - (size_t) at, " %s=%.1fms",
                        pic_plan_phase_name(i), 1e-6 * (double) pj->t_ns[i]);
+    }
+    for (int i = 0; i < PIC_PLAN_PHASES && at > 0 && (size_t) at < sizeof(line); i++) {
+        at += snprintf(line + at, sizeof(line) - (size_t) at, " cpu_%s=%.1fms",
+                       pic_plan_phase_name(i), 1e-6 * (double) pj->t_cpu_ns[i]);
     }
     fprintf(stderr, "%s\n", line);
 }
@@ -705,6 +730,7 @@ pic_plan_step_marked(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model 
 
     int64_t      t0 = pic_now_ns();
 
+    pj->c0 = pic_plan_cpu_ns();
     *why = PIC_JOB_ERROR_INTERNAL;
     if (!pj->tokenized) {
         if (pic_plan_tokenize(pj, tok, text, text_len, why, err, errlen) != 0) {

@@ -109,7 +109,7 @@ typedef struct {
     size_t          frame_len;
 } pic_job_segment;
 
-#define PIC_PLAN_PHASES 6              /* tokenize, restore, resolve, exact, assemble, insert */
+#define PIC_PLAN_PHASES 7              /* tokenize, restore, resolve, exact, assemble, insert, snap */
 
 typedef struct pic_plan_job {
     pic_job_segment *segs;                     /* (n_segs) prompt order, contiguous */
@@ -127,6 +127,7 @@ typedef struct pic_plan_job {
     int      *cuts;                     /* (n_cut) checkpoint positions in (resume, xend] */
     float   **snap;                     /* (n_cut) states captured there */
     int       n_cut, next_cut;
+    int       n_fwd;                    /* forward calls of the exact run */
     int       exact_all;                /* [0, n_prompt) computed exactly */
     /* results, valid once the step reports DONE */
     int       n_prompt;                 /* Σ n_ids = the whole text's ids */
@@ -136,6 +137,8 @@ typedef struct pic_plan_job {
     int       n_hits, n_peer, n_built, n_rejected, n_remote_failed;
     pic_assemble_stats as;
     int64_t   t_ns[PIC_PLAN_PHASES];    /* time per phase (pic_plan_phase_name) */
+    int64_t   t_cpu_ns[PIC_PLAN_PHASES]; /* the worker thread's CPU time per phase */
+    int64_t   c0;                       /* thread CPU clock at the last phase mark */
 } pic_plan_job;
 
 #define PIC_PLAN_DOOR 4096                 /* doorkeeper slots */
