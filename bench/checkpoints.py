@@ -39,6 +39,16 @@ unbounded budget (a calibration pass).  Per engine: prompt tokens recomputed per
 checkpoints and bytes held, evictions.  Summary keys `dense_over_sparse_recomputed` and
 `dense_over_sparse_ttft_p50` (> 1: sparse is better at equal memory).
 
+Eviction policy on a replayed trace (`bench/checkpoints.py eviction` runs only this part):
+the agent loop above interleaved with a RAG mix (a shared system prompt, then 3 of a pool of
+documents, PIC_SEPARATOR-separated and drawn per request, then a question), more distinct
+content than the budget holds, sent to two exact-first engines side by side under the same
+--cache-bytes (a third of what an unbounded engine holds after the trace): `--cache-evict
+lru` and `--cache-evict cost` (GreedyDual-Size).  Per policy and workload: prompt tokens
+recomputed per request, exact and PIC shares (hit rates by tokens), the share of requests
+that reused anything, TTFT (max_tokens 1) p50/p99; evictions.  Summary keys
+`evict_cost_over_lru_recomputed` and `evict_cost_over_lru_ttft_p50` (< 1: cost is better).
+
 QUICK=1: fewer documents and requests, the demo model; a few minutes.
 """
 import json
@@ -170,6 +180,11 @@ def replay(reqs, ds, pl, warmup):
 
 def main():
     info = machine()
+    if sys.argv[1:] == ["eviction"]:
+        ev = eviction(info)
+        write_results("checkpoints_eviction", ev["summary"], ev["config"], info,
+                      rows=ev["rows"])
+        return
     t0 = time.time()
     rng = np.random.default_rng(31)
     workloads = {
@@ -254,8 +269,112 @@ def main():
         summary.update(engines["summary"])
         config["sparse_vs_dense"] = {k: v for k, v in engines.items()
                                      if k not in ("rows", "summary")}
+    ev = eviction(info)
+    if ev:
+        summary.update(ev["summary"])
+        config["eviction"] = ev["config"]
     write_results("checkpoints", summary, config, info, rows=rows, solver=solver,
-                  sparse_vs_dense=engines.get("rows") if engines else None)
+                  sparse_vs_dense=engines.get("rows") if engines else None,
+                  eviction=ev.get("rows") if ev else None)
+
+
+def rag_requests(system, n_req, n_docs, seed=5):
+    """The RAG mix: system prompt, 3 of n_docs documents in a drawn order, a question."""
+    import random
+
+    import agent
+    rnd = random.Random(seed)
+    docs = [agent.text(700 + i, 1200 if QUICK else 4000) for i in range(n_docs)]
+    out = []
+    for r in range(n_req):
+        pick = rnd.sample(range(n_docs), 3)
+        content = "<|pic_sep|>".join([docs[i] for i in pick] + [f"question {r}?"])
+        out.append((f"r{r}", 1, {"messages": [{"role": "system", "content": system},
+                                             {"role": "user", "content": content}]}))
+    return out
+
+
+def eviction(info):
+    """LRU vs cost-aware eviction on one replayed trace (module docstring); {} without
+    an engine."""
+    import tempfile
+
+    import agent
+    from decode_batch import ensure_model
+    if not os.path.exists(os.path.join(BUILD, "pic-engine")):
+        return {}
+    agent.SESSIONS = 4 if QUICK else 6
+    agent.TURNS = 4 if QUICK else 6
+    loop = [("agent_loop",) + r for r in agent.agent_requests()]
+    rag = [("rag",) + r for r in rag_requests(agent.SYSTEM, len(loop), 8 if QUICK else 12)]
+    trace = [x for pair in zip(loop, rag) for x in pair]      # interleaved, fixed order
+    model = ensure_model("demo" if QUICK else "mid")
+    threads = int(info.get("cores", os.cpu_count() or 1))
+    logdir = tempfile.mkdtemp(prefix="bench-eviction-")
+    policies = ["lru", "cost"]
+
+    def start(name, policy, budget):
+        return ServeEngine(name, model, logdir, start_timeout=300, extra=[
+            "--id", name, "--threads", str(threads), "--cache-evict", policy,
+            "--cache-bytes", str(budget)])
+
+    eng = start("evict-unbounded", "lru", 64 << 30)      # calibration
+    try:
+        for _, _, _, body in trace:
+            agent.post(eng, body, 1)
+        need = eng.status()["memory"]["bytes"]
+    finally:
+        eng.stop()
+    budget = need // 3
+    engines, res = {}, {p: [] for p in policies}
+    try:
+        for p in policies:
+            engines[p] = start(f"evict-{p}", p, budget)
+        for w, _, turn, body in trace:
+            for p in policies:
+                dt, doc = agent.post(engines[p], body, 1)
+                u = doc["usage"]
+                res[p].append({"workload": w, "turn": turn, "ttft": dt,
+                               "prompt": u["prompt_tokens"],
+                               "exact": u["pic"]["exact_tokens"],
+                               "pic": u["pic"]["pic_tokens"],
+                               "recomputed": u["pic"]["recomputed_tokens"]})
+        ev = {p: engines[p].status()["memory"] for p in policies}
+    finally:
+        for e in engines.values():
+            e.stop()
+    rows = []
+    for w in ("agent_loop", "rag", "all"):
+        for p in policies:
+            rs = [r for r in res[p] if r["turn"] > 0 and w in (r["workload"], "all")]
+            prompt = sum(r["prompt"] for r in rs)
+            rows.append({"workload": w, "policy": p,
+                         "recomputed_per_req": sum(r["recomputed"] for r in rs) / len(rs),
+                         "exact_share": sum(r["exact"] for r in rs) / prompt,
+                         "pic_share": sum(r["pic"] for r in rs) / prompt,
+                         "reuse_hit_rate": sum(r["exact"] + r["pic"] > 0 for r in rs) / len(rs),
+                         "ttft_p50_ms": 1e3 * agent.pct([r["ttft"] for r in rs], 0.5),
+                         "ttft_p99_ms": 1e3 * agent.pct([r["ttft"] for r in rs], 0.99),
+                         "evictions": ev[p].get("evictions"), "bytes": ev[p].get("bytes")})
+    table(rows, ["workload", "policy", "recomputed_per_req", "exact_share", "pic_share",
+                 "reuse_hit_rate", "ttft_p50_ms", "ttft_p99_ms", "evictions"],
+          title="eviction under --cache-bytes %d (1/3 of the trace's unbounded %d): lru vs "
+                "cost (GreedyDual-Size), same trace side by side; requests after each "
+                "session's first turn (machine shared)" % (budget, need))
+    by = {(r["workload"], r["policy"]): r for r in rows}
+    return {"rows": rows,
+            "config": {"budget": budget, "unbounded_bytes": need, "requests": len(trace),
+                       "sessions": agent.SESSIONS, "turns": agent.TURNS,
+                       "rag_docs": 8 if QUICK else 12, "model": os.path.basename(model),
+                       "threads": threads,
+                       "timing": "one non-streamed request with max_tokens 1 (~TTFT) per "
+                                 "trace entry, to each policy's engine in turn"},
+            "summary": {
+                "evict_cost_over_lru_recomputed":
+                    by[("all", "cost")]["recomputed_per_req"]
+                    / max(1e-9, by[("all", "lru")]["recomputed_per_req"]),
+                "evict_cost_over_lru_ttft_p50":
+                    by[("all", "cost")]["ttft_p50_ms"] / by[("all", "lru")]["ttft_p50_ms"]}}
 
 
 def sparse_vs_dense(info):

@@ -770,12 +770,14 @@ pic_server_init_cache(pic_server *srv)
     srv->budget.tree = srv->prefix;
     srv->budget.budget = o->cache_bytes;
     srv->plan.budget = &srv->budget;
-    if (o->cache_evict != NULL && strcmp(o->cache_evict, "cost") == 0) {
-        /* a token's recompute cost: the model's FLOPs per prompt token */
+    if (o->cache_evict == NULL || strcmp(o->cache_evict, "cost") == 0) {
+        /* the default (bench/checkpoints.py eviction: fewer tokens recomputed
+         * than LRU on the agent + RAG trace); a token's recompute cost: the
+         * model's FLOPs per prompt token */
         pic_cache_budget_set_cost(&srv->budget,
                                   pic_forward_flops(&srv->model->cfg, 64, 0,
                                                     PIC_LOGITS_NONE) / 64.0);
-    } else if (o->cache_evict != NULL && strcmp(o->cache_evict, "lru") != 0) {
+    } else if (strcmp(o->cache_evict, "lru") != 0) {
         fprintf(stderr, "pic-engine[%s]: unknown --cache-evict '%s' (lru or cost)\n", o->id,
                 o->cache_evict);
         return -1;

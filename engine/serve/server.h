@@ -32,7 +32,7 @@ typedef struct {
     int         heartbeat_ms;   /* Redis heartbeat period */
     int         registry_ttl_s; /* pic:eng:{id} expiry */
     uint64_t    cache_bytes;    /* one budget: prefix tree + public pool (bytes) */
-    const char *cache_evict;    /* "lru" (default) or "cost" (GreedyDual-Size, gds.h) */
+    const char *cache_evict;    /* "cost" (default: GreedyDual-Size, gds.h) or "lru" */
     uint64_t    pool_bytes;     /* deprecated (cmd_serve folds it into cache_bytes) */
     const char *cache_mode;     /* "exact" (default), "prefix", "pic", "naive" or "full" */
     uint64_t    prefix_bytes;   /* deprecated (cmd_serve folds it into cache_bytes) */
