@@ -11,6 +11,8 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include <xxhash.h>
+
 #include "ngx_http_pic_module.h"
 #include "ngx_http_pic_index.h"
 
@@ -503,6 +505,70 @@ ngx_http_pic_index_learn(ngx_http_pic_zone_ctx_t *zc,
         }
 
         node->engines |= mask;
+    }
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
+}
+
+
+static ngx_http_pic_seen_t *
+ngx_http_pic_index_seen_slot(ngx_http_pic_zone_ctx_t *zc, u_char *key,
+    uint64_t *hash)
+{
+    *hash = XXH3_64bits(key, NGX_HTTP_PIC_KEY_LEN) | 1;
+
+    return &zc->sh->seen[*hash % NGX_HTTP_PIC_SEEN_SLOTS];
+}
+
+
+void
+ngx_http_pic_index_seen_record(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_segment_t *segs, ngx_uint_t n, u_char *held, ngx_int_t slot)
+{
+    uint64_t              hash;
+    ngx_uint_t            i;
+    ngx_http_pic_seen_t  *e;
+
+    if (slot < 0 || slot >= NGX_HTTP_PIC_MAX_ENGINES) {
+        return;
+    }
+
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    for (i = 0; i < n; i++) {
+
+        if ((held && held[i]) || (segs[i].flags & NGX_HTTP_PIC_SEG_DYNAMIC)) {
+            continue;
+        }
+
+        e = ngx_http_pic_index_seen_slot(zc, segs[i].key, &hash);
+        e->hash = hash;
+        e->at = ngx_current_msec;
+        e->slot = slot;
+        e->gen = zc->sh->engines[slot].gen;
+    }
+
+    ngx_shmtx_unlock(&zc->shpool->mutex);
+}
+
+
+void
+ngx_http_pic_index_seen_lookup(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_segment_t *segs, ngx_uint_t n, ngx_int_t *seen)
+{
+    uint64_t              hash;
+    ngx_uint_t            i;
+    ngx_http_pic_seen_t  *e;
+
+    ngx_shmtx_lock(&zc->shpool->mutex);
+
+    for (i = 0; i < n; i++) {
+        e = ngx_http_pic_index_seen_slot(zc, segs[i].key, &hash);
+
+        seen[i] = (e->hash == hash
+                   && ngx_current_msec - e->at < NGX_HTTP_PIC_SEEN_TTL
+                   && e->gen == zc->sh->engines[e->slot].gen)
+                  ? (ngx_int_t) e->slot : -1;
     }
 
     ngx_shmtx_unlock(&zc->shpool->mutex);

@@ -31,6 +31,12 @@
 #define NGX_HTTP_PIC_CACHE_PREFIX     3        /* prefix tree only, no PIC */
 #define NGX_HTTP_PIC_CACHE_FULL       4        /* no cache */
 
+/* first sightings (ngx_http_pic_index_seen_*): a direct-mapped table, as
+ * bounded as an exact-first engine's doorkeeper (plan_exec.h), each entry
+ * good for NGX_HTTP_PIC_SEEN_TTL; a hint for routing, never a holder */
+#define NGX_HTTP_PIC_SEEN_SLOTS       4096
+#define NGX_HTTP_PIC_SEEN_TTL         300000   /* ms */
+
 #define NGX_HTTP_PIC_NODE_SEGMENT     1        /* engines hold this segment */
 #define NGX_HTTP_PIC_NODE_SEEN        2        /* observe: segment seen */
 #define NGX_HTTP_PIC_NODE_PREFIX      3        /* a prefix chain key: seen,
@@ -107,6 +113,9 @@ typedef struct {
     ngx_atomic_t                 exact_routed; /* combine held an exact prefix */
     ngx_atomic_t                 bytes_exact_routed;
     ngx_atomic_t                 exact_decided;/* PIC bytes alone chose other */
+    ngx_atomic_t                 seen_routed;  /* combine had seen misses */
+    ngx_atomic_t                 seen_decided; /* ... and without that hint
+                                                  another engine was chosen */
     ngx_atomic_t                 seg_exact_local; /* misses kept off workers:
                                                      an exact-first combine
                                                      recomputes them */
@@ -136,6 +145,15 @@ typedef struct {
     ngx_atomic_t                 tokens_pic;
     ngx_atomic_t                 tokens_recomputed;
 } ngx_http_pic_stats_t;
+
+
+/* a segment key first seen (not held) by the engine in slot */
+typedef struct {
+    uint64_t                     hash;         /* of the key, | 1; 0: free */
+    ngx_msec_t                   at;           /* ngx_current_msec then */
+    ngx_uint_t                   slot;
+    ngx_uint_t                   gen;          /* the slot's engine then */
+} ngx_http_pic_seen_t;
 
 
 /* one finished request of the recent history */
@@ -176,6 +194,8 @@ typedef struct {
     ngx_uint_t                   nodes;
     ngx_atomic_t                 evictions;
 
+    ngx_http_pic_seen_t          seen[NGX_HTTP_PIC_SEEN_SLOTS];
+
     ngx_uint_t                   history_count; /* recorded ever */
     ngx_http_pic_history_t       history[NGX_HTTP_PIC_HISTORY]; /* ring */
 } ngx_http_pic_shctx_t;
@@ -206,6 +226,19 @@ void ngx_http_pic_index_lookup(ngx_http_pic_zone_ctx_t *zc,
  * each seg carries, as learned from redis). */
 void ngx_http_pic_index_learn(ngx_http_pic_zone_ctx_t *zc,
     ngx_http_pic_segment_t *segs, ngx_uint_t n, ngx_int_t slot);
+
+/* Record that the engine in slot saw segs[i] without holding it after the
+ * request (held[i] == 0; held NULL: none held): an exact-first engine pools
+ * a segment on its second sighting, so the next request with it should go
+ * there.  Dynamic segments are skipped.  Never an index holder, never sent
+ * to redis. */
+void ngx_http_pic_index_seen_record(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_segment_t *segs, ngx_uint_t n, u_char *held, ngx_int_t slot);
+
+/* seen[i] = the slot whose engine saw segs[i] within NGX_HTTP_PIC_SEEN_TTL
+ * (and still has that engine), else -1. */
+void ngx_http_pic_index_seen_lookup(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_segment_t *segs, ngx_uint_t n, ngx_int_t *seen);
 
 /* An engine announced (pic:events) that it added or evicted a segment:
  * set or clear its bit; the length is unknown until a request learns it. */

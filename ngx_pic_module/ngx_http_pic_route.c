@@ -37,12 +37,18 @@ typedef struct {
     size_t                       exact;        /* exact prefix held here */
     ngx_uint_t                   depth;        /* ... in segments */
     size_t                       held;         /* hit bytes inside it */
+    size_t                       seen;         /* miss bytes it saw first */
 } ngx_http_pic_cand_t;
+
+
+/* a byte an engine saw once weighs 1/NGX_HTTP_PIC_SEEN_DIV of one it holds:
+ * it only pools it there on this second sighting */
+#define NGX_HTTP_PIC_SEEN_DIV  2
 
 
 static ngx_int_t ngx_http_pic_route_pick(ngx_http_pic_ctx_t *ctx,
     ngx_http_pic_cand_t *cand, ngx_uint_t n, ngx_uint_t imbalance,
-    ngx_uint_t weight);
+    ngx_uint_t weight, ngx_uint_t seen);
 static ngx_uint_t ngx_http_pic_route_exact_end(ngx_http_pic_ctx_t *ctx,
     ngx_uint_t cache);
 static ngx_uint_t ngx_http_pic_route_home(u_char *key,
@@ -80,6 +86,7 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     ngx_http_pic_engine_sh_t    *e;
     ngx_http_pic_engine_conf_t  *ec;
     ngx_pool_cleanup_t          *cln;
+    ngx_int_t                   *seen;
     uint64_t                     seed[4];
 
     zc = ngx_http_pic_zone(r);
@@ -147,6 +154,15 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         }
     }
 
+    /* first sightings: where each segment was seen, not pooled */
+
+    seen = ngx_palloc(r->pool, (ctx->nsegs ? ctx->nsegs : 1) * sizeof(ngx_int_t));
+    if (seen == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_http_pic_index_seen_lookup(zc, ctx->segs, ctx->nsegs, seen);
+
     /* hits: segments some eligible engine of the pool holds */
 
     for (i = 0; i < ctx->nsegs; i++) {
@@ -155,6 +171,12 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 
         if (s->holders == 0 || (s->flags & NGX_HTTP_PIC_SEG_DYNAMIC)) {
             s->holders = 0;
+
+            for (j = 0; j < n && !(s->flags & NGX_HTTP_PIC_SEG_DYNAMIC); j++) {
+                if ((ngx_int_t) cand[j].slot == seen[i]) {
+                    cand[j].seen += s->len;
+                }
+            }
 
             if (ctx->fallback && !(s->flags & NGX_HTTP_PIC_SEG_DYNAMIC)) {
                 cand[ngx_http_pic_route_home(s->key, cand, n)].home += s->len;
@@ -216,7 +238,18 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     }
 
     best = ngx_http_pic_route_pick(ctx, cand, n, plcf->imbalance,
-                                   plcf->exact_weight);
+                                   plcf->exact_weight, 1);
+
+    if (cand[best].seen) {
+        (void) ngx_atomic_fetch_add(&zc->sh->stats.seen_routed, 1);
+
+        if (ngx_http_pic_route_pick(ctx, cand, n, plcf->imbalance,
+                                    plcf->exact_weight, 0)
+            != best)
+        {
+            (void) ngx_atomic_fetch_add(&zc->sh->stats.seen_decided, 1);
+        }
+    }
 
     ctx->combine = cand[best].slot;
     ctx->exact_bytes = cand[best].exact;
@@ -224,7 +257,7 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 
     if (ctx->exact_bytes) {
         plain = ngx_http_pic_route_pick(ctx, cand, n, plcf->imbalance,
-                                        NGX_CONF_UNSET_UINT);
+                                        NGX_CONF_UNSET_UINT, 1);
 
         if (plain != best) {
             /* the exact prefix decided: the segment index alone (PIC
@@ -344,11 +377,14 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
  * the rendezvous winner of the first segment: ties spread requests without
  * pinning every cold one to the same engine.  weight NGX_CONF_UNSET_UINT:
  * the segment index alone (every hit byte once, exact prefixes unknown),
- * to count the requests the exact prefix decided. */
+ * to count the requests the exact prefix decided.  seen: a miss byte the
+ * engine saw first (and pools on this sighting) counts 1/SEEN_DIV, below
+ * any byte an engine holds; 0: not at all, to count the requests that hint
+ * decided. */
 
 static ngx_int_t
 ngx_http_pic_route_pick(ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand,
-    ngx_uint_t n, ngx_uint_t imbalance, ngx_uint_t weight)
+    ngx_uint_t n, ngx_uint_t imbalance, ngx_uint_t weight, ngx_uint_t seen)
 {
     size_t      score, best_score;
     ngx_int_t   best;
@@ -374,7 +410,8 @@ ngx_http_pic_route_pick(ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand,
 
         score = cand[i].local + cand[i].home
                 + (weight == NGX_CONF_UNSET_UINT ? cand[i].held
-                                                 : weight * cand[i].exact);
+                                                 : weight * cand[i].exact)
+                + (seen ? cand[i].seen / NGX_HTTP_PIC_SEEN_DIV : 0);
 
         if (best < 0
             || score > best_score
@@ -940,6 +977,16 @@ ngx_http_pic_route_confirmed(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
         for (j = i + 1; j < ctx->nsegs && bits[j]; j++) { /* void */ }
 
         ngx_http_pic_index_learn(zc, &ctx->segs[i], j - i, ctx->combine);
+    }
+
+    /* what it saw past the exact prefix and did not pool: a hint for the
+     * next request with it (an exact-first engine pools on the second
+     * sighting) */
+
+    if (slot >= 0 && ctx->exact_segs < ctx->nsegs) {
+        ngx_http_pic_index_seen_record(zc, &ctx->segs[ctx->exact_segs],
+                                       ctx->nsegs - ctx->exact_segs,
+                                       &bits[ctx->exact_segs], slot);
     }
 }
 

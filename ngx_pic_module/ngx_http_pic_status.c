@@ -262,7 +262,7 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
 
     st = &s->st;
 
-    size = 4096 + s->zone.len * 6 + s->redis.len * 6
+    size = 4352 + s->zone.len * 6 + s->redis.len * 6
            + NGX_HTTP_PIC_TTFT_BUCKETS * 2 * NGX_ATOMIC_T_LEN
            + s->nengines * (640 + 6 * NGX_SOCKADDR_STRLEN
                             + 6 * NGX_HTTP_PIC_ENGINE_ID_LEN
@@ -312,9 +312,11 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
 
     p = ngx_sprintf(p, "\"routing\":{\"exact_routed\":%uA,"
                     "\"exact_bytes\":%uA,\"exact_decided\":%uA,"
-                    "\"segments_kept_exact\":%uA},",
+                    "\"segments_kept_exact\":%uA,\"seen_routed\":%uA,"
+                    "\"seen_decided\":%uA},",
                     st->exact_routed, st->bytes_exact_routed,
-                    st->exact_decided, st->seg_exact_local);
+                    st->exact_decided, st->seg_exact_local, st->seen_routed,
+                    st->seen_decided);
 
     p = ngx_sprintf(p, "\"tokens_est\":{\"bytes_per_token\":%d,"
                     "\"hit\":%uA,\"above_prefix\":%uA},",

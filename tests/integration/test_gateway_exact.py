@@ -175,6 +175,53 @@ def test_sessions_stay_on_their_exact_prefix_over_pic_bytes(procs):
     assert all(e["cache_mode"] == "exact" for e in st["engines"])
 
 
+@pytest.mark.skipif(not os.path.isdir(TINY), reason="fixture models missing")
+def test_second_sighting_goes_where_the_first_was_seen(procs):
+    """An exact-first engine pools a document on its second sighting and only
+    then names it in X-PIC-Held, so a first sighting makes no holder.  The
+    gateway keeps it as a weak hint (never a holder: the second request has no
+    hit bytes): the second request with the document goes to the engine that
+    saw it, also when its new system prompt alone would send it to the other
+    engine (routing.seen_decided), and the third one hits there.  S1 windows
+    are off: they too remember where content was combined."""
+    red = procs.redis()
+    e1 = procs.engine(name="e1", model=TINY, extra=["--threads", "1"])
+    e2 = procs.engine(name="e2", model=TINY, extra=["--threads", "1"])
+    ngx = procs.nginx(gw_conf([addr(e1), addr(e2)], http=f"pic_redis 127.0.0.1:{red.port};",
+                              loc="pic_redis_timeout 5s; pic_s1_fallback off;"))
+    ready(ngx)
+    c = openai.OpenAI(base_url=ngx.url + "/v1", api_key="none", max_retries=0, timeout=120)
+    n_lines = 0
+
+    def ask(system, d, q):
+        nonlocal n_lines
+        r = c.chat.completions.create(model="m", max_tokens=1, temperature=0, messages=[
+            {"role": "system", "content": system}, {"role": "user", "content": d},
+            {"role": "user", "content": q}])
+        n_lines += 1
+        return r, planned_lines(ngx, n_lines)[-1]
+
+    decided = False
+    for k in range(16):
+        d = fresh(f"seen doc {k}", 4000)
+        _, first = ask(fresh(f"seen system a{k}", 300), d, "q1?")
+        assert int(first["hit"]) == 0, first
+        before = status(ngx)["routing"]
+        _, second = ask(fresh(f"seen system b{k}", 300), d, "q2?")
+        after = status(ngx)["routing"]
+        assert second["combine"] == first["combine"], (k, first, second)
+        assert int(second["hit"]) == 0, "a sighting is not a holder"
+        assert after["seen_routed"] == before["seen_routed"] + 1
+        if after["seen_decided"] > before["seen_decided"]:
+            decided = True
+            break
+    assert decided, "no system prompt alone would have chosen the other engine"
+    r, third = ask(fresh(f"seen system c{k}", 300), d, "q3?")
+    assert third["combine"] == first["combine"]
+    assert int(third["hit"]) >= len(d) // 2, third
+    assert r.usage.model_dump()["pic"]["pic_tokens"] > 0
+
+
 # --- routing rules on fake engines ------------------------------------------------
 
 
