@@ -90,7 +90,7 @@ help: ## list the targets
 	@echo "ngx_pic make targets:"
 	@grep -hE '^[a-zA-Z_%-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN{FS=":.*## "}{printf "  %-16s %s\n",$$1,$$2}'
-	@echo "Benchmarks: $(filter-out common gateway_workloads,$(basename $(notdir $(wildcard bench/*.py))))"
+	@echo "Benchmarks: $(filter-out client common gateway_workloads,$(basename $(notdir $(wildcard bench/*.py))))"
 	@echo "Variables: PORT=8080 (make run), ASAN=1, QUICK=1 (benchmarks), PYTEST_ARGS=..., FUZZ_TIME=600 (fuzz-long), FUZZ_SECONDS=5 (smoke)"
 
 deps: ## install Debian packages and the Python test venv (idempotent)

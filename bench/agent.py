@@ -30,14 +30,13 @@ mixed_ttft_speedup_vs_pic_only (p50 pic / p50 exact; goal >= 1).
 Random-weight models: the figures are about compute and reuse, not answer quality.
 QUICK=1: the demo model and a short run (< 2 minutes); otherwise the mid model.
 """
-import http.client
 import json
 import os
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import client  # noqa: E402
 from common import QUICK, ServeEngine, machine, table, write_results  # noqa: E402
 from common import ensure_model  # noqa: E402
 
@@ -99,18 +98,9 @@ def mixed_requests():
 
 
 def post(eng, body, max_tokens, **extra):
-    body = dict(body, model="m", max_tokens=max_tokens, temperature=0, **extra)
-    c = http.client.HTTPConnection("127.0.0.1", eng.port, timeout=900)
-    t0 = time.perf_counter()
-    c.request("POST", "/v1/chat/completions", json.dumps(body),
-              {"Content-Type": "application/json"})
-    r = c.getresponse()
-    doc = json.loads(r.read())
-    dt = time.perf_counter() - t0
-    c.close()
-    if r.status != 200:
-        raise RuntimeError(f"HTTP {r.status}: {doc}")
-    return dt, doc
+    """One greedy chat request to eng: (seconds, answer)."""
+    return client.post(eng.port, dict(body, model="m", max_tokens=max_tokens, temperature=0,
+                                      **extra))
 
 
 def pct(xs, q):

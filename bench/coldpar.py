@@ -29,7 +29,6 @@ equal cores (no goal).
 
 QUICK=1: 8 documents of ~128 tokens; full run 8 x ~1k tokens.
 """
-import http.client
 import json
 import os
 import random
@@ -37,9 +36,9 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import client  # noqa: E402
 from common import ENGINE, QUICK, ROOT, ServeEngine, ensure_model, machine, table, write_results  # noqa: E402
 
 MODEL = os.environ.get("PIC_BENCH_MODEL", os.path.join(ROOT, "models", "mid"))
@@ -123,22 +122,10 @@ def ttft(port, docs, plan=None):
                          {"role": "user", "content": MARK.join(docs + [QUESTION])}]}
     if plan is not None:
         body["pic"] = plan
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=1200)
-    t0 = time.perf_counter()
-    c.request("POST", "/v1/chat/completions", json.dumps(body),
-              {"Content-Type": "application/json"})
-    r = c.getresponse()
-    first = r.read1(65536)
-    t = time.perf_counter() - t0
-    rest = first + r.read()
-    c.close()
-    if r.status != 200:
-        raise RuntimeError(f"HTTP {r.status}: {rest[:300]}")
-    usage = None
-    for ev in rest.split(b"\n\n"):
-        if ev.startswith(b"data: {") and b'"usage":{' in ev:
-            usage = json.loads(ev[6:])["usage"]
-    return t, usage
+    r = client.stream(port, body, timeout=1200)
+    if r["status"] != 200:
+        raise RuntimeError(f"HTTP {r['status']}: {r['body'][:300]}")
+    return r["ttft"], r["usage"]
 
 
 def run_full(docs, logdir, threads=1):

@@ -15,8 +15,6 @@ bandwidth).  Summary: batch8_over_roundrobin (on the largest model run) and per 
 
 QUICK=1: the demo model only, G = 32, REPEAT = 1; under two minutes.
 """
-import http.client
-import json
 import os
 import sys
 import tempfile
@@ -24,6 +22,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import client  # noqa: E402
 from common import QUICK, ROOT, ServeEngine, ensure_model, machine, table, write_results  # noqa: E402
 
 MODELS = ["demo"] if QUICK else ["demo", "mid"]
@@ -43,16 +42,9 @@ class Engine(ServeEngine):
                          (["--no-batch-decode"] if mode == "roundrobin" else []))
 
     def complete(self, prompt, n):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
         body = {"model": "m", "prompt": prompt, "max_tokens": n, "temperature": 0,
                 "ignore_eos": True}
-        c.request("POST", "/v1/completions", json.dumps(body),
-                  {"Content-Type": "application/json"})
-        r = c.getresponse()
-        doc = json.loads(r.read())
-        c.close()
-        if r.status != 200:
-            raise RuntimeError(f"HTTP {r.status}: {doc}")
+        _, doc = client.post(self.port, body, timeout=600, path="/v1/completions")
         return doc["usage"]["completion_tokens"], doc["choices"][0]["text"]
 
 

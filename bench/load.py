@@ -33,6 +33,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import client  # noqa: E402
 from common import QUICK, ROOT, ServeEngine, ensure_model, machine, table, write_results  # noqa: E402
 
 MODEL = os.environ.get("PIC_BENCH_MODEL", os.path.join(ROOT, "models", "demo"))
@@ -89,32 +90,13 @@ class Engine(ServeEngine):
 
 def one_request(port, body, out):
     """Stream one request; out gets ttft (s), total (s), tokens, cached, status."""
-    t0 = time.perf_counter()
     rec = {"status": 0, "ttft": None, "total": None, "tokens": 0, "cached": 0}
     try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        c.request("POST", "/v1/chat/completions", json.dumps(body),
-                  {"Content-Type": "application/json"})
-        r = c.getresponse()
-        rec["status"] = r.status
-        if r.status == 200:
-            buf = b""
-            while True:
-                chunk = r.read1(65536)
-                if not chunk:
-                    break
-                if rec["ttft"] is None:
-                    rec["ttft"] = time.perf_counter() - t0
-                buf += chunk
-            rec["total"] = time.perf_counter() - t0
-            for ev in buf.split(b"\n\n"):
-                if ev.startswith(b"data: {") and b'"usage":{' in ev:
-                    u = json.loads(ev[6:])["usage"]
-                    rec["tokens"] = u["completion_tokens"]
-                    rec["cached"] = u["prompt_tokens_details"]["cached_tokens"]
-        else:
-            r.read()
-        c.close()
+        r = client.stream(port, body, timeout=120)
+        rec.update(status=r["status"], ttft=r["ttft"], total=r["total"])
+        if r["usage"] is not None:
+            rec["tokens"] = r["usage"]["completion_tokens"]
+            rec["cached"] = r["usage"]["prompt_tokens_details"]["cached_tokens"]
     except (OSError, http.client.HTTPException):
         rec["status"] = -1
     out.append(rec)
