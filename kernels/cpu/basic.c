@@ -75,26 +75,46 @@ pic_cpu_matmul(float *y, const float *x, const float *w, int n, int in,
 
 /* --- norms and activations --- */
 
+int
+pic_cpu_par(int big)
+{
+    return big && !omp_in_parallel() && omp_get_max_threads() > 1;
+}
+
+/* One row of pic_cpu_rmsnorm. */
+static void
+pic_rmsnorm_row(float *yr, const float *xr, const float *w, int dim, float eps,
+                int zero_centred)
+{
+    double ss = 0.0;
+
+    for (int i = 0; i < dim; i++) {
+        ss += (double) xr[i] * xr[i];
+    }
+    float r = (float) (1.0 / sqrt(ss / dim + eps));
+    for (int i = 0; i < dim; i++) {
+        float wi = w == NULL ? 1.0f : (zero_centred ? 1.0f + w[i] : w[i]);
+        yr[i] = xr[i] * r * wi;
+    }
+}
+
 void
 pic_cpu_rmsnorm(float *y, const float *x, const float *w, int n, int dim,
                 float eps, int zero_centred)
 {
     PIC_OP_CHECK(y != NULL && x != NULL && n >= 0 && dim > 0);
 
-    #pragma omp parallel for if (n > 64) schedule(static)
+    if (pic_cpu_par(n > 64)) {
+        #pragma omp parallel for schedule(static)
+        for (int t = 0; t < n; t++) {
+            pic_rmsnorm_row(y + (size_t) t * dim, x + (size_t) t * dim, w, dim, eps,
+                            zero_centred);
+        }
+        return;
+    }
     for (int t = 0; t < n; t++) {
-        const float *xr = x + (size_t) t * dim;
-        float       *yr = y + (size_t) t * dim;
-        double       ss = 0.0;
-
-        for (int i = 0; i < dim; i++) {
-            ss += (double) xr[i] * xr[i];
-        }
-        float r = (float) (1.0 / sqrt(ss / dim + eps));
-        for (int i = 0; i < dim; i++) {
-            float wi = w == NULL ? 1.0f : (zero_centred ? 1.0f + w[i] : w[i]);
-            yr[i] = xr[i] * r * wi;
-        }
+        pic_rmsnorm_row(y + (size_t) t * dim, x + (size_t) t * dim, w, dim, eps,
+                        zero_centred);
     }
 }
 
@@ -102,7 +122,13 @@ void
 pic_cpu_silu(float *x, size_t n)
 {
     PIC_OP_CHECK(x != NULL || n == 0);
-    #pragma omp parallel for if (n > 65536) schedule(static)
+    if (pic_cpu_par(n > 65536)) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            x[i] = x[i] / (1.0f + expf(-x[i]));
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         x[i] = x[i] / (1.0f + expf(-x[i]));
     }
@@ -112,7 +138,13 @@ void
 pic_cpu_sigmoid(float *x, size_t n)
 {
     PIC_OP_CHECK(x != NULL || n == 0);
-    #pragma omp parallel for if (n > 65536) schedule(static)
+    if (pic_cpu_par(n > 65536)) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            x[i] = 1.0f / (1.0f + expf(-x[i]));
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         x[i] = 1.0f / (1.0f + expf(-x[i]));
     }
@@ -122,7 +154,13 @@ void
 pic_cpu_softplus(float *x, size_t n)
 {
     PIC_OP_CHECK(x != NULL || n == 0);
-    #pragma omp parallel for if (n > 65536) schedule(static)
+    if (pic_cpu_par(n > 65536)) {
+        #pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            x[i] = x[i] > 20.0f ? x[i] : log1pf(expf(x[i]));
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         x[i] = x[i] > 20.0f ? x[i] : log1pf(expf(x[i]));
     }
@@ -149,6 +187,32 @@ pic_cpu_l2norm(float *x, int rows, int ld, int dim, float eps, float scale)
 
 /* --- causal depthwise conv1d --- */
 
+/* Output row t of pic_cpu_conv1d (the state is read, not updated). */
+static void
+pic_conv1d_row(float *y, const float *u, const float *state, const float *w,
+               int t, int C, int K)
+{
+    int    S = K - 1;
+    float *yr = y + (size_t) t * C;             /* (1, C) */
+
+    for (int c = 0; c < C; c++) {
+        yr[c] = 0.0f;
+    }
+    for (int j = 0; j < K; j++) {
+        int src = t - S + j;            /* input index, < 0: from state */
+        if (src >= 0) {
+            const float *ur = u + (size_t) src * C;
+            for (int c = 0; c < C; c++) {
+                yr[c] += w[(size_t) c * K + j] * ur[c];
+            }
+        } else {
+            for (int c = 0; c < C; c++) {
+                yr[c] += w[(size_t) c * K + j] * state[(size_t) c * S + S + src];
+            }
+        }
+    }
+}
+
 void
 pic_cpu_conv1d(float *y, const float *u, float *state, const float *w,
                int n, int C, int K)
@@ -159,25 +223,14 @@ pic_cpu_conv1d(float *y, const float *u, float *state, const float *w,
 
     int S = K - 1;
 
-    #pragma omp parallel for if ((size_t) n * C > 65536) schedule(static)
-    for (int t = 0; t < n; t++) {
-        float *yr = y + (size_t) t * C;
-
-        for (int c = 0; c < C; c++) {
-            yr[c] = 0.0f;
+    if (pic_cpu_par((size_t) n * C > 65536)) {
+        #pragma omp parallel for schedule(static)
+        for (int t = 0; t < n; t++) {
+            pic_conv1d_row(y, u, state, w, t, C, K);
         }
-        for (int j = 0; j < K; j++) {
-            int src = t - S + j;            /* input index, < 0: from state */
-            if (src >= 0) {
-                const float *ur = u + (size_t) src * C;
-                for (int c = 0; c < C; c++) {
-                    yr[c] += w[(size_t) c * K + j] * ur[c];
-                }
-            } else {
-                for (int c = 0; c < C; c++) {
-                    yr[c] += w[(size_t) c * K + j] * state[(size_t) c * S + S + src];
-                }
-            }
+    } else {
+        for (int t = 0; t < n; t++) {
+            pic_conv1d_row(y, u, state, w, t, C, K);
         }
     }
 

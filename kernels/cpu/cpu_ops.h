@@ -36,6 +36,13 @@ void pic_cpu_gdn_recurrent(const pic_gdn_args *a);
 int  pic_cpu_blas_serial_begin(void);
 void pic_cpu_blas_serial_end(int saved);
 
+/* 1 where a kernel's parallel loop should open an OpenMP team: its work is
+ * big enough (big), no team is running and more than one thread may run.
+ * An OpenMP construct costs ~0.3-0.5 µs even when its `if` is false or it
+ * is nested in a team; decode calls the per-head kernels ~700 times a token
+ * inside the GDN step's team, so they branch around the construct instead. */
+int  pic_cpu_par(int big);
+
 /* Check the common shape rules of pic_gdn_args. */
 void pic_cpu_gdn_check(const pic_gdn_args *a);
 

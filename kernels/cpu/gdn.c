@@ -28,63 +28,76 @@ pic_cpu_gdn_check(const pic_gdn_args *a)
 
 /* --- token by token --- */
 
+/* Head h of pic_cpu_gdn_recurrent, every token in order. */
+static void
+pic_gdn_recurrent_head(const pic_gdn_args *a, int h)
+{
+    int    r = a->Hv / a->Hk, dk = a->dk, ds = a->ds, Hv = a->Hv;
+    float *S = a->S + (size_t) h * dk * ds;    /* (dk, ds) */
+    float  m[ds];
+
+    for (int t = 0; t < a->n; t++) {
+        const float *k = a->k + (size_t) t * a->ldk + (size_t) (h / r) * dk;
+        const float *v = a->v ? a->v + (size_t) t * a->ldv + (size_t) h * ds
+                              : NULL;
+        float        eg = expf(a->g[(size_t) t * Hv + h]);
+        float        b = a->beta[(size_t) t * Hv + h];
+
+        /* S ← e^g S;  m = Sᵀ k */
+        for (int j = 0; j < ds; j++) {
+            m[j] = 0.0f;
+        }
+        for (int i = 0; i < dk; i++) {
+            float *Si = S + (size_t) i * ds;
+            for (int j = 0; j < ds; j++) {
+                Si[j] *= eg;
+                m[j] += Si[j] * k[i];
+            }
+        }
+        /* δ = β (v − m);  S ← S + k δᵀ */
+        for (int j = 0; j < ds; j++) {
+            m[j] = b * ((v ? v[j] : 0.0f) - m[j]);
+        }
+        for (int i = 0; i < dk; i++) {
+            float *Si = S + (size_t) i * ds;
+            for (int j = 0; j < ds; j++) {
+                Si[j] += k[i] * m[j];
+            }
+        }
+        /* o = Sᵀ q */
+        if (a->o != NULL) {
+            const float *q = a->q + (size_t) t * a->ldq + (size_t) (h / r) * dk;
+            float       *o = a->o + (size_t) t * a->ldo + (size_t) h * ds;
+
+            for (int j = 0; j < ds; j++) {
+                o[j] = 0.0f;
+            }
+            for (int i = 0; i < dk; i++) {
+                const float *Si = S + (size_t) i * ds;
+                for (int j = 0; j < ds; j++) {
+                    o[j] += Si[j] * q[i];
+                }
+            }
+        }
+    }
+}
+
 void
 pic_cpu_gdn_recurrent(const pic_gdn_args *a)
 {
     pic_cpu_gdn_check(a);
 
-    int r = a->Hv / a->Hk, dk = a->dk, ds = a->ds, Hv = a->Hv;
+    int Hv = a->Hv;
 
-    #pragma omp parallel for if (Hv > 1 && (size_t) a->n * dk * ds > 16384) \
-        schedule(static)
-    for (int h = 0; h < Hv; h++) {
-        float *S = a->S + (size_t) h * dk * ds;
-        float  m[ds];
-
-        for (int t = 0; t < a->n; t++) {
-            const float *k = a->k + (size_t) t * a->ldk + (size_t) (h / r) * dk;
-            const float *v = a->v ? a->v + (size_t) t * a->ldv + (size_t) h * ds
-                                  : NULL;
-            float        eg = expf(a->g[(size_t) t * Hv + h]);
-            float        b = a->beta[(size_t) t * Hv + h];
-
-            /* S ← e^g S;  m = Sᵀ k */
-            for (int j = 0; j < ds; j++) {
-                m[j] = 0.0f;
-            }
-            for (int i = 0; i < dk; i++) {
-                float *Si = S + (size_t) i * ds;
-                for (int j = 0; j < ds; j++) {
-                    Si[j] *= eg;
-                    m[j] += Si[j] * k[i];
-                }
-            }
-            /* δ = β (v − m);  S ← S + k δᵀ */
-            for (int j = 0; j < ds; j++) {
-                m[j] = b * ((v ? v[j] : 0.0f) - m[j]);
-            }
-            for (int i = 0; i < dk; i++) {
-                float *Si = S + (size_t) i * ds;
-                for (int j = 0; j < ds; j++) {
-                    Si[j] += k[i] * m[j];
-                }
-            }
-            /* o = Sᵀ q */
-            if (a->o != NULL) {
-                const float *q = a->q + (size_t) t * a->ldq + (size_t) (h / r) * dk;
-                float       *o = a->o + (size_t) t * a->ldo + (size_t) h * ds;
-
-                for (int j = 0; j < ds; j++) {
-                    o[j] = 0.0f;
-                }
-                for (int i = 0; i < dk; i++) {
-                    const float *Si = S + (size_t) i * ds;
-                    for (int j = 0; j < ds; j++) {
-                        o[j] += Si[j] * q[i];
-                    }
-                }
-            }
+    if (pic_cpu_par(Hv > 1 && (size_t) a->n * a->dk * a->ds > 16384)) {
+        #pragma omp parallel for schedule(static)
+        for (int h = 0; h < Hv; h++) {
+            pic_gdn_recurrent_head(a, h);
         }
+        return;
+    }
+    for (int h = 0; h < Hv; h++) {
+        pic_gdn_recurrent_head(a, h);
     }
 }
 

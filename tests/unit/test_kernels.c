@@ -2,7 +2,8 @@
  * test_kernels.c — the CPU reference ops against naive formulas and their
  * algebraic identities: chunked GDN == token-by-token recurrence, transition
  * operators compose (DESIGN.md §3.1), R(a+b) == R(a)R(b), attention ==
- * naive softmax, conv state split == unsplit.
+ * naive softmax, conv state split == unsplit; each kernel's one-thread path
+ * gives the bits of its team path.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -450,6 +451,65 @@ test_norms_and_activations(void **unused)
     assert_float_equal(s[1], 2.0f / (1.0f + expf(-2.0f)), 1e-6);
 }
 
+/* --- one thread or a team: the same bits --- */
+
+/* The elementwise and per-row kernels run their loop on a team when the work
+ * is big and no team is running, else on the calling thread (decode calls
+ * them per head inside a team); both paths must give the same bits. */
+static void
+test_serial_paths_equal_parallel(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    int    saved = pic_kernels_threads();
+    size_t ne = 70000;                          /* > the activations' 65536 */
+    int    nr = 100, dim = 64;                  /* rmsnorm: > 64 rows */
+    int    n = 200, C = 400, K = 4;             /* conv1d: n * C > 65536 */
+    gdn_case g;
+    int    ds = 64;
+
+    gdn_case_init(&g, 16, 2, 4, 32, ds);        /* n * dk * ds > 16384 */
+
+    float *x = frand_vec(ne, 4.0f), *nw = frand_vec((size_t) dim, 1.0f);
+    float *u = frand_vec((size_t) n * C, 1.0f), *cw = frand_vec((size_t) C * K, 1.0f);
+    float *st0 = frand_vec((size_t) C * (K - 1), 1.0f);
+    float *S0 = frand_vec((size_t) g.Hv * g.dk * ds, 0.1f);
+    float *out[2][9];
+
+    for (int p = 0; p < 2; p++) {               /* p 0: a team, p 1: one thread */
+        pic_kernels_set_threads(p == 0 ? 2 : 1);
+        for (int k = 0; k < 3; k++) {
+            out[p][k] = malloc(ne * sizeof(float));
+            memcpy(out[p][k], x, ne * sizeof(float));
+        }
+        be->silu(out[p][0], ne);
+        be->sigmoid(out[p][1], ne);
+        be->softplus(out[p][2], ne);
+        out[p][3] = malloc((size_t) nr * dim * sizeof(float));
+        be->rmsnorm(out[p][3], x, nw, nr, dim, 1e-6f, 1);
+        out[p][4] = malloc((size_t) n * C * sizeof(float));
+        out[p][5] = malloc((size_t) C * (K - 1) * sizeof(float));
+        memcpy(out[p][5], st0, (size_t) C * (K - 1) * sizeof(float));
+        be->conv1d(out[p][4], u, out[p][5], cw, n, C, K);
+        out[p][6] = malloc((size_t) g.Hv * g.dk * ds * sizeof(float));
+        memcpy(out[p][6], S0, (size_t) g.Hv * g.dk * ds * sizeof(float));
+        out[p][7] = malloc((size_t) g.n * g.Hv * ds * sizeof(float));
+        pic_gdn_args a = gdn_args(&g, out[p][6], out[p][7], 1, ds);
+        be->gdn_recurrent(&a);
+        out[p][8] = NULL;
+    }
+    pic_kernels_set_threads(saved);
+
+    size_t len[8] = { ne, ne, ne, (size_t) nr * dim, (size_t) n * C, (size_t) C * (K - 1),
+                      (size_t) g.Hv * g.dk * ds, (size_t) g.n * g.Hv * ds };
+    for (int k = 0; k < 8; k++) {
+        assert_memory_equal(out[0][k], out[1][k], len[k] * sizeof(float));
+        free(out[0][k]);
+        free(out[1][k]);
+    }
+    free(x); free(nw); free(u); free(cw); free(st0); free(S0);
+    gdn_case_free(&g);
+}
+
 int
 main(void)
 {
@@ -463,6 +523,7 @@ main(void)
         cmocka_unit_test(test_matmul_matches_naive),
         cmocka_unit_test(test_matmul_small_n),
         cmocka_unit_test(test_norms_and_activations),
+        cmocka_unit_test(test_serial_paths_equal_parallel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
