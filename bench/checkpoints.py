@@ -300,7 +300,7 @@ def eviction(info):
     import tempfile
 
     import agent
-    from decode_batch import ensure_model
+    from common import ensure_model
     if not os.path.exists(os.path.join(BUILD, "pic-engine")):
         return {}
     agent.SESSIONS = 4 if QUICK else 6
