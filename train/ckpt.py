@@ -33,6 +33,22 @@ PRESETS = {
     "h128x4": dict(family="qwen3_5", H=128, layer_types=[L, L, L, F],
                    Hq=2, Hkv=1, hd=64, Hk=2, Hv=2, dk=64, dv=64, I=384,
                    tied=True, dtype="bf16-mixed"),          # 1.7 M: ~2-4x the steps per second
+    # h128x4 with attention at layers 2 and 4 (GDN:attention 1:1; two attention
+    # layers: an induction head needs one to find the key and one to read the value)
+    "h128x4b": dict(family="qwen3_5", H=128, layer_types=[L, F, L, F],
+                    Hq=2, Hkv=1, hd=64, Hk=2, Hv=2, dk=64, dv=64, I=384,
+                    tied=True, dtype="bf16-mixed"),
+    # attention first: the token identities reach an attention layer before any GDN
+    "h128x4c": dict(family="qwen3_5", H=128, layer_types=[F, L, L, F],
+                    Hq=2, Hkv=1, hd=64, Hk=2, Hv=2, dk=64, dv=64, I=384,
+                    tied=True, dtype="bf16-mixed"),
+    # probes (train/README.md): attention only, 2 layers
+    "a128x2": dict(family="qwen3_5", H=128, layer_types=[F, F],
+                   Hq=2, Hkv=1, hd=64, Hk=2, Hv=2, dk=64, dv=64, I=384,
+                   tied=True, dtype="bf16-mixed"),
+    "a64x2": dict(family="qwen3_5", H=64, layer_types=[F, F],
+                  Hq=2, Hkv=1, hd=32, Hk=2, Hv=2, dk=32, dv=32, I=192,
+                  tied=True, dtype="bf16-mixed"),
 }
 PRESET_NAME = "h256x8"
 PRESET = dict(PRESETS[PRESET_NAME])

@@ -176,8 +176,12 @@ def _question(r, e, a):
 # training's warm-ups, not benchmark levels: -1 has documents of one short sentence
 # plus the facts; -2 is dense associative recall (_recall_item: `single` and
 # `distract` are a list of 2-8 facts and nothing else; the other tasks are their
-# level -1 items)
+# level -1 items); -6..-3 grow -2 from where a small model learns it (RECALL_SHAPES)
 LEVELS = {
+    -6: ((0, 0), (0, 0)),
+    -5: ((0, 0), (0, 0)),
+    -4: ((0, 0), (0, 0)),
+    -3: ((0, 0), (0, 0)),
     -2: ((0, 0), (0, 0)),
     -1: ((2, 3), (0, 0)),
     0: ((2, 3), (1, 1)),
@@ -279,16 +283,27 @@ def _rag_item(r, level, distract):
 
 NUM_ATTRS = [a for a in ATTRS if a[1][0] == "n"]
 
+# recall levels below -2: (fewest, most facts), (fewest, most digits of a value);
+# level -2 is (2, 8) facts with the attribute's own digits (3-6)
+RECALL_SHAPES = {
+    -6: ((2, 4), (1, 1)),
+    -5: ((2, 6), (1, 2)),
+    -4: ((3, 8), (2, 3)),
+    -3: ((4, 8), (3, 5)),
+}
 
-def _recall_item(r, distract):
+
+def _recall_item(r, distract, shape=None):
     """Level -2: dense associative recall (the copy circuit's warm-up).  2-8
     facts (entity -> number), one question; every other fact is a follow-up
     ("qa"), so almost every token of a training sequence is a fact or an answer.
     single: "Registration number of Vornak: 48213" lines (the question repeats
     the key; the answer is what follows it: plain induction); distract: fact
     sentences of the other levels, two attributes shared by the entities, so a
-    question needs entity and attribute together."""
-    n = r.randint(2, 8)
+    question needs entity and attribute together.  shape: RECALL_SHAPES entry
+    (levels -6..-3: fewer facts, shorter values)."""
+    (nlo, nhi), digits = shape or ((2, 8), None)
+    n = r.randint(nlo, nhi)
     ents = _entities(r, n)
     attrs = r.sample(NUM_ATTRS, 2 if distract else n)
     pairs = []
@@ -299,7 +314,10 @@ def _recall_item(r, distract):
                     pairs.append((e, a))
         else:
             pairs.append((e, attrs[i] if r.random() < 0.5 else r.choice(attrs)))
-    known = [(e, a[0], _value(r, a[1])) for e, a in pairs]
+    if digits:
+        known = [(e, a[0], _value(r, "n%d" % r.randint(*digits))) for e, a in pairs]
+    else:
+        known = [(e, a[0], _value(r, a[1])) for e, a in pairs]
     r.shuffle(known)
     if distract:
         facts = [_fact(r, e, a, v) for e, a, v in known]
@@ -505,9 +523,9 @@ def _shift_item(r, level):
 
 def _make(task, seed, level):
     r = random.Random("%s/%d/%d" % (task, seed, level))
-    if level == -2:
+    if level <= -2:
         if task in ("single", "distract"):
-            return _recall_item(r, task == "distract")
+            return _recall_item(r, task == "distract", RECALL_SHAPES.get(level))
         level = -1
     if task == "single":
         return _rag_item(r, level, False)
