@@ -176,8 +176,10 @@ def _question(r, e, a):
 # training's warm-ups, not benchmark levels: -1 has documents of one short sentence
 # plus the facts; -2 is dense associative recall (_recall_item: `single` and
 # `distract` are a list of 2-8 facts and nothing else; the other tasks are their
-# level -1 items); -6..-3 grow -2 from where a small model learns it (RECALL_SHAPES)
+# level -1 items); -6..-3 grow -2 from where a small model learns it (RECALL_SHAPES);
+# -7 is _list_item (every answer token a target)
 LEVELS = {
+    -7: ((0, 0), (0, 0)),
     -6: ((0, 0), (0, 0)),
     -5: ((0, 0), (0, 0)),
     -4: ((0, 0), (0, 0)),
@@ -334,6 +336,29 @@ def _recall_item(r, distract, shape=None):
                  "\n\nQuestion: " + q})
     return {"messages": msgs, "tools": None, "answer": v, "docs": facts,
             "qa": _ask(known, (e, a))}
+
+
+def _list_item(r):
+    """Level -7: multi-query associative recall in chat form.  4-8 "- Name: d" facts
+    (1-digit values), a question naming every entity in a shuffled order, and an
+    answer listing "Name: d" in that order: every answer token is a target (the
+    names are copies from the question, the digits a lookup in the facts), where a
+    level -6 sequence has ~3 targets in ~120 tokens).  The "- " keeps a space
+    before every name, so a name is the same tokens in facts, question and answer."""
+    n = r.randint(4, 8)
+    names = []
+    while len(names) < n:
+        e = _name(r)
+        if e not in names:
+            names.append(e)
+    vals = [str(r.randint(0, 9)) for _ in names]
+    facts = ["- %s: %s" % (e, v) for e, v in zip(names, vals)]
+    order = list(range(n))
+    r.shuffle(order)
+    q = "List the values of " + ", ".join(names[i] for i in order) + "."
+    msgs = [{"role": "user", "content": "Facts:\n" + "\n".join(facts) + "\n\nQuestion: " + q}]
+    return {"messages": msgs, "tools": None, "docs": facts, "qa": [],
+            "answer": "\n".join(facts[i] for i in order)}
 
 
 def _multihop_item(r, level):
@@ -523,6 +548,8 @@ def _shift_item(r, level):
 
 def _make(task, seed, level):
     r = random.Random("%s/%d/%d" % (task, seed, level))
+    if level == -7 and task == "single":
+        return _list_item(r)
     if level <= -2:
         if task in ("single", "distract"):
             return _recall_item(r, task == "distract", RECALL_SHAPES.get(level))
