@@ -144,6 +144,15 @@ class Proc:
     def kill(self):
         self.stop(signal.SIGKILL)
 
+    def ready(self, wait):
+        """Run the start-up wait; a process that never becomes ready is killed
+        before the error propagates (no test leaves it running)."""
+        try:
+            wait()
+        except BaseException:
+            self.kill()
+            raise
+
     def log_files(self):
         return [self.log_path]
 
@@ -185,12 +194,15 @@ class Engine(Proc):
         if "--pool-secret-file" not in extra and not secure_default:
             argv += ["--insecure-pool"]
         super().__init__(name, argv + list(extra), logdir, env=env)
+        self.ready(self._wait_healthy)
+
+    def _wait_healthy(self):
         wait_for(lambda: os.path.exists(self.port_file) and
-                 open(self.port_file).read().strip() != "", what=f"{name} port", proc=self)
+                 open(self.port_file).read().strip() != "", what=f"{self.name} port", proc=self)
         self.port = int(open(self.port_file).read())
-        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
-        wait_for(lambda: http("GET", self.url + "/healthz", timeout=2, context=tls)[0] == 200,
-                 what=f"{name} /healthz", proc=self)
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+        wait_for(lambda: http("GET", self.url + "/healthz", timeout=2, context=self.tls)[0] == 200,
+                 what=f"{self.name} /healthz", proc=self)
 
 
 class Redis(Proc):
@@ -207,7 +219,7 @@ class Redis(Proc):
         if password:
             argv += ["--requirepass", password]
         super().__init__(name, argv + list(extra), logdir)
-        wait_for(self.ping, what="redis PING", proc=self)
+        self.ready(lambda: wait_for(self.ping, what="redis PING", proc=self))
 
     def ping(self):
         with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
@@ -237,8 +249,8 @@ class Nginx(Proc):
         with open(self.conf, "w") as f:
             f.write(nginx_conf(self.prefix, body, main_extra, workers))
         super().__init__(name, [NGINX_BIN, "-p", self.prefix, "-c", self.conf], logdir)
-        wait_for(lambda: http("GET", self.url + "/__pic_ready", timeout=2)[0] > 0,
-                 what="nginx listening", proc=self)
+        self.ready(lambda: wait_for(lambda: http("GET", self.url + "/__pic_ready", timeout=2)[0] > 0,
+                                    what="nginx listening", proc=self))
 
     def log_files(self):
         return [self.log_path, self.error_log]
