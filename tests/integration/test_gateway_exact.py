@@ -74,6 +74,19 @@ def addr(f):
     return f"127.0.0.1:{f.port}"
 
 
+def engine_pair(procs, loc=""):
+    """(e1, e2, nginx, OpenAI client): redis, two real TINY engines (one thread
+    each) and a ready gateway over them; loc: more directives of the pic location."""
+    red = procs.redis()
+    e1 = procs.engine(name="e1", model=TINY, extra=["--threads", "1"])
+    e2 = procs.engine(name="e2", model=TINY, extra=["--threads", "1"])
+    ngx = procs.nginx(gw_conf([addr(e1), addr(e2)], http=f"pic_redis 127.0.0.1:{red.port};",
+                              loc="pic_redis_timeout 5s; " + loc))
+    ready(ngx)
+    return e1, e2, ngx, openai.OpenAI(base_url=ngx.url + "/v1", api_key="none", max_retries=0,
+                                      timeout=120)
+
+
 def session(s, turns, sys_text=None, last=None):
     """Agent loop messages of session s after `turns` tool calls; `last`
     replaces the content of the last tool result."""
@@ -100,13 +113,7 @@ def test_sessions_stay_on_their_exact_prefix_over_pic_bytes(procs):
     result is a document another engine was just given (PIC hit bytes alone
     would send it there: routing.exact_decided counts it); the engines serve
     those turns from their prefix trees."""
-    red = procs.redis()
-    e1 = procs.engine(name="e1", model=TINY, extra=["--threads", "1"])
-    e2 = procs.engine(name="e2", model=TINY, extra=["--threads", "1"])
-    ngx = procs.nginx(gw_conf([addr(e1), addr(e2)], http=f"pic_redis 127.0.0.1:{red.port};",
-                              loc="pic_redis_timeout 5s;"))
-    ready(ngx)
-    c = openai.OpenAI(base_url=ngx.url + "/v1", api_key="none", max_retries=0, timeout=120)
+    e1, e2, ngx, c = engine_pair(procs)
     n_lines = 0
 
     def ask(msgs):
@@ -184,13 +191,7 @@ def test_second_sighting_goes_where_the_first_was_seen(procs):
     saw it, also when its new system prompt alone would send it to the other
     engine (routing.seen_decided), and the third one hits there.  S1 windows
     are off: they too remember where content was combined."""
-    red = procs.redis()
-    e1 = procs.engine(name="e1", model=TINY, extra=["--threads", "1"])
-    e2 = procs.engine(name="e2", model=TINY, extra=["--threads", "1"])
-    ngx = procs.nginx(gw_conf([addr(e1), addr(e2)], http=f"pic_redis 127.0.0.1:{red.port};",
-                              loc="pic_redis_timeout 5s; pic_s1_fallback off;"))
-    ready(ngx)
-    c = openai.OpenAI(base_url=ngx.url + "/v1", api_key="none", max_retries=0, timeout=120)
+    e1, e2, ngx, c = engine_pair(procs, loc="pic_s1_fallback off;")
     n_lines = 0
 
     def ask(system, d, q):
