@@ -146,12 +146,14 @@ def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu"):
 def evaluate(model, tok, eos, level, n, tasks_=None, device="cpu", bs=8, dacc=None):
     """({task: exact match}, {task: answer-token accuracy}, {task: answer loss}) on
     held-out seeds [0, n) at `level` (teacher-forced, batches of bs); dacc (a dict)
-    gets {task: accuracy over the answer tokens without the closing <|im_end|>}
-    (the value's digits: 0.1 is chance)."""
+    gets {task: accuracy over the answer's digit tokens} (the values: 0.1 is
+    chance; names and punctuation of a list answer do not count; 0 when an
+    answer has no digit)."""
     import torch
     model.eval()
     acc, tacc, aloss = {}, {}, {}
     dacc = {} if dacc is None else dacc
+    digits = {tok.token_to_id(str(i)) for i in range(10)}
     with torch.no_grad():
         for task in tasks_ or tasks.TASKS:
             ok, tok_ok, tok_n, ce_sum, d_ok, d_n = 0, 0, 0, 0.0, 0, 0
@@ -167,8 +169,9 @@ def evaluate(model, tok, eos, level, n, tasks_=None, device="cpu", bs=8, dacc=No
                     lg = model.lm_head(hs[b, a0 - 1:len(ids) - 1]).float()
                     gold = x[b, a0:len(ids)].to(lg.device)
                     hit = lg.argmax(-1) == gold
-                    d_ok += int(hit[:-1].sum())
-                    d_n += len(gold) - 1
+                    isd = torch.tensor([int(t) in digits for t in gold.tolist()], device=lg.device)
+                    d_ok += int((hit & isd).sum())
+                    d_n += int(isd.sum())
                     ok += bool(hit.all())
                     tok_ok += int(hit.sum())
                     tok_n += len(gold)
