@@ -494,6 +494,23 @@ ngx_http_pic_create_loc_conf(ngx_conf_t *cf)
 }
 
 
+/* Whether a size sized from the engines' break-even length stays automatic:
+ * not when configured here; as the enclosing level when configured there. */
+static ngx_uint_t
+ngx_http_pic_merge_auto(size_t value, size_t prev_value, ngx_uint_t prev_auto)
+{
+    if (value != NGX_CONF_UNSET_SIZE) {
+        return 0;
+    }
+
+    if (prev_value != NGX_CONF_UNSET_SIZE) {
+        return prev_auto == 1;
+    }
+
+    return 1;
+}
+
+
 static char *
 ngx_http_pic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 {
@@ -512,25 +529,11 @@ ngx_http_pic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     /* not configured here nor above: sized from the engines' break-even
      * length at request time (ngx_http_pic_segment_sizes) */
 
-    if (conf->cdc_avg != NGX_CONF_UNSET_SIZE) {
-        conf->cdc_auto = 0;
-
-    } else if (prev->cdc_avg != NGX_CONF_UNSET_SIZE) {
-        conf->cdc_auto = (prev->cdc_auto == 1);
-
-    } else {
-        conf->cdc_auto = 1;
-    }
-
-    if (conf->min_segment != NGX_CONF_UNSET_SIZE) {
-        conf->min_segment_auto = 0;
-
-    } else if (prev->min_segment != NGX_CONF_UNSET_SIZE) {
-        conf->min_segment_auto = (prev->min_segment_auto == 1);
-
-    } else {
-        conf->min_segment_auto = 1;
-    }
+    conf->cdc_auto = ngx_http_pic_merge_auto(conf->cdc_avg, prev->cdc_avg,
+                                             prev->cdc_auto);
+    conf->min_segment_auto = ngx_http_pic_merge_auto(conf->min_segment,
+                                                     prev->min_segment,
+                                                     prev->min_segment_auto);
 
     ngx_conf_merge_size_value(conf->cdc_min, prev->cdc_min,
                               NGX_HTTP_PIC_CDC_MIN);
