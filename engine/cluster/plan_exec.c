@@ -500,6 +500,22 @@ pic_plan_build_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
     return PIC_PLAN_MORE;
 }
 
+/* The checkpoints of one exact forward, filled layer by layer from its
+ * on_cut hook: snap[k] is cut k of that call. */
+typedef struct {
+    const pic_prefix_cache *pc;
+    const pic_state        *s;
+    float                 **snap;
+} pic_plan_snapper;
+
+static void
+pic_plan_snap_layer(void *user, int layer, int cut)
+{
+    pic_plan_snapper *sn = user;
+
+    pic_prefix_cache_snap_layer(sn->pc, sn->s, layer, sn->snap[cut]);
+}
+
 /* Exact first (plan_exec.h): one unit of work per call, as pic_plan_step. */
 static int
 pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
@@ -601,30 +617,35 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
     }
     if (pj->phase == 2 && pj->pos < pj->xend
         && (pj->xend == n || pj->next_cut < pj->n_cut)) {
-        /* one micro-batch of the exact part per step, cut at checkpoints
-         * (past the last cut, when entries follow, the rest of the exact
-         * part is the head of assembly's first run: one forward less) */
-        int to = pj->xend, last;
+        /* one micro-batch of the exact part per step, the checkpoints in
+         * it captured during that one forward (on_cut); past the last
+         * cut, when entries follow, the rest of the exact part is the
+         * head of assembly's first run: one forward less */
+        int              to = pj->xend, k1 = pj->next_cut, last;
+        pic_plan_snapper sn = { .pc = pc, .s = s, .snap = pj->snap + pj->next_cut };
+        pic_forward_hooks h = { .user = &sn, .on_cut = pic_plan_snap_layer };
 
         if (to - pj->pos > PIC_UBATCH) {
             to = pj->pos + PIC_UBATCH;
         }
-        if (pj->next_cut < pj->n_cut && pj->cuts[pj->next_cut] < to) {
-            to = pj->cuts[pj->next_cut];
+        if (pj->xend < n && pj->cuts[pj->n_cut - 1] < to) {
+            to = pj->cuts[pj->n_cut - 1];
+        }
+        while (k1 < pj->n_cut && pj->cuts[k1] <= to) {
+            /* NULL on OOM: insert skips it */
+            pj->snap[k1++] = pic_prefix_cache_ck_new(pc);
         }
         last = to == n;
-        if (pic_forward(m, NULL, s, pj->ids + pj->pos, to - pj->pos, pj->pos,
-                        last ? PIC_LOGITS_LAST : PIC_LOGITS_NONE, logits, NULL, err,
-                        errlen) != 0) {
+        if (pic_forward_cuts(m, NULL, s, pj->ids + pj->pos, to - pj->pos, pj->pos,
+                             pj->cuts + pj->next_cut, k1 - pj->next_cut,
+                             last ? PIC_LOGITS_LAST : PIC_LOGITS_NONE, logits,
+                             k1 > pj->next_cut ? &h : NULL, err, errlen) != 0) {
             return PIC_PLAN_ERROR;
         }
+        pj->next_cut = k1;
         pj->pos = to;
         pj->n_fwd++;
         pic_plan_clock(pj, PIC_PH_EXACT, &t0);
-        if (pj->next_cut < pj->n_cut && pj->cuts[pj->next_cut] == to) {
-            pj->snap[pj->next_cut++] = pic_prefix_cache_snap(pc, s);
-            pic_plan_clock(pj, PIC_PH_SNAP, &t0);
-        }
         if (pj->pos < pj->xend) {
             return PIC_PLAN_MORE;
         }

@@ -174,7 +174,9 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     /* per span, in order: the caller's prep (seam runs), 2. causal conv
      * with the span's carried window and SiLU, 5. q̂ = q/‖q‖ / sqrt(dk),
      * k̂ = k/‖k‖ (eps on the sum of squares), 6–7. the recurrence */
-    int decode = hooks == NULL || (hooks->on_run == NULL && hooks->on_gdn == NULL);
+    int decode = hooks == NULL
+                 || (hooks->on_run == NULL && hooks->on_gdn == NULL
+                     && hooks->on_cut == NULL);
 
     for (int i = 0; i < n_sp && decode; i++) {
         decode = sp[i].n == 1;
@@ -215,6 +217,9 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
             be->gdn_recurrent(&a);
         } else {
             be->gdn_chunked(&a);
+        }
+        if (sp[i].cut && hooks != NULL && hooks->on_cut != NULL) {
+            hooks->on_cut(hooks->user, l, sp[i].run);
         }
     }
 
@@ -330,12 +335,13 @@ pic_forward_layers(const pic_model *m, const pic_backend *be, pic_ws *w,
 
 /* Forward tokens (total, runs laid end to end) at the runs' positions in
  * layer-major passes of at most PIC_UBATCH rows, one span per piece of a
- * run; logits as mode asks (ALL: (total, V)).  Runs checked by the caller;
+ * run; the runs below n_cut end at cuts (on_cut after their last piece);
+ * logits as mode asks (ALL: (total, V)).  Runs checked by the caller;
  * s->pos becomes the last run's end.  -1 + err on a bad token id or OOM. */
 static int
 pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
-                 const int *tokens, const pic_run *runs, int n_runs, int total,
-                 int chunk_min, pic_logits_mode mode, float *logits,
+                 const int *tokens, const pic_run *runs, int n_runs, int n_cut,
+                 int total, int chunk_min, pic_logits_mode mode, float *logits,
                  const pic_forward_hooks *hooks, char *err, size_t errlen)
 {
     const pic_config *c = &m->cfg;
@@ -375,6 +381,7 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
             sp[ns++] = (pic_fwd_span) {
                 .s = s, .row = nb, .n = take, .p0 = runs[r].p0 + done,
                 .run = r, .prep = done == 0, .chunk_min = chunk_min,
+                .cut = r < n_cut && done + take == runs[r].n,
             };
             nb += take;
             done += take;
@@ -432,8 +439,55 @@ pic_forward(const pic_model *m, const pic_backend *be, pic_state *s,
         snprintf(err, errlen, "%s: position overflow", __func__);
         return -1;
     }
-    return pic_forward_pass(m, be, s, tokens, &run, 1, n, PIC_GDN_CHUNK, mode,
+    return pic_forward_pass(m, be, s, tokens, &run, 1, 0, n, PIC_GDN_CHUNK, mode,
                             logits, hooks, err, errlen);
+}
+
+int
+pic_forward_cuts(const pic_model *m, const pic_backend *be, pic_state *s,
+                 const int *tokens, int n, int p0, const int *cuts, int n_cuts,
+                 pic_logits_mode mode, float *logits, const pic_forward_hooks *hooks,
+                 char *err, size_t errlen)
+{
+    pic_run *runs;
+    int      n_runs, rc;
+
+    if (n_cuts <= 0) {
+        return pic_forward(m, be, s, tokens, n, p0, mode, logits, hooks, err, errlen);
+    }
+    if (n <= 0 || p0 < 0 || tokens == NULL || cuts == NULL || n > INT32_MAX - p0
+        || s->n_layers != m->cfg.n_layers
+        || (mode != PIC_LOGITS_NONE && logits == NULL)) {
+        snprintf(err, errlen, "%s: bad batch (n=%d, p0=%d)", __func__, n, p0);
+        return -1;
+    }
+    for (int k = 0; k < n_cuts; k++) {
+        if (cuts[k] <= (k > 0 ? cuts[k - 1] : p0) || cuts[k] > p0 + n) {
+            snprintf(err, errlen, "%s: cut %d at %d outside (%d, %d] or out of order",
+                     __func__, k, cuts[k], k > 0 ? cuts[k - 1] : p0, p0 + n);
+            return -1;
+        }
+    }
+    /* one run per piece: run k ends at cuts[k], the last at p0+n */
+    n_runs = cuts[n_cuts - 1] == p0 + n ? n_cuts : n_cuts + 1;
+    runs = malloc((size_t) n_runs * sizeof(*runs));
+    if (runs == NULL) {
+        snprintf(err, errlen, "%s: out of memory", __func__);
+        return -1;
+    }
+    for (int k = 0, at = p0; k < n_runs; k++) {
+        int end = k < n_cuts ? cuts[k] : p0 + n;
+
+        runs[k] = (pic_run) { .p0 = at, .n = end - at };
+        at = end;
+    }
+    if (be == NULL) {
+        be = pic_backend_cpu();
+    }
+    rc = pic_forward_pass(m, be, s, tokens, runs, n_runs, n_cuts, n, PIC_GDN_CHUNK,
+                          mode, logits, hooks, err, errlen);
+    free(runs);
+    return rc;
 }
 
 int
@@ -462,7 +516,7 @@ pic_forward_runs(const pic_model *m, const pic_backend *be, pic_state *s,
         end = runs[r].p0 + runs[r].n;
         total += runs[r].n;
     }
-    return pic_forward_pass(m, be, s, tokens, runs, n_runs, total,
+    return pic_forward_pass(m, be, s, tokens, runs, n_runs, 0, total,
                             PIC_RUN_CHUNK_MIN,
                             logits != NULL ? PIC_LOGITS_LAST : PIC_LOGITS_NONE,
                             logits, hooks, err, errlen);

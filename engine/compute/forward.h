@@ -60,6 +60,10 @@ typedef struct {
      * `layer`, before its conv, in its first micro-batch; may modify
      * s->S[layer] and s->conv[layer].  NULL: none. */
     void (*on_run)(void *user, int layer, int run);
+    /* pic_forward_cuts: linear layer `layer` has advanced s->S[layer] and
+     * s->conv[layer] to cut position cuts[cut] (read them, change
+     * nothing).  Called once per layer and cut, in position order. */
+    void (*on_cut)(void *user, int layer, int cut);
 } pic_forward_hooks;
 
 typedef struct {
@@ -75,6 +79,20 @@ int pic_forward(const pic_model *m, const pic_backend *be, pic_state *s,
                 const int *tokens, int n, int p0, pic_logits_mode mode,
                 float *logits, const pic_forward_hooks *hooks, char *err,
                 size_t errlen);
+
+/* pic_forward with the linear states captured at positions inside the
+ * call (exact prefix checkpoints, DESIGN §3.4): cuts[0..n_cuts) increase
+ * within (p0, p0+n]; every linear layer calls hooks->on_cut(user, layer,
+ * k) when its state stands at cuts[k].  The conv, the recurrence and the
+ * GDN chunk grid restart at every cut exactly as in one pic_forward per
+ * piece, while projections, FFN and attention run over whole micro-
+ * batches, so states and logits equal the cut pic_forward calls up to
+ * GEMM rounding (bit for bit with the CPU backend's kernels; unit tested).
+ * n_cuts 0 is pic_forward.  -1 + err as pic_forward, or on bad cuts. */
+int pic_forward_cuts(const pic_model *m, const pic_backend *be, pic_state *s,
+                     const int *tokens, int n, int p0, const int *cuts, int n_cuts,
+                     pic_logits_mode mode, float *logits,
+                     const pic_forward_hooks *hooks, char *err, size_t errlen);
 
 /* Several runs of one sequence in one layer-major pass (the recompute runs
  * of PIC assembly, DESIGN §3.3): runs[r] holds tokens at p0_r..p0_r+n_r−1

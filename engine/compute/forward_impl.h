@@ -51,6 +51,8 @@ typedef struct {
                              * span's conv in every linear layer */
     int        run;         /* the caller's run index, for on_run */
     int        chunk_min;   /* GDN chunked from this many rows (0: PIC_GDN_CHUNK) */
+    int        cut;         /* 1: hooks->on_cut(user, layer, run) once this
+                             * span advanced s in a linear layer */
 } pic_fwd_span;
 
 /* Lay a workspace for nb rows out in s->ws, growing it; -1 on OOM. */

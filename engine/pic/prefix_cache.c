@@ -848,6 +848,33 @@ pic_prefix_cache_snap(const pic_prefix_cache *pc, const pic_state *s)
     return pic_pc_ck_take(pc, s);
 }
 
+float *
+pic_prefix_cache_ck_new(const pic_prefix_cache *pc)
+{
+    return malloc(pc->ck_floats * sizeof(float));
+}
+
+void
+pic_prefix_cache_snap_layer(const pic_prefix_cache *pc, const pic_state *s, int layer,
+                            float *ck)
+{
+    const pic_config *c = &pc->m->cfg;
+    size_t            nS = (size_t) s->Hv * s->dk * s->dv;
+    size_t            nC = (size_t) s->conv_ch * s->conv_k1;
+
+    if (ck == NULL || layer < 0 || layer >= c->n_layers
+        || c->layer_type[layer] != PIC_LAYER_LINEAR) {
+        return;
+    }
+    for (int l = 0; l < layer; l++) {       /* the layers before it, as ck_take */
+        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+            ck += nS + nC;
+        }
+    }
+    memcpy(ck, s->S[layer], nS * sizeof(float));
+    memcpy(ck + nS, s->conv[layer], nC * sizeof(float));
+}
+
 /* A new node under parent for tokens tb (nt of them) ending at end, its KV
  * from s; NULL on OOM. */
 static pic_pnode *
@@ -1021,6 +1048,20 @@ pic_prefix_cache_insert(pic_prefix_cache *pc, uint64_t scope, const pic_state *s
 
 /* --- prefill --- */
 
+typedef struct {
+    const pic_prefix_cache *pc;
+    const pic_state        *s;
+    float                 **snap;       /* (n_cut) one buffer per cut */
+} pic_pc_cut_ctx;
+
+static void
+pic_pc_cut_hook(void *user, int layer, int cut)
+{
+    pic_pc_cut_ctx *cc = user;
+
+    pic_prefix_cache_snap_layer(cc->pc, cc->s, layer, cc->snap[cut]);
+}
+
 int
 pic_prefix_cache_prefill(pic_prefix_cache *pc, const pic_backend *be, pic_state *s,
                          const int *tokens, int n, float *logits,
@@ -1028,7 +1069,7 @@ pic_prefix_cache_prefill(pic_prefix_cache *pc, const pic_backend *be, pic_state 
 {
     const pic_model  *m = pc->m;
     pic_prefix_result local;
-    int               depth = 0, resume = 0, rc = -1, n_cut, pos;
+    int               depth = 0, resume = 0, rc = -1, n_cut;
     int              *cuts = NULL;
     float           **snap = NULL;
 
@@ -1048,28 +1089,16 @@ pic_prefix_cache_prefill(pic_prefix_cache *pc, const pic_backend *be, pic_state 
     }
     n_cut = pic_prefix_cache_cuts(pc, 0, tokens, n, resume, n, cuts);
 
-    /* the forward from c, cut at the checkpoints to capture */
-    pos = resume;
+    /* one forward from c, the checkpoints captured inside it */
     for (int k = 0; k < n_cut; k++) {
-        if (cuts[k] >= n) {
-            break;
-        }
-        if (pic_forward(m, be, s, tokens + pos, cuts[k] - pos, pos, PIC_LOGITS_NONE,
-                        NULL, NULL, err, errlen) != 0) {
-            goto done;
-        }
-        pos = cuts[k];
-        snap[k] = pic_pc_ck_take(pc, s);
+        snap[k] = pic_prefix_cache_ck_new(pc);      /* NULL on OOM: skipped */
     }
-    if (pic_forward(m, be, s, tokens + pos, n - pos, pos,
-                    logits != NULL ? PIC_LOGITS_LAST : PIC_LOGITS_NONE, logits, NULL,
-                    err, errlen) != 0) {
+    pic_pc_cut_ctx cc = { .pc = pc, .s = s, .snap = snap };
+    pic_forward_hooks h = { .user = &cc, .on_cut = pic_pc_cut_hook };
+    if (pic_forward_cuts(m, be, s, tokens + resume, n - resume, resume, cuts, n_cut,
+                         logits != NULL ? PIC_LOGITS_LAST : PIC_LOGITS_NONE, logits,
+                         n_cut > 0 ? &h : NULL, err, errlen) != 0) {
         goto done;
-    }
-    for (int k = 0; k < n_cut; k++) {
-        if (cuts[k] == n) {
-            snap[k] = pic_pc_ck_take(pc, s);
-        }
     }
     pic_prefix_cache_insert(pc, 0, s, tokens, n, cuts, snap, n_cut, 0, &r->new_blocks,
                             &r->new_checkpoints);

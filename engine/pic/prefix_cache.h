@@ -173,6 +173,16 @@ void pic_prefix_cache_edges(pic_prefix_cache *pc, int *n_edges, int *max_ck);
  * linear layer) as they are now; NULL on OOM.  Give it to insert. */
 float *pic_prefix_cache_snap(const pic_prefix_cache *pc, const pic_state *s);
 
+/* The same one layer at a time, from inside a forward (on_cut of
+ * pic_forward_cuts): pic_prefix_cache_ck_new gives an unfilled buffer
+ * (NULL on OOM); snap_layer copies linear layer `layer` of s into it
+ * (nothing for an attention layer or a NULL ck).  Once every linear layer
+ * wrote it at one position it equals pic_prefix_cache_snap there; give it
+ * to insert. */
+float *pic_prefix_cache_ck_new(const pic_prefix_cache *pc);
+void pic_prefix_cache_snap_layer(const pic_prefix_cache *pc, const pic_state *s, int layer,
+                                 float *ck);
+
 /* The second half: add under scope what s holds exactly for tokens[0, n)
  * (s holds their KV at positions [0, n)): the full blocks not held yet,
  * the checkpoints ck[k] captured at positions cpos[k] <= n (n_ck; the

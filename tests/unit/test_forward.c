@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "fixture_models.h"
 #include "forward.h"
 #include "model.h"
 #include "state.h"
@@ -310,6 +311,208 @@ test_microbatch_edge_invisible(void **unused)
     pic_state_free(s);
 }
 
+/* --- checkpoints inside one forward (pic_forward_cuts) --- */
+
+typedef struct {
+    const pic_state *s;
+    float          **S;         /* (n_cuts * n_layers) copies of S, NULL: not a linear layer */
+    float          **conv;      /* same for the conv window */
+    int              n_layers, calls;
+} cut_ctx;
+
+static void
+capture_cut(void *user, int layer, int cut)
+{
+    cut_ctx          *h = user;
+    const pic_state  *s = h->s;
+    size_t            sn = (size_t) s->Hv * s->dk * s->dv;
+    size_t            cn = (size_t) s->conv_ch * s->conv_k1;
+    size_t            i = (size_t) cut * h->n_layers + layer;
+
+    assert_null(h->S[i]);
+    h->S[i] = malloc(sn * sizeof(float));
+    h->conv[i] = malloc(cn * sizeof(float));
+    memcpy(h->S[i], s->S[layer], sn * sizeof(float));
+    memcpy(h->conv[i], s->conv[layer], cn * sizeof(float));
+    h->calls++;
+}
+
+/* Run p0 + n tokens on m (p0 plain, then n with the cuts) twice:
+ * pic_forward_cuts with on_cut copies, and one pic_forward per piece with
+ * the states read between the calls.  Returns the largest difference
+ * between the two of every linear layer's S and conv at every cut, the
+ * final S, conv and KV and the last logits; *full gets the largest
+ * difference of the checkpoints to plain forwards that stop at the cuts
+ * and of the last logits to one plain forward of all p0 + n tokens. */
+static float
+cuts_vs_pieces(pic_model *m, int p0, int n, const int *cuts, int nc, float *full)
+{
+    const pic_config *c = &m->cfg;
+    int               V = c->vocab, L = c->n_layers, hd = c->head_dim;
+    int              *ids = tokens(p0 + n, V);
+    char              err[256];
+    size_t            sn = (size_t) c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+    size_t            cn = (size_t) pic_config_conv_ch(c) * (c->conv_kernel - 1);
+    float            *la = malloc((size_t) V * sizeof(float));
+    float            *lb = malloc((size_t) V * sizeof(float));
+    float            *lf = malloc((size_t) V * sizeof(float));
+    pic_state        *a = pic_state_init(c, 0, err, sizeof(err));
+    pic_state        *b = pic_state_init(c, 0, err, sizeof(err));
+    cut_ctx           h = { .s = b, .n_layers = L };
+    pic_forward_hooks hooks = { .user = &h, .on_cut = capture_cut };
+    float             d = 0.0f, e;
+
+    *full = 0.0f;
+    h.S = calloc((size_t) nc * L, sizeof(float *));
+    h.conv = calloc((size_t) nc * L, sizeof(float *));
+    assert_int_equal(pic_forward(m, NULL, a, ids, p0 + n, 0, PIC_LOGITS_LAST, lf, NULL,
+                                 err, sizeof(err)), 0);
+    assert_int_equal(pic_forward(m, NULL, b, ids, p0, 0, PIC_LOGITS_NONE, NULL, NULL,
+                                 err, sizeof(err)), 0);
+    assert_int_equal(pic_forward_cuts(m, NULL, b, ids + p0, n, p0, cuts, nc,
+                                      PIC_LOGITS_LAST, lb, &hooks, err, sizeof(err)), 0);
+    assert_int_equal(b->pos, p0 + n);
+    for (int l = 0, lin = 0; l <= L; l++) {     /* one on_cut per linear layer and cut */
+        if (l == L) {
+            assert_int_equal(h.calls, nc * lin);
+        } else if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+            lin++;
+        }
+    }
+    /* the oracle: every checkpoint equals the state of one plain forward
+     * that stops there */
+    for (int k = 0; k < nc; k++) {
+        pic_state_reset(a);
+        assert_int_equal(pic_forward(m, NULL, a, ids, cuts[k], 0, PIC_LOGITS_NONE, NULL,
+                                     NULL, err, sizeof(err)), 0);
+        for (int l = 0; l < L; l++) {
+            size_t i = (size_t) k * L + l;
+
+            if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+                e = max_abs_diff(a->S[l], h.S[i], sn);
+                *full = e > *full ? e : *full;
+                e = max_abs_diff(a->conv[l], h.conv[i], cn);
+                *full = e > *full ? e : *full;
+            }
+        }
+    }
+    pic_state_reset(a);
+    assert_int_equal(pic_forward(m, NULL, a, ids, p0, 0, PIC_LOGITS_NONE, NULL, NULL,
+                                 err, sizeof(err)), 0);
+    for (int k = 0, at = p0; k <= nc && at < p0 + n; k++) {
+        int to = k < nc ? cuts[k] : p0 + n;
+
+        assert_int_equal(pic_forward(m, NULL, a, ids + at, to - at, at,
+                                     to == p0 + n ? PIC_LOGITS_LAST : PIC_LOGITS_NONE,
+                                     la, NULL, err, sizeof(err)), 0);
+        at = to;
+        for (int l = 0; k < nc && l < L; l++) {
+            size_t i = (size_t) k * L + l;
+
+            if (c->layer_type[l] != PIC_LAYER_LINEAR) {
+                assert_null(h.S[i]);
+                continue;
+            }
+            assert_non_null(h.S[i]);
+            e = max_abs_diff(a->S[l], h.S[i], sn);
+            d = e > d ? e : d;
+            e = max_abs_diff(a->conv[l], h.conv[i], cn);
+            d = e > d ? e : d;
+        }
+    }
+    e = max_abs_diff(la, lb, V);
+    d = e > d ? e : d;
+    for (int l = 0; l < L; l++) {
+        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+            e = max_abs_diff(a->S[l], b->S[l], sn);
+            d = e > d ? e : d;
+            e = max_abs_diff(a->conv[l], b->conv[l], cn);
+            d = e > d ? e : d;
+            continue;
+        }
+        for (int hh = 0; hh < c->n_kv_heads; hh++) {
+            size_t oa = (size_t) hh * a->cap * hd, ob = (size_t) hh * b->cap * hd;
+
+            e = max_abs_diff(a->kc[l] + oa, b->kc[l] + ob, (size_t) (p0 + n) * hd);
+            d = e > d ? e : d;
+            e = max_abs_diff(a->vc[l] + oa, b->vc[l] + ob, (size_t) (p0 + n) * hd);
+            d = e > d ? e : d;
+        }
+    }
+    e = max_abs_diff(lf, lb, V);
+    *full = e > *full ? e : *full;
+    for (size_t i = 0; i < (size_t) nc * L; i++) {
+        free(h.S[i]);
+        free(h.conv[i]);
+    }
+    free(h.S);
+    free(h.conv);
+    free(la);
+    free(lb);
+    free(lf);
+    free(ids);
+    pic_state_free(a);
+    pic_state_free(b);
+    return d;
+}
+
+/* Checkpoints taken inside one call (cuts on and off the GDN chunk grid,
+ * across a micro-batch edge, at the end, a one-token piece) on the random
+ * model and every fixture preset: every checkpoint equals a plain forward
+ * stopped there and the last logits one plain forward within 1e-4, and
+ * all of it the same forward cut into one pic_forward per piece within
+ * 2e-4.  Not bit for bit: the projections and FFN are GEMMs over the
+ * whole micro-batch instead of each piece, and OpenBLAS rounds by row
+ * count (up to 8e-5 between the two on tiny-qwen3next; the one call is
+ * the closer to the plain forward). */
+static void
+test_cuts_inside_one_forward_equal_cut_forwards(void **unused)
+{
+    static const int sets[][8] = {
+        { 4, 37 + 64, 37 + 65, 37 + 300, 37 + 301 },        /* grid, 1-token piece */
+        { 3, 37 + 5, 37 + 520, 37 + PIC_UBATCH + 150 },     /* across a ubatch, end */
+        { 1, 37 + 200 },
+    };
+
+    for (size_t mi = 0; mi <= sizeof(fixture_models) / sizeof(fixture_models[0]); mi++) {
+        pic_model *m = mi == 0 ? tiny_model() : fixture_load(fixture_models[mi - 1]);
+
+        assert_non_null(m);
+        for (size_t q = 0; q < sizeof(sets) / sizeof(sets[0]); q++) {
+            float full, d = cuts_vs_pieces(m, 37, PIC_UBATCH + 150, &sets[q][1],
+                                           sets[q][0], &full);
+
+            print_message("%s cuts %zu: vs pieces %.3g, vs plain %.3g\n",
+                          mi == 0 ? "random" : fixture_models[mi - 1], q, d, full);
+            assert_true(d < 2e-4f);       /* the per-piece path is the noisier */
+            assert_true(full < 1e-4f);
+        }
+        if (mi > 0) {
+            pic_model_free(m);
+        }
+    }
+}
+
+/* Cuts out of order or outside (p0, p0+n] are an error, before any work. */
+static void
+test_bad_cuts_are_an_error(void **unused)
+{
+    pic_model *m = tiny_model();
+    char       err[256] = "";
+    int        ids[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+    pic_state *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    static const int bad[][3] = { { 2, 5, 5 }, { 2, 6, 4 }, { 1, 0, 0 }, { 1, 9, 0 } };
+
+    for (size_t q = 0; q < sizeof(bad) / sizeof(bad[0]); q++) {
+        assert_int_equal(pic_forward_cuts(m, NULL, s, ids, 8, 0, &bad[q][1], bad[q][0],
+                                          PIC_LOGITS_NONE, NULL, NULL, err, sizeof(err)),
+                         -1);
+        assert_int_equal(s->pos, 0);
+    }
+    assert_non_null(strstr(err, "cut"));
+    pic_state_free(s);
+}
+
 static void
 test_bad_input_is_an_error(void **unused)
 {
@@ -413,6 +616,8 @@ main(void)
         cmocka_unit_test(test_prefill_then_decode_equals_one_prefill),
         cmocka_unit_test(test_decode_step_is_the_span_path),
         cmocka_unit_test(test_microbatch_edge_invisible),
+        cmocka_unit_test(test_cuts_inside_one_forward_equal_cut_forwards),
+        cmocka_unit_test(test_bad_cuts_are_an_error),
         cmocka_unit_test(test_bad_input_is_an_error),
         cmocka_unit_test(test_on_gdn_hook_gives_composable_operator),
     };
