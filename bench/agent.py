@@ -28,22 +28,34 @@ relative to their log-sum-exp; goal <= 1e-4), agent_loop_greedy_match,
 mixed_ttft_speedup_vs_pic_only (p50 pic / p50 exact; goal >= 1).
 
 Random-weight models: the figures are about compute and reuse, not answer quality.
-QUICK=1: the demo model and a short run (< 2 minutes); otherwise the mid model.
+Sets (AGENT_SET, named in the JSON's config.set):
+  quick      (QUICK=1) the demo model, 2 sessions x 4 turns, 15 mixed requests, short
+             texts (< 2 minutes) -> bench/results/agent.json;
+  mid-short  the mid model on the quick set's texts and sessions, 9 mixed requests (about
+             8 minutes on two idle cores: the issue's model within one quiet window)
+             -> bench/results/agent_mid-short.json;
+  full       (default without QUICK) the mid model, 5 sessions x 6 turns, long texts
+             (hours on two cores) -> bench/results/agent.json.
 """
 import json
 import os
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import client  # noqa: E402
 from common import QUICK, ServeEngine, machine, table, write_results  # noqa: E402
 from common import ensure_model  # noqa: E402
 
-MODEL = "demo" if QUICK else "mid"
-SESSIONS = 2 if QUICK else 5
-TURNS = 4 if QUICK else 6
-MIXED = 15 if QUICK else 24
+SET = os.environ.get("AGENT_SET") or ("quick" if QUICK else "full")
+if SET not in ("quick", "mid-short", "full"):
+    sys.exit(f"AGENT_SET={SET}: one of quick, mid-short, full")
+SHORT = SET != "full"               # the quick set's texts and sessions
+MODEL = "demo" if SET == "quick" else "mid"
+SESSIONS = 2 if SHORT else 5
+TURNS = 4 if SHORT else 6
+MIXED = {"quick": 15, "mid-short": 9, "full": 24}[SET]
 MODES = ["full", "prefix", "pic", "exact"]
 TOP_LOGPROBS = 20
 WORDS = ["agent", "tool", "result", "cache", "segment", "prefix", "engine", "token", "state",
@@ -61,10 +73,10 @@ def text(seed, n):
 
 
 TOOLS = [{"type": "function", "function": {
-    "name": f"tool{i}", "description": text(50 + i, 600 if QUICK else 3000),
+    "name": f"tool{i}", "description": text(50 + i, 600 if SHORT else 3000),
     "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
     for i in range(2)]
-SYSTEM = "You are a coding agent. " + text(7, 1500 if QUICK else 8000)
+SYSTEM = "You are a coding agent. " + text(7, 1500 if SHORT else 8000)
 
 
 def agent_requests():
@@ -80,13 +92,13 @@ def agent_requests():
                     {"id": cid, "type": "function",
                      "function": {"name": "tool0", "arguments": json.dumps({"q": str(k)})}}]})
                 msgs.append({"role": "tool", "tool_call_id": cid,
-                             "content": text(1000 + 31 * s + k, 500 if QUICK else 2500)})
+                             "content": text(1000 + 31 * s + k, 500 if SHORT else 2500)})
             out.append((f"s{s}t{t}", t, {"messages": msgs, "tools": TOOLS}))
     return out
 
 
 def mixed_requests():
-    docs = [text(300 + i, 1000 if QUICK else 4000) for i in range(4)]
+    docs = [text(300 + i, 1000 if SHORT else 4000) for i in range(4)]
     out = []
     for r in range(MIXED):
         pick = [docs[(r + k) % 4] for k in range(3)][::(1 if r % 2 else -1)]
@@ -146,6 +158,7 @@ def run_modes(model, threads, logdir, workloads):
 
 
 def main():
+    t_start = time.time()
     info = machine()
     threads = int(info.get("cores", os.cpu_count() or 1))
     model = ensure_model(MODEL)
@@ -200,15 +213,17 @@ def main():
                                                  / by[("mixed", "exact")]["ttft_p50_ms"])
     summary["mixed_exact_share"] = by[("mixed", "exact")]["exact_share"]
     summary["mixed_pic_share"] = by[("mixed", "exact")]["pic_share"]
-    config = {"model": MODEL, "sessions": SESSIONS, "turns": TURNS, "mixed": MIXED,
+    config = {"set": SET, "model": MODEL, "sessions": SESSIONS, "turns": TURNS, "mixed": MIXED,
               "threads": threads, "modes": MODES,
               "timing": "one non-streamed request with max_tokens 1 per turn (~TTFT), "
                         "every mode alike; the engines run side by side, each request "
                         "sent to every mode in turn",
               "logit_err": f"untimed greedy request with logprobs, top_logprobs "
                            f"{TOP_LOGPROBS}: max |logprob - full's| at the last prompt "
-                           f"position over the tokens both list, turns after the first"}
-    write_results("agent", summary, config, info, rows=rows)
+                           f"position over the tokens both list, turns after the first",
+              "wall_s": round(time.time() - t_start, 1)}
+    write_results("agent" if SET != "mid-short" else "agent_mid-short", summary, config,
+                  info, rows=rows)
 
 
 if __name__ == "__main__":

@@ -501,11 +501,14 @@ pic_plan_build_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
 }
 
 /* The checkpoints of one exact forward, filled layer by layer from its
- * on_cut hook: snap[k] is cut k of that call. */
+ * on_cut hook: snap[k] is cut k of that call; the copies are clocked as
+ * snap, the forward around them as exact. */
 typedef struct {
     const pic_prefix_cache *pc;
     const pic_state        *s;
     float                 **snap;
+    pic_plan_job           *pj;
+    int64_t                *t0;
 } pic_plan_snapper;
 
 static void
@@ -513,7 +516,9 @@ pic_plan_snap_layer(void *user, int layer, int cut)
 {
     pic_plan_snapper *sn = user;
 
+    pic_plan_clock(sn->pj, PIC_PH_EXACT, sn->t0);
     pic_prefix_cache_snap_layer(sn->pc, sn->s, layer, sn->snap[cut]);
+    pic_plan_clock(sn->pj, PIC_PH_SNAP, sn->t0);
 }
 
 /* Exact first (plan_exec.h): one unit of work per call, as pic_plan_step. */
@@ -622,7 +627,8 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
          * cut, when entries follow, the rest of the exact part is the
          * head of assembly's first run: one forward less */
         int              to = pj->xend, k1 = pj->next_cut, last;
-        pic_plan_snapper sn = { .pc = pc, .s = s, .snap = pj->snap + pj->next_cut };
+        pic_plan_snapper sn = { .pc = pc, .s = s, .snap = pj->snap + pj->next_cut,
+                                .pj = pj, .t0 = &t0 };
         pic_forward_hooks h = { .user = &sn, .on_cut = pic_plan_snap_layer };
 
         if (to - pj->pos > PIC_UBATCH) {

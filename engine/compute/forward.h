@@ -86,9 +86,11 @@ int pic_forward(const pic_model *m, const pic_backend *be, pic_state *s,
  * k) when its state stands at cuts[k].  The conv, the recurrence and the
  * GDN chunk grid restart at every cut exactly as in one pic_forward per
  * piece, while projections, FFN and attention run over whole micro-
- * batches, so states and logits equal the cut pic_forward calls up to
- * GEMM rounding (bit for bit with the CPU backend's kernels; unit tested).
- * n_cuts 0 is pic_forward.  -1 + err as pic_forward, or on bad cuts. */
+ * batches: states and logits equal the cut pic_forward calls up to GEMM
+ * rounding (not bit for bit: sgemm rounds by row count), and a plain
+ * forward that stops at the cut as closely.  hooks->on_run, if set, runs
+ * before every piece.  n_cuts 0 is pic_forward.  -1 + err as
+ * pic_forward, or on bad cuts (before any work). */
 int pic_forward_cuts(const pic_model *m, const pic_backend *be, pic_state *s,
                      const int *tokens, int n, int p0, const int *cuts, int n_cuts,
                      pic_logits_mode mode, float *logits,
