@@ -310,6 +310,37 @@ test_attention_matches_naive(void **unused)
     free(kc); free(vc); free(q); free(o); free(pos);
 }
 
+/* The softmax's AVX2 path and its portable one agree bit for bit, on
+ * rows of every length mod 8 and on tiles of queries and heads at once. */
+static void
+test_attention_simd_equals_portable(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    char   saved[32];
+    int    Hq = 8, Hkv = 2, hd = 32, cap = 300, n = 77, p0 = 150, nk = p0 + n;
+    size_t no = (size_t) n * Hq * hd;
+    float *kc = frand_vec((size_t) Hkv * cap * hd, 1.0f);
+    float *vc = frand_vec((size_t) Hkv * cap * hd, 1.0f);
+    float *q = frand_vec(no, 3.0f);
+    float *o[2] = { malloc(no * sizeof(float)), malloc(no * sizeof(float)) };
+    int   *pos = malloc(n * sizeof(int));
+
+    snprintf(saved, sizeof(saved), "%s", pic_kernels_simd());
+    for (int t = 0; t < n; t++) {
+        pos[t] = p0 + t;
+    }
+    if (strcmp(saved, "scalar") == 0) {
+        free(kc); free(vc); free(q); free(o[0]); free(o[1]); free(pos);
+        skip();
+    }
+    be->attention(o[0], q, pos, n, Hq, Hkv, hd, kc, vc, cap, nk);
+    assert_int_equal(pic_kernels_set_simd("scalar"), 0);
+    be->attention(o[1], q, pos, n, Hq, Hkv, hd, kc, vc, cap, nk);
+    assert_int_equal(pic_kernels_set_simd(saved), 0);
+    assert_memory_equal(o[0], o[1], no * sizeof(float));
+    free(kc); free(vc); free(q); free(o[0]); free(o[1]); free(pos);
+}
+
 /* --- conv1d --- */
 
 static void
@@ -519,6 +550,7 @@ main(void)
         cmocka_unit_test(test_gdn_transition_operator_composes),
         cmocka_unit_test(test_rope_composes),
         cmocka_unit_test(test_attention_matches_naive),
+        cmocka_unit_test(test_attention_simd_equals_portable),
         cmocka_unit_test(test_conv_split_equals_unsplit),
         cmocka_unit_test(test_matmul_matches_naive),
         cmocka_unit_test(test_matmul_small_n),
