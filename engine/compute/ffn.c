@@ -9,14 +9,14 @@
 
 #include "forward_impl.h"
 
-/* fu ← SiLU(fg) ⊙ fu over n values. */
+/* fu ← SiLU(fg) ⊙ fu over n values (fg becomes SiLU(fg)). */
 static void
-pic_swiglu(float *fg, float *fu, size_t n)
+pic_swiglu(const pic_backend *be, float *fg, float *fu, size_t n)
 {
+    be->silu(fg, n);
     #pragma omp parallel for if (n > 65536) schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float g = fg[i];
-        fu[i] *= g / (1.0f + expf(-g));
+        fu[i] *= fg[i];
     }
 }
 
@@ -28,7 +28,7 @@ pic_ffn_dense(const pic_backend *be, const pic_layer_weights *lw, int I,
     float          *ys[2] = { w->fg, w->fu };
 
     be->matmul_w_multi(ys, w->xn, ws, 2, nb);
-    pic_swiglu(w->fg, w->fu, (size_t) nb * I);
+    pic_swiglu(be, w->fg, w->fu, (size_t) nb * I);
     be->matmul_w(w->x, w->fu, &lw->mlp_down, nb, 1);
 }
 
@@ -91,7 +91,7 @@ pic_ffn_moe(const pic_model *m, const pic_backend *be,
     if (Is > 0 && lw->shared.gate.data != NULL) {
         be->matmul_w(w->fg, w->xn, &lw->shared.gate, nb, 0);
         be->matmul_w(w->fu, w->xn, &lw->shared.up, nb, 0);
-        pic_swiglu(w->fg, w->fu, (size_t) nb * Is);
+        pic_swiglu(be, w->fg, w->fu, (size_t) nb * Is);
         be->matmul_w(w->ed, w->fu, &lw->shared.down, nb, 0);
         for (int t = 0; t < nb; t++) {
             float sg = 1.0f;
@@ -130,7 +130,7 @@ pic_ffn_moe(const pic_model *m, const pic_backend *be,
         }
         be->matmul_w(w->eg, w->xe, &ex->gate, cnt, 0);
         be->matmul_w(w->eu, w->xe, &ex->up, cnt, 0);
-        pic_swiglu(w->eg, w->eu, (size_t) cnt * Ie);
+        pic_swiglu(be, w->eg, w->eu, (size_t) cnt * Ie);
         be->matmul_w(w->ed, w->eu, &ex->down, cnt, 0);
         for (int r = 0; r < cnt; r++) {
             float *xr = w->x + (size_t) w->rows[r] * H, *er = w->ed + (size_t) r * H;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_exp.h"
 #include "cpu_ops.h"
 
 #define PIC_ATTN_TILE 64                /* queries per work item, at most */
@@ -25,48 +26,12 @@ typedef struct {
 } pic_attn_buf;
 
 /*
- * The softmax of a score row, vectorised: e^x by range reduction (x = n ln2
- * + r, |r| <= ln2/2; ln2 in two parts) and the degree-7 Taylor polynomial of
- * e^r in Horner form (truncation < 6e-9, about 1 ulp in all), scaled by 2^n
- * through the exponent bits; x is clamped to [-87.3, 88.7] (a score that far
- * below the row's maximum weighs < 1e-37).  The sum runs in 8 lanes, lane k
- * taking the entries j ≡ k mod 8, then adds the lanes in one fixed tree.
- * The AVX2 path and the portable one (fmaf for every fused step) compute the
- * same operations in the same order, so they agree bit for bit; both differ
- * from a loop of libm expf by rounding only.  glibc's scalar expf was ~30% of
- * the attention's time on a warm chunk (2.5 ns a call here).
+ * The softmax of a score row, vectorised (e^x of cpu_exp.h).  The sum runs
+ * in 8 lanes, lane k taking the entries j ≡ k mod 8, then adds the lanes in
+ * one fixed tree; the AVX2 path and the portable one agree bit for bit.
+ * glibc's scalar expf was ~30% of the attention's time on a warm chunk.
+ * pic_lanes_sum: the 8 lanes' sums in the fixed tree both paths use.
  */
-#define PIC_EXP_LO   (-87.3f)
-#define PIC_EXP_HI   88.7f
-#define PIC_LOG2E    1.44269504088896341f
-#define PIC_LN2_HI   0.693359375f
-#define PIC_LN2_LO   (-2.12194440e-4f)
-
-static const float pic_exp_c[8] = {     /* 1/k!, k = 7 .. 0 */
-    1.0f / 5040.0f, 1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f,
-    1.0f / 6.0f, 0.5f, 1.0f, 1.0f,
-};
-
-static inline float
-pic_exp_scalar(float x)
-{
-    float    n, r, p;
-    uint32_t bits;
-
-    x = x < PIC_EXP_LO ? PIC_EXP_LO : x > PIC_EXP_HI ? PIC_EXP_HI : x;
-    n = nearbyintf(x * PIC_LOG2E);
-    r = fmaf(-n, PIC_LN2_HI, x);
-    r = fmaf(-n, PIC_LN2_LO, r);
-    p = pic_exp_c[0];
-    for (int k = 1; k < 8; k++) {
-        p = fmaf(p, r, pic_exp_c[k]);
-    }
-    bits = (uint32_t) ((int32_t) n + 127) << 23;
-    memcpy(&r, &bits, sizeof(r));
-    return p * r;
-}
-
-/* The 8 lanes' sums in the fixed tree both paths use. */
 static inline float
 pic_lanes_sum(const float *s)
 {
@@ -89,18 +54,12 @@ pic_attn_softmax_scalar(float *r, int lim, float *sum)
     *sum = pic_lanes_sum(s);
 }
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define PIC_ATTN_X86 1
-
+#if PIC_EXP_X86
 __attribute__((target("avx2,fma")))
 static void
 pic_attn_softmax_avx2(float *r, int lim, float *sum)
 {
     __m256 vmx = _mm256_set1_ps(-INFINITY), acc = _mm256_setzero_ps();
-    __m256 lo = _mm256_set1_ps(PIC_EXP_LO), hi = _mm256_set1_ps(PIC_EXP_HI);
-    __m256 l2e = _mm256_set1_ps(PIC_LOG2E);
-    __m256 c1 = _mm256_set1_ps(PIC_LN2_HI), c2 = _mm256_set1_ps(PIC_LN2_LO);
     float  s[8];
     int    j;
 
@@ -122,20 +81,9 @@ pic_attn_softmax_avx2(float *r, int lim, float *sum)
         __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(m),
                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         __m256  x = _mm256_maskload_ps(r + j, mask);
-        __m256  n, t, p;
+        __m256  p;
 
-        x = _mm256_sub_ps(x, vmx);
-        x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-        n = _mm256_round_ps(_mm256_mul_ps(x, l2e),
-                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        t = _mm256_fnmadd_ps(n, c1, x);
-        t = _mm256_fnmadd_ps(n, c2, t);
-        p = _mm256_set1_ps(pic_exp_c[0]);
-        for (int k = 1; k < 8; k++) {
-            p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(pic_exp_c[k]));
-        }
-        p = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(
-                _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23)));
+        p = pic_exp_avx2(_mm256_sub_ps(x, vmx));
         p = _mm256_and_ps(p, _mm256_castsi256_ps(mask));    /* 0 past lim */
         _mm256_maskstore_ps(r + j, mask, p);
         acc = _mm256_add_ps(acc, p);
@@ -143,8 +91,6 @@ pic_attn_softmax_avx2(float *r, int lim, float *sum)
     _mm256_storeu_ps(s, acc);
     *sum = pic_lanes_sum(s);
 }
-#else
-#define PIC_ATTN_X86 0
 #endif
 
 /* Row r(nk) ← softmax of its first lim entries, zeros after. */
@@ -153,7 +99,7 @@ pic_attn_softmax_row(float *r, int lim, int nk, int simd)
 {
     float sum = 0.0f;
 
-#if PIC_ATTN_X86
+#if PIC_EXP_X86
     if (simd) {
         pic_attn_softmax_avx2(r, lim, &sum);
     } else
@@ -238,7 +184,7 @@ pic_cpu_attention(float *o, const float *q, const int *qpos, int n, int Hq,
     int   par = pic_cpu_par((double) n * n_keys * Hq * hd > 131072.0);
     int   T = par ? omp_get_max_threads() : 1;
     int   tile = PIC_ATTN_TILE, ntiles;
-    int   simd = strcmp(pic_kernels_simd(), "scalar") != 0;
+    int   simd = pic_cpu_simd();
     int   saved = pic_cpu_blas_serial_begin();
 
     /* fewer kv heads than threads: smaller tiles, two items a thread */

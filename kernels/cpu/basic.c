@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "cpu_exp.h"
 #include "cpu_ops.h"
 
 /* --- matmul --- */
@@ -118,36 +119,84 @@ pic_cpu_rmsnorm(float *y, const float *x, const float *w, int n, int dim,
     }
 }
 
+#if PIC_EXP_X86
+/* The whole 8-blocks of x[*i, i1) as pic_act_span; *i moves past them. */
+__attribute__((target("avx2,fma")))
+static void
+pic_act_span_avx2(float *x, size_t *i, size_t i1, int sig)
+{
+    __m256 one = _mm256_set1_ps(1.0f);
+    size_t j = *i;
+
+    for (; j + 8 <= i1; j += 8) {
+        __m256 v = _mm256_loadu_ps(x + j);
+        __m256 e = _mm256_add_ps(one, pic_exp_avx2(_mm256_xor_ps(v, _mm256_set1_ps(-0.0f))));
+
+        _mm256_storeu_ps(x + j, _mm256_div_ps(sig ? one : v, e));
+    }
+    *i = j;
+}
+#endif
+
+int
+pic_cpu_simd(void)
+{
+    return strcmp(pic_kernels_simd(), "scalar") != 0;
+}
+
+/* x[i0, i1) ← SiLU (sig = 0: x·σ(x)) or σ (sig = 1) in place; the AVX2
+ * path and the portable one agree bit for bit (cpu_exp.h). */
+static void
+pic_act_span(float *x, size_t i0, size_t i1, int sig, int simd)
+{
+    size_t i = i0;
+
+#if PIC_EXP_X86
+    if (simd) {
+        pic_act_span_avx2(x, &i, i1, sig);
+    }
+#else
+    (void) simd;
+#endif
+    for (; i < i1; i++) {
+        float e = 1.0f + pic_exp_scalar(-x[i]);
+
+        x[i] = sig ? 1.0f / e : x[i] / e;
+    }
+}
+
+/* pic_act_span over x(n), split over the team when n is large. */
+static void
+pic_act(float *x, size_t n, int sig)
+{
+    int simd = pic_cpu_simd();
+
+    if (pic_cpu_par(n > 65536)) {
+        #pragma omp parallel
+        {
+            size_t T = (size_t) omp_get_num_threads(), t = (size_t) omp_get_thread_num();
+            size_t per = ((n + T - 1) / T + 7) & ~(size_t) 7;
+            size_t i0 = t * per < n ? t * per : n, i1 = i0 + per < n ? i0 + per : n;
+
+            pic_act_span(x, i0, i1, sig, simd);
+        }
+        return;
+    }
+    pic_act_span(x, 0, n, sig, simd);
+}
+
 void
 pic_cpu_silu(float *x, size_t n)
 {
     PIC_OP_CHECK(x != NULL || n == 0);
-    if (pic_cpu_par(n > 65536)) {
-        #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            x[i] = x[i] / (1.0f + expf(-x[i]));
-        }
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        x[i] = x[i] / (1.0f + expf(-x[i]));
-    }
+    pic_act(x, n, 0);
 }
 
 void
 pic_cpu_sigmoid(float *x, size_t n)
 {
     PIC_OP_CHECK(x != NULL || n == 0);
-    if (pic_cpu_par(n > 65536)) {
-        #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            x[i] = 1.0f / (1.0f + expf(-x[i]));
-        }
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        x[i] = 1.0f / (1.0f + expf(-x[i]));
-    }
+    pic_act(x, n, 1);
 }
 
 void

@@ -43,6 +43,10 @@ void pic_cpu_blas_serial_end(int saved);
  * inside the GDN step's team, so they branch around the construct instead. */
 int  pic_cpu_par(int big);
 
+/* 1 where the elementwise ops take their AVX2 path (cpu_exp.h): the
+ * run-time SIMD choice (pic_kernels_simd) is not "scalar". */
+int  pic_cpu_simd(void);
+
 /* Check the common shape rules of pic_gdn_args. */
 void pic_cpu_gdn_check(const pic_gdn_args *a);
 

@@ -341,6 +341,63 @@ test_attention_simd_equals_portable(void **unused)
     free(kc); free(vc); free(q); free(o[0]); free(o[1]); free(pos);
 }
 
+/* SiLU and σ: the AVX2 path equals the portable one bit for bit (every
+ * length mod 8, the team split included) and both stay within 2 ulp-ish of
+ * libm's expf; NaN stays NaN, σ(±inf) saturates. */
+static void
+test_activations_simd_equals_portable(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    char   saved[32];
+    size_t n = 70013;                   /* > 65536: a team when threads > 1 */
+    float *x = frand_vec(n, 40.0f), *y[2][2];
+    double err = 0.0;
+
+    snprintf(saved, sizeof(saved), "%s", pic_kernels_simd());
+    x[0] = NAN;
+    x[1] = INFINITY;
+    x[2] = -INFINITY;
+    x[3] = 0.0f;
+    x[4] = -0.0f;
+    x[5] = 100.0f;
+    x[6] = -100.0f;
+    for (int p = 0; p < 2; p++) {               /* p 0: the default, p 1: scalar */
+        if (p == 1 && pic_kernels_set_simd("scalar") != 0) {
+            fail();
+        }
+        for (int k = 0; k < 2; k++) {
+            y[p][k] = malloc(n * sizeof(float));
+            memcpy(y[p][k], x, n * sizeof(float));
+        }
+        be->silu(y[p][0], n);
+        be->sigmoid(y[p][1], n);
+    }
+    assert_int_equal(pic_kernels_set_simd(saved), 0);
+    for (int k = 0; k < 2; k++) {
+        assert_memory_equal(y[0][k] + 1, y[1][k] + 1, (n - 1) * sizeof(float));
+        assert_true(isnan(y[0][k][0]) && isnan(y[1][k][0]));
+    }
+    assert_true(y[0][0][1] == INFINITY && y[0][1][1] == 1.0f);
+    assert_true(y[0][1][2] >= 0.0f && y[0][1][2] < 1e-37f);
+    for (size_t i = 3; i < n; i++) {
+        double s = 1.0 / (1.0 + exp(-(double) x[i]));
+
+        if (fabs(x[i]) > 80.0f) {               /* σ below 1e-34 or 1: absolute */
+            assert_true(fabs(y[0][1][i] - s) < 1e-30 && fabs(y[0][0][i] - x[i] * s) < 1e-28);
+            continue;
+        }
+        err = fmax(err, fabs(y[0][1][i] - s) / s);
+        err = fmax(err, fabs(y[0][0][i] - x[i] * s) / fmax(fabs(x[i] * s), 1e-30));
+    }
+    print_message("silu / sigmoid max rel err %.3g\n", err);
+    assert_true(err < 5e-7);
+    free(x);
+    for (int p = 0; p < 2; p++) {
+        free(y[p][0]);
+        free(y[p][1]);
+    }
+}
+
 /* --- conv1d --- */
 
 static void
@@ -551,6 +608,7 @@ main(void)
         cmocka_unit_test(test_rope_composes),
         cmocka_unit_test(test_attention_matches_naive),
         cmocka_unit_test(test_attention_simd_equals_portable),
+        cmocka_unit_test(test_activations_simd_equals_portable),
         cmocka_unit_test(test_conv_split_equals_unsplit),
         cmocka_unit_test(test_matmul_matches_naive),
         cmocka_unit_test(test_matmul_small_n),
