@@ -39,6 +39,15 @@ latency of a non-streamed request ~ TTFT):
   * agent_loop_unpinned: the same loop on other sessions, no id_slot:
     llama-server picks the slot as a default deployment does (sessions
     share slots and evict each other's prefixes);
+  * agent_loop_many: MANY (8) sessions of the same loop, interleaved, on a
+    llama-server of its own at its default slot count (auto: 4 slots on
+    one unified KV pool, -c 65536) with its RAM prompt cache written out
+    (--cache-ram 8192, --cache-idle-slots; both its defaults) and slot
+    choice by prompt similarity off (-sps 0: the least recently used slot,
+    the best prefix from the RAM cache; PEER_MANY_SPS), no id_slot:
+    more sessions than slots, so each turn finds its session's slot taken
+    by another and llama-server must bring the prefix back from its RAM
+    cache (or recompute it); pic-engine serves them as it serves any;
   * shifted_docs: a system prompt, then a header of its own (the query), 3
     of 4 documents in an order no earlier request had (retrieval re-ranks
     them), then a question: no request repeats an earlier one, so neither
@@ -61,7 +70,10 @@ bench/results/peer.json.
 
 Env: QUICK=1, THREADS=N, PEER_FORMATS=f32,bf16,q8 (a subset), PEER_LENS=512,2048
 (prefill lengths), PEER_REBUILD=1, PEER_AGENT=0 (skip the agentic part),
-PEER_AGENT_FORMAT=bf16, PEER_TURNS / PEER_SHIFTED (agent-loop turns, shifted-docs requests).
+PEER_AGENT_FORMAT=bf16, PEER_TURNS / PEER_SHIFTED (agent-loop turns, shifted-docs requests),
+PEER_MANY / PEER_MANY_TURNS / PEER_MANY_SPS (agent_loop_many's sessions, turns, llama-server's
+-sps: 8, 3 QUICK / 4, 0),
+PEER_WORKLOADS=agent_loop,agent_loop_unpinned,shifted_docs,agent_loop_many (a subset).
 """
 import glob
 import http.client
@@ -239,7 +251,20 @@ def pic_engine(fmt):
 MARK = "<|pic_sep|>"
 SESSIONS = 2 if QUICK else 3
 TURNS = int(os.environ.get("PEER_TURNS", 0) or (4 if QUICK else 6))
+# agent_loop_many: more sessions than llama-server's default slot count (4)
+MANY = int(os.environ.get("PEER_MANY", 0) or 8)
+MANY_TURNS = int(os.environ.get("PEER_MANY_TURNS", 0) or (3 if QUICK else 4))
+MANY_CTX = 4 * 16384            # llama-server's unified KV pool for its 4 slots
+# llama-server's -sps for agent_loop_many: 0 turns slot choice by prompt
+# similarity off, so every request takes the least recently used slot and goes
+# through the RAM prompt cache (the slot's prompt saved, the best cached prefix
+# restored); at its default 0.10 every session shares the system prompt with
+# the last one served, so all take one slot (f_keep >= 0.5 skips the cache)
+# and recompute their whole history past the system prompt each turn
+MANY_SPS = os.environ.get("PEER_MANY_SPS", "0")
 SHIFTED = int(os.environ.get("PEER_SHIFTED", 0) or (8 if QUICK else 14))
+WORKLOADS = (os.environ.get("PEER_WORKLOADS")
+             or "agent_loop,agent_loop_unpinned,shifted_docs,agent_loop_many").split(",")
 # models/mid's own template (plain ChatML) with the generation prompt of the
 # Qwen3.5 template pic-engine renders (thinking on: "<think>\n"), so both
 # servers see one prompt
@@ -250,13 +275,13 @@ TEMPLATE = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] 
 SYSTEM = "You are a coding agent. " + text(7, 6000 if QUICK else 8000)
 
 
-def agent_loop(seed=100):
+def agent_loop(seed=100, sessions=SESSIONS, turns=TURNS):
     """(label, warm, session, messages) in send order, sessions interleaved;
     the messages of a turn extend the previous turn's of the same session.
     seed: the sessions' texts (another seed, sessions neither server has seen)."""
     out = []
-    for t in range(TURNS):
-        for s in range(SESSIONS):
+    for t in range(turns):
+        for s in range(sessions):
             msgs = [{"role": "system", "content": SYSTEM},
                     {"role": "user", "content": "task %d: %s" % (s, text(seed + s, 400))}]
             for k in range(t):
@@ -315,7 +340,13 @@ def chat(port, messages, slot=None):
 class LlamaServer:
     """llama-server on a free loopback port: one slot per session, prompt cache on."""
 
-    def __init__(self, server, gguf, logdir):
+    def __init__(self, server, gguf, logdir, slots=None):
+        """slots: -np SESSIONS -c SESSIONS*16384 (a slot per session); "default":
+        its own slot count (auto: 4 slots on one unified KV pool) with -c
+        MANY_CTX, --cache-ram 8192 (its default, written out),
+        --cache-idle-slots (default on: idle slots go to the RAM cache when a
+        task starts) and -sps MANY_SPS (see there)."""
+        self.slots = slots
         self.port = free_port()
         self.log = open(os.path.join(logdir, "llama-server.log"), "ab")
         tpl = os.path.join(logdir, "chat_template.jinja")
@@ -324,8 +355,12 @@ class LlamaServer:
         argv = [server, "-m", gguf, "-t", str(THREADS), "-tb", str(THREADS),
                 "--host", "127.0.0.1", "--port", str(self.port), "--jinja",
                 "--chat-template-file", tpl,
-                "-np", str(SESSIONS), "-c", str(SESSIONS * 16384), "--cache-reuse", "256",
-                "--no-webui"]
+                "--cache-reuse", "256", "--no-webui"]
+        if slots == "default":
+            argv += ["-c", str(MANY_CTX), "--cache-ram", "8192", "--cache-idle-slots",
+                     "-sps", MANY_SPS]
+        else:
+            argv += ["-np", str(SESSIONS), "-c", str(SESSIONS * 16384)]
         log("$ " + " ".join(argv))
         self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
         t0 = time.time()
@@ -367,7 +402,7 @@ def agentic(src, fmt):
                               "--cache-bytes", str(2 << 30)])
     theirs = None
     try:
-        theirs = LlamaServer(server, gguf, logdir)
+        names = WORKLOADS
         # pinned: each session on its own llama-server slot (id_slot), its best
         # case and the goal's basis; unpinned: no id_slot, llama-server picks
         # the slot as a default deployment does (other sessions' texts, so
@@ -381,8 +416,21 @@ def agentic(src, fmt):
                                   [{"role": "system", "content": SYSTEM},
                                    {"role": "user", "content": "".join(parts)}])
                                  for lbl, warm, parts in shifted_docs()]}
+        # more sessions than slots: MANY sessions interleaved on llama-server
+        # at its default slot count (4) with its RAM prompt cache, no id_slot;
+        # its own server (the slot count differs), our same one (new texts)
+        work["agent_loop_many"] = [(lbl, warm, None, m, m) for lbl, warm, s, m
+                                   in agent_loop(seed=300, sessions=MANY, turns=MANY_TURNS)]
         res = {}
         for name, reqs in work.items():
+            if name not in names:
+                continue
+            slots = "default" if name == "agent_loop_many" else None
+            if theirs is None or theirs.slots != slots:
+                if theirs is not None:
+                    theirs.stop()
+                theirs = None
+                theirs = LlamaServer(server, gguf, logdir, slots)
             rows = []
             for lbl, warm, slot, mine, plain in reqs:
                 a, ua = chat(ours.port, mine)
@@ -506,8 +554,12 @@ def main():
                                            "--cache-reuse 256 (cache_prompt on by default); "
                                            "agent_loop: id_slot = the session's; "
                                            "agent_loop_unpinned: no id_slot; shifted_docs: "
-                                           "id_slot 0"
-                                           % (SESSIONS, SESSIONS * 16384),
+                                           "id_slot 0; agent_loop_many: its own server, "
+                                           "-np auto (4 slots, unified KV) -c %d "
+                                           "--cache-ram 8192 --cache-idle-slots -sps %s, "
+                                           "no id_slot"
+                                           % (SESSIONS, SESSIONS * 16384, MANY_CTX, MANY_SPS),
+                           "many_sessions": MANY, "many_turns": MANY_TURNS,
                            "shifted_docs": "a new header and a new document order every "
                                            "request (no prompt repeats)",
                            "pic_engine": "serve --weights %s (cache mode exact)" % fmt,
