@@ -259,8 +259,12 @@ MANY_CTX = 4 * 16384            # llama-server's unified KV pool for its 4 slots
 # similarity off, so every request takes the least recently used slot and goes
 # through the RAM prompt cache (the slot's prompt saved, the best cached prefix
 # restored); at its default 0.10 every session shares the system prompt with
-# the last one served, so all take one slot (f_keep >= 0.5 skips the cache)
-# and recompute their whole history past the system prompt each turn
+# the last one served, so all take one slot and the cache is not consulted
+# (f_keep >= 0.5).  Seen on this build either way (06:0x-06:3x, loaded
+# machine): cached_tokens 1583 on every warm turn, the shared system prompt
+# only (a hybrid model's recurrent state rolls back only to a checkpoint), so
+# each turn recomputes the session's history past it (~690 tokens at turn 1,
+# ~1280 at turn 2) where pic-engine recomputes the new ~570
 MANY_SPS = os.environ.get("PEER_MANY_SPS", "0")
 SHIFTED = int(os.environ.get("PEER_SHIFTED", 0) or (8 if QUICK else 14))
 WORKLOADS = (os.environ.get("PEER_WORKLOADS")
