@@ -42,6 +42,15 @@ PRESETS = {
     "h128x4c": dict(family="qwen3_5", H=128, layer_types=[F, L, L, F],
                     Hq=2, Hkv=1, hd=64, Hk=2, Hv=2, dk=64, dv=64, I=384,
                     tied=True, dtype="bf16-mixed"),
+    # two attention layers ([L, L, L, F] x 2; ~2x h128x4 per token): one can find
+    # the key a few tokens back, the other read the value (session 6 probes)
+    "h128x8": dict(family="qwen3_5", H=128, layer_types=[L, L, L, F] * 2,
+                   Hq=2, Hkv=1, hd=64, Hk=2, Hv=2, dk=64, dv=64, I=384,
+                   tied=True, dtype="bf16-mixed"),
+    # h128x4 with 4 query / 2 key-value attention heads
+    "h128x4h": dict(family="qwen3_5", H=128, layer_types=[L, L, L, F],
+                    Hq=4, Hkv=2, hd=64, Hk=2, Hv=2, dk=64, dv=64, I=384,
+                    tied=True, dtype="bf16-mixed"),
     # probes (train/README.md): attention only, 2 layers
     "a128x2": dict(family="qwen3_5", H=128, layer_types=[F, F],
                    Hq=2, Hkv=1, hd=64, Hk=2, Hv=2, dk=64, dv=64, I=384,

@@ -574,6 +574,81 @@ def item(task, seed, level=2):
     return it
 
 
+# --------------------------------------------------------------------- raw tokens
+
+# Raw-token multi-query recall (train.py's levels below -7, train/recall_probe.py):
+# token ids of the committed tokenizer without the chat wrapper.  A sequence is n
+# key/value pairs, then every key again in a shuffled order followed by its value;
+# the targets are the query values (every one a lookup).  keys: "piece" = one
+# entity-name piece (the ids tasks._name() names tokenize into), "name" = a whole
+# " Name" (2-3 pieces, shared between names as in the chat levels); sep: the ids
+# put between key and value ("" adjacent, ": " as in "- Name: 4"); line: each pair
+# as a "- Name: 4\n" line (the level -7 facts, minus the chat wrapper);
+# digits: (fewest, most) digits of a value.
+RAW_SHAPES = {
+    "adj":  dict(keys="piece", sep="", n=(8, 8), digits=(1, 1)),
+    "sep":  dict(keys="piece", sep=": ", n=(8, 8), digits=(1, 1)),
+    "name": dict(keys="name", sep=": ", n=(4, 8), digits=(1, 1)),
+    "line": dict(keys="name", sep=": ", n=(4, 8), digits=(1, 1), line=True),
+    "line3": dict(keys="name", sep=": ", n=(4, 8), digits=(1, 3), line=True),
+}
+
+# train.py's raw-token levels (below the chat levels): level -> the shapes its items
+# cycle through (item i of the level is shape [i % len]); promotion goes up to -7
+RAW_LEVELS = {
+    -12: ["adj", "sep"],
+    -11: ["sep", "name", "adj"],
+    -10: ["name", "line", "sep"],
+    -9: ["line", "line3", "name"],
+    -8: ["line3", "line"],
+}
+
+
+def raw_vocab(tok):
+    """What raw_item needs of a tokenizer (tokenizers.Tokenizer): the name pieces,
+    the digit ids, the separators and an encoder (cached)."""
+    r = random.Random("raw-vocab")
+    pieces = set()
+    for _ in range(20000):
+        pieces.update(tok.encode(" " + _name(r)).ids)
+    digits = [tok.token_to_id(str(d)) for d in range(10)]
+    cache = {}
+
+    def enc(text):
+        if text not in cache:
+            cache[text] = tok.encode(text).ids
+        return cache[text]
+    return {"keys": sorted(pieces - set(digits)), "digits": digits, "enc": enc}
+
+
+def raw_item(shape, seed, voc):
+    """(ids, targets) of RAW_SHAPES[shape] for seed: targets[j] = 1 where ids[j] is
+    a query value's token (the loss positions; every digit of a value)."""
+    sh = RAW_SHAPES[shape]
+    r = random.Random("raw/%s/%d" % (shape, seed))
+    enc = voc["enc"]
+    n = r.randint(*sh["n"])
+    keys = []
+    while len(keys) < n:
+        k = (r.choice(voc["keys"]),) if sh["keys"] == "piece" else tuple(enc(" " + _name(r)))
+        if k not in keys:
+            keys.append(k)
+    vals = [[r.choice(voc["digits"]) for _ in range(r.randint(*sh["digits"]))] for _ in keys]
+    sep = enc(sh["sep"]) if sh["sep"] else []
+    pre, post = (enc("-"), enc("\n")) if sh.get("line") else ([], [])
+    ids, tgt = [], []
+    for k, v in zip(keys, vals):
+        ids += pre + list(k) + sep + v + post
+    tgt = [0] * len(ids)
+    order = list(range(n))
+    r.shuffle(order)
+    for i in order:
+        head = pre + list(keys[i]) + sep
+        ids += head + vals[i] + post
+        tgt += [0] * len(head) + [1] * len(vals[i]) + [0] * len(post)
+    return ids, tgt
+
+
 # --------------------------------------------------------------------- template
 # The Qwen3.5 chat template for what the tasks use (system, tools, tool calls,
 # tool results, thinking off), as core/prompt/pic_template.c renders it;

@@ -78,6 +78,76 @@ def encode_train(tok, it, eos, n_follow, rng):
     return ids, spans, qspans
 
 
+def encode_raw(shape, seed, voc):
+    """(ids, [(start, end)], []) of tasks.raw_item: the answer spans are the runs of
+    its query-value targets (the same batch format as encode_train)."""
+    ids, tgt = tasks.raw_item(shape, seed, voc)
+    spans, j = [], 0
+    while j < len(tgt):
+        if tgt[j]:
+            k = j
+            while k < len(tgt) and tgt[k]:
+                k += 1
+            spans.append((j, k))
+            j = k
+        else:
+            j += 1
+    return ids, spans, []
+
+
+def train_item(i, lv, mix, tok, eos, voc, a):
+    """Training sequence of global item i at level lv (a pure function of i and the
+    arguments): a raw-token item at the raw levels (tasks.RAW_LEVELS) and, with
+    --dense-frac f, for a fraction f of the items at the other levels (shape
+    --dense-shape: keeps the recall circuit trained); else the task mix[i % len]
+    item, a quarter of them from the level below at levels > 0."""
+    import random
+    seed = tasks.TRAIN_SEEDS_FROM + i
+    if lv in tasks.RAW_LEVELS:
+        shapes = tasks.RAW_LEVELS[lv]
+        return encode_raw(shapes[i % len(shapes)], seed, voc)
+    if a.dense_frac and int((i + 1) * a.dense_frac) > int(i * a.dense_frac):
+        shapes = a.dense_shape.split(",")
+        return encode_raw(shapes[int(i * a.dense_frac) % len(shapes)], seed, voc)
+    li = lv - 1 if (lv > 0 and i % 4 == 3) else lv
+    it = tasks.item(mix[i % len(mix)], seed, li)
+    return encode_train(tok, it, eos, a.follow, random.Random(i))
+
+
+def evaluate_raw(model, voc, shapes, n, device="cpu", bs=32):
+    """({shape: exact match}, {shape: target-token accuracy}, {shape: target loss}) of
+    the raw shapes (tasks.RAW_SHAPES names) on held-out seeds [0, n) (every target is
+    a value digit)."""
+    import torch
+    model.eval()
+    acc, tacc, aloss = {}, {}, {}
+    with torch.no_grad():
+        for shape in sorted(set(shapes)):
+            ok, t_ok, t_n, ce_sum = 0, 0, 0, 0.0
+            items = [tasks.raw_item(shape, s, voc) for s in range(n)]
+            for b0 in range(0, n, bs):
+                part = items[b0:b0 + bs]
+                L = max(len(ids) for ids, _ in part)
+                x = torch.zeros(len(part), L, dtype=torch.long)
+                for b, (ids, _) in enumerate(part):
+                    x[b, :len(ids)] = torch.tensor(ids)
+                hs = model.model(input_ids=x.to(device)).last_hidden_state
+                for b, (ids, tgt) in enumerate(part):
+                    pos = torch.tensor([j for j in range(1, len(ids)) if tgt[j]], device=hs.device)
+                    lg = model.lm_head(hs[b].index_select(0, pos - 1)).float()
+                    gold = x[b].to(hs.device).index_select(0, pos)
+                    hit = lg.argmax(-1) == gold
+                    ok += bool(hit.all())
+                    t_ok += int(hit.sum())
+                    t_n += len(gold)
+                    ce_sum += float(torch.nn.functional.cross_entropy(lg, gold, reduction="sum"))
+            acc[shape] = ok / n
+            tacc[shape] = round(t_ok / t_n, 4)
+            aloss[shape] = round(ce_sum / t_n, 4)
+    model.train()
+    return acc, tacc, aloss
+
+
 def make_model(text_cfg, seed, gdn_init="fla"):
     """A fresh Qwen3_5ForCausalLM.  gdn_init "fla": the GDN decay parameters as
     flash-linear-attention / Mamba2 initialise them (A ~ U(0, 16), dt = softplus(dt_bias)
@@ -192,6 +262,18 @@ def lr_at(step, a):
     return max(a.lr_min, a.lr)
 
 
+def lr_sched(step, gstep, a):
+    """lr_at, times a cosine from 1 to --lr-min/--lr over global steps
+    [0, --decay-steps) when --decay-steps is set (a pure function of the global
+    step, so a resumed run continues the schedule)."""
+    lr = lr_at(step, a)
+    if a.decay_steps:
+        f = min(1.0, gstep / a.decay_steps)
+        lo = min(a.lr_min, a.lr) / a.lr
+        lr *= lo + (1 - lo) * 0.5 * (1 + math.cos(math.pi * f))
+    return lr
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", default=os.path.join(HERE, "run"))
@@ -208,6 +290,13 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--lr-min", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--decay-steps", type=int, default=0,
+                    help="cosine decay of the lr to --lr-min over global steps [0, N) (0: none)")
+    ap.add_argument("--dense-frac", type=float, default=0.0,
+                    help="share of the items that are raw-token recall (--dense-shape) at the "
+                         "chat levels (keeps the circuit)")
+    ap.add_argument("--dense-shape", default="line",
+                    help="tasks.RAW_SHAPES names the --dense-frac items cycle through")
     ap.add_argument("--wd", type=float, default=0.01)
     ap.add_argument("--lm-w", type=float, default=0.1,
                     help="weight of the mean loss over non-answer tokens")
@@ -225,6 +314,8 @@ def main(argv=None):
                     help="what --promote measures: exact match, or teacher-forced accuracy "
                          "over the answer tokens without <|im_end|>")
     ap.add_argument("--max-level", type=int, default=max(tasks.LEVELS))
+    ap.add_argument("--raw-eval-n", type=int, default=0,
+                    help="also log held-out accuracy of --dense-shape on this many items")
     ap.add_argument("--eval-level", type=int, default=0,
                     help="level of the held-out set that picks the release checkpoint")
     ap.add_argument("--log-every", type=int, default=10)
@@ -261,6 +352,7 @@ def main(argv=None):
         ckpt.write_tokenizer(tok_dir)
         ckpt.write_json_files(tok_dir)
     tok = Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
+    voc = tasks.raw_vocab(tok)
     eos = ckpt.specials(tok_dir)["<|im_end|>"]
     device = a.device if a.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda":
@@ -357,16 +449,29 @@ def main(argv=None):
             rec["final"] = True
         log(rec)
         lacc, ldacc = acc, dacc
-        if st["level"] != a.eval_level:
+        if st["level"] in tasks.RAW_LEVELS:     # every target is a value digit
+            lacc, tacc, aloss = evaluate_raw(model, voc, tasks.RAW_LEVELS[st["level"]], a.eval_n,
+                                             device=device)
+            ldacc = tacc
+            log({"step": st["step"], "tokens": st["tokens"], "level": st["level"],
+                 "heldout": lacc, "digit_acc": ldacc, "answer_loss": aloss, "n": a.eval_n})
+        elif st["level"] != a.eval_level:
             ldacc = {}
             lacc, tacc, aloss = evaluate(model, tok, eos, st["level"], a.eval_n,
                                          tasks_=sorted(set(mix)), device=device, dacc=ldacc)
             log({"step": st["step"], "tokens": st["tokens"], "level": st["level"],
                  "heldout": lacc, "answer_token_acc": tacc, "digit_acc": ldacc,
                  "answer_loss": aloss, "n": a.eval_n})
+        if a.raw_eval_n and st["level"] not in tasks.RAW_LEVELS:
+            racc, rtacc, raloss = evaluate_raw(model, voc, a.dense_shape.split(","),
+                                               a.raw_eval_n, device=device)
+            log({"step": st["step"], "tokens": st["tokens"], "raw": a.dense_shape,
+                 "heldout": racc, "digit_acc": rtacc, "answer_loss": raloss,
+                 "n": a.raw_eval_n})
         by = ldacc if a.promote_on == "digits" else lacc
         if (not final and st["level"] < a.max_level
-                and all(by[t] >= a.promote for t in set(mix))):
+                and all(by[t] >= a.promote for t in (by if st["level"] in tasks.RAW_LEVELS
+                                                     else set(mix)))):
             st["level"] += 1
             log({"step": st["step"], "tokens": st["tokens"], "promoted_to": st["level"]})
         save(acc)
@@ -386,16 +491,12 @@ def main(argv=None):
         lv = st["level"]
         seqs, ntok = [], 0
         while ntok < a.batch_tokens:
-            i = st["item"]
-            # a quarter of the items come from a lower level (keeps short items in)
-            li = lv - 1 if (lv > 0 and i % 4 == 3) else lv
-            it = tasks.item(mix[i % len(mix)], tasks.TRAIN_SEEDS_FROM + i, li)
-            s = encode_train(tok, it, eos, a.follow, random.Random(i))
+            s = train_item(st["item"], lv, mix, tok, eos, voc, a)
             seqs.append(s)
             ntok += len(s[0])
             st["item"] += 1
         for g in opt.param_groups:
-            g["lr"] = lr_at(st["step"] - step0, a)
+            g["lr"] = lr_sched(st["step"] - step0, st["step"], a)
         loss, aloss = batch_loss(model, seqs, a.lm_w, a.q_w, device)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -417,7 +518,8 @@ def main(argv=None):
             dt = time.time() - t_log
             log({"step": st["step"], "tokens": st["tokens"], "level": lv,
                  "loss": round(run_loss / n_run, 4), "answer_loss": round(run_ans / n_run, 4),
-                 "tok_per_s": round(run_tok / dt, 1), "lr": lr_at(st["step"] - step0, a)})
+                 "tok_per_s": round(run_tok / dt, 1),
+                 "lr": round(lr_sched(st["step"] - 1 - step0, st["step"] - 1, a), 6)})
             run_loss, run_ans, run_tok, n_run, t_log = 0.0, 0.0, 0, 0, time.time()
         if (st["step"] % a.eval_steps == 0 if a.eval_steps else time.time() >= t_eval):
             eval_and_save()
