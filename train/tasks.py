@@ -586,6 +586,8 @@ def item(task, seed, level=2):
 # as a "- Name: 4\n" line (the level -7 facts, minus the chat wrapper);
 # digits: (fewest, most) digits of a value.
 RAW_SHAPES = {
+    "adj4": dict(keys="piece", sep="", n=(2, 4), digits=(1, 1)),
+    "sep4": dict(keys="piece", sep=": ", n=(2, 4), digits=(1, 1)),
     "adj":  dict(keys="piece", sep="", n=(8, 8), digits=(1, 1)),
     "sep":  dict(keys="piece", sep=": ", n=(8, 8), digits=(1, 1)),
     "name": dict(keys="name", sep=": ", n=(4, 8), digits=(1, 1)),
@@ -596,6 +598,7 @@ RAW_SHAPES = {
 # train.py's raw-token levels (below the chat levels): level -> the shapes its items
 # cycle through (item i of the level is shape [i % len]); promotion goes up to -7
 RAW_LEVELS = {
+    -13: ["adj4", "sep4"],
     -12: ["adj", "sep"],
     -11: ["sep", "name", "adj"],
     -10: ["name", "line", "sep"],
