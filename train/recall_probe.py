@@ -48,6 +48,12 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tok", default=os.path.join(ROOT, "models", "pic-qa"))
     ap.add_argument("--log", default=None, help="append JSON lines here too")
+    ap.add_argument("--stop-at", type=float, default=0.0,
+                    help="stop when every evaluated shape reaches this accuracy")
+    ap.add_argument("--save", default=None,
+                    help="write a train.py state (RUN/state.pt: weights, AdamW moments, "
+                         "counters at --level) to this run directory at the end")
+    ap.add_argument("--level", type=int, default=-12, help="the level --save records")
     a = ap.parse_args(argv)
 
     import torch
@@ -102,13 +108,14 @@ def main(argv=None):
         model.train()
         rec["min"] = round((time.time() - t0) / 60, 2)
         log(rec)
+        return all(rec[s] >= a.stop_at for s in held) if a.stop_at else False
 
     log({"start": vars(a), "params": sum(p.numel() for p in model.parameters())})
     t0 = time.time()
-    item, ntok, t_log = 0, 0, time.time()
+    item, ntok, t_log, tokens = 0, 0, time.time(), 0
     for step in range(a.steps + 1):
-        if step % a.eval_every == 0:
-            evaluate(step)
+        if step % a.eval_every == 0 and evaluate(step):
+            break
         if time.time() - t0 > a.minutes * 60 or step == a.steps:
             break
         seqs = []
@@ -133,11 +140,20 @@ def main(argv=None):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         ntok += sum(len(s) for s, _ in seqs)
+        tokens += sum(len(s) for s, _ in seqs)
         if step % 25 == 0:
             dt = time.time() - t_log
             log({"step": step, "loss": round(loss.item(), 3), "acc": round(acc.item(), 3),
                  "lr": round(lr, 5), "tok_per_s": round(ntok / dt)})
             ntok, t_log = 0, time.time()
+    if a.save:
+        os.makedirs(a.save, exist_ok=True)
+        st = {"step": step, "item": 0, "tokens": tokens, "seconds": time.time() - t0,
+              "best": -1.0, "level": a.level, "digest": tasks.corpus_digest(),
+              "preset": a.preset, "probe": " ".join(sys.argv[1:])}
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "st": st},
+                   os.path.join(a.save, "state.pt"))
+        log({"saved": os.path.join(a.save, "state.pt"), "step": step})
     return 0
 
 
