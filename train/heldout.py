@@ -24,6 +24,9 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=100)
     ap.add_argument("--tasks", default=None, help="tasks (default all; raw levels: their shapes)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--record", action="store_true",
+                    help="write the exact match into CKPT/train_state.json (heldout, "
+                         "heldout_level, heldout_n, heldout_digit_acc)")
     a = ap.parse_args(argv)
     import torch
     import fastgdn
@@ -48,7 +51,14 @@ def main(argv=None):
     st = os.path.join(a.ckpt, "train_state.json")
     if os.path.exists(st):
         with open(st) as f:
-            rec["step"] = json.load(f)["state"]["step"]
+            js = json.load(f)
+        rec["step"] = js["state"]["step"]
+        if a.record:
+            js.update(heldout=rec["exact_match"], heldout_level=a.level, heldout_n=a.n,
+                      heldout_digit_acc=rec["digit_acc"])
+            with open(st, "w") as f:
+                json.dump(js, f, indent=1, sort_keys=True)
+                f.write("\n")
     print(json.dumps(rec))
     return 0
 
