@@ -361,10 +361,10 @@ def main(argv=None):
     rel_state = os.path.join(a.out, "train_state.json")
     if os.path.exists(state_path):
         s = torch.load(state_path, weights_only=False, map_location="cpu")
-        had = s["st"].get("preset", ckpt.PRESET_NAME)
+        had = s["st"].get("preset", ckpt.LEGACY_PRESET)
     elif a.resume_from_release and os.path.exists(rel_state):
         with open(rel_state) as f:
-            had = json.load(f)["state"].get("preset", ckpt.PRESET_NAME)
+            had = json.load(f)["state"].get("preset", ckpt.LEGACY_PRESET)
     else:
         had = a.preset or ckpt.PRESET_NAME
     if a.preset and a.preset != had:
