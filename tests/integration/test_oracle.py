@@ -126,7 +126,9 @@ def test_fp64_reference_is_consistent(meta, prompt):
     d = np.abs(want32 - want64).max()
     # the fp64 file is rounded to fp32: half an ulp of the logit at most
     assert abs(d - prompt["max_abs_diff_fp32_vs_fp64"]) <= 1e-6
-    assert d <= TOL
+    # transformers' own fp32 rounding reaches ~1e-4 (9.4e-5 on tiny-qwen3next long,
+    # 1.02e-4 on pic-qa short); the engine's bound adds it row by row (_errors)
+    assert d <= 2 * TOL
     assert prompt["fp64_argmax_is_continuation"]
     n = prompt["n_prompt"]
     assert want64[n - 1:].argmax(axis=1).tolist() == prompt["continuation"]
