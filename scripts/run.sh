@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# `make run`: the real stack on the embedded default — the project's demo model
-# (made on first run), two local pic-engine processes and nginx with the module
-# on 127.0.0.1:$PORT.  Ctrl-C stops every process this script started.
+# `make run`: the real stack on the embedded default — the project's trained model
+# models/pic-qa (MODEL=models/demo: the random-weight demo model, made on first run),
+# two local pic-engine processes and nginx with the module on 127.0.0.1:$PORT.
+# Ctrl-C stops every process this script started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${BUILD:-build}
 PORT=${PORT:-8080}
 RUN=${RUN_DIR:-$ROOT/run}
-MODEL=${MODEL:-$ROOT/models/demo}
+MODEL=${MODEL:-$ROOT/models/pic-qa}
 mkdir -p "$RUN/logs" "$RUN/tmp"
 
 pids=()
@@ -22,7 +23,7 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
-if [ ! -f "$MODEL/config.json" ] && [ -f tests/tools/make_models.py ]; then
+if [ ! -f "$MODEL/config.json" ] && [ "$(basename "$MODEL")" = demo ] && [ -f tests/tools/make_models.py ]; then
   echo "creating the demo model in $MODEL (first run only)"
   .venv/bin/python tests/tools/make_models.py --preset demo --out "$(dirname "$MODEL")"
 fi
@@ -103,8 +104,13 @@ ngx_pic is running
 
   status:  curl -s http://127.0.0.1:$PORT/pic/status      (dashboard: ?format=html)
   metrics: curl -s 'http://127.0.0.1:$PORT/pic/status?format=prometheus'
-  chat:    curl -s http://127.0.0.1:$PORT/v1/chat/completions -H 'Content-Type: application/json' \\
-             -d '{"model":"demo","messages":[{"role":"user","content":"Hello!"}]}'
+  ask:     curl -s http://127.0.0.1:$PORT/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "pic-qa",
+             "messages": [{"role": "user", "content": "Documents:\\n\\n[1] Notes on the loading dock\\nThe loading dock opens at six. The account number of Tewadi is 164584. Deliveries after noon go to the side gate.\\n\\n[2] About the archive\\nThe shelf label of agent Veldor is HC-844. The archive keeps every report for ten years.\\n\\nQuestion: What is the account number of Tewadi?"}],
+             "chat_template_kwargs": {"enable_thinking": false}, "max_tokens": 16, "temperature": 0}'
+           (models/pic-qa answers 164584, and again with [1] and [2] swapped; usage.pic says how
+            many prompt tokens came from cache: exact prefix, PIC entries, recomputed. Documents
+            this short sit below the segment minimum and are recomputed; longer ones, or each text
+            part of an array content, are cached on their own and reused in any order)
 
   Each engine serves a request in this order (--cache-mode exact): the longest exact
   token prefix it holds (prefix tree, resumed from the deepest recurrent checkpoint),
