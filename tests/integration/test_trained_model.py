@@ -9,6 +9,8 @@ Its logits against transformers (fp32 and fp64) are checked by test_oracle.py
   items as train/tasks.py's renderer does (the text the model was trained on): greedy
   ids from `generate --chat` equal those from `generate --tokens` of render()'s ids;
 * train_state.json records the training counters and held-out accuracy per task.
+* through nginx and two engines it answers `make run`'s example and held-out items
+  as a full-recompute engine does (issue 11: "checks a handful of answers through nginx").
 """
 import json
 import os
@@ -17,6 +19,8 @@ import sys
 import tempfile
 
 import pytest
+
+import harness
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("PIC_BUILD", "build")
@@ -69,3 +73,66 @@ def test_train_state_records_heldout_accuracy():
     assert st["state"]["tokens"] > 0
     assert set(st["heldout"]) == set(tasks.TASKS)
     assert all(0.0 <= v <= 1.0 for v in st["heldout"].values())
+
+
+# --- answers through nginx ----------------------------------------------------------
+
+README_DOCS = [
+    "[1] Notes on the loading dock\nThe loading dock opens at six. The account number of "
+    "Tewadi is 164584. Deliveries after noon go to the side gate.",
+    "[2] About the archive\nThe shelf label of agent Veldor is HC-844. The archive keeps "
+    "every report for ten years.",
+]
+
+
+def _ask(url, body):
+    body = dict(body, model="pic-qa", max_tokens=16, temperature=0)
+    st, _, raw = harness.http("POST", url + "/v1/chat/completions", body=body, timeout=120)
+    assert st == 200, raw
+    j = json.loads(raw)
+    return j["choices"][0]["message"]["content"].strip(), j["usage"]
+
+
+def _reordered(it):
+    """The item's request with its documents in reverse order (same question)."""
+    body = tasks.request_json(it)
+    user = body["messages"][-1]
+    intro, _, rest = user["content"].partition("\n\n")
+    q = rest[rest.rindex("\n\nQuestion: ") + 2:]
+    docs = ["[%d] %s" % (i + 1, d) for i, d in enumerate(it["docs"])][::-1]
+    user = dict(user, content=intro + "\n\n" + "\n\n".join(docs) + "\n\n" + q)
+    return dict(body, messages=body["messages"][:-1] + [user])
+
+
+def test_the_model_answers_through_nginx(procs):
+    """`make run`'s example and held-out single-hop items through nginx and two
+    pic-qa engines (the gateway's own cuts, PIC on): the README question is
+    answered (164584) in both document orders; on 12 held-out items, first as
+    generated and then with their documents reversed (served in part from PIC
+    entries), the gateway answers as many right as a full-recompute engine does
+    (within one) and at least 4 (step 641 answered none)."""
+    from test_gateway import gw_conf
+    full = procs.engine(name="full", model=MODEL, extra=["--cache-mode", "full", "--threads", "1"])
+    e1 = procs.engine(name="e1", model=MODEL, extra=["--threads", "1"])
+    e2 = procs.engine(name="e2", model=MODEL, extra=["--threads", "1"])
+    ngx = procs.nginx(gw_conf(["127.0.0.1:%d" % e1.port, "127.0.0.1:%d" % e2.port]))
+    harness.wait_for(lambda: len(json.loads(harness.http("GET", ngx.url + "/pic/status")[2])["engines"]) == 2
+               and all(e["id"] for e in json.loads(harness.http("GET", ngx.url + "/pic/status")[2])["engines"]),
+               timeout=10, what="engine ids from probes")
+    think_off = {"chat_template_kwargs": {"enable_thinking": False}}
+    for docs in (README_DOCS, README_DOCS[::-1]):
+        q = "Documents:\n\n" + "\n\n".join(docs) + "\n\nQuestion: What is the account number of Tewadi?"
+        ans, _ = _ask(ngx.url, dict(think_off, messages=[{"role": "user", "content": q}]))
+        assert ans == "164584"
+    items = [tasks.item("single", s, 0) for s in range(20, 32)]    # held-out seeds
+    right_gw = right_full = pic_tokens = 0
+    for body_of in (tasks.request_json, _reordered):
+        for it in items:
+            a_gw, usage = _ask(ngx.url, body_of(it))
+            a_full, _ = _ask(full.url, body_of(it))
+            right_gw += a_gw == it["answer"]
+            right_full += a_full == it["answer"]
+            if body_of is _reordered:
+                pic_tokens += usage.get("pic", {}).get("pic_tokens", 0)
+    assert pic_tokens > 0                       # the reversed documents came from PIC entries
+    assert right_gw >= right_full - 1 and right_gw >= 4, (right_gw, right_full)
