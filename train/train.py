@@ -114,6 +114,17 @@ def train_item(i, lv, mix, tok, eos, voc, a):
     return encode_train(tok, it, eos, a.follow, random.Random(i))
 
 
+def _hidden(model, part, device):
+    """(x (B, L) ids right-padded with 0, hs (B, L, H) last hidden states) of the
+    sequences [(ids, _), ...] of an evaluation batch."""
+    import torch
+    L = max(len(ids) for ids, _ in part)
+    x = torch.zeros(len(part), L, dtype=torch.long)
+    for b, (ids, _) in enumerate(part):
+        x[b, :len(ids)] = torch.tensor(ids)
+    return x, model.model(input_ids=x.to(device)).last_hidden_state
+
+
 def evaluate_raw(model, voc, shapes, n, device="cpu", bs=32):
     """({shape: exact match}, {shape: target-token accuracy}, {shape: target loss}) of
     the raw shapes (tasks.RAW_SHAPES names) on held-out seeds [0, n) (every target is
@@ -127,11 +138,7 @@ def evaluate_raw(model, voc, shapes, n, device="cpu", bs=32):
             items = [tasks.raw_item(shape, s, voc) for s in range(n)]
             for b0 in range(0, n, bs):
                 part = items[b0:b0 + bs]
-                L = max(len(ids) for ids, _ in part)
-                x = torch.zeros(len(part), L, dtype=torch.long)
-                for b, (ids, _) in enumerate(part):
-                    x[b, :len(ids)] = torch.tensor(ids)
-                hs = model.model(input_ids=x.to(device)).last_hidden_state
+                x, hs = _hidden(model, part, device)
                 for b, (ids, tgt) in enumerate(part):
                     pos = torch.tensor([j for j in range(1, len(ids)) if tgt[j]], device=hs.device)
                     lg = model.lm_head(hs[b].index_select(0, pos - 1)).float()
@@ -230,11 +237,7 @@ def evaluate(model, tok, eos, level, n, tasks_=None, device="cpu", bs=8, dacc=No
             items = [encode_item(tok, tasks.item(task, s, level), eos) for s in range(n)]
             for b0 in range(0, n, bs):
                 part = items[b0:b0 + bs]
-                L = max(len(ids) for ids, _ in part)
-                x = torch.zeros(len(part), L, dtype=torch.long)
-                for b, (ids, _) in enumerate(part):
-                    x[b, :len(ids)] = torch.tensor(ids)
-                hs = model.model(input_ids=x.to(device)).last_hidden_state
+                x, hs = _hidden(model, part, device)
                 for b, (ids, a0) in enumerate(part):
                     lg = model.lm_head(hs[b, a0 - 1:len(ids) - 1]).float()
                     gold = x[b, a0:len(ids)].to(lg.device)
