@@ -90,10 +90,46 @@ pic_seg_piece(const pic_segment_cfg *cfg, const pic_render *r, const pic_region 
         s->start = at;
         s->len = len;
         s->flags = reg ? (at + len < end ? PIC_SEG_FLAG_CDC : 0) : PIC_SEG_FLAG_GLUE;
+        if (reg && pic_render_client_doc(r, at)) {
+            s->flags |= PIC_SEG_FLAG_DOC;
+        }
         s->region = reg ? reg->kind : PIC_REGION_GLUE;
         s->index = reg ? reg->index : -1;
         s->doc = reg ? reg->doc : 0;
         at += len;
+    }
+    return 0;
+}
+
+int
+pic_render_client_doc(const pic_render *r, size_t off)
+{
+    size_t lo = 0, hi = r->n_regions;
+
+    while (lo < hi) {               /* the region holding off: regions partition the text */
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (r->regions[mid].end <= off) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if (lo >= r->n_regions || r->regions[lo].start > off
+        || r->regions[lo].kind == PIC_REGION_GLUE) {
+        return 0;
+    }
+    const pic_region *g = &r->regions[lo];
+    if (g->doc > 0) {
+        return 1;
+    }
+    /* document 0: split when the message's next content region (past any
+     * joiner glue) is its document 1 */
+    for (size_t j = lo + 1; j < r->n_regions; j++) {
+        if (r->regions[j].kind != PIC_REGION_GLUE) {
+            return r->regions[j].kind == g->kind && r->regions[j].index == g->index
+                   && r->regions[j].doc == 1;
+        }
     }
     return 0;
 }

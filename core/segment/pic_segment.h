@@ -44,6 +44,9 @@ typedef enum {
 
 #define PIC_SEG_FLAG_GLUE 1u    /* template text only */
 #define PIC_SEG_FLAG_CDC  2u    /* ends at a CDC cut, not at a structural edge */
+#define PIC_SEG_FLAG_DOC  4u    /* inside a document the client delimited (one of
+                                 * several in a message: marker or content parts),
+                                 * i.e. declared reusable (pic_render_client_doc) */
 
 typedef struct {
     size_t          start;      /* byte span [start, start + len) of the rendered text */
@@ -87,6 +90,12 @@ int pic_segment_request(const pic_segment_cfg *cfg, const pic_request *req,
 /* Appends the marked wire form of s to out: segment texts joined by the
  * marker, each escaped (pic_marker_join).  Returns 0 or -1 (OOM). */
 int pic_segmentation_marked(const pic_segmentation *s, const pic_marker *m, pic_buf *out);
+
+/* 1 if byte off of r's text lies in a content region of a message the
+ * client split into several documents (the marker, or content parts when
+ * they are documents), else 0 (glue, one-document messages, off past the
+ * end). */
+int pic_render_client_doc(const pic_render *r, size_t off);
 
 /* "prefix", "pic" or "dynamic". */
 const char *pic_seg_kind_name(pic_seg_kind k);

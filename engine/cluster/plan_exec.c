@@ -199,12 +199,137 @@ pic_plan_held(const pic_plan_ctx *ctx, const pic_plan_job *pj)
     return hex;
 }
 
+/* --- deferred builds of client documents (pic_plan_door) --- */
+
+void
+pic_plan_door_stats(pic_plan_door *d, pic_plan_later_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (d == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&d->mu);
+    out->queued = d->later_queued;
+    out->built = d->later_built;
+    out->dropped = d->later_dropped;
+    out->pending = d->later_n + d->building;
+    pthread_mutex_unlock(&d->mu);
+}
+
+void
+pic_plan_door_free(pic_plan_door *d)
+{
+    if (d == NULL) {
+        return;
+    }
+    for (int k = 0; k < d->later_n; k++) {
+        free(d->later[(d->later_head + k) % PIC_PLAN_LATER].ids);
+    }
+    d->later_n = 0;
+}
+
+/* After an exact-first request: queue the client documents it recomputed
+ * exactly (first sightings: no entry, none coming from a peer) for the
+ * keeper to build.  A full queue drops the rest (the door still builds
+ * them on their second sighting). */
+static void
+pic_plan_defer(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m)
+{
+    pic_plan_door *d = ctx->door;
+
+    if (d == NULL || d->model == NULL || ctx->pool == NULL || ctx->mode != PIC_MODE_PIC) {
+        return;
+    }
+    for (int i = 0; i < pj->n_segs; i++) {
+        pic_job_segment *g = &pj->segs[i];
+        pic_plan_later  *q;
+        int             *ids;
+
+        if (g->kind != PIC_SEG_PIC || !(g->flags & PIC_SEG_FLAG_DOC) || g->entry != NULL
+            || g->start < pj->depth || g->n_ids == 0
+            || __atomic_load_n(&g->remote, __ATOMIC_ACQUIRE) != PIC_REMOTE_NONE
+            || !pic_entry_worth(&m->cfg, g->n_ids, &ctx->seam)
+            || pic_pool_contains(ctx->pool, g->key, g->len)) {
+            continue;
+        }
+        ids = malloc((size_t) g->n_ids * sizeof(int));
+        pthread_mutex_lock(&d->mu);
+        if (ids == NULL || d->later_n == PIC_PLAN_LATER) {
+            d->later_dropped++;
+            pthread_mutex_unlock(&d->mu);
+            free(ids);
+            continue;
+        }
+        q = &d->later[(d->later_head + d->later_n) % PIC_PLAN_LATER];
+        memcpy(ids, g->ids, (size_t) g->n_ids * sizeof(int));
+        memcpy(q->key, g->key, sizeof(q->key));
+        q->len = g->len;
+        q->ids = ids;
+        q->n_ids = g->n_ids;
+        d->later_n++;
+        d->later_queued++;
+        pthread_mutex_unlock(&d->mu);
+    }
+}
+
+/* The keeper's share: build and pool the oldest queued client document's
+ * seam entry (skipped when the pool got it meanwhile).  1 if one was
+ * dequeued, 0 if the queue is empty. */
+static int
+pic_plan_build_later(const pic_plan_ctx *ctx)
+{
+    pic_plan_door  *d = ctx->door;
+    pic_plan_later  q;
+    pic_entry      *e = NULL;
+    int             ok = 1;
+    char            err[256];
+
+    pthread_mutex_lock(&d->mu);
+    if (d->later_n == 0) {
+        pthread_mutex_unlock(&d->mu);
+        return 0;
+    }
+    q = d->later[d->later_head];
+    d->later_head = (d->later_head + 1) % PIC_PLAN_LATER;
+    d->later_n--;
+    d->building = 1;
+    pthread_mutex_unlock(&d->mu);
+
+    if (!pic_pool_contains(ctx->pool, q.key, q.len)) {
+        if (pic_entry_build(d->model, NULL, q.ids, q.n_ids, &ctx->seam, &e, NULL, err,
+                            sizeof(err)) != 0 || e == NULL) {
+            ok = 0;
+        } else {
+            pic_job_segment g;
+
+            memset(&g, 0, sizeof(g));
+            memcpy(g.key, q.key, sizeof(g.key));
+            g.len = q.len;
+            pic_plan_keep(ctx, &g, e);
+            pic_entry_unref(e);
+        }
+    }
+    free(q.ids);
+    pthread_mutex_lock(&d->mu);
+    d->building = 0;
+    if (ok) {
+        d->later_built++;
+    } else {
+        d->later_dropped++;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return 1;
+}
+
 int
 pic_plan_idle(const pic_plan_ctx *ctx)
 {
     if (ctx->prefix != NULL && pic_prefix_cache_due(ctx->prefix)) {
         pic_prefix_cache_maintain(ctx->prefix);
         return 1;
+    }
+    if (ctx->door != NULL && ctx->door->model != NULL && ctx->pool != NULL) {
+        return pic_plan_build_later(ctx);
     }
     return 0;
 }
@@ -698,6 +823,7 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
     pic_cache_budget_enforce(ctx->budget);
     pic_plan_clock(pj, PIC_PH_INSERT, &t0);
     pic_plan_count(pj, pj->resume);
+    pic_plan_defer(ctx, pj, m);
     *why = PIC_JOB_ERROR_NONE;
     return PIC_PLAN_DONE;
 }

@@ -96,6 +96,7 @@ typedef enum {
 typedef struct {
     size_t          offset, len;        /* bytes of the rendered prompt */
     pic_seg_kind    kind;
+    uint32_t        flags;              /* PIC_SEG_FLAG_DOC: a client-delimited document */
     char            key[PIC_KEY_HEX + 1];
     int            *ids;                /* (n_ids) this segment's share of the prompt's ids */
     int             n_ids;
@@ -142,13 +143,45 @@ typedef struct pic_plan_job {
 } pic_plan_job;
 
 #define PIC_PLAN_DOOR 4096                 /* doorkeeper slots */
+#define PIC_PLAN_LATER 64                  /* client documents awaiting the keeper */
+
+/* A client document recomputed exactly on its first sighting, whose seam
+ * entry the keeper builds after the request. */
+typedef struct {
+    char    key[PIC_KEY_HEX + 1];
+    size_t  len;                        /* bytes, with the key */
+    int    *ids;                        /* (n_ids) its tokens, owned */
+    int     n_ids;
+} pic_plan_later;
 
 /* Segments seen once outside any exact prefix (a key's second sighting
- * builds its entry). */
+ * builds its entry), and the entries of client-delimited documents
+ * (PIC_SEG_FLAG_DOC) to build off the request path: such a document is
+ * recomputed exactly on its first sighting like any other, then queued
+ * here; the keeper (pic_plan_idle) builds and pools its seam entry, so its
+ * second sighting is a pool hit instead of a build on the request's path.
+ * model NULL: nothing is queued.  Zero it, then pthread_mutex_init(mu). */
 typedef struct {
-    pthread_mutex_t mu;
-    uint64_t        slot[PIC_PLAN_DOOR];
+    pthread_mutex_t  mu;
+    uint64_t         slot[PIC_PLAN_DOOR];
+    const pic_model *model;             /* the keeper's builds; NULL: none */
+    pic_plan_later   later[PIC_PLAN_LATER];     /* ring: later_head, later_n */
+    int              later_head, later_n;
+    int              building;          /* the keeper is building one now */
+    uint64_t         later_queued, later_built, later_dropped;
 } pic_plan_door;
+
+/* Counters of d's deferred builds (under its lock). */
+typedef struct {
+    uint64_t queued, built, dropped;    /* dropped: queue full, or the build failed */
+    int      pending;                   /* queued and not yet built or dropped */
+} pic_plan_later_stats;
+
+/* Reads d's deferred-build counters (d NULL: zeros). */
+void pic_plan_door_stats(pic_plan_door *d, pic_plan_later_stats *out);
+
+/* Frees the ids d still queues (NULL is fine; the keeper has stopped). */
+void pic_plan_door_free(pic_plan_door *d);
 
 typedef struct {
     pic_mode          mode;             /* PIC_MODE_FULL never reaches here */
@@ -211,8 +244,9 @@ void pic_plan_keep_session(const pic_plan_ctx *ctx, const pic_plan_job *pj,
                            const pic_state *s, const int *tokens, int n);
 
 /* Cache upkeep off the request path (the scheduler's keeper thread): the
- * prefix tree's checkpoint re-solve when it is due.  1 if it did work, 0
- * if nothing was pending. */
+ * prefix tree's checkpoint re-solve when it is due, else one deferred
+ * client-document entry (pic_plan_door).  1 if it did work, 0 if nothing
+ * was pending. */
 int pic_plan_idle(const pic_plan_ctx *ctx);
 
 /* Worker side of a remote prefill (POST /v1/pic/prefill): resolve the

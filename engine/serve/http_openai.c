@@ -1319,14 +1319,16 @@ pic_oai_plan_job(size_t n, size_t useful, int always, pic_error *err)
     return pj;
 }
 
-/* Segment i of pj: bytes [off, off + len) of the prompt, its kind and key. */
+/* Segment i of pj: bytes [off, off + len) of the prompt, its kind, flags
+ * (PIC_SEG_FLAG_DOC of pic_segment.h; the others are not used) and key. */
 static void
 pic_oai_plan_seg(pic_plan_job *pj, size_t i, size_t off, size_t len, pic_seg_kind kind,
-                 const char *key)
+                 uint32_t flags, const char *key)
 {
     pj->segs[i].offset = off;
     pj->segs[i].len = len;
     pj->segs[i].kind = kind;
+    pj->segs[i].flags = flags & PIC_SEG_FLAG_DOC;
     snprintf(pj->segs[i].key, sizeof(pj->segs[i].key), "%s", key);
 }
 
@@ -1379,8 +1381,12 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
             }
             *pj = pic_oai_plan_job(plan.n_segs, useful, srv->prefix != NULL, err);
             for (size_t i = 0; *pj != NULL && i < plan.n_segs; i++) {
+                /* client documents: the engine's own render of the request
+                 * knows them (the plan carries no flag) */
                 pic_oai_plan_seg(*pj, i, plan.segs[i].offset, plan.segs[i].key.len,
-                                 plan.segs[i].kind, plan.segs[i].key.hex);
+                                 plan.segs[i].kind,
+                                 pic_render_client_doc(&seg.render, plan.segs[i].offset)
+                                 ? PIC_SEG_FLAG_DOC : 0, plan.segs[i].key.hex);
             }
             if (*pj == NULL && err->status != 0) {
                 goto done;
@@ -1425,7 +1431,7 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
         *pj = pic_oai_plan_job(seg.n_segs, useful, srv->prefix != NULL, err);
         for (size_t i = 0; *pj != NULL && i < seg.n_segs; i++) {
             pic_oai_plan_seg(*pj, i, seg.segs[i].start, seg.segs[i].len, seg.segs[i].kind,
-                             seg.segs[i].key.hex);
+                             seg.segs[i].flags, seg.segs[i].key.hex);
         }
         if (*pj == NULL && err->status != 0) {
             goto done;

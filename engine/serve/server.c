@@ -448,6 +448,15 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         cJSON_AddNumberToObject(o, "insertions", (double) px.insertions);
         cJSON_AddNumberToObject(o, "evictions", (double) px.evictions);
         cJSON_AddNumberToObject(o, "bytes", (double) px.bytes);
+        pic_plan_later_stats ls;
+        cJSON               *d;
+
+        pic_plan_door_stats(&srv->door, &ls);
+        d = cJSON_AddObjectToObject(o, "deferred_builds");
+        cJSON_AddNumberToObject(d, "queued", (double) ls.queued);
+        cJSON_AddNumberToObject(d, "built", (double) ls.built);
+        cJSON_AddNumberToObject(d, "dropped", (double) ls.dropped);
+        cJSON_AddNumberToObject(d, "pending", ls.pending);
         cJSON_AddNumberToObject(o, "budget", (double) px.budget);
     }
 
@@ -763,6 +772,7 @@ pic_server_init_cache(pic_server *srv)
             return -1;
         }
         pthread_mutex_init(&srv->door.mu, NULL);
+        srv->door.model = srv->model;   /* client documents: built by the keeper */
         srv->plan.prefix = srv->prefix;
         srv->plan.door = &srv->door;
     }
@@ -1145,6 +1155,7 @@ done:
         srv.transport->ops->free(srv.transport);
     }
     pic_registry_free(srv.reg);
+    pic_plan_door_free(&srv.door);
     pic_pool_free(srv.pool);
     pic_prefix_cache_free(srv.prefix);
     if (srv.have_keys) {

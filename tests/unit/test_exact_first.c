@@ -108,16 +108,14 @@ job(const char *text, const size_t *cut, int nc)
     return pj;
 }
 
-/* Serve text through the plan steps under scope; returns the job (caller frees). */
+/* Run job pj for text through the plan steps to DONE; returns pj. */
 static pic_plan_job *
-serve_scope(fx *f, uint64_t scope, const char *text, const size_t *cut, int nc)
+serve_job(fx *f, pic_plan_job *pj, const char *text)
 {
-    pic_plan_job *pj = job(text, cut, nc);
     char          err[256];
     int           rc, steps = 0;
     pic_job_error why;
 
-    pj->scope = scope;
     do {
         rc = pic_plan_step(&f->ctx, pj, f->m, f->tok, text, strlen(text), f->s, f->lg,
                            &why, err, sizeof(err));
@@ -127,6 +125,16 @@ serve_scope(fx *f, uint64_t scope, const char *text, const size_t *cut, int nc)
         assert_true(++steps < 10000);
     } while (rc != PIC_PLAN_DONE);
     return pj;
+}
+
+/* Serve text through the plan steps under scope; returns the job (caller frees). */
+static pic_plan_job *
+serve_scope(fx *f, uint64_t scope, const char *text, const size_t *cut, int nc)
+{
+    pic_plan_job *pj = job(text, cut, nc);
+
+    pj->scope = scope;
+    return serve_job(f, pj, text);
 }
 
 /* Tokens composed from entries made for this request (built here, or a
@@ -407,6 +415,94 @@ test_shifted_documents_after_a_shared_prefix_use_pic(void **unused)
     fx_free(&f);
 }
 
+/* Client-delimited documents (PIC_SEG_FLAG_DOC; the keeper builds with
+ * door.model set): on their first sighting they are recomputed exactly
+ * like any other (logits = a plain prefill's, nothing built on the
+ * request's path) and queued; the keeper builds their entries between
+ * requests; their second sighting, shifted, composes those entries as pool
+ * hits, building nothing.  An unflagged document is not queued: it is
+ * still built by the door on its second sighting. */
+static void
+test_client_documents_are_built_by_the_keeper_after_an_exact_first_sighting(void **unused)
+{
+    fx f;
+
+    if (fx_init(&f, 64u << 20) != 0) {
+        skip();
+    }
+    f.door.model = f.m;
+    char sys[4096], a[4096], b[4096], c[4096], req[32768];
+    words(sys, sizeof(sys), 31, 80);
+    words(a, sizeof(a), 32, 150);
+    words(b, sizeof(b), 33, 150);
+    words(c, sizeof(c), 34, 150);
+    /* documents per request; flagged: the client delimited them */
+    const char *order[3][3] = { { a, b, c }, { b, a, NULL }, { c, a, NULL } };
+    const int   flagged[3][3] = { { 1, 1, 0 }, { 1, 1, 0 }, { 0, 1, 0 } };
+    pic_plan_later_stats ls;
+    int                  n2, work = 0;
+
+    for (int r = 0; r < 3; r++) {
+        size_t cut[4];
+        int    nc = 0, at;
+
+        at = snprintf(req, sizeof(req), "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n",
+                      sys);
+        cut[nc++] = (size_t) at;
+        for (int d = 0; d < 3 && order[r][d]; d++) {
+            at += snprintf(req + at, sizeof(req) - at, "%s\n", order[r][d]);
+            cut[nc++] = (size_t) at;
+        }
+        snprintf(req + at, sizeof(req) - at, "question %d?<|im_end|>\n<|im_start|>assistant\n",
+                 r);
+        pic_plan_job *pj = job(req, cut, nc);
+        for (int d = 0; d < nc - 1; d++) {
+            pj->segs[1 + d].flags = flagged[r][d] ? PIC_SEG_FLAG_DOC : 0;
+        }
+        serve_job(&f, pj, req);
+        float mx = vs_full(&f, req, &n2);
+        pic_plan_door_stats(&f.door, &ls);
+        print_message("  request %d: %d tokens, exact %d, pic %d, built %d, hits %d, "
+                      "queued %llu, |Δ| %.3g\n", r, pj->n_prompt, pj->n_exact, pj->n_pic,
+                      pj->n_built, pj->n_hits, (unsigned long long) ls.queued, mx);
+        assert_int_equal(pj->n_prompt, n2);
+        if (r == 0) {
+            /* first sightings: exact, nothing built, the two documents queued */
+            assert_int_equal(pj->n_pic, 0);
+            assert_int_equal(pj->n_built, 0);
+            assert_true(mx <= 1e-4f);
+            assert_int_equal(ls.queued, 2);
+            assert_int_equal(ls.pending, 2);
+            assert_false(pic_pool_contains(f.pool, pj->segs[1].key, pj->segs[1].len));
+            assert_false(pic_pool_contains(f.pool, pj->segs[3].key, pj->segs[3].len));
+            while (pic_plan_idle(&f.ctx)) {
+                work++;
+            }
+            pic_plan_door_stats(&f.door, &ls);
+            assert_int_equal(ls.built, 2);
+            assert_int_equal(ls.pending, 0);
+            assert_true(pic_pool_contains(f.pool, pj->segs[1].key, pj->segs[1].len));
+            assert_true(pic_pool_contains(f.pool, pj->segs[2].key, pj->segs[2].len));
+            assert_false(pic_pool_contains(f.pool, pj->segs[3].key, pj->segs[3].len));
+        } else if (r == 1) {
+            /* shifted: both composed from the keeper's entries, none built */
+            assert_int_equal(pj->n_built, 0);
+            assert_int_equal(pj->n_hits, 2);
+            assert_true(pj->n_exact >= 48 && pj->n_pic > 200);
+            assert_int_equal(ls.queued, 2);
+        } else {
+            /* the unflagged document's second sighting: the door builds it */
+            assert_int_equal(pj->n_built, 1);
+            assert_int_equal(pj->n_hits, 1);
+            assert_int_equal(ls.queued, 2);
+        }
+        pic_plan_job_free(pj);
+    }
+    assert_true(work >= 2);
+    pic_plan_door_free(&f.door);
+    fx_free(&f);
+}
+
 /* The keeper's upkeep (pic_plan_idle) re-solves the tree's checkpoint
  * placement between requests, never inside one: the re-solves counted in
  * request context stay 0 while requests run as plan steps. */
@@ -619,6 +715,7 @@ main(void)
         cmocka_unit_test(test_agent_loop_is_exact_under_a_tight_budget),
         cmocka_unit_test(test_generated_answer_is_resumed_next_turn),
         cmocka_unit_test(test_shifted_documents_after_a_shared_prefix_use_pic),
+        cmocka_unit_test(test_client_documents_are_built_by_the_keeper_after_an_exact_first_sighting),
         cmocka_unit_test(test_keeper_resolves_between_requests),
         cmocka_unit_test(test_worker_entries_past_the_first_composed_segment_are_composed),
         cmocka_unit_test(test_scopes_do_not_share_prefixes),

@@ -248,6 +248,43 @@ test_rerank_and_cross_role_keys(void **state)
     free(b);
 }
 
+/* Documents a client delimited with the marker are flagged declared
+ * reusable (PIC_SEG_FLAG_DOC), the first and the last of the message too;
+ * a message of one document (system prompt, tool result) and the glue are
+ * not; pic_render_client_doc answers the same at any byte. */
+static void
+test_client_delimited_documents_are_flagged(void **state)
+{
+    fixture *f = *state;
+    char    *a = document(5, 700), *b = document(6, 650), *c = document(7, 600);
+    char    *body = malloc(8000);
+    pic_segmentation s;
+    size_t   n_doc = 0;
+
+    snprintf(body, 8000, "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":"
+             "\"%s\"},{\"role\":\"user\",\"content\":\"%s<|pic_sep|>%s<|pic_sep|>"
+             "Question?\"},{\"role\":\"assistant\",\"content\":\"ok\"},"
+             "{\"role\":\"user\",\"content\":\"%s\"},{\"role\":\"user\","
+             "\"content\":\"end\"}]}", c, a, b, c);
+    segment(f, body, PIC_TEMPLATE_QWEN3, NULL, &s);
+    for (size_t i = 0; i < s.n_segs; i++) {
+        const pic_segment *g = &s.segs[i];
+        int doc = g->region == PIC_REGION_USER && g->index == 1;
+
+        assert_int_equal(!!(g->flags & PIC_SEG_FLAG_DOC), doc);
+        assert_int_equal(pic_render_client_doc(&s.render, g->start), doc);
+        assert_int_equal(pic_render_client_doc(&s.render, g->start + g->len - 1), doc);
+        n_doc += doc;
+    }
+    assert_true(n_doc >= 3);                /* a's and b's chunks and the question */
+    assert_int_equal(pic_render_client_doc(&s.render, s.render.text.len), 0);
+    pic_segmentation_free(&s);
+    free(body);
+    free(a);
+    free(b);
+    free(c);
+}
+
 /* Keys of the segments cut from tool schema `index`'s region. */
 static size_t
 schema_keys(const pic_segmentation *s, int32_t index, pic_key *out, size_t cap)
@@ -445,6 +482,7 @@ main(void)
         cmocka_unit_test(test_segments_cover_text_and_keys_match_bytes),
         cmocka_unit_test(test_document_keys_shift_invariant),
         cmocka_unit_test(test_rerank_and_cross_role_keys),
+        cmocka_unit_test(test_client_delimited_documents_are_flagged),
         cmocka_unit_test(test_tool_schema_subsets_keep_keys),
         cmocka_unit_test(test_tenants_never_share_keys),
         cmocka_unit_test(test_marked_form_round_trip),
