@@ -158,6 +158,51 @@ def test_keeper_places_checkpoints_off_the_request_path(procs):
     assert p["max_checkpoints_on_an_edge"] <= p["checkpoints_per_edge"]
 
 
+def test_client_documents_are_built_after_the_request(procs):
+    """Documents the client delimited with <|pic_sep|> (declared reusable):
+    the first sighting is recomputed exactly (the oracle's answer, nothing
+    composed), and the keeper builds their entries after the request; the
+    second sighting, reordered, composes them as cached tokens (nothing
+    built on its path: cached = exact + PIC).  A message of one document is
+    not a declared document: nothing is queued for it."""
+    e = engine(procs, "e")
+    oracle = client(engine(procs, "full", "full").url)
+    c = client(e.url)
+    docs = [doc(700 + i, 900) for i in range(3)]
+
+    def msgs_docs(order, q):
+        content = "<|pic_sep|>".join([docs[i] for i in order] + [f"question {q}?"])
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": content}]
+
+    def ask_msgs(cl, msgs):
+        return cl.chat.completions.create(model="m", messages=msgs, max_tokens=5,
+                                          temperature=0)
+
+    r0, want = ask_msgs(c, msgs_docs([0, 1], 0)), ask_msgs(oracle, msgs_docs([0, 1], 0))
+    u0 = r0.usage.model_dump()
+    assert r0.choices[0].message.content == want.choices[0].message.content
+    assert u0["pic"]["pic_tokens"] == 0
+    queued = status(e.url)["prefix"]["deferred_builds"]["queued"]
+    assert queued >= 2
+
+    def built():
+        d = status(e.url)["prefix"]["deferred_builds"]
+        return d["pending"] == 0 and d["built"] == queued
+
+    harness.wait_for(built, timeout=60, what="the deferred builds", proc=e)
+    u1 = ask_msgs(c, msgs_docs([1, 0], 1)).usage.model_dump()
+    print("first sighting:", u0["pic"], "second:", u1["pic"], u1["prompt_tokens_details"])
+    assert u1["pic"]["pic_tokens"] > 0 and u1["pic"]["exact_tokens"] > 0
+    assert (u1["prompt_tokens_details"]["cached_tokens"]
+            == u1["pic"]["exact_tokens"] + u1["pic"]["pic_tokens"])
+    ask_msgs(c, [{"role": "system", "content": SYSTEM},
+                 {"role": "user", "content": docs[2]},
+                 {"role": "user", "content": "question 2?"}])
+    d = status(e.url)["prefix"]["deferred_builds"]
+    assert d["queued"] == queued and d["dropped"] == 0
+
+
+
 @pytest.mark.parametrize("policy", ["lru", "cost"])
 def test_one_budget_evicts_across_tree_and_pool(procs, policy):
     """--cache-bytes is one budget for the prefix tree, its session ends and
