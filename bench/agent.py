@@ -29,6 +29,12 @@ relative to their log-sum-exp; goal <= 1e-4), agent_loop_greedy_match,
 mixed_ttft_speedup_vs_pic_only (p50 pic / p50 exact; goal >= 1),
 mixed_ttft_mean_speedup_vs_pic_only (the same over the mean).
 
+AGENT_GATEWAY=1 (make bench-agent AGENT_GATEWAY=1): every mode is nginx with the module in
+front of two engines of that mode (tests/harness.py's processes, the gateway
+configuration of the integration tests with CDC and minimum segment sized from the
+engines); same workloads, keys and table, config.gateway true, written to
+bench/results/<name>_gateway.json.
+
 Random-weight models: the figures are about compute and reuse, not answer quality.
 Sets (AGENT_SET, named in the JSON's config.set):
   quick      (QUICK=1) the demo model, 2 sessions x 4 turns, 15 mixed requests, short
@@ -51,6 +57,7 @@ from common import QUICK, ServeEngine, machine, table, write_results  # noqa: E4
 from common import ensure_model  # noqa: E402
 
 SET = os.environ.get("AGENT_SET") or ("quick" if QUICK else "full")
+GATEWAY = os.environ.get("AGENT_GATEWAY", "0") == "1"
 if SET not in ("quick", "mid-short", "full"):
     sys.exit(f"AGENT_SET={SET}: one of quick, mid-short, full")
 SHORT = SET != "full"               # the quick set's texts and sessions
@@ -145,20 +152,81 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
 
 
+class Gateway:
+    """AGENT_GATEWAY=1: one cache mode served by nginx with the module in front of two
+    engines (tests/harness.py starts them, as the integration tests do); requests go to
+    nginx (port), status() adds up the engines' figures that the bench reads."""
+
+    def __init__(self, mode, model, logdir, extra):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                        "tests"))
+        import harness
+        self.engines = []
+        try:
+            for i in range(2):
+                self.engines.append(harness.Engine(logdir, name=f"agent-{mode}-e{i + 1}",
+                                                   model=model, extra=extra))
+            self.ngx = harness.Nginx(logdir, harness.gateway_conf(
+                [f"127.0.0.1:{e.port}" for e in self.engines], cdc=None, min_segment=None),
+                name=f"nginx-{mode}")
+        except BaseException:
+            self.stop()
+            raise
+        self.port = self.ngx.port
+        self.harness = harness
+
+    def status(self):
+        sts = [json.loads(self.harness.http("GET", e.url + "/status")[2]) for e in self.engines]
+        return {"memory": {"bytes": sum(engine_bytes(st) for st in sts)},
+                "prefix": {"deferred_builds": {"pending": sum(
+                    st.get("prefix", {}).get("deferred_builds", {}).get("pending", 0)
+                    for st in sts)}}}
+
+    def stop(self):
+        for p in [getattr(self, "ngx", None)] + self.engines[::-1]:
+            if p is not None:
+                p.stop()
+        bad = [ln for p in [getattr(self, "ngx", None)] + self.engines if p is not None
+               for ln in p.bad_lines()]
+        if bad:
+            print("unexpected log lines:\n" + "\n".join(bad[:10]), file=sys.stderr)
+
+
+def engine_bytes(st):
+    """Cache bytes an engine's /status reports (the one budget, else tree + pool)."""
+    return st.get("memory", {}).get("bytes", (
+        st.get("prefix", {}).get("bytes", 0) + st.get("cache", {}).get("bytes", 0)))
+
+
+def settle(engines, timeout=120):
+    """Wait until no engine has deferred entry builds pending (exact first builds the
+    entries of client-delimited documents on its keeper thread after a request): every
+    timed request then finds the machine as idle as the others do."""
+    t0 = time.time()
+    for eng in engines.values():
+        while (eng.status().get("prefix", {}).get("deferred_builds", {}).get("pending", 0)
+               and time.time() - t0 < timeout):
+            time.sleep(0.01)
+
+
 def run_modes(model, threads, logdir, workloads):
     engines, res = {}, {m: {} for m in MODES}
     try:
         for mode in MODES:
-            engines[mode] = ServeEngine(
-                f"agent-{mode}", model, logdir, start_timeout=300,
-                extra=["--id", mode, "--cache-mode", mode, "--threads", str(threads),
-                       "--cache-bytes", str(6 << 30)])
+            extra = ["--cache-mode", mode, "--threads", str(threads),
+                     "--cache-bytes", str(6 << 30)]
+            if GATEWAY:
+                engines[mode] = Gateway(mode, model, logdir, extra)
+            else:
+                engines[mode] = ServeEngine(f"agent-{mode}", model, logdir,
+                                            start_timeout=300, extra=["--id", mode] + extra)
         for wname, reqs in workloads.items():
             for mode in MODES:
                 res[mode][wname] = []
             for label, turn, body in reqs:
                 for mode in MODES:
                     eng = engines[mode]
+                    settle(engines)
                     dt, doc = post(eng, body, 1)        # the timed request (~TTFT)
                     u = doc["usage"]
                     _, g = post(eng, body, 8, logprobs=True,  # greedy continuation, untimed
@@ -175,9 +243,7 @@ def run_modes(model, threads, logdir, workloads):
                         "text": g["choices"][0]["message"]["content"],
                         "top": {tuple(t["bytes"]): t["logprob"] for t in first}})
         for mode, eng in engines.items():
-            st = eng.status()
-            res[mode]["bytes"] = st.get("memory", {}).get("bytes", (
-                st.get("prefix", {}).get("bytes", 0) + st.get("cache", {}).get("bytes", 0)))
+            res[mode]["bytes"] = engine_bytes(eng.status())
     finally:
         for eng in engines.values():
             eng.stop()
@@ -252,7 +318,8 @@ def main():
                                                       / by[("mixed", "exact")]["ttft_mean_ms"])
     summary["mixed_exact_share"] = by[("mixed", "exact")]["exact_share"]
     summary["mixed_pic_share"] = by[("mixed", "exact")]["pic_share"]
-    config = {"set": SET, "model": MODEL, "sessions": SESSIONS, "turns": TURNS, "mixed": MIXED,
+    config = {"set": SET, "gateway": GATEWAY, "engines_per_mode": 2 if GATEWAY else 1,
+              "model": MODEL, "sessions": SESSIONS, "turns": TURNS, "mixed": MIXED,
               "threads": threads, "modes": MODES,
               "timing": "one non-streamed request with max_tokens 1 per turn (~TTFT), "
                         "every mode alike; the engines run side by side, each request "
@@ -261,8 +328,8 @@ def main():
                            f"{TOP_LOGPROBS}: max |logprob - full's| at the last prompt "
                            f"position over the tokens both list, turns after the first",
               "wall_s": round(time.time() - t_start, 1)}
-    write_results("agent" if SET != "mid-short" else "agent_mid-short", summary, config,
-                  info, rows=rows)
+    name = "agent" if SET != "mid-short" else "agent_mid-short"
+    write_results(name + ("_gateway" if GATEWAY else ""), summary, config, info, rows=rows)
 
 
 if __name__ == "__main__":

@@ -362,7 +362,7 @@ def bench_patterns(tmp):
     # the gateway records a segment as held when the engine says it pooled it
     # (X-PIC-Held); this backend says it pooled every segment of every plan,
     # as a PIC-only engine does for segments past its break-even length
-    sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
     import harness
     engine = harness.FakeBackend("capture")
     n = 4 if QUICK else 6

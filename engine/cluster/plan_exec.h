@@ -35,6 +35,10 @@
  * outside an exact prefix (content that moves: PIC territory).  (Building
  * first sightings' entries in the background instead was measured to cost
  * an agent loop 2.4x its TTFT for entries it never uses: bench/agent.py.)
+ * Except for documents the client delimited (PIC_SEG_FLAG_DOC: declared
+ * reusable): recomputed exactly all the same, they are queued when the job
+ * is DONE and the keeper builds their entries after it (pic_plan_door), so
+ * their second sighting is a pool hit, not a build on its path.
  * A gateway worker's fresh prefill is composed when its segment lies past
  * the first composed one (waited for: the state there is PIC's anyway,
  * DESIGN §3.5); before it, it is pooled for the requests after it, not

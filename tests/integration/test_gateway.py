@@ -16,43 +16,8 @@ MODEL = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
 MARK = "<|pic_sep|>"
 
 
-def gw_conf(servers, loc="", http="", balancer=True, cdc="64 256 1024", min_segment=64):
-    """nginx http{} body: zone, an upstream of `servers`, a pic location
-    (cdc / min_segment None: not configured, sized from the engines)."""
-    ups = "\n".join(f"        server {s};" for s in servers)
-    return f"""
-    pic_zone pic 4m;
-    log_format pic '$status combine=$pic_combine_node segments=$pic_segments '
-                   'hit=$pic_hit_bytes prefix=$pic_prefix_bytes '
-                   'prompt=$pic_prompt_bytes plan=$pic_plan_id up=$upstream_addr '
-                   'exact=$pic_exact_bytes end=$pic_exact_end';
-    {http}
-    upstream engines {{
-        {"pic_balancer;" if balancer else ""}
-{ups}
-        keepalive 8;
-    }}
-    server {{
-        listen 127.0.0.1:$PORT;
-        access_log logs/pic.log pic;
-        location = /__pic_ready {{ return 204; }}
-        location /pic/status {{ pic_status; }}
-        location /v1/ {{
-            pic on;
-            pic_upstream engines;
-            {f"pic_cdc {cdc};" if cdc else ""}
-            {f"pic_min_segment {min_segment};" if min_segment else ""}
-            {loc}
-            proxy_pass http://engines;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-        }}
-        location /plain/ {{
-            proxy_pass http://engines/;
-        }}
-    }}
-"""
+# the gateway's nginx http{} body, shared with bench/agent.py's gateway mode
+gw_conf = harness.gateway_conf
 
 
 def engines(procs, n=2, mode=None):

@@ -1,4 +1,6 @@
-"""Real processes for integration tests: nginx with the module, pic-engine, redis-server.
+"""Real processes for integration tests and benchmarks: nginx with the module,
+pic-engine, redis-server (tests/integration/conftest.py's fixtures, bench/agent.py's
+gateway mode, bench/gateway.py, scripts/soak.py: add tests/ to sys.path).
 
 Every process listens on a loopback port chosen at run time, writes its log
 under the test's own log directory (kept for the report), and is stopped even
@@ -16,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 BUILD = os.path.join(ROOT, os.environ.get("PIC_BUILD", "build"))
 ASAN = os.environ.get("ASAN", "0") == "1"
 ENGINE_BIN = os.path.join(BUILD, "pic-engine")
@@ -305,6 +307,46 @@ http {{
     scgi_temp_path {t}/scgi;
 {http_body}
 }}
+"""
+
+
+def gateway_conf(servers, loc="", http="", balancer=True, cdc="64 256 1024", min_segment=64):
+    """nginx http{} body of a gateway: zone, an upstream of `servers` (host:port),
+    a pic location at /v1/ (cdc / min_segment None: not configured, sized from the
+    engines), /pic/status, an unplanned /plain/ and /__pic_ready for Nginx()."""
+    ups = "\n".join(f"        server {s};" for s in servers)
+    return f"""
+    pic_zone pic 4m;
+    log_format pic '$status combine=$pic_combine_node segments=$pic_segments '
+                   'hit=$pic_hit_bytes prefix=$pic_prefix_bytes '
+                   'prompt=$pic_prompt_bytes plan=$pic_plan_id up=$upstream_addr '
+                   'exact=$pic_exact_bytes end=$pic_exact_end';
+    {http}
+    upstream engines {{
+        {"pic_balancer;" if balancer else ""}
+{ups}
+        keepalive 8;
+    }}
+    server {{
+        listen 127.0.0.1:$PORT;
+        access_log logs/pic.log pic;
+        location = /__pic_ready {{ return 204; }}
+        location /pic/status {{ pic_status; }}
+        location /v1/ {{
+            pic on;
+            pic_upstream engines;
+            {f"pic_cdc {cdc};" if cdc else ""}
+            {f"pic_min_segment {min_segment};" if min_segment else ""}
+            {loc}
+            proxy_pass http://engines;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }}
+        location /plain/ {{
+            proxy_pass http://engines/;
+        }}
+    }}
 """
 
 
