@@ -223,6 +223,43 @@ def test_second_sighting_goes_where_the_first_was_seen(procs):
     assert r.usage.model_dump()["pic"]["pic_tokens"] > 0
 
 
+def test_client_documents_are_pooled_after_their_first_sighting(procs):
+    """Documents the client delimited with <|pic_sep|>, through the gateway's
+    plan: the combine engine recomputes them exactly on their first sighting
+    (nothing composed), knows them as client documents from its own render of
+    the request (the plan carries no flag) and its keeper pools their entries
+    after the request; the second sighting, reordered, goes to that engine
+    and composes them as cached tokens (nothing built on its path)."""
+    e1, e2, ngx, c = engine_pair(procs)
+    system, a, b = fresh("cd system", 300), fresh("cd doc a", 1500), fresh("cd doc b", 1500)
+
+    def ask(docs, q):
+        r = c.chat.completions.create(model="m", max_tokens=1, temperature=0, messages=[
+            {"role": "system", "content": system},
+            {"role": "user", "content": "<|pic_sep|>".join(docs + [q])}])
+        return r.usage.model_dump(), planned_lines(ngx, ask.n)[ask.n - 1]
+    ask.n = 1
+
+    u1, first = ask([a, b], "q1?")
+    assert u1["pic"]["pic_tokens"] == 0, u1
+    e = {addr(e1): e1, addr(e2): e2}[first["combine"]]
+    d = json.loads(harness.http("GET", e.url + "/status")[2])["prefix"]["deferred_builds"]
+    assert d["queued"] >= 2, d
+
+    def built():
+        d = json.loads(harness.http("GET", e.url + "/status")[2])["prefix"]["deferred_builds"]
+        return d["pending"] == 0 and d["built"] == d["queued"]
+
+    harness.wait_for(built, timeout=60, what="the deferred builds", proc=e)
+    ask.n = 2
+    u2, second = ask([b, a], "q2?")
+    print("first:", first, u1["pic"], "second:", second, u2["pic"])
+    assert second["combine"] == first["combine"]
+    assert u2["pic"]["pic_tokens"] > 0
+    assert (u2["prompt_tokens_details"]["cached_tokens"]
+            == u2["pic"]["exact_tokens"] + u2["pic"]["pic_tokens"])
+
+
 # --- routing rules on fake engines ------------------------------------------------
 
 
