@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""errors.py — error analysis of a release checkpoint on held-out items (issue 11):
+for every failure (teacher-forced argmax != answer), where it failed (context
+length, position of the fact in the context, answer token position, value
+kind) and what it answered greedily (a value of another fact of the context =
+wrong lookup; same length within 2 characters of the answer = slip; else other).
+
+    .venv-oracle/bin/python train/errors.py models/pic-qa --level 0 --n 100 --tasks single,distract,tool
+
+Prints a JSON summary (one line per task) and, with --items FILE, every item's record.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import ckpt    # noqa: E402
+import tasks   # noqa: E402
+
+
+def lev(a, b):
+    """Levenshtein distance of two strings."""
+    d = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        p, d[0] = d[0], i
+        for j, cb in enumerate(b, 1):
+            p, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, p + (ca != cb))
+    return d[-1]
+
+
+def values_in(text):
+    """Candidate answer values of a context: numbers and capitalised words / codes."""
+    return set(re.findall(r"\b[A-Z]{2}-\d+\b|\b[A-Z]?\d+\b|\b[A-Z][a-z]+(?: [A-Z][a-z]+)?\b", text))
+
+
+def fact_sentence(text, value):
+    """The sentence (or JSON line / result) of `text` holding `value` last."""
+    k = text.rfind(value)
+    if k < 0:
+        return ""
+    s = max(text.rfind(". ", 0, k), text.rfind("\n", 0, k), text.rfind("{", 0, k)) + 1
+    e = min([x for x in (text.find(". ", k), text.find("\n", k), text.find("}", k)) if x >= 0]
+            or [len(text)])
+    return text[s:e]
+
+
+def kind(ans):
+    if ans.isdigit():
+        return "n%d" % len(ans)
+    if re.fullmatch(r"[A-Z]{2}-\d+", ans):
+        return "code"
+    if re.fullmatch(r"[A-Z]\d+", ans):
+        return "tracking"
+    return "word"
+
+
+def greedy(model, ids, eos, n):
+    import torch
+    out = []
+    x = list(ids)
+    with torch.no_grad():
+        for _ in range(n):
+            lg = model(input_ids=torch.tensor([x])).logits[0, -1]
+            t = int(lg.argmax())
+            if t == eos:
+                break
+            out.append(t)
+            x.append(t)
+    return out
+
+
+def analyse(model, tok, eos, task, seed, level):
+    import torch
+    import train
+    it = tasks.item(task, seed, level)
+    ids, a0 = train.encode_item(tok, it, eos)
+    with torch.no_grad():
+        lg = model(input_ids=torch.tensor([ids])).logits[0]
+    pred = lg[a0 - 1:len(ids) - 1].argmax(-1).tolist()
+    gold = ids[a0:]
+    prob = torch.softmax(lg[a0 - 1:len(ids) - 1].float(), -1)
+    p_gold = [round(float(prob[i, g]), 3) for i, g in enumerate(gold)]
+    wrong = [i for i, (p, g) in enumerate(zip(pred, gold)) if p != g]
+    ans = it["answer"]
+    prompt = tasks.prompt_text(it)
+    q = it["messages"][-1]["content"]
+    q = q[q.rfind("Question: ") + 10:] if "Question: " in q else q
+    # the fact: where the answer value occurs in the context (last occurrence), as a
+    # distance in tokens from the end of the prompt, and which document holds it
+    docs = it.get("docs") or []
+    gdoc = [i for i, d in enumerate(docs) if re.search(r"\b%s\b" % re.escape(ans), d)]
+    cpos = prompt.rfind(ans)
+    dist = a0 - len(tok.encode(prompt[:cpos]).ids) if cpos >= 0 else -1
+    rec = {"task": task, "seed": seed, "ctx": a0, "answer": ans, "kind": kind(ans),
+           "n_docs": len(docs), "doc": gdoc[0] if gdoc else -1, "dist": dist,
+           "n_ans_tok": len(gold), "wrong_pos": wrong, "p_gold": p_gold, "ok": not wrong}
+    if wrong:
+        g = tok.decode(greedy(model, ids[:a0], eos, len(gold) + 4)).strip()
+        rec["greedy"] = g
+        ctx_vals = values_in(prompt) - {ans}
+        if g == ans:
+            cls = "right_greedy"     # cannot happen (teacher forcing = greedy up to the 1st miss)
+        elif g in ctx_vals:
+            sent = fact_sentence(prompt, g)
+            # which fact it copied: same attribute (another entity), same entity
+            # (another attribute), neither
+            attr = [x for x, _ in tasks.ATTRS if x in q]
+            same_a = bool(attr) and attr[0] in sent
+            ents = re.findall(r"\b[A-Z][a-z]+\b", q)
+            same_e = bool(ents) and ents[-1] in sent
+            cls = "lookup_" + ("both" if same_a and same_e else "attr" if same_a
+                               else "entity" if same_e else "other")
+            rec["copied_fact"] = sent
+        elif len(g) == len(ans) and lev(g, ans) <= 2:
+            cls = "slip"
+        elif lev(g, ans) <= 2:
+            cls = "near"
+        else:
+            cls = "other"
+        rec["class"] = cls
+        rec["lev"] = lev(g, ans)
+        rec["question"] = q
+    return rec
+
+
+def summary(recs):
+    n = len(recs)
+    fail = [r for r in recs if not r["ok"]]
+    out = {"n": n, "em": round(1 - len(fail) / n, 3), "failures": len(fail)}
+    cls = {}
+    for r in fail:
+        cls[r["class"]] = cls.get(r["class"], 0) + 1
+    out["class"] = cls
+    out["n_wrong_tokens"] = {}
+    for r in fail:
+        k = str(min(len(r["wrong_pos"]), 3))
+        out["n_wrong_tokens"][k] = out["n_wrong_tokens"].get(k, 0) + 1
+    # exact match by context length (terciles), fact distance (terciles), doc index,
+    # value kind
+    def by(key, buckets=None):
+        res = {}
+        vals = sorted(r[key] for r in recs)
+        for r in recs:
+            v = r[key]
+            if buckets:
+                b = sum(v > vals[int(len(vals) * q) - 1] for q in buckets)
+                lo = [vals[0]] + [vals[int(len(vals) * q)] for q in buckets]
+                hi = [vals[int(len(vals) * q) - 1] for q in buckets] + [vals[-1]]
+                k = "%d-%d" % (lo[b], hi[b])
+            else:
+                k = str(v)
+            s = res.setdefault(k, [0, 0])
+            s[0] += r["ok"]
+            s[1] += 1
+        return {k: "%d/%d" % tuple(v) for k, v in sorted(res.items())}
+    out["by_ctx_tokens"] = by("ctx", (1 / 3, 2 / 3))
+    out["by_fact_dist"] = by("dist", (1 / 3, 2 / 3))
+    out["by_doc_index"] = by("doc")
+    out["by_kind"] = by("kind")
+    # answer token position: first miss, and teacher-forced accuracy per position
+    first, acc = {}, {}
+    for r in recs:
+        if r["wrong_pos"]:
+            k = str(r["wrong_pos"][0])
+            first[k] = first.get(k, 0) + 1
+        for i in range(r["n_ans_tok"]):
+            s = acc.setdefault(str(i), [0, 0])
+            s[0] += i not in r["wrong_pos"]
+            s[1] += 1
+    out["first_wrong_token"] = dict(sorted(first.items(), key=lambda kv: int(kv[0])))
+    out["tf_acc_by_token"] = {k: round(v[0] / v[1], 3) for k, v in
+                              sorted(acc.items(), key=lambda kv: int(kv[0]))}
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("ckpt")
+    ap.add_argument("--level", type=int, default=0)
+    ap.add_argument("--n", type=int, default=100)
+    ap.add_argument("--tasks", default="single,distract,tool")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--items", help="write every item's record here (jsonl)")
+    a = ap.parse_args(argv)
+    import torch
+    import fastgdn
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+    fastgdn.patch()
+    torch.set_num_threads(a.threads)
+    tok = Tokenizer.from_file(os.path.join(a.ckpt, "tokenizer.json"))
+    eos = ckpt.specials(a.ckpt)["<|im_end|>"]
+    model = AutoModelForCausalLM.from_pretrained(a.ckpt, dtype=torch.float32).eval()
+    fo = open(a.items, "w") if a.items else None
+    for task in a.tasks.split(","):
+        recs = [analyse(model, tok, eos, task, s, a.level) for s in range(a.n)]
+        if fo:
+            for r in recs:
+                fo.write(json.dumps(r) + "\n")
+        print(json.dumps({"task": task, "ckpt": a.ckpt, "level": a.level, **summary(recs)}))
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
