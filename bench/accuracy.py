@@ -20,19 +20,38 @@ Summary keys (issue 11 goals): full_accuracy_single_hop, pic_points_below_full
 (at the default seam 8, f32, over single + distract + tool), naive_points_below_full,
 bf16_vs_f32_points (PIC w=8), multihop_full / multihop_pic.
 
-Not done yet: the same items through nginx (the gateway's own segmentation and CDC
-cuts); this benchmark drives the state engine directly.
+Through nginx (`gw` rows, the served configuration: one `pic-engine serve` at its
+defaults, seam 8 and bf16 entries, behind a `pic on` location): each item is sent as
+generated, then as a later agent sends it (another system header; documents of a RAG
+item in reverse order), so its documents and tool results, seen again at another
+place, are composed from PIC entries (usage.pic.pic_tokens); a `--cache-mode full`
+engine answers the same second request (the reference).  Configurations:
+
+  gw markers   documents delimited by `<|pic_sep|>` (one segment each), the gateway's
+               default sizes (pic_cdc / pic_min_segment from the engine's break-even
+               L*: on models/pic-qa L* = 438 tokens, so segments under 876 bytes, every
+               level-0 document, are recomputed: pic_share 0)
+  gw cdc       no markers: the gateway's default cuts (structural edges + CDC)
+  gw markers64 markers, `pic_min_segment 64;`: every document a PIC segment
+               (w32: the engine with `--seam 32`; f32: `--entry-dtype f32`)
+  gw cdc64     no markers, `pic_cdc 64 256 1024; pic_min_segment 64;`: CDC cuts
+               inside documents
+Exact match of the shifted request per task, the share of its prompt served from PIC
+entries, and the answers equal to the full engine's.  PIC_ACC_GATEWAY=0 skips them.
 
 Usage: make bench-accuracy [QUICK=1]   (PIC_ACC_MODEL=DIR, PIC_ACC_N=items per task)
 """
+import http.client
 import json
 import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
-from common import PIC_LAB, QUICK, ROOT, machine, need_binary, table, write_results
+from common import (PIC_LAB, QUICK, ROOT, ServeEngine, machine, need_binary, table,
+                    write_results)
 
 sys.path.insert(0, os.path.join(ROOT, "train"))
 import tasks  # noqa: E402
@@ -44,6 +63,15 @@ LEVEL = int(os.environ.get("PIC_ACC_LEVEL", "0"))
 WS = [8] if QUICK else [0, 4, 8, 16, 32]
 DTYPES = ["f32"] if QUICK else ["f32", "bf16"]
 DEFAULT_W = 8
+GATEWAY = os.environ.get("PIC_ACC_GATEWAY", "1") != "0"
+MARK = "<|pic_sep|>"
+GW_TASKS = ["single", "distract", "tool", "multihop"]
+GW_CONFIGS = [  # (name, markers, gateway conf, engine options)
+    ("gw markers", True, "", []), ("gw cdc", False, "", []),
+    ("gw markers64", True, "pic_min_segment 64;", []),
+    ("gw markers64 w32", True, "pic_min_segment 64;", ["--seam", "32"]),
+    ("gw markers64 f32", True, "pic_min_segment 64;", ["--entry-dtype", "f32"]),
+    ("gw cdc64", False, "pic_cdc 64 256 1024; pic_min_segment 64;", [])]
 
 
 def segments(it):
@@ -115,6 +143,122 @@ def run_task(tok, eos, task, dtype):
     return res
 
 
+# --- through nginx ------------------------------------------------------------------
+
+def gw_bodies(it, marked):
+    """(first, shifted) request bodies of an item: as generated, then with another
+    system header and, for documents, in reverse order (same question); marked:
+    every document between <|pic_sep|> markers (the rendered prompt is the same)."""
+    import random
+    body = tasks.request_json(it)
+    msgs = body["messages"]
+
+    def docs_msg(order):
+        u = msgs[-1]["content"]
+        intro = u[:u.index("\n\n")]
+        q = u[u.rindex("\n\nQuestion: ") + 2:]
+        parts = ["[%d] %s" % (i + 1, it["docs"][i]) for i in order]
+        if marked:
+            return intro + "\n\n" + "".join(MARK + p + "\n\n" for p in parts) + MARK + q
+        return intro + "\n\n" + "\n\n".join(parts) + "\n\n" + q
+
+    rag = it["tools"] is None
+    first = [dict(m) for m in msgs]
+    if rag:
+        first[-1] = dict(first[-1], content=docs_msg(range(len(it["docs"]))))
+    second = [dict(m) for m in first]
+    if rag:
+        second[-1] = dict(second[-1], content=docs_msg(range(len(it["docs"]) - 1, -1, -1)))
+    hdr = "You are %s, the agent of the %s desk. Answer from the context." % (
+        tasks._name(random.Random(it["seed"])), tasks._name(random.Random(-it["seed"])))
+    if second[0]["role"] == "system":
+        second[0] = dict(second[0], content=hdr)
+    else:
+        second.insert(0, {"role": "system", "content": hdr})
+    return dict(body, messages=first), dict(body, messages=second)
+
+
+def post(port, body):
+    """The answer text and usage of a greedy chat completion."""
+    body = dict(body, model="pic-qa", max_tokens=16, temperature=0)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    c.request("POST", "/v1/chat/completions", json.dumps(body),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    raw = r.read()
+    c.close()
+    if r.status != 200:
+        sys.exit("POST /v1/chat/completions: %d %s" % (r.status, raw[:300]))
+    j = json.loads(raw)
+    return (j["choices"][0]["message"].get("content") or "").strip(), j["usage"]
+
+
+def gw_conf(engine_port, extra):
+    return """
+    pic_zone pic 16m;
+    upstream engines { pic_balancer; server 127.0.0.1:%d; keepalive 8; }
+    server {
+        listen 127.0.0.1:$PORT;
+        location /pic/status { pic_status; }
+        location /v1/ {
+            pic on;
+            pic_upstream engines;
+            %s
+            proxy_pass http://engines;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }
+    }
+""" % (engine_port, extra)
+
+
+def run_gateway():
+    """Rows of the nginx configurations (and the full engine's reference)."""
+    from gateway import Nginx
+    tmp = tempfile.mkdtemp(prefix="pic-acc-")
+    items = {t: [tasks.item(t, s, LEVEL) for s in range(N)] for t in GW_TASKS}
+    full = ServeEngine("full", MODEL, tmp, extra=["--cache-mode", "full", "--threads", "1"])
+    ref = {t: [post(full.port, gw_bodies(it, False)[1])[0] for it in items[t]]
+           for t in GW_TASKS}
+    full.stop()
+    rows = [{"task": t, "mode": "gw full", "n": N,
+             "accuracy": sum(a == it["answer"] for a, it in zip(ref[t], items[t])) / N,
+             "pic_share": 0.0, "same_as_full": 1.0, "differ": []} for t in GW_TASKS]
+    for name, marked, extra, eopts in GW_CONFIGS:
+        eng = ServeEngine(name.replace(" ", "-"), MODEL, tmp, extra=["--threads", "1"] + eopts)
+        ngx = Nginx(tmp, gw_conf(eng.port, extra))
+        t0 = time.time()
+        while True:     # the gateway's probe has read the engine (id, break-even)
+            st = json.loads(ngx.get("/pic/status"))
+            if st.get("engines") and all(e.get("id") for e in st["engines"]):
+                break
+            if time.time() - t0 > 60:
+                sys.exit("nginx did not probe the engine (%s)" % tmp)
+            time.sleep(0.1)
+        for t in GW_TASKS:
+            ok = same = pic = prompt = 0
+            diff = []
+            for it, r in zip(items[t], ref[t]):
+                a, b = gw_bodies(it, marked)
+                post(ngx.port, a)
+                ans, usage = post(ngx.port, b)
+                ok += ans == it["answer"]
+                same += ans == r
+                if ans != r:
+                    diff.append(it["seed"])
+                pic += usage.get("pic", {}).get("pic_tokens", 0)
+                prompt += usage["prompt_tokens"]
+            rows.append({"task": t, "mode": name, "n": N, "accuracy": ok / N,
+                         "pic_share": pic / max(prompt, 1), "same_as_full": same / N,
+                         "differ": diff})
+        ngx.stop()
+        eng.stop()
+    for r in rows:
+        r["ci_lo"], r["ci_hi"] = wilson(round(r["accuracy"] * N), N)
+    return rows
+
+
 def main():
     need_binary(PIC_LAB)
     if not os.path.exists(os.path.join(MODEL, "model.safetensors")):
@@ -159,10 +303,27 @@ def main():
         summary["bf16_vs_f32_points"] = 100.0 * sum(
             acc[("f32", t, pic)] - acc[("bf16", t, pic)]
             for t in ("single", "distract", "tool")) / 3
+    gw_rows = []
+    if GATEWAY:
+        gw_rows = run_gateway()
+        table(gw_rows, ["task", "mode", "n", "accuracy", "ci_lo", "ci_hi", "pic_share",
+                        "same_as_full"],
+              title="through nginx: exact match of the shifted request (95% Wilson)")
+        gw = {(r["mode"], r["task"]): r["accuracy"] for r in gw_rows}
+        for name, _, _, _ in GW_CONFIGS:
+            key = "_".join(name.split()[1:])
+            summary["gw_%s_points_below_full" % key] = 100.0 * sum(
+                gw[("gw full", t)] - gw[(name, t)] for t in ("single", "distract", "tool")) / 3
     config = {"model": os.path.relpath(MODEL, ROOT), "items_per_task": N, "level": LEVEL,
               "heldout_seeds": [0, N], "ws": WS, "dtypes": DTYPES, "default_w": DEFAULT_W,
               "seconds": round(time.time() - t0, 1)}
-    write_results("accuracy", summary, config, info, rows=rows)
+    if GATEWAY:
+        config["gateway"] = {"engine": "defaults (seam 8, bf16 entries), --threads 1",
+                             "configs": {n: {"markers": m, "conf": e or "defaults",
+                                             "engine": " ".join(o) or "defaults"}
+                                         for n, m, e, o in GW_CONFIGS},
+                             "tasks": GW_TASKS}
+    write_results("accuracy", summary, config, info, rows=rows, gw_rows=gw_rows)
 
 
 if __name__ == "__main__":
