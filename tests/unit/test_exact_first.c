@@ -421,7 +421,8 @@ test_shifted_documents_after_a_shared_prefix_use_pic(void **unused)
  * request's path) and queued; the keeper builds their entries between
  * requests; their second sighting, shifted, composes those entries as pool
  * hits, building nothing.  An unflagged document is not queued: it is
- * still built by the door on its second sighting. */
+ * still built by the door on its second sighting; flagged PREFIX and
+ * DYNAMIC segments are never queued. */
 static void
 test_client_documents_are_built_by_the_keeper_after_an_exact_first_sighting(void **unused)
 {
@@ -459,6 +460,9 @@ test_client_documents_are_built_by_the_keeper_after_an_exact_first_sighting(void
         for (int d = 0; d < nc - 1; d++) {
             pj->segs[1 + d].flags = flagged[r][d] ? PIC_SEG_FLAG_DOC : 0;
         }
+        /* a flag on the PREFIX and the DYNAMIC segment changes nothing:
+         * only PIC segments get entries */
+        pj->segs[0].flags = pj->segs[nc].flags = PIC_SEG_FLAG_DOC;
         serve_job(&f, pj, req);
         float mx = vs_full(&f, req, &n2);
         pic_plan_door_stats(&f.door, &ls);
