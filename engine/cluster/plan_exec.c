@@ -228,16 +228,13 @@ pic_plan_door_free(pic_plan_door *d)
     d->later_n = 0;
 }
 
-/* After an exact-first request: queue the client documents it recomputed
- * exactly (first sightings: no entry, none coming from a peer) for the
- * keeper to build.  A full queue drops the rest (the door still builds
- * them on their second sighting). */
-static void
+void
 pic_plan_defer(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m)
 {
-    pic_plan_door *d = ctx->door;
+    pic_plan_door *d;
 
-    if (d == NULL || d->model == NULL || ctx->pool == NULL || ctx->mode != PIC_MODE_PIC) {
+    if (ctx == NULL || (d = ctx->door) == NULL || d->model == NULL || ctx->pool == NULL
+        || ctx->mode != PIC_MODE_PIC) {
         return;
     }
     for (int i = 0; i < pj->n_segs; i++) {
@@ -823,7 +820,6 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
     pic_cache_budget_enforce(ctx->budget);
     pic_plan_clock(pj, PIC_PH_INSERT, &t0);
     pic_plan_count(pj, pj->resume);
-    pic_plan_defer(ctx, pj, m);
     *why = PIC_JOB_ERROR_NONE;
     return PIC_PLAN_DONE;
 }

@@ -37,8 +37,9 @@
  * an agent loop 2.4x its TTFT for entries it never uses: bench/agent.py.)
  * Except for documents the client delimited (PIC_SEG_FLAG_DOC: declared
  * reusable): recomputed exactly all the same, they are queued when the job
- * is DONE and the keeper builds their entries after it (pic_plan_door), so
- * their second sighting is a pool hit, not a build on its path.
+ * is DONE (pic_plan_defer) and the keeper builds their entries after it
+ * (pic_plan_door), so their second sighting is a pool hit, not a build on
+ * its path.
  * A gateway worker's fresh prefill is composed when its segment lies past
  * the first composed one (waited for: the state there is PIC's anyway,
  * DESIGN §3.5); before it, it is pooled for the requests after it, not
@@ -239,6 +240,15 @@ int pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
  * builds and peers' entries the pool admitted and kept), as the
  * X-PIC-Held hex of pic_plan.h; malloc'ed, NULL on ENOMEM. */
 char *pic_plan_held(const pic_plan_ctx *ctx, const pic_plan_job *pj);
+
+/* After DONE, and after pic_plan_held (whose answer must not depend on
+ * the keeper's pace): queue the client documents (PIC_SEG_FLAG_DOC) that
+ * pj recomputed exactly on their first sighting (no entry, none from a
+ * peer, worth an entry, not pooled) for the keeper to build (pic_plan_idle).
+ * Nothing without ctx->door->model or outside exact first; a full queue
+ * drops the rest (counted; the door still builds them on a second
+ * sighting). */
+void pic_plan_defer(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m);
 
 /* Session continuation: after the request of pj ended with s holding
  * tokens (n: the prompt's ids then the generated ids fed since) exactly,

@@ -748,6 +748,9 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
         q->max_gen = j->max_tokens;
     }
     held = pic_plan_held(s->o.plan_ctx, pj);
+    /* after held: X-PIC-Held names what the pool held when the prompt was
+     * served, never an entry the keeper built since */
+    pic_plan_defer(s->o.plan_ctx, pj, s->o.model);
     pthread_mutex_lock(&j->mu);
     if (j->held == NULL) {
         j->held = held;

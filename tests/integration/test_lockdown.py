@@ -767,11 +767,12 @@ def held_lines(ngx):
 
 
 def test_holders_are_exactly_what_the_engine_says_it_pooled(procs):
-    """A real exact-first engine does not pool a document the first time it
-    sees it (recomputed inside the exact run) and builds it on the second
-    sighting: its X-PIC-Held says so, the gateway records exactly that (the
-    first 200 records nothing, the second the document), and no client ever
-    sees the header."""
+    """A real exact-first engine does not pool a document while it serves
+    its first sighting (recomputed inside the exact run; a client-delimited
+    one is pooled by the keeper after that request, pic_plan_defer, an
+    unmarked one on its second sighting): its X-PIC-Held says so, the
+    gateway records exactly that (the first 200 records nothing, the second
+    the document), and no client ever sees the header."""
     e1 = procs.engine(name="e1", model=MODEL, extra=["--threads", "1"])
     ngx = procs.nginx(held_conf([addr(e1)]))
     harness.wait_for(lambda: all(e["id"] for e in gw_status(ngx)["engines"]), timeout=10,
@@ -795,7 +796,7 @@ def test_holders_are_exactly_what_the_engine_says_it_pooled(procs):
     assert hit == 0 and held == set(), "a first sighting is not pooled"
     hit, held = send("second header", stream=True)
     assert hit == 0, "the first 200 recorded segments the engine did not pool"
-    assert held, "the second sighting builds the document's entries"
+    assert held, "the second sighting has the document's entries"
     hit, held3 = send("third header")
     assert 0 < hit < len(d) + len(MARK), "exactly the pooled segments are recorded"
     assert held3 == held

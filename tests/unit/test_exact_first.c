@@ -464,6 +464,7 @@ test_client_documents_are_built_by_the_keeper_after_an_exact_first_sighting(void
          * only PIC segments get entries */
         pj->segs[0].flags = pj->segs[nc].flags = PIC_SEG_FLAG_DOC;
         serve_job(&f, pj, req);
+        pic_plan_defer(&f.ctx, pj, f.m);
         float mx = vs_full(&f, req, &n2);
         pic_plan_door_stats(&f.door, &ls);
         print_message("  request %d: %d tokens, exact %d, pic %d, built %d, hits %d, "
