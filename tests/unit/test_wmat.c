@@ -4,9 +4,10 @@
  * activations quantised as pic_q8_act_from_f32 quantises them, GEMV and
  * GEMM alike), on odd shapes (rows not a multiple of the four-row step or
  * the thread slice, columns not a multiple of the vector width or of 16
- * q8 blocks, n = 1..9 rows across the GEMV/GEMM switch), accumulate or
- * not; every SIMD path this CPU has (PIC_SIMD names) against the scalar
- * one; and the conversions (bf16 nearest-even, fp16 round trip, q8 error at
+ * q8 blocks or past one K-block of the small GEMM, n = 1..65 rows across
+ * the GEMV / small GEMM / sgemm switches), accumulate or not; every SIMD
+ * path this CPU has (PIC_SIMD names) against the scalar one; the small
+ * GEMM's rows independent of n; and the conversions (bf16 nearest-even, fp16 round trip, q8 error at
  * most half a step of its block, activations too).
  */
 #include <math.h>
@@ -106,7 +107,11 @@ check_matmul(pic_wtype t, int rows, int cols)
         if (pic_kernels_set_simd(simd_paths[p]) != 0) {
             continue;                           /* not on this CPU */
         }
-        for (int n = 1; n <= 9; n += (n < 5 ? 1 : 4)) {
+        static const int ns[] = { 1, 2, 3, 4, 5, 9, 37, 64, 65 };
+
+        for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+            int n = ns[ni];
+
             for (int acc = 0; acc <= 1; acc++) {
                 float *x = frand_vec((size_t) n * cols, 1.0f);
                 float *xr = malloc((size_t) n * cols * sizeof(float));
@@ -159,6 +164,7 @@ test_bf16_matmul_odd_shapes(void **unused)
     check_matmul(PIC_WTYPE_BF16, 37, 19);
     check_matmul(PIC_WTYPE_BF16, 301, 133);     /* threaded, tails of 16/32 */
     check_matmul(PIC_WTYPE_BF16, 700, 1024);    /* several GEMM tiles */
+    check_matmul(PIC_WTYPE_BF16, 37, 1100);     /* two K-blocks, a 12-wide tail */
 }
 
 static void
@@ -169,6 +175,7 @@ test_q8_matmul_odd_shapes(void **unused)
     check_matmul(PIC_WTYPE_Q8, 301, 160);
     check_matmul(PIC_WTYPE_Q8, 43, 544);        /* 17 blocks: 16 + an odd one */
     check_matmul(PIC_WTYPE_Q8, 700, 1024);
+    check_matmul(PIC_WTYPE_Q8, 43, 1056);       /* two K-blocks of the small GEMM */
 }
 
 /* Every path the CPU has gives the scalar path's answer up to rounding,
@@ -178,9 +185,9 @@ test_simd_paths_match_scalar(void **unused)
 {
     const pic_backend *be = pic_backend_cpu();
     const char        *saved = pic_kernels_simd();
-    int                rows = 129, cols = 224, n = 3, tried = 0;
+    int                rows = 129, cols = 224, tried = 0;
     float             *w = frand_vec((size_t) rows * cols, 1.0f);
-    float             *x = frand_vec((size_t) 8 * cols, 1.0f);
+    float             *x = frand_vec((size_t) 37 * cols, 1.0f);
 
     assert_int_equal(pic_kernels_set_simd("scalar"), 0);
     assert_int_equal(pic_kernels_set_simd("no-such-path"), -1);
@@ -189,22 +196,24 @@ test_simd_paths_match_scalar(void **unused)
         pic_wmat  m = make_wmat((pic_wtype) t, w, rows, cols, &store);
         float    *ref = malloc((size_t) rows * cols * sizeof(float));
         float    *got = malloc((size_t) rows * cols * sizeof(float));
-        float     yr[8 * 129], yg[8 * 129];
+        float     yr[37 * 129], yg[37 * 129];
 
-        assert_int_equal(pic_kernels_set_simd("scalar"), 0);
-        be->wmat_rows(ref, &m, 0, rows);
-        be->matmul_w(yr, x, &m, n, 0);
-        for (size_t p = 0; p < sizeof(simd_paths) / sizeof(simd_paths[0]); p++) {
-            if (pic_kernels_set_simd(simd_paths[p]) != 0) {
-                continue;
-            }
-            tried++;
-            assert_string_equal(pic_kernels_simd(), simd_paths[p]);
-            be->wmat_rows(got, &m, 0, rows);
-            assert_memory_equal(got, ref, (size_t) rows * cols * sizeof(float));
-            be->matmul_w(yg, x, &m, n, 0);
-            for (int i = 0; i < n * rows; i++) {
-                assert_true(fabsf(yg[i] - yr[i]) <= 1e-5f * (1.0f + fabsf(yr[i])));
+        for (int n = 3; n <= 37; n += 34) {     /* GEMV, then the small GEMM */
+            assert_int_equal(pic_kernels_set_simd("scalar"), 0);
+            be->wmat_rows(ref, &m, 0, rows);
+            be->matmul_w(yr, x, &m, n, 0);
+            for (size_t p = 0; p < sizeof(simd_paths) / sizeof(simd_paths[0]); p++) {
+                if (pic_kernels_set_simd(simd_paths[p]) != 0) {
+                    continue;
+                }
+                tried++;
+                assert_string_equal(pic_kernels_simd(), simd_paths[p]);
+                be->wmat_rows(got, &m, 0, rows);
+                assert_memory_equal(got, ref, (size_t) rows * cols * sizeof(float));
+                be->matmul_w(yg, x, &m, n, 0);
+                for (int i = 0; i < n * rows; i++) {
+                    assert_true(fabsf(yg[i] - yr[i]) <= 1e-5f * (1.0f + fabsf(yr[i])));
+                }
             }
         }
         free(store); free(ref); free(got);
@@ -212,6 +221,41 @@ test_simd_paths_match_scalar(void **unused)
     assert_true(tried >= 2);                /* scalar and at least itself */
     assert_int_equal(pic_kernels_set_simd(saved), 0);
     free(w); free(x);
+}
+
+/* The small GEMM (AVX-512, BF16 / Q8, 5..64 rows) gives each row the same
+ * bits whatever n and the row's place among them: rows 7..11 of a 64-row
+ * call equal a 5-row call on those rows, and a 7-row one (groups of
+ * three cut differently), threaded or not. */
+static void
+test_small_gemm_rows_independent_of_n(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    const char        *saved = pic_kernels_simd();
+    int                rows = 301, cols = 1056;
+    float             *w = frand_vec((size_t) rows * cols, 1.0f);
+    float             *x = frand_vec((size_t) 64 * cols, 1.0f);
+    float             *y64 = malloc((size_t) 64 * rows * sizeof(float));
+    float             *y5 = malloc((size_t) 7 * rows * sizeof(float));
+
+    for (size_t p = 0; p < 2; p++) {            /* the AVX-512 paths */
+        if (pic_kernels_set_simd(simd_paths[p]) != 0) {
+            continue;
+        }
+        for (int t = PIC_WTYPE_BF16; t <= PIC_WTYPE_Q8; t++) {
+            void     *store;
+            pic_wmat  m = make_wmat((pic_wtype) t, w, rows, cols, &store);
+
+            be->matmul_w(y64, x, &m, 64, 0);
+            be->matmul_w(y5, x + (size_t) 7 * cols, &m, 5, 0);
+            assert_memory_equal(y5, y64 + (size_t) 7 * rows, (size_t) 5 * rows * sizeof(float));
+            be->matmul_w(y5, x + (size_t) 6 * cols, &m, 7, 0);
+            assert_memory_equal(y5, y64 + (size_t) 6 * rows, (size_t) 7 * rows * sizeof(float));
+            free(store);
+        }
+    }
+    assert_int_equal(pic_kernels_set_simd(saved), 0);
+    free(w); free(x); free(y64); free(y5);
 }
 
 /* matmul_w_multi gives each matrix matmul_w's answer bit for bit (one
@@ -377,6 +421,7 @@ main(void)
         cmocka_unit_test(test_bf16_matmul_odd_shapes),
         cmocka_unit_test(test_q8_matmul_odd_shapes),
         cmocka_unit_test(test_simd_paths_match_scalar),
+        cmocka_unit_test(test_small_gemm_rows_independent_of_n),
         cmocka_unit_test(test_multi_matmul_is_matmul_of_each),
         cmocka_unit_test(test_bf16_rounds_to_nearest_even),
         cmocka_unit_test(test_half_round_trip),
