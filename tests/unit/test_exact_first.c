@@ -508,6 +508,90 @@ test_client_documents_are_built_by_the_keeper_after_an_exact_first_sighting(void
     fx_free(&f);
 }
 
+/* More client documents than the keeper's queue holds (PIC_PLAN_LATER):
+ * the rest are dropped (counted) and nothing else changes: the door still
+ * builds a dropped one on its second sighting; a queued one is a hit. */
+static void
+test_a_full_keeper_queue_drops_the_rest_and_the_door_still_builds(void **unused)
+{
+    fx f;
+
+    if (fx_init(&f, 64u << 20) != 0) {
+        skip();
+    }
+    f.door.model = f.m;
+    enum { N_DOCS = PIC_PLAN_LATER + 3 };
+    static char req[1 << 18];
+    char        sys[4096];
+    size_t      cut[N_DOCS + 1];
+    int         nc = 0, at, n_pic = 0, work = 0;
+    pic_plan_later_stats ls;
+
+    words(sys, sizeof(sys), 41, 80);
+    at = snprintf(req, sizeof(req), "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n", sys);
+    cut[nc++] = (size_t) at;
+    for (int k = 0; k < N_DOCS; k++) {
+        char doc[2048];
+
+        words(doc, sizeof(doc), 100 + (unsigned) k, 40);
+        /* "0) ", "66) ": the documents part at their first token */
+        at += snprintf(req + at, sizeof(req) - at, "%d) %s\n", k, doc);
+        cut[nc++] = (size_t) at;
+    }
+    snprintf(req + at, sizeof(req) - at, "question?<|im_end|>\n<|im_start|>assistant\n");
+    pic_plan_job *pj = job(req, cut, nc);
+    for (int i = 0; i <= nc; i++) {
+        pj->segs[i].flags = PIC_SEG_FLAG_DOC;
+    }
+    serve_job(&f, pj, req);
+    pic_plan_defer(&f.ctx, pj, f.m);
+    for (int i = 1; i < nc; i++) {
+        n_pic += pic_entry_worth(&f.m->cfg, pj->segs[i].n_ids, &f.ctx.seam);
+    }
+    pic_plan_door_stats(&f.door, &ls);
+    print_message("  %d documents worth an entry: queued %llu, dropped %llu\n", n_pic,
+                  (unsigned long long) ls.queued, (unsigned long long) ls.dropped);
+    assert_true(n_pic > PIC_PLAN_LATER);
+    assert_int_equal(ls.queued, PIC_PLAN_LATER);
+    assert_int_equal(ls.dropped, n_pic - PIC_PLAN_LATER);
+    assert_int_equal(ls.pending, PIC_PLAN_LATER);
+    while (pic_plan_idle(&f.ctx)) {
+        work++;
+    }
+    pic_plan_door_stats(&f.door, &ls);
+    assert_int_equal(ls.built, PIC_PLAN_LATER);
+    assert_int_equal(ls.pending, 0);
+    /* the first document (queued) and the last (dropped), swapped, after
+     * the same system prompt */
+    const pic_job_segment *first = &pj->segs[1], *last = &pj->segs[nc - 1];
+    assert_true(pic_pool_contains(f.pool, first->key, first->len));
+    assert_false(pic_pool_contains(f.pool, last->key, last->len));
+    char a[4096], b[4096], req2[16384];
+    size_t cut2[3];
+
+    snprintf(a, sizeof(a), "%.*s", (int) last->len, req + last->offset);
+    snprintf(b, sizeof(b), "%.*s", (int) first->len, req + first->offset);
+    at = snprintf(req2, sizeof(req2), "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n",
+                  sys);
+    cut2[0] = (size_t) at;
+    at += snprintf(req2 + at, sizeof(req2) - at, "%s", a);
+    cut2[1] = (size_t) at;
+    at += snprintf(req2 + at, sizeof(req2) - at, "%s", b);
+    cut2[2] = (size_t) at;
+    snprintf(req2 + at, sizeof(req2) - at, "again?<|im_end|>\n<|im_start|>assistant\n");
+    pic_plan_job *pj2 = job(req2, cut2, 3);
+    serve_job(&f, pj2, req2);
+    print_message("  again: built %d, hits %d, pic %d\n", pj2->n_built, pj2->n_hits, pj2->n_pic);
+    assert_int_equal(pj2->n_built, 1);      /* the dropped one, by the door */
+    assert_int_equal(pj2->n_hits, 1);       /* the queued one, the keeper's */
+    assert_int_equal(pj2->segs[1].source, PIC_SRC_BUILT);
+    assert_int_equal(pj2->segs[2].source, PIC_SRC_HIT);
+    pic_plan_job_free(pj2);
+    pic_plan_job_free(pj);
+    pic_plan_door_free(&f.door);
+    fx_free(&f);
+}
+
 /* The keeper's upkeep (pic_plan_idle) re-solves the tree's checkpoint
  * placement between requests, never inside one: the re-solves counted in
  * request context stay 0 while requests run as plan steps. */
@@ -721,6 +805,7 @@ main(void)
         cmocka_unit_test(test_generated_answer_is_resumed_next_turn),
         cmocka_unit_test(test_shifted_documents_after_a_shared_prefix_use_pic),
         cmocka_unit_test(test_client_documents_are_built_by_the_keeper_after_an_exact_first_sighting),
+        cmocka_unit_test(test_a_full_keeper_queue_drops_the_rest_and_the_door_still_builds),
         cmocka_unit_test(test_keeper_resolves_between_requests),
         cmocka_unit_test(test_worker_entries_past_the_first_composed_segment_are_composed),
         cmocka_unit_test(test_scopes_do_not_share_prefixes),
