@@ -250,9 +250,13 @@ class Nginx(Proc):
         body = http_body.replace("$PORT", str(self.port))
         with open(self.conf, "w") as f:
             f.write(nginx_conf(self.prefix, body, main_extra, workers))
+        self.n_workers = workers
         super().__init__(name, [NGINX_BIN, "-p", self.prefix, "-c", self.conf], logdir)
-        self.ready(lambda: wait_for(lambda: http("GET", self.url + "/__pic_ready", timeout=2)[0] > 0,
-                                    what="nginx listening", proc=self))
+        # listening, and every worker forked: the first worker accepts before
+        # the last one exists, and tests compare worker pids before and after
+        self.ready(lambda: wait_for(lambda: http("GET", self.url + "/__pic_ready", timeout=2)[0] > 0
+                                    and len(self.workers()) >= self.n_workers,
+                                    what="nginx listening, all workers up", proc=self))
 
     def log_files(self):
         return [self.log_path, self.error_log]
@@ -279,7 +283,7 @@ class Nginx(Proc):
         connection and answer it with the old configuration."""
         old = self.workers()
         os.kill(self.popen.pid, signal.SIGHUP)
-        wait_for(lambda: not (self.workers() & old) and self.workers(),
+        wait_for(lambda: not (self.workers() & old) and len(self.workers()) >= self.n_workers,
                  timeout=timeout, what="nginx reload: old workers gone", proc=self)
 
     def stop(self, sig=signal.SIGQUIT, timeout=10):
@@ -457,9 +461,17 @@ class FakeBackend:
                 else:
                     self._json(200, outer.completion("ok"))
 
+            def _closing(self):
+                # a client that asked for close (nginx's HTTP/1.0 proxying)
+                # is told so, as a real server does: else nginx keeps the
+                # connection for its next request while this end closes it
+                if self.headers.get("Connection", "").lower() == "close":
+                    self.send_header("Connection", "close")
+
             def _json(self, code, doc):
                 data = json.dumps(doc).encode()
                 self.send_response(code)
+                self._closing()
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 for k, v in getattr(self, "extra", {}).items() if code == 200 else ():
@@ -469,6 +481,7 @@ class FakeBackend:
 
             def _sse(self):
                 self.send_response(200)
+                self._closing()
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
                 for k, v in getattr(self, "extra", {}).items():
