@@ -186,15 +186,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--items", help="write every item's record here (jsonl)")
     a = ap.parse_args(argv)
-    import torch
-    import fastgdn
-    from tokenizers import Tokenizer
-    from transformers import AutoModelForCausalLM
-    fastgdn.patch()
-    torch.set_num_threads(a.threads)
-    tok = Tokenizer.from_file(os.path.join(a.ckpt, "tokenizer.json"))
-    eos = ckpt.specials(a.ckpt)["<|im_end|>"]
-    model = AutoModelForCausalLM.from_pretrained(a.ckpt, dtype=torch.float32).eval()
+    import heldout
+    model, tok, eos = heldout.load(a.ckpt, a.threads)
     fo = open(a.items, "w") if a.items else None
     for task in a.tasks.split(","):
         recs = [analyse(model, tok, eos, task, s, a.level) for s in range(a.n)]

@@ -17,6 +17,19 @@ import ckpt    # noqa: E402
 import tasks   # noqa: E402
 
 
+def load(ckpt_dir, threads):
+    """(model fp32 in eval mode, tokenizer, id of <|im_end|>) of a release checkpoint."""
+    import torch
+    import fastgdn
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+    fastgdn.patch()
+    torch.set_num_threads(threads)
+    tok = Tokenizer.from_file(os.path.join(ckpt_dir, "tokenizer.json"))
+    eos = ckpt.specials(ckpt_dir)["<|im_end|>"]
+    return AutoModelForCausalLM.from_pretrained(ckpt_dir, dtype=torch.float32).eval(), tok, eos
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("ckpt")
@@ -28,16 +41,8 @@ def main(argv=None):
                     help="write the exact match into CKPT/train_state.json (heldout, "
                          "heldout_level, heldout_n, heldout_digit_acc)")
     a = ap.parse_args(argv)
-    import torch
-    import fastgdn
     import train
-    from tokenizers import Tokenizer
-    from transformers import AutoModelForCausalLM
-    fastgdn.patch()
-    torch.set_num_threads(a.threads)
-    tok = Tokenizer.from_file(os.path.join(a.ckpt, "tokenizer.json"))
-    eos = ckpt.specials(a.ckpt)["<|im_end|>"]
-    model = AutoModelForCausalLM.from_pretrained(a.ckpt, dtype=torch.float32).eval()
+    model, tok, eos = load(a.ckpt, a.threads)
     rec = {"ckpt": a.ckpt, "level": a.level, "n": a.n}
     if a.level in tasks.RAW_LEVELS:
         sh = a.tasks.split(",") if a.tasks else tasks.RAW_LEVELS[a.level]
