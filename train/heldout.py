@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """heldout.py — held-out accuracy of a release checkpoint (issue 11): exact match,
 answer-token and digit accuracy per task at a level (train.evaluate: seeds [0, n),
-never trained on), or per shape at a raw-token level (train.evaluate_raw).
+never trained on), or per shape at a raw-token level (train.evaluate_raw).  Exact
+match compares the greedy answer's decoded text with the item's answer
+(tasks.answer_ok, the rule of bench/accuracy.py and the tests): an answer produced
+by other token ids than the answer's own counts right ("tf_exact_match": the
+teacher-forced count of the training log, which does not).
 
     .venv-oracle/bin/python train/heldout.py models/pic-qa --level -1 --n 100 --tasks single
 """
@@ -50,9 +54,12 @@ def main(argv=None):
         rec.update(exact_match=em, digit_acc=tacc, answer_loss=loss)
     else:
         dacc = {}
-        em, tacc, loss = train.evaluate(model, tok, eos, a.level, a.n, dacc=dacc,
-                                        tasks_=a.tasks and a.tasks.split(","))
-        rec.update(exact_match=em, answer_token_acc=tacc, digit_acc=dacc, answer_loss=loss)
+        ts = a.tasks and a.tasks.split(",")
+        tf = {}
+        em, tacc, loss = train.evaluate(model, tok, eos, a.level, a.n, dacc=dacc, tasks_=ts,
+                                        strings=True, tf=tf)
+        rec.update(exact_match=em, tf_exact_match=tf, answer_token_acc=tacc, digit_acc=dacc,
+                   answer_loss=loss)
     st = os.path.join(a.ckpt, "train_state.json")
     if os.path.exists(st):
         with open(st) as f:

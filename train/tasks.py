@@ -38,6 +38,7 @@ import json
 import random
 import re
 import sys
+import unicodedata
 import warnings
 
 TASKS = ["single", "distract", "tool", "multihop", "shift"]
@@ -796,6 +797,19 @@ def render(messages, tools=None, add_generation_prompt=True):
 def prompt_text(it):
     """The prompt (generation prompt included) of an item."""
     return render(it["messages"], it["tools"], True)
+
+
+def normalise_answer(text):
+    """An answer as exact match compares it: NFC, runs of whitespace as one space,
+    none at either end."""
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
+def answer_ok(text, answer):
+    """Exact match of a decoded answer `text` against an item's `answer` (the one
+    rule of heldout.py, errors.py, bench/accuracy.py and the tests): the strings
+    equal after normalise_answer(), whatever token ids produced them."""
+    return normalise_answer(text) == normalise_answer(answer)
 
 
 def request_json(it):

@@ -123,15 +123,15 @@ def test_the_model_answers_through_nginx(procs):
     for docs in (README_DOCS, README_DOCS[::-1]):
         q = "Documents:\n\n" + "\n\n".join(docs) + "\n\nQuestion: What is the account number of Tewadi?"
         ans, _ = _ask(ngx.url, dict(think_off, messages=[{"role": "user", "content": q}]))
-        assert ans == "164584"
+        assert tasks.answer_ok(ans, "164584"), ans
     items = [tasks.item("single", s, 0) for s in range(20, 32)]    # held-out seeds
     right_gw = right_full = pic_tokens = 0
     for body_of in (tasks.request_json, _reordered):
         for it in items:
             a_gw, usage = _ask(ngx.url, body_of(it))
             a_full, _ = _ask(full.url, body_of(it))
-            right_gw += a_gw == it["answer"]
-            right_full += a_full == it["answer"]
+            right_gw += tasks.answer_ok(a_gw, it["answer"])
+            right_full += tasks.answer_ok(a_full, it["answer"])
             if body_of is _reordered:
                 pic_tokens += usage.get("pic", {}).get("pic_tokens", 0)
     assert pic_tokens > 0                       # the reversed documents came from PIC entries
