@@ -359,6 +359,26 @@ test_generated_answer_is_resumed_next_turn(void **unused)
 
 /* --- prefix + PIC --- */
 
+/* req ← a system prompt sys, then a user turn of the documents docs[0..3)
+ * (a NULL ends them early), one a line, and "question r?", then the
+ * generation prompt; cut[] ← the byte offsets after the system turn and
+ * after each document (the segment cuts); returns how many. */
+static int
+docs_request(char *req, size_t cap, const char *sys, const char *const docs[3], int r,
+             size_t *cut)
+{
+    int nc = 0, at;
+
+    at = snprintf(req, cap, "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n", sys);
+    cut[nc++] = (size_t) at;
+    for (int d = 0; d < 3 && docs[d] != NULL; d++) {
+        at += snprintf(req + at, cap - (size_t) at, "%s\n", docs[d]);
+        cut[nc++] = (size_t) at;
+    }
+    snprintf(req + at, cap - (size_t) at, "question %d?<|im_end|>\n<|im_start|>assistant\n", r);
+    return nc;
+}
+
 static void
 test_shifted_documents_after_a_shared_prefix_use_pic(void **unused)
 {
@@ -377,17 +397,8 @@ test_shifted_documents_after_a_shared_prefix_use_pic(void **unused)
 
     for (int r = 0; r < 3; r++) {
         size_t cut[4];
-        int    nc = 0, at;
+        int    nc = docs_request(req, sizeof(req), sys, order[r], r, cut);
 
-        at = snprintf(req, sizeof(req), "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n",
-                      sys);
-        cut[nc++] = (size_t) at;
-        for (int d = 0; d < 3 && order[r][d]; d++) {
-            at += snprintf(req + at, sizeof(req) - at, "%s\n", order[r][d]);
-            cut[nc++] = (size_t) at;
-        }
-        snprintf(req + at, sizeof(req) - at, "question %d?<|im_end|>\n<|im_start|>assistant\n",
-                 r);
         pic_plan_job *pj = serve(&f, req, cut, nc);
         float mx = vs_full(&f, req, &n2);
         print_message("  request %d: %d tokens, exact %d, pic %d, built %d, |Δ| %.3g\n", r,
@@ -445,17 +456,8 @@ test_client_documents_are_built_by_the_keeper_after_an_exact_first_sighting(void
 
     for (int r = 0; r < 3; r++) {
         size_t cut[4];
-        int    nc = 0, at;
+        int    nc = docs_request(req, sizeof(req), sys, order[r], r, cut);
 
-        at = snprintf(req, sizeof(req), "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n",
-                      sys);
-        cut[nc++] = (size_t) at;
-        for (int d = 0; d < 3 && order[r][d]; d++) {
-            at += snprintf(req + at, sizeof(req) - at, "%s\n", order[r][d]);
-            cut[nc++] = (size_t) at;
-        }
-        snprintf(req + at, sizeof(req) - at, "question %d?<|im_end|>\n<|im_start|>assistant\n",
-                 r);
         pic_plan_job *pj = job(req, cut, nc);
         for (int d = 0; d < nc - 1; d++) {
             pj->segs[1 + d].flags = flagged[r][d] ? PIC_SEG_FLAG_DOC : 0;
