@@ -22,6 +22,13 @@ first generated position (the logits at the last prompt position, log-softmaxed:
 Summary keys: agent_loop_exact_share (goal >= 0.85), agent_loop_ttft_speedup_vs_full
 (p50 full / p50 exact over turns after the first; goal >= 8), agent_loop_flop_ratio_full_over_exact
 (model FLOPs of those turns, full over exact: the speedup's compute bound),
+agent_loop_forward_ratio_full_over_exact (the same p50 ratio of the forward alone:
+bench/warm_bench.c, no server, tokenizer or cache, same threads, run after the engines
+stopped, on each turn's shapes: the whole prompt from position 0 for full, the recomputed
+tokens after the rest for exact: the speedup's bound with this engine's kernels, below the
+FLOP ratio where a short forward deep in the context is slower per FLOP),
+agent_loop_speedup_over_forward_ratio (what serving keeps of that bound: HTTP, rendering,
+tokenizing, restore, checkpoints, insert),
 agent_loop_logit_max_abs_err (max |logprob - logprob_full| over the top TOP_LOGPROBS
 tokens both engines list at the last prompt position of every turn after the first;
 log-softmax shifts all logits of a row alike, so this bounds the error of the logits
@@ -50,6 +57,7 @@ Sets (AGENT_SET, named in the JSON's config.set):
 """
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -57,7 +65,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import client  # noqa: E402
 from common import QUICK, ServeEngine, machine, table, write_results  # noqa: E402
-from common import ensure_model  # noqa: E402
+from common import BUILD, ensure_model, need_binary  # noqa: E402
 
 SET = os.environ.get("AGENT_SET") or ("quick" if QUICK else "full")
 GATEWAY = os.environ.get("AGENT_GATEWAY", "0") == "1"
@@ -70,6 +78,7 @@ TURNS = 4 if SHORT else 6
 MIXED = {"quick": 15, "mid-short": 9, "full": 24}[SET]
 MODES = ["full", "prefix", "pic", "exact"]
 TOP_LOGPROBS = 20
+WARM_BENCH = os.path.join(BUILD, "bench", "warm_bench")
 WORDS = ["agent", "tool", "result", "cache", "segment", "prefix", "engine", "token", "state",
          "nginx", "plan", "worker", "index", "memory", "document", "query"]
 
@@ -212,6 +221,30 @@ def settle(engines, timeout=120):
             time.sleep(0.01)
 
 
+def forward_seconds(model, threads, depth, n, reps):
+    """Best wall seconds of the forward of n tokens after depth (bench/warm_bench.c: one
+    pic_forward as the server feeds a prompt, logits of the last token, on a fresh copy of
+    the prefilled state each repetition, after an untimed warm-up)."""
+    r = subprocess.run([WARM_BENCH, model, str(depth), str(n), str(threads), str(reps)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("agent.py: warm_bench failed:\n" + r.stderr[-2000:])
+    return json.loads(r.stdout)["seconds"]
+
+
+def forward_p50(model, threads, results):
+    """p50 over the agent loop's turns after the first of the forward alone, per mode:
+    full recomputes each whole prompt from position 0, exact its recomputed tokens after
+    the rest (no engine runs meanwhile)."""
+    reps = 2 if MODEL == "demo" else 1
+    out = {}
+    for m in ("full", "exact"):
+        out[m] = pct([forward_seconds(model, threads, r["prompt"] - max(1, r["recomputed"]),
+                                      max(1, r["recomputed"]), reps if m == "full" else 3 * reps)
+                      for r in results[m]["agent_loop"] if r["turn"] > 0], 0.5)
+    return out
+
+
 def run_modes(model, threads, logdir, workloads):
     engines, res = {}, {m: {} for m in MODES}
     try:
@@ -265,7 +298,9 @@ def main():
     workloads = {"agent_loop": agent_requests(), "mixed": mixed_requests()}
     print(f"machine: {info}\nmodel {MODEL}: {len(workloads['agent_loop'])} agent-loop and "
           f"{len(workloads['mixed'])} mixed requests per mode", flush=True)
+    need_binary(WARM_BENCH)
     results = run_modes(model, threads, logdir, workloads)
+    fwd = forward_p50(model, threads, results)
 
     rows, summary = [], {}
     errs = {}
@@ -312,6 +347,11 @@ def main():
     fl = {m: sum(forward_flops(cfg, max(1, r["recomputed"]), r["prompt"] - max(1, r["recomputed"]))
                  for r in results[m]["agent_loop"] if r["turn"] > 0) for m in ("full", "exact")}
     summary["agent_loop_flop_ratio_full_over_exact"] = fl["full"] / fl["exact"]
+    # the bound with this engine's kernels: the same p50 ratio of the forward alone
+    summary["agent_loop_forward_ratio_full_over_exact"] = fwd["full"] / fwd["exact"]
+    summary["agent_loop_speedup_over_forward_ratio"] = (
+        summary["agent_loop_ttft_speedup_vs_full"]
+        / summary["agent_loop_forward_ratio_full_over_exact"])
     summary["agent_loop_logit_max_abs_err"] = by[("agent_loop", "exact")]["logprob_max_abs_err"]
     summary["mixed_logit_max_abs_err"] = by[("mixed", "exact")]["logprob_max_abs_err"]
     summary["agent_loop_greedy_match"] = by[("agent_loop", "exact")]["greedy_match"]
@@ -336,6 +376,10 @@ def main():
               "logit_err": f"untimed greedy request with logprobs, top_logprobs "
                            f"{TOP_LOGPROBS}: max |logprob - full's| at the last prompt "
                            f"position over the tokens both list, turns after the first",
+              "forward": "bench/warm_bench MODEL DEPTH N THREADS REPS per turn after the "
+                         "first (full: DEPTH 0, N the prompt; exact: N its recomputed "
+                         "tokens), best of REPS, after the engines stopped; p50 per mode",
+              "forward_p50_ms": {m: round(1e3 * v, 2) for m, v in fwd.items()},
               "wall_s": round(time.time() - t_start, 1)}
     name = "agent" if SET != "mid-short" else "agent_mid-short"
     write_results(name + ("_gateway" if GATEWAY else ""), summary, config, info, rows=rows)
