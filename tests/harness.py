@@ -314,10 +314,12 @@ http {{
 """
 
 
-def gateway_conf(servers, loc="", http="", balancer=True, cdc="64 256 1024", min_segment=64):
+def gateway_conf(servers, loc="", http="", balancer=True, cdc="64 256 1024", min_segment=64,
+                 proxy_pass="http://engines"):
     """nginx http{} body of a gateway: zone, an upstream of `servers` (host:port),
     a pic location at /v1/ (cdc / min_segment None: not configured, sized from the
-    engines), /pic/status, an unplanned /plain/ and /__pic_ready for Nginx()."""
+    engines; proxy_pass its target, e.g. http://$pic_combine_node), /pic/status, an
+    unplanned /plain/ and /__pic_ready for Nginx()."""
     ups = "\n".join(f"        server {s};" for s in servers)
     return f"""
     pic_zone pic 4m;
@@ -342,7 +344,7 @@ def gateway_conf(servers, loc="", http="", balancer=True, cdc="64 256 1024", min
             {f"pic_cdc {cdc};" if cdc else ""}
             {f"pic_min_segment {min_segment};" if min_segment else ""}
             {loc}
-            proxy_pass http://engines;
+            proxy_pass {proxy_pass};
             proxy_http_version 1.1;
             proxy_set_header Connection "";
             proxy_buffering off;

@@ -297,25 +297,8 @@ def test_locations_without_pic_are_untouched(procs):
 
 def test_proxy_pass_to_combine_node_variable(procs):
     e1, e2 = engines(procs)
-    conf = f"""
-    pic_zone pic 4m;
-    log_format pic '$status $pic_combine_node $upstream_addr';
-    server {{
-        listen 127.0.0.1:$PORT;
-        access_log logs/pic.log pic;
-        location = /__pic_ready {{ return 204; }}
-        location /pic/status {{ pic_status; }}
-        location /v1/ {{
-            pic on;
-            pic_engine 127.0.0.1:{e1.port};
-            pic_engine 127.0.0.1:{e2.port};
-            pic_min_segment 64;
-            pic_cdc 64 256 1024;
-            proxy_pass http://$pic_combine_node;
-        }}
-    }}
-"""
-    ngx = procs.nginx(conf)
+    ngx = procs.nginx(harness.gateway_conf([f"127.0.0.1:{e1.port}", f"127.0.0.1:{e2.port}"],
+                                           proxy_pass="http://$pic_combine_node"))
     c = client(ngx)
     for i in range(4):
         c.chat.completions.create(model="tiny", max_tokens=1, messages=[
@@ -324,9 +307,10 @@ def test_proxy_pass_to_combine_node_variable(procs):
                                                               "pic.log"))) >= 5,
                      timeout=5, what="log lines")
     with open(os.path.join(ngx.prefix, "logs", "pic.log")) as f:
-        rows = [line.split() for line in f if not line.startswith("204")]
+        rows = [line for line in f if not line.startswith("204")]
     assert len(rows) == 4
-    assert all(r[0] == "200" and r[1] == r[2] for r in rows), rows
+    pairs = [re.match(r"200 combine=(\S+) .* up=(\S+) ", r) for r in rows]
+    assert all(m and m[1] == m[2] for m in pairs), rows
     st = status(ngx)
     assert {e["name"] for e in st["engines"]} == {f"127.0.0.1:{e1.port}", f"127.0.0.1:{e2.port}"}
     assert all(e["id"] in ("e1", "e2") for e in st["engines"]), "ids learned from probes"
