@@ -202,6 +202,7 @@ def gw_conf(engine_port, extra):
     upstream engines { pic_balancer; server 127.0.0.1:%d; keepalive 8; }
     server {
         listen 127.0.0.1:$PORT;
+        location = /__pic_ready { return 204; }
         location /pic/status { pic_status; }
         location /v1/ {
             pic on;
@@ -218,7 +219,8 @@ def gw_conf(engine_port, extra):
 
 def run_gateway():
     """Rows of the nginx configurations (and the full engine's reference)."""
-    from gateway import Nginx
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import harness          # the processes of the integration tests
     tmp = tempfile.mkdtemp(prefix="pic-acc-")
     items = {t: [tasks.item(t, s, LEVEL) for s in range(N)] for t in GW_TASKS}
     full = ServeEngine("full", MODEL, tmp, extra=["--cache-mode", "full", "--threads", "1"])
@@ -231,10 +233,11 @@ def run_gateway():
              "pic_share": 0.0, "same_as_full": 1.0, "differ": []} for t in GW_TASKS]
     for name, marked, extra, eopts in GW_CONFIGS:
         eng = ServeEngine(name.replace(" ", "-"), MODEL, tmp, extra=["--threads", "1"] + eopts)
-        ngx = Nginx(tmp, gw_conf(eng.port, extra))
+        ngx = harness.Nginx(tmp, gw_conf(eng.port, extra), name="nginx-" + name.replace(" ", "-"),
+                            workers=1)
         t0 = time.time()
         while True:     # the gateway's probe has read the engine (id, break-even)
-            st = json.loads(ngx.get("/pic/status"))
+            st = json.loads(harness.http("GET", ngx.url + "/pic/status")[2])
             if st.get("engines") and all(e.get("id") for e in st["engines"]):
                 break
             if time.time() - t0 > 60:

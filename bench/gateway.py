@@ -29,9 +29,8 @@ figures are the best of several alternating rounds, medians kept beside.
 import json
 import os
 import re
+import itertools
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,83 +41,50 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import gateway_workloads as wl  # noqa: E402
 
+sys.path.insert(0, os.path.join(common.ROOT, "tests"))
+import harness  # noqa: E402  (the processes of the integration tests)
+
 ROOT = common.ROOT
 BUILD = common.BUILD
 QUICK = common.QUICK
 MODULE_SO = os.path.join(BUILD, "nginx", "objs", "ngx_http_pic_module.so")
-NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 WRK = shutil.which("wrk")
 TASKSET = shutil.which("taskset") if os.environ.get("PIN") == "1" else None
 CPUS = os.cpu_count() or 1
 HELPER = os.path.join(BUILD, "bench", "gateway_helper")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Nginx:
-    """nginx with the module under a temporary prefix."""
-
-    def __init__(self, tmp, body, workers=1):
-        self.prefix = tempfile.mkdtemp(dir=tmp)
-        for d in ("logs", "tmp"):
-            os.makedirs(os.path.join(self.prefix, d))
-        self.port = free_port()
-        self.conf = os.path.join(self.prefix, "nginx.conf")
-        t = os.path.join(self.prefix, "tmp")
-        with open(self.conf, "w") as f:
-            f.write(f"""
-load_module {MODULE_SO};
-daemon off;
-worker_processes {workers};
-pid {self.prefix}/logs/nginx.pid;
-error_log {self.prefix}/logs/error.log warn;
-events {{ worker_connections 1024; }}
-http {{
+HTTP_COMMON = """
     access_log off;
-    client_body_temp_path {t}/body;
-    proxy_temp_path {t}/proxy;
-    fastcgi_temp_path {t}/f;
-    uwsgi_temp_path {t}/u;
-    scgi_temp_path {t}/s;
     client_body_buffer_size 1m;
     client_max_body_size 16m;
-{body.replace("$PORT", str(self.port))}
-}}
-""")
-        # PIN=1: nginx on the last core, wrk (below) on the first, so they
-        # do not steal each other's time slices (worse when something else
-        # already loads the machine)
-        pin = ["taskset", "-c", str(CPUS - 1)] if TASKSET and CPUS > 1 else []
-        self.proc = subprocess.Popen(pin + [NGINX, "-p", self.prefix, "-c", self.conf],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        self.url = f"http://127.0.0.1:{self.port}"
-        for _ in range(200):
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    break
-            except OSError:
-                time.sleep(0.05)
+"""
+_NGINX_N = itertools.count()
 
-    def get(self, path):
-        with urllib.request.urlopen(self.url + path, timeout=10) as r:
-            return r.read()
 
-    def post(self, path, body):
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status
+def start_nginx(tmp, body, workers=1):
+    """nginx with the module serving the http{} body (tests/harness.py's process, as the
+    integration tests start it), with no access log but the body's own and room for the
+    event-loop part's 4 MB bodies; PIN=1: pinned to the last core, wrk to the first, so
+    they do not steal each other's time slices (worse when something else already loads
+    the machine)."""
+    ngx = harness.Nginx(tmp, HTTP_COMMON + body, name=f"nginx-{next(_NGINX_N)}",
+                        workers=workers)
+    if TASKSET and CPUS > 1:
+        for pid in [ngx.popen.pid, *ngx.workers()]:
+            subprocess.run([TASKSET, "-a", "-p", "-c", str(CPUS - 1), str(pid)],
+                           capture_output=True)
+    return ngx
 
-    def stop(self):
-        self.proc.send_signal(signal.SIGQUIT)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+
+def get(ngx, path):
+    """The body of GET path."""
+    return harness.http("GET", ngx.url + path)[2]
+
+
+def post(ngx, path, body):
+    """The status of POST path with the JSON body."""
+    return harness.http("POST", ngx.url + path, body, timeout=30)[0]
 
 
 BACKEND = """
@@ -144,7 +110,7 @@ def gateway_conf(loc_extra="", http_extra="", log="", engine=None):
         upstream = ("upstream backend { pic_balancer; server 127.0.0.1:%d; keepalive 32; }"
                     % engine)
     else:
-        upstream = BACKEND.replace("$BACKEND", str(free_port()))
+        upstream = BACKEND.replace("$BACKEND", str(harness.free_port()))
     return (upstream + f"""
     pic_zone pic 64m;
     pic_health_check off;
@@ -153,6 +119,7 @@ def gateway_conf(loc_extra="", http_extra="", log="", engine=None):
     server {{
         listen 127.0.0.1:$PORT;
         {log}
+        location = /__pic_ready {{ return 204; }}
         location /pic/status {{ pic_status; }}
         location /plain/ {{
             proxy_pass http://backend/;
@@ -226,8 +193,8 @@ def bench_latency(tmp):
     with open(lua, "w") as f:
         f.write(WRK_LUA % body_path)
     codes = os.path.join(tmp, "codes.log")
-    ngx = Nginx(tmp, gateway_conf(http_extra="log_format codes '$uri $status';",
-                                  log=f"access_log {codes} codes;"))
+    ngx = start_nginx(tmp, gateway_conf(http_extra="log_format codes '$uri $status';",
+                                        log=f"access_log {codes} codes;"))
     # one connection, closed loop: the latency each request gains, not the
     # queueing of a saturated 2-core machine running wrk and nginx together
     dur, rounds, conns = ("3s", 3, 1) if QUICK else ("3s", 9, 1)
@@ -245,13 +212,13 @@ def bench_latency(tmp):
                                      capture_output=True, text=True, check=True).stdout
                 row = {"round": r, "path": name} | parse_wrk(out)
                 rows.append(row)
-        st = json.loads(ngx.get("/pic/status"))
+        st = json.loads(get(ngx, "/pic/status"))
     finally:
         ngx.stop()
     with open(codes) as f:
         bad = {}
         for line in f:
-            if not line.endswith(" 200\n"):
+            if not line.endswith(" 200\n") and not line.startswith("/__pic_ready "):
                 bad[line.strip()] = bad.get(line.strip(), 0) + 1
     if bad:
         print("non-200 answers:", bad)
@@ -362,8 +329,6 @@ def bench_patterns(tmp):
     # the gateway records a segment as held when the engine says it pooled it
     # (X-PIC-Held); this backend says it pooled every segment of every plan,
     # as a PIC-only engine does for segments past its break-even length
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    import harness
     engine = harness.FakeBackend("capture")
     n = 4 if QUICK else 6
     rows = []
@@ -371,12 +336,13 @@ def bench_patterns(tmp):
         for name in wl.PATTERNS:
             reqs = wl.pattern(name, marked=marked, n=n)
             log = os.path.join(tmp, f"{name}-{int(marked)}.log")
-            ngx = Nginx(tmp, gateway_conf(log=f"access_log {log} pic;", engine=engine.port))
+            ngx = start_nginx(tmp, gateway_conf(log=f"access_log {log} pic;",
+                                                engine=engine.port))
             try:
                 for body, _ in reqs:
-                    assert ngx.post("/v1/chat/completions", body) == 200
+                    assert post(ngx, "/v1/chat/completions", body) == 200
                 time.sleep(0.2)
-                st = json.loads(ngx.get("/pic/status"))
+                st = json.loads(get(ngx, "/pic/status"))
             finally:
                 ngx.stop()
             with open(log) as f:
@@ -426,7 +392,7 @@ def bench_event_loop(tmp):
     rows = []
     for rnd in range(2 if QUICK else 3):
         for mode, extra in (("loop", ""), ("thread", "pic_thread_pool default;")):
-            ngx = Nginx(tmp, gateway_conf(loc_extra=extra + " pic_body_max 16m;"))
+            ngx = start_nginx(tmp, gateway_conf(loc_extra=extra + " pic_body_max 16m;"))
             stop = threading.Event()
             large_done = [0]
 
@@ -439,18 +405,18 @@ def bench_event_loop(tmp):
                     large_done[0] += 1
 
             try:
-                ngx.post("/v1/chat/completions", small_body())
+                post(ngx, "/v1/chat/completions", small_body())
                 t = threading.Thread(target=flood, daemon=True)
                 t.start()
                 lat = []
                 t_end = time.time() + seconds
                 while time.time() < t_end:
                     t0 = time.perf_counter()
-                    ngx.post("/v1/chat/completions", small_body())
+                    post(ngx, "/v1/chat/completions", small_body())
                     lat.append((time.perf_counter() - t0) * 1000)
                 stop.set()
                 t.join(60)
-                st = json.loads(ngx.get("/pic/status"))
+                st = json.loads(get(ngx, "/pic/status"))
             finally:
                 stop.set()
                 ngx.stop()
@@ -502,7 +468,7 @@ def main():
         "goals": {"added_p99_ms": "<= 1", "cdc_gbps_per_core": ">= 2",
                   "shifted_tokens_served_ratio": ">= 0.9"},
     }
-    config = {"nginx": subprocess.run([NGINX, "-v"], capture_output=True,
+    config = {"nginx": subprocess.run([harness.NGINX_BIN, "-v"], capture_output=True,
                                       text=True).stderr.strip(),
               "workers": 1, "wrk": "-t1 -c1, pinned apart from nginx; p50/p99 best of rounds", "body_bytes": len(prompt_64k()),
               "cdc": "256/1024/4096", "min_segment": 128, "requests_per_pattern": pat[0]["requests"],
