@@ -14,8 +14,11 @@ document (system, tools, request), each document or tool turn, and the query tai
 with f32 and bf16 entries, and decodes greedily.  Exact match: the greedy answer
 (up to <|im_end|>, decoded) is the item's answer, tasks.answer_ok (the rule of
 train/heldout.py and the tests: the text, whatever token ids produced it).  Per
-task and mode: accuracy with a 95% Wilson interval, and against full recompute the teacher-forced KL and argmax
-agreement on the answer tokens and the first divergence of greedy decoding.
+task and mode: accuracy with a 95% Wilson interval, and against full recompute the
+teacher-forced KL and argmax agreement on the answer tokens, the first divergence of
+greedy decoding and, per layer, the median rel-L2 of the prompt's end state
+(state_rel_l2: a linear layer's recurrent state, an attention layer's K over every
+position).
 
 Summary keys (issue 11 goals): full_accuracy_single_hop, pic_points_below_full
 (at the default seam 8, f32, over single + distract + tool), naive_points_below_full,
@@ -142,7 +145,8 @@ def run_task(tok, eos, task, dtype):
             res.setdefault(key, []).append({
                 "ok": tasks.answer_ok(tok.decode(g[:g.index(eos)] if eos in g else g), answer),
                 "kl": r.get("kl_mean", 0.0), "agree": r.get("argmax_match", 1.0),
-                "first_div": fd if fd < len(gold) else -1})
+                "first_div": fd if fd < len(gold) else -1,
+                "rel": [la["rel_l2"] for la in r.get("layers", [])]})
     return res
 
 
@@ -288,7 +292,9 @@ def main():
                        "accuracy": k / len(rs), "ci_lo": lo, "ci_hi": hi,
                        "kl_mean": sum(r["kl"] for r in rs) / len(rs),
                        "argmax_agree": sum(r["agree"] for r in rs) / len(rs),
-                       "diverged": len(fd)}
+                       "diverged": len(fd),
+                       "state_rel_l2": [sorted(v)[len(v) // 2] for v in
+                                        zip(*[r["rel"] for r in rs])]}
                 rows.append(row)
                 acc[(dtype, task, key)] = row["accuracy"]
     table(rows, ["dtype", "task", "mode", "n", "accuracy", "ci_lo", "ci_hi", "kl_mean",
