@@ -841,9 +841,9 @@ pic_plan_trace(const pic_plan_job *pj, int rc)
         return;
     }
     at = snprintf(line, sizeof(line), "pic-trace: job n=%d exact=%d pic=%d resume=%d "
-                  "depth=%d xend=%d built=%d hits=%d forwards=%d", pj->n_prompt, pj->n_exact,
-                  pj->n_pic, pj->resume, pj->depth, pj->xend, pj->n_built, pj->n_hits,
-                  pj->n_fwd);
+                  "depth=%d xend=%d built=%d hits=%d forwards=%d cuts=%d", pj->n_prompt,
+                  pj->n_exact, pj->n_pic, pj->resume, pj->depth, pj->xend, pj->n_built,
+                  pj->n_hits, pj->n_fwd, pj->n_cut);
     for (int i = 0; i < PIC_PLAN_PHASES && at > 0 && (size_t) at < sizeof(line); i++) {
         at += snprintf(line + at, sizeof(line) - (size_t) at, " %s=%.1fms",
                        pic_plan_phase_name(i), 1e-6 * (double) pj->t_ns[i]);
