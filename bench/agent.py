@@ -235,13 +235,17 @@ def forward_seconds(model, threads, depth, n, reps):
 def forward_p50(model, threads, results):
     """p50 over the agent loop's turns after the first of the forward alone, per mode:
     full recomputes each whole prompt from position 0, exact its recomputed tokens after
-    the rest (no engine runs meanwhile)."""
+    the rest (no engine runs meanwhile).  The mid model: three of those turns (first,
+    middle, last), each warm_bench loading the model and running the forward twice."""
     reps = 2 if MODEL == "demo" else 1
     out = {}
     for m in ("full", "exact"):
+        rs = [r for r in results[m]["agent_loop"] if r["turn"] > 0]
+        if MODEL != "demo" and len(rs) > 3:
+            rs = [rs[0], rs[len(rs) // 2], rs[-1]]
         out[m] = pct([forward_seconds(model, threads, r["prompt"] - max(1, r["recomputed"]),
                                       max(1, r["recomputed"]), reps if m == "full" else 3 * reps)
-                      for r in results[m]["agent_loop"] if r["turn"] > 0], 0.5)
+                      for r in rs], 0.5)
     return out
 
 
@@ -377,8 +381,9 @@ def main():
                            f"{TOP_LOGPROBS}: max |logprob - full's| at the last prompt "
                            f"position over the tokens both list, turns after the first",
               "forward": "bench/warm_bench MODEL DEPTH N THREADS REPS per turn after the "
-                         "first (full: DEPTH 0, N the prompt; exact: N its recomputed "
-                         "tokens), best of REPS, after the engines stopped; p50 per mode",
+                         "first (the mid model: the first, middle and last of them; full: "
+                         "DEPTH 0, N the prompt; exact: N its recomputed tokens), best of "
+                         "REPS, after the engines stopped; p50 per mode",
               "forward_p50_ms": {m: round(1e3 * v, 2) for m, v in fwd.items()},
               "wall_s": round(time.time() - t_start, 1)}
     name = "agent" if SET != "mid-short" else "agent_mid-short"
