@@ -50,7 +50,8 @@ Sets (AGENT_SET, named in the JSON's config.set):
   quick      (QUICK=1) the demo model, 2 sessions x 4 turns, 15 mixed requests, short
              texts (< 2 minutes) -> bench/results/agent.json;
   mid-short  the mid model on the quick set's texts and sessions, 9 mixed requests (about
-             8 minutes on two idle cores: the issue's model within one quiet window)
+             8 minutes on two idle cores, 2 more for the forward-alone bound: the issue's
+             model within one quiet window)
              -> bench/results/agent_mid-short.json;
   full       (default without QUICK) the mid model, 5 sessions x 6 turns, long texts
              (hours on two cores) -> bench/results/agent.json.
