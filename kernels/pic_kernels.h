@@ -95,7 +95,8 @@ typedef struct pic_backend {
     /* ys[i](n, ws[i]->rows) = x(n, cols) · ws[i]ᵀ for i < k (no
      * accumulate), every ws[i] of x's width and of one compact type (F32
      * besides it allowed): matmul_w of each, equal bit for bit, but decode
-     * (n <= 4) prepares x once and runs all k in one parallel pass. */
+     * (n <= 4) prepares x once and runs all k in one parallel pass, and a
+     * Q8 prefill (n > 4) rounds x once for all k. */
     void (*matmul_w_multi)(float *const *ys, const float *x,
                            const pic_wmat *const *ws, int k, int n);
 

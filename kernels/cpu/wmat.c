@@ -264,11 +264,16 @@ pic_q8_act_from_f32(int8_t *qs, float *d, const float *x, size_t n)
 }
 
 /* dst(n) = src(n) quantised per 32-block and back: the values the Q8 GEMV
- * multiplies (qs · d), for the GEMM path. */
+ * multiplies (qs · d), for the GEMM path.  Blocks are independent: split
+ * over the OpenMP team past 64 Ki values (a 570-row chunk of models/mid
+ * rounds ~50 M values a forward: serial, a core idled through it). */
 static void
 pic_q8_act_round(float *dst, const float *src, size_t n)
 {
-    for (size_t b = 0; b < n / PIC_Q8_BLOCK; b++) {
+    long nb = (long) (n / PIC_Q8_BLOCK);
+
+    #pragma omp parallel for schedule(static) if (nb >= 2048 && !omp_in_parallel())
+    for (long b = 0; b < nb; b++) {
         int8_t q[PIC_Q8_BLOCK];
         float  d;
 
@@ -1399,9 +1404,12 @@ pic_wmat_slice(const pic_wmat_impl *im, float *y, const float *x,
     }
 }
 
-void
-pic_cpu_matmul_w(float *y, const float *x, const pic_wmat *w, int n,
-                 int accumulate)
+/* pic_cpu_matmul_w; rounded 1: x is already what pic_q8_act_round makes
+ * of it (a Q8 W past the GEMV rows: the caller rounded it once for several
+ * matrices). */
+static void
+pic_wmat_matmul(float *y, const float *x, const pic_wmat *w, int n,
+                int accumulate, int rounded)
 {
     const pic_wmat_impl *im;
     pic_wmat_act         a = { 0 };
@@ -1423,7 +1431,7 @@ pic_cpu_matmul_w(float *y, const float *x, const pic_wmat *w, int n,
     }
     if (n <= PIC_WMAT_GEMV_ROWS) {
         pic_wmat_act_prep(&a, x, n, w);
-    } else if (w->type == PIC_WTYPE_Q8) {
+    } else if (w->type == PIC_WTYPE_Q8 && !rounded) {
         float *xr = pic_wmat_act_buf((size_t) n * w->cols * sizeof(float));
 
         pic_q8_act_round(xr, x, (size_t) n * w->cols);
@@ -1444,6 +1452,13 @@ pic_cpu_matmul_w(float *y, const float *x, const pic_wmat *w, int n,
 
         pic_wmat_slice(im, y, x, &a, n, w, o0, o1, beta);
     }
+}
+
+void
+pic_cpu_matmul_w(float *y, const float *x, const pic_wmat *w, int n,
+                 int accumulate)
+{
+    pic_wmat_matmul(y, x, w, n, accumulate, 0);
 }
 
 /* The k matrices as one: thread t takes its share of the rows of all of
@@ -1476,8 +1491,18 @@ pic_cpu_matmul_w_multi(float *const *ys, const float *x,
     if (n > PIC_WMAT_GEMV_ROWS || !im->gemv_f32 || nt <= 1
         || (double) n * ws[0]->cols * total < 262144.0)
     {
+        const float *xq = NULL;     /* (n, cols) x rounded once for the Q8 ones */
+
+        if (n > PIC_WMAT_GEMV_ROWS && cw != NULL && cw->type == PIC_WTYPE_Q8) {
+            float *xr = pic_wmat_act_buf((size_t) n * cw->cols * sizeof(float));
+
+            pic_q8_act_round(xr, x, (size_t) n * cw->cols);
+            xq = xr;
+        }
         for (int i = 0; i < k; i++) {
-            pic_cpu_matmul_w(ys[i], x, ws[i], n, 0);
+            int q = xq != NULL && ws[i]->type == PIC_WTYPE_Q8;
+
+            pic_wmat_matmul(ys[i], q ? xq : x, ws[i], n, 0, q);
         }
         return;
     }

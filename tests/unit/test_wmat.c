@@ -259,8 +259,9 @@ test_small_gemm_rows_independent_of_n(void **unused)
 }
 
 /* matmul_w_multi gives each matrix matmul_w's answer bit for bit (one
- * pass over all of them for decode; one matrix per call past it), with an
- * F32 matrix beside the compact ones, on every path. */
+ * pass over all of them for decode; one matrix per call past it, Q8's
+ * activations rounded once: the small GEMM at 40 rows, tiles + sgemm at
+ * 70), with an F32 matrix beside the compact ones, on every path. */
 static void
 test_multi_matmul_is_matmul_of_each(void **unused)
 {
@@ -284,7 +285,8 @@ test_multi_matmul_is_matmul_of_each(void **unused)
             if (pic_kernels_set_simd(simd_paths[p]) != 0) {
                 continue;
             }
-            for (int n = 1; n <= 5; n++) {
+            for (int j = 0; j < 7; j++) {
+                int    n = j < 5 ? j + 1 : j == 5 ? 40 : 70;
                 float *x = frand_vec((size_t) n * cols, 1.0f);
                 float *ys[3];
 
