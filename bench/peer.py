@@ -17,12 +17,18 @@ format is then run by both engines with THREADS threads (default: all
 cores), matched as pic-engine --weights f32 / bf16 / q8:
 
   * prefill tok/s at 512, 2k, 8k tokens (QUICK=1: 512, 2k): llama-bench
-    pp<N>; pic-engine generate on a random prompt of N ids, its "prefill:"
-    rate (one pass, logits of the last position);
-  * decode tok/s: llama-bench tg32 (from an empty context); pic-engine the
-    32 greedy tokens after the 512-token prompt;
+    pp<N>; pic-engine bench/warm_bench.c `MODEL 0 N THREADS 2 pp` on N
+    random ids (one forward, logits of the last position);
+  * decode tok/s: llama-bench tg32 (from an empty context, one token a
+    step, logits every step); pic-engine warm_bench `MODEL 0 32 THREADS 2
+    tg` (the same: 32 one-token forwards from position 0);
+    both sides are timed alike (llama-bench's own procedure, read from its
+    source, tools/llama-bench/llama-bench.cpp): one untimed warm-up (pp: a
+    whole N-token run, tg: one step), then 2 timed runs on a fresh context,
+    the figure the mean of the runs' tok/s (its avg_ts, warm_bench's
+    mean_tok_s);
   * peak RSS of each process (/usr/bin/time %M): for llama-bench the largest
-    over its runs, for pic-engine the largest over its generate runs;
+    over its runs, for pic-engine the largest over its warm_bench runs;
   * warm chunk tok/s (PEER_WARM=DEPTH:N, default 2048:570, the size of an
     agent turn's new tokens): N new tokens after DEPTH already in the
     context, the engine alone with no server cache in the way: llama-bench
@@ -122,6 +128,7 @@ THREADS = int(os.environ.get("THREADS", "0") or 0) or os.cpu_count()
 LENS = [int(x) for x in os.environ["PEER_LENS"].split(",")] if os.environ.get("PEER_LENS") \
     else [512, 2048] if QUICK else [512, 2048, 8192]
 DECODE = 32
+REPS = 2                        # llama-bench -r, and warm_bench's REPS: both sides alike
 # warm chunk: (depth, new tokens), None to skip
 _WARM = os.environ.get("PEER_WARM", "2048:570")
 WARM = tuple(int(v) for v in _WARM.split(":")) if _WARM not in ("", "0") else None
@@ -228,7 +235,7 @@ def timed(argv, env=None):
 
 def llama_bench(bench, gguf):
     out, _, rss = timed([bench, "-m", gguf, "-t", str(THREADS), "-p", ",".join(map(str, LENS)),
-                         "-n", str(DECODE), "-r", "2", "-o", "json"])
+                         "-n", str(DECODE), "-r", str(REPS), "-o", "json"])
     res = {"prefill": {}, "decode": None, "rss": rss}
     for row in json.loads(out):
         if row.get("n_prompt", 0) > 0 and row.get("n_gen", 0) == 0:
@@ -239,41 +246,42 @@ def llama_bench(bench, gguf):
 
 
 def llama_warm(bench, gguf):
-    """llama-bench's pp N @ d DEPTH: tok/s (mean of 2 runs)."""
+    """llama-bench's pp N @ d DEPTH: tok/s (mean over REPS runs)."""
     depth, n = WARM
     out, _, _ = timed([bench, "-m", gguf, "-t", str(THREADS), "-p", str(n), "-d", str(depth),
-                       "-n", "0", "-r", "2", "-o", "json"])
+                       "-n", "0", "-r", str(REPS), "-o", "json"])
     for row in json.loads(out):
         if row.get("n_prompt") == n and row.get("n_depth") == depth:
             return row["avg_ts"]
     sys.exit("peer.py: no pp%d @ d%d row in llama-bench's output:\n%s" % (n, depth, out[-2000:]))
 
 
+def warm_bench(fmt, depth, n, mode="pp"):
+    """warm_bench's N tokens after DEPTH (pp: one prompt, tg: N one-token
+    steps), timed as llama-bench times its own: a warm-up, then REPS runs,
+    the mean of their tok/s (mean_tok_s ~ avg_ts); (its JSON, peak RSS)."""
+    env = dict(os.environ, PIC_WEIGHTS=fmt)     # the engine's own wait policy unless exported
+    out, _, rss = timed([WARM_BENCH, MODEL, str(depth), str(n), str(THREADS), str(REPS), mode],
+                        env=env)
+    return json.loads(out), rss
+
+
 def pic_warm(fmt):
     """warm_bench's N new tokens after DEPTH: its JSON (mean_tok_s is the figure)."""
-    depth, n = WARM
-    env = dict(os.environ, PIC_WEIGHTS=fmt)
-    out, _, _ = timed([WARM_BENCH, MODEL, str(depth), str(n), str(THREADS), "2"], env=env)
-    return json.loads(out)
+    return warm_bench(fmt, *WARM)[0]
 
 
 def pic_engine(fmt):
-    res = {"prefill": {}, "decode": None, "rss": 0}
-    rng = random.Random(13)
-    env = dict(os.environ)          # the engine's own wait policy unless exported
-    for n in LENS:
-        ids = ",".join(str(rng.randrange(1000, 200000)) for _ in range(n))
-        gen = DECODE if n == LENS[0] else 1
-        _, err, rss = timed([ENGINE, "generate", "--model", MODEL, "--weights", fmt,
-                             "--threads", str(THREADS), "--tokens", ids, "--ids", "--ignore-eos",
-                             "--max-tokens", str(gen), "--temperature", "0"], env=env)
-        m = re.search(r"prefill: (\d+) tokens in [\d.]+ s \(([\d.]+) tok/s\); "
-                      r"decode: (\d+) tokens in [\d.]+ s \(([\d.]+) tok/s\)", err)
-        if m is None:
-            sys.exit("peer.py: no rates in pic-engine's output:\n" + err[-2000:])
-        res["prefill"][n] = float(m.group(2))
-        if n == LENS[0]:
-            res["decode"] = float(m.group(4))
+    """Prefill pp N and decode tg DECODE as llama-bench's rows (warm_bench
+    at depth 0); peak RSS the largest over these processes."""
+    res = {"prefill": {}, "decode": None, "rss": 0, "runs": []}
+    for n, mode in [(n, "pp") for n in LENS] + [(DECODE, "tg")]:
+        run, rss = warm_bench(fmt, 0, n, mode)
+        if mode == "pp":
+            res["prefill"][n] = run["mean_tok_s"]
+        else:
+            res["decode"] = run["mean_tok_s"]
+        res["runs"].append(run)
         res["rss"] = max(res["rss"], rss)
     return res
 
@@ -497,8 +505,7 @@ def agentic(src, fmt):
 
 def main():
     need_binary(ENGINE)
-    if WARM:
-        need_binary(WARM_BENCH)
+    need_binary(WARM_BENCH)
     formats = [f for f in os.environ.get("PEER_FORMATS", "f32,bf16,q8").split(",") if f]
     for f in formats:
         if f not in FORMATS:
@@ -537,8 +544,10 @@ def main():
         rows.append({"format": f, "what": "peak RSS GiB", "pic-engine": round(a, 3),
                      "llama.cpp": round(b, 3), "ratio": round(a / b, 3) if b else ""})
     table(rows, ["format", "what", "pic-engine", "llama.cpp", "ratio"],
-          "pic-engine vs llama.cpp on models/mid, %d threads each (ratio = ours / theirs)"
-          % THREADS)
+          "pic-engine vs llama.cpp on models/mid, %d threads each (ratio = ours / theirs); "
+          "every tok/s row timed alike on both sides, as llama-bench times its own: one "
+          "warm-up, then the mean tok/s of %d runs (llama-bench pp N / tg %d / pp N @ d "
+          "DEPTH against bench/warm_bench MODEL DEPTH N pp|tg)" % (THREADS, REPS, DECODE))
 
     def ratio(f, key, n=None):
         a = per[f]["pic_engine"][key] if n is None else per[f]["pic_engine"][key].get(n)
@@ -566,15 +575,21 @@ def main():
     config = {"model": "models/mid", "threads": THREADS, "prefill_tokens": LENS,
               "decode_tokens": DECODE,
               "warm_chunk": {"depth": WARM[0], "tokens": WARM[1],
-                             "llama_cpp": "llama-bench -p %d -d %d -n 0 -r 2" % (WARM[1], WARM[0]),
-                             "pic_engine": "build/bench/warm_bench MODEL %d %d THREADS 2 "
-                                           "(PIC_WEIGHTS=FMT)" % WARM} if WARM else None,
+                             "llama_cpp": "llama-bench -p %d -d %d -n 0 -r %d" % (WARM[1], WARM[0], REPS),
+                             "pic_engine": "build/bench/warm_bench MODEL %d %d THREADS %d "
+                                           "(PIC_WEIGHTS=FMT)" % (WARM + (REPS,))} if WARM else None,
               "formats": {f: FORMATS[f] for f in formats},
-              "llama_cpp": "%s %s (PyPI sdist), -DGGML_NATIVE=ON, llama-bench -r 2"
-                           % (PKG, PKG_VERSION),
-              "pic_engine": "generate --weights FMT, OMP_WAIT_POLICY=%s"
-                            % os.environ.get("OMP_WAIT_POLICY",
-                                             "passive + GOMP_SPINCOUNT=2000 (engine default)"),
+              "llama_cpp": "%s %s (PyPI sdist), -DGGML_NATIVE=ON, llama-bench -r %d"
+                           % (PKG, PKG_VERSION, REPS),
+              "pic_engine": "build/bench/warm_bench MODEL 0 N THREADS %d pp (prefill), "
+                            "MODEL 0 %d THREADS %d tg (decode), PIC_WEIGHTS=FMT, "
+                            "OMP_WAIT_POLICY=%s"
+                            % (REPS, DECODE, REPS,
+                               os.environ.get("OMP_WAIT_POLICY",
+                                              "passive + GOMP_SPINCOUNT=2000 (engine default)")),
+              "timing": "both sides as llama-bench: one untimed warm-up (pp: the whole "
+                        "prompt, tg: one step), %d timed runs on a fresh context, the mean "
+                        "of their tok/s" % REPS,
               "wall_s": round(time.time() - t0, 1)}
     agent = None
     if os.environ.get("PEER_AGENT", "1") != "0":

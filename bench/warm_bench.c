@@ -8,38 +8,56 @@
  * the engine's forward from what either server's prompt cache brings back.
  * The weight format is the loader's (PIC_WEIGHTS=f32|bf16|q8).
  *
- *   warm_bench MODEL_DIR DEPTH N [THREADS [REPS]]
+ *   warm_bench MODEL_DIR DEPTH N [THREADS [REPS [pp|tg]]]
  *
- * Prints one JSON object: tok/s over all repetitions (mean_tok_s, as
- * llama-bench's avg_ts), wall seconds and tok/s of the best one (the
- * figure a shared machine disturbs least) and its process CPU seconds.
+ * pp (default) times the N tokens as one prompt, llama-bench's pp N @ d
+ * DEPTH (DEPTH 0: its plain pp N; warm-up a whole N-token run); tg times N
+ * decode steps of one token each, logits of every step, llama-bench's tg N
+ * (@ d DEPTH), after its warm-up of one step.
+ *
+ * Prints one JSON object: the mean over repetitions of each one's tok/s
+ * (mean_tok_s, llama-bench's avg_ts: the same statistic), wall seconds and
+ * tok/s of the best one (the figure a shared machine disturbs least) and
+ * its process CPU seconds.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+#include <string.h>
 
+#include "bench_cpu.h"
 #include "forward.h"
 #include "model.h"
 #include "pic_kernels.h"
 #include "pic_time.h"
 #include "state.h"
 
-/* CPU seconds of the whole process (all its threads). */
-static double
-cpu_now(void)
+/* n tokens at positions p0.. into s: one pic_forward (tg 0) or n one-token
+ * steps (tg 1), logits (V) of the last token of each call; 0 or -1 + err. */
+static int
+warm_run(const pic_model *m, pic_state *s, const int *tok, int n, int p0,
+         int tg, float *logits, char *err, size_t errlen)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
+    if (!tg) {
+        return pic_forward(m, NULL, s, tok, n, p0, PIC_LOGITS_LAST, logits,
+                           NULL, err, errlen);
+    }
+    for (int i = 0; i < n; i++) {
+        if (pic_forward(m, NULL, s, tok + i, 1, p0 + i, PIC_LOGITS_LAST,
+                        logits, NULL, err, errlen) != 0)
+        {
+            return -1;
+        }
+    }
+    return 0;
 }
+
 
 int
 main(int argc, char **argv)
 {
     char        err[512];
-    int         depth, n, threads, reps, *tok;
+    int         depth, n, threads, reps, tg, *tok;
     double      best = 1e30, best_cpu = 0.0, sum = 0.0;
     uint64_t    x = 88172645463325252ull;
     pic_model  *m;
@@ -48,15 +66,18 @@ main(int argc, char **argv)
 
     pic_kernels_process_env(argv);
     if (argc < 4) {
-        fprintf(stderr, "usage: warm_bench MODEL_DIR DEPTH N [THREADS [REPS]]\n");
+        fprintf(stderr, "usage: warm_bench MODEL_DIR DEPTH N [THREADS [REPS [pp|tg]]]\n");
         return 2;
     }
     depth = atoi(argv[2]);
     n = atoi(argv[3]);
     threads = argc > 4 ? atoi(argv[4]) : 0;
     reps = argc > 5 ? atoi(argv[5]) : 2;
-    if (depth < 0 || n <= 0 || reps <= 0) {
-        fprintf(stderr, "warm_bench: DEPTH >= 0, N > 0, REPS > 0\n");
+    tg = argc > 6 && strcmp(argv[6], "tg") == 0;
+    if (depth < 0 || n <= 0 || reps <= 0
+        || (argc > 6 && !tg && strcmp(argv[6], "pp") != 0))
+    {
+        fprintf(stderr, "warm_bench: DEPTH >= 0, N > 0, REPS > 0, pp or tg\n");
         return 2;
     }
     pic_kernels_set_threads(threads);
@@ -96,26 +117,27 @@ main(int argc, char **argv)
             return 1;
         }
         t0 = pic_now_s();
-        c0 = cpu_now();
-        if (pic_forward(m, NULL, t, tok + depth, n, depth, PIC_LOGITS_LAST,
-                        logits, NULL, err, sizeof(err)) != 0)
+        c0 = bench_cpu_s(CLOCK_PROCESS_CPUTIME_ID);
+        if (warm_run(m, t, tok + depth, tg ? (r < 0 ? 1 : n) : n, depth, tg,
+                     logits, err, sizeof(err)) != 0)
         {
             fprintf(stderr, "warm_bench: %s\n", err);
             return 1;
         }
         dt = pic_now_s() - t0;
-        sum += r >= 0 ? dt : 0.0;
+        sum += r >= 0 ? n / dt : 0.0;
         if (r >= 0 && dt < best) {
             best = dt;
-            best_cpu = cpu_now() - c0;
+            best_cpu = bench_cpu_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
         }
         pic_state_free(t);
     }
-    printf("{\"depth\": %d, \"tokens\": %d, \"threads\": %d, \"reps\": %d, "
+    printf("{\"mode\": \"%s\", \"depth\": %d, \"tokens\": %d, \"threads\": %d, "
+           "\"reps\": %d, "
            "\"weights\": \"%s\", \"seconds\": %.4f, \"tok_s\": %.3f, "
            "\"mean_tok_s\": %.3f, \"cpu_seconds\": %.4f}\n",
-           depth, n, threads, reps, pic_wtype_name(m->wtype), best, n / best,
-           n * reps / sum, best_cpu);
+           tg ? "tg" : "pp", depth, n, threads, reps, pic_wtype_name(m->wtype),
+           best, n / best, sum / reps, best_cpu);
     pic_state_free(s);
     pic_model_free(m);
     free(logits);

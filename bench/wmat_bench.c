@@ -19,25 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_cpu.h"
 #include "bench_read.h"
 #include "pic_kernels.h"
 #include "pic_time.h"
 
 static const char *paths[] = { "avx512vnni", "avx512", "avx2", "scalar" };
-
-/* CPU seconds of the calling thread: with one thread, the figure that a
- * shared machine disturbs least (time the thread was not scheduled does not
- * count; memory contention still does). */
-static double
-cpu_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int
 main(int argc, char **argv)
@@ -107,10 +95,11 @@ main(int argc, char **argv)
                 continue;
             }
             for (int r = 0; r < reps + 1; r++) {
-                double t0 = pic_now_s(), c0 = cpu_now();
+                double t0 = pic_now_s(), c0 = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID);
 
                 be->matmul_w(y, x, &m, n, 0);
-                double dt = pic_now_s() - t0, dc = cpu_now() - c0;
+                double dt = pic_now_s() - t0;
+                double dc = bench_cpu_s(CLOCK_THREAD_CPUTIME_ID) - c0;
                 if (r > 0 && dt < best) {
                     best = dt;
                 }
