@@ -39,6 +39,9 @@ def main(argv=None):
     ap.add_argument("ckpt")
     ap.add_argument("--level", type=int, default=0)
     ap.add_argument("--n", type=int, default=100)
+    ap.add_argument("--first", type=int, default=0,
+                    help="seeds [FIRST, FIRST + N) (held out: below tasks.HELDOUT_SEEDS; "
+                         "the training log evaluates [0, --eval-n))")
     ap.add_argument("--tasks", default=None, help="tasks (default all; raw levels: their shapes)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--record", action="store_true",
@@ -48,6 +51,9 @@ def main(argv=None):
     import train
     model, tok, eos = load(a.ckpt, a.threads)
     rec = {"ckpt": a.ckpt, "level": a.level, "n": a.n}
+    if a.first:
+        rec["first"] = a.first
+    assert a.first + a.n <= tasks.HELDOUT_SEEDS
     if a.level in tasks.RAW_LEVELS:
         sh = a.tasks.split(",") if a.tasks else tasks.RAW_LEVELS[a.level]
         em, tacc, loss = train.evaluate_raw(model, tasks.raw_vocab(tok), sh, a.n)
@@ -57,7 +63,7 @@ def main(argv=None):
         ts = a.tasks and a.tasks.split(",")
         tf = {}
         em, tacc, loss = train.evaluate(model, tok, eos, a.level, a.n, dacc=dacc, tasks_=ts,
-                                        strings=True, tf=tf)
+                                        strings=True, tf=tf, first=a.first)
         rec.update(exact_match=em, tf_exact_match=tf, answer_token_acc=tacc, digit_acc=dacc,
                    answer_loss=loss)
     st = os.path.join(a.ckpt, "train_state.json")

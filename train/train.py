@@ -238,9 +238,9 @@ def greedy_text(model, tok, ids, eos, n, device="cpu"):
 
 
 def evaluate(model, tok, eos, level, n, tasks_=None, device="cpu", bs=8, dacc=None,
-             strings=False, tf=None):
+             strings=False, tf=None, first=0):
     """({task: exact match}, {task: answer-token accuracy}, {task: answer loss}) on
-    held-out seeds [0, n) at `level` (teacher-forced, batches of bs); dacc (a dict)
+    held-out seeds [first, first + n) at `level` (teacher-forced, batches of bs); dacc (a dict)
     gets {task: accuracy over the answer's digit tokens} (the values: 0.1 is
     chance; names and punctuation of a list answer do not count; 0 when an
     answer has no digit).  Exact match is teacher-forced argmax over the answer's
@@ -256,7 +256,7 @@ def evaluate(model, tok, eos, level, n, tasks_=None, device="cpu", bs=8, dacc=No
     with torch.no_grad():
         for task in tasks_ or tasks.TASKS:
             ok, tf_ok, tok_ok, tok_n, ce_sum, d_ok, d_n = 0, 0, 0, 0, 0.0, 0, 0
-            its = [tasks.item(task, s, level) for s in range(n)]
+            its = [tasks.item(task, s, level) for s in range(first, first + n)]
             items = [encode_item(tok, it, eos) for it in its]
             for b0 in range(0, n, bs):
                 part = items[b0:b0 + bs]
