@@ -248,9 +248,10 @@ pic_cmd_serve(int argc, char **argv)
     }
     /* Memory a forward frees stays with the process for the next one: below
      * 32 MiB nothing is mmap'd (glibc's default threshold, 128 KiB and rising
-     * only as mmap'd blocks are freed, left the attention's per-call scratch and
-     * other per-forward buffers mmap'd and faulted in again every forward),
-     * and the heap is given back only past 64 MiB free at its top.  Measured
+     * only as mmap'd blocks are freed, left per-forward buffers and new
+     * checkpoints mmap'd and faulted in again every forward; the kernels'
+     * scratch is per thread, kernels/cpu/scratch.c), and the heap is given
+     * back only past 64 MiB free at its top.  Measured
      * (bench/agent.py's quick agent loop, minor faults per timed request):
      * exact-first turns ~1,100 -> ~650 (the rest is the prefix tree's growth:
      * new KV blocks and checkpoints), full recompute ~500 -> ~50; a fault

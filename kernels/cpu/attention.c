@@ -198,10 +198,12 @@ pic_cpu_attention(float *o, const float *q, const int *qpos, int n, int Hq,
         size_t       rows = (size_t) group * tile;
         pic_attn_buf b;
 
-        b.q = malloc(rows * hd * sizeof(float));
-        b.o = malloc(rows * hd * sizeof(float));
-        b.sc = malloc(rows * (n_keys > 0 ? n_keys : 1) * sizeof(float));
-        PIC_OP_CHECK(b.q != NULL && b.o != NULL && b.sc != NULL);
+        size_t       nsc = rows * (size_t) (n_keys > 0 ? n_keys : 1);
+
+        /* the thread's scratch: q (rows, hd) | o (rows, hd) | sc (rows, n_keys) */
+        b.q = pic_cpu_thread_buf(PIC_CPU_BUF_ATTN, (2 * rows * hd + nsc) * sizeof(float));
+        b.o = b.q + rows * hd;
+        b.sc = b.o + rows * hd;
 
         #pragma omp for collapse(2) schedule(dynamic)
         for (int kh = 0; kh < Hkv; kh++) {
@@ -212,9 +214,6 @@ pic_cpu_attention(float *o, const float *q, const int *qpos, int n, int Hq,
                               cap, n_keys, scale, simd, &b);
             }
         }
-        free(b.q);
-        free(b.o);
-        free(b.sc);
     }
     pic_cpu_blas_serial_end(saved);
 }

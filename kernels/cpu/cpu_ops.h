@@ -47,6 +47,15 @@ int  pic_cpu_par(int big);
  * run-time SIMD choice (pic_kernels_simd) is not "scalar". */
 int  pic_cpu_simd(void);
 
+/* Per-thread scratch (scratch.c): one buffer per use, so that nested users
+ * never share one. */
+enum { PIC_CPU_BUF_ACT, PIC_CPU_BUF_TILE, PIC_CPU_BUF_ATTN, PIC_CPU_NBUF };
+
+/* The calling thread's scratch buffer `which` (PIC_CPU_BUF_*), 64-byte
+ * aligned, at least `bytes` long, kept for its later calls and freed when
+ * the thread ends (its contents are not kept when it grows). */
+void *pic_cpu_thread_buf(int which, size_t bytes);
+
 /* Check the common shape rules of pic_gdn_args. */
 void pic_cpu_gdn_check(const pic_gdn_args *a);
 

@@ -284,69 +284,11 @@ pic_q8_act_round(float *dst, const float *src, size_t n)
     }
 }
 
-/*
- * Per-thread scratch buffers (activation rows, weight tiles), grown once to
- * the largest need and reused by every later call.  They hang off a pthread
- * key whose destructor frees them, so a thread that ends (a server's worker,
- * an OpenMP team that shrinks) leaves nothing behind.
- */
-enum { PIC_WMAT_BUF_ACT, PIC_WMAT_BUF_TILE, PIC_WMAT_NBUF };
-
-typedef struct {
-    void   *p[PIC_WMAT_NBUF];
-    size_t  cap[PIC_WMAT_NBUF];
-} pic_wmat_bufs;
-
-static pthread_key_t  pic_wmat_bufs_key;
-static pthread_once_t pic_wmat_bufs_once = PTHREAD_ONCE_INIT;
-
-static void
-pic_wmat_bufs_free(void *arg)
-{
-    pic_wmat_bufs *b = arg;
-
-    for (int i = 0; i < PIC_WMAT_NBUF; i++) {
-        free(b->p[i]);
-    }
-    free(b);
-}
-
-static void
-pic_wmat_bufs_init(void)
-{
-    PIC_OP_CHECK(pthread_key_create(&pic_wmat_bufs_key, pic_wmat_bufs_free) == 0);
-}
-
-/* The calling thread's scratch buffer `which`, 64-byte aligned, at least
- * `bytes` long (its contents are not kept when it grows). */
-static void *
-pic_wmat_thread_buf(int which, size_t bytes)
-{
-    pic_wmat_bufs *b;
-
-    pthread_once(&pic_wmat_bufs_once, pic_wmat_bufs_init);
-    b = pthread_getspecific(pic_wmat_bufs_key);
-    if (b == NULL) {
-        b = calloc(1, sizeof(*b));
-        PIC_OP_CHECK(b != NULL);
-        PIC_OP_CHECK(pthread_setspecific(pic_wmat_bufs_key, b) == 0);
-    }
-    if (bytes > b->cap[which]) {
-        void *nb = NULL;
-
-        PIC_OP_CHECK(posix_memalign(&nb, 64, bytes) == 0);
-        free(b->p[which]);
-        b->p[which] = nb;
-        b->cap[which] = bytes;
-    }
-    return b->p[which];
-}
-
 /* The calling thread's activation buffer. */
 static void *
 pic_wmat_act_buf(size_t bytes)
 {
-    return pic_wmat_thread_buf(PIC_WMAT_BUF_ACT, bytes);
+    return pic_cpu_thread_buf(PIC_CPU_BUF_ACT, bytes);
 }
 
 /* Prepare n rows of x (n, w->cols) for the GEMV of w. */
@@ -1360,7 +1302,7 @@ pic_cpu_wmat_rows(float *dst, const pic_wmat *w, int r0, int nr)
 static float *
 pic_wmat_tile(size_t floats)
 {
-    return pic_wmat_thread_buf(PIC_WMAT_BUF_TILE, floats * sizeof(float));
+    return pic_cpu_thread_buf(PIC_CPU_BUF_TILE, floats * sizeof(float));
 }
 
 /* One thread's share of a compact matmul: output columns [o0, o1).  GEMV
