@@ -238,14 +238,14 @@ def forward_p50(model, threads, results):
     full recomputes each whole prompt from position 0, exact its recomputed tokens after
     the rest (no engine runs meanwhile).  The mid model: three of those turns (first,
     middle, last), each warm_bench loading the model and running the forward twice."""
-    reps = 2 if MODEL == "demo" else 1
+    reps = 3 if MODEL == "demo" else 1     # the same repetitions for both modes
     out = {}
     for m in ("full", "exact"):
         rs = [r for r in results[m]["agent_loop"] if r["turn"] > 0]
         if MODEL != "demo" and len(rs) > 3:
             rs = [rs[0], rs[len(rs) // 2], rs[-1]]
         out[m] = pct([forward_seconds(model, threads, r["prompt"] - max(1, r["recomputed"]),
-                                      max(1, r["recomputed"]), reps if m == "full" else 3 * reps)
+                                      max(1, r["recomputed"]), reps)
                       for r in rs], 0.5)
     return out
 
