@@ -920,6 +920,36 @@ pic_oai_binary(pic_oai_ctx *c, const pic_job_update *u)
     c->req = NULL;
 }
 
+/* With PIC_TRACE set in the environment, one stderr line per finished
+ * request: its wall-clock timeline (pic_job_mark), each mark as the
+ * milliseconds since the one before it (recv: the request was read;
+ * parse; render: rendered and segmented; submit: queued; pickup: a worker
+ * took it; tokenize; step / wait: a prefill or plan step; prompt: the
+ * last prompt logits; token: the first sampled; done: the worker let go;
+ * woken: the loop took the news; replied: the answer handed to libevent). */
+static void
+pic_oai_trace(const pic_oai_ctx *c)
+{
+    static int     on = -1;
+    const pic_job *j = c->job;
+    char           line[1024];
+    int            at;
+
+    if (on < 0) {
+        on = getenv("PIC_TRACE") != NULL;
+    }
+    if (!on || j->n_marks == 0) {
+        return;
+    }
+    at = snprintf(line, sizeof(line), "pic-trace: request %s total=%.2fms", c->id,
+                  1e-6 * (double) (j->marks[j->n_marks - 1].ns - j->marks[0].ns));
+    for (int i = 0; i < j->n_marks && at > 0 && (size_t) at < sizeof(line); i++) {
+        at += snprintf(line + at, sizeof(line) - (size_t) at, " %s=%.2f", j->marks[i].what,
+                       i == 0 ? 0.0 : 1e-6 * (double) (j->marks[i].ns - j->marks[i - 1].ns));
+    }
+    fprintf(stderr, "%s\n", line);
+}
+
 /* Move one request's news to its client; 1 when the context is finished. */
 static int
 pic_oai_progress(pic_oai_ctx *c)
@@ -952,7 +982,10 @@ pic_oai_progress(pic_oai_ctx *c)
     if (!u.done) {
         return 0;
     }
+    pic_job_mark(c->job, "woken", 0);
     pic_oai_finish(c, &u);
+    pic_job_mark(c->job, "replied", 0);
+    pic_oai_trace(c);
     return 1;
 }
 
@@ -1537,6 +1570,7 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     pic_plan           plan;
     int                have_plan = 0, authenticated;
     const char        *body;
+    int64_t            t_recv = pic_now_ns(), t_parsed = 0;
 
     memset(&r, 0, sizeof(r));
     pic_render_init(&rd);
@@ -1563,6 +1597,7 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
         pic_reply_pic_error(srv, req, &err);
         goto done;
     }
+    t_parsed = pic_now_ns();
     authenticated = srv->auth.len > 0 && pic_plan_authorized(srv, req, body ? body : "", len);
     if (!authenticated && !(srv->auth.len == 0 && srv->opts->insecure_pool)
         && cJSON_GetObjectItemCaseSensitive(r.root, "pic") != NULL) {
@@ -1599,6 +1634,9 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     if (c == NULL) {
         goto done;
     }
+    pic_job_mark(c->job, "recv", t_recv);
+    pic_job_mark(c->job, "parse", t_parsed);
+    pic_job_mark(c->job, "render", c->t0_ns);
     c->authenticated = authenticated;
     c->stream = r.stream;
     c->include_usage = r.stream && r.include_usage;

@@ -105,6 +105,19 @@ pic_job_new(void)
 }
 
 void
+pic_job_mark(pic_job *j, const char *what, int64_t ns)
+{
+    pic_job_mark_t *mk;
+
+    if (j->n_marks == PIC_JOB_MARKS) {
+        j->n_marks--;
+    }
+    mk = &j->marks[j->n_marks++];
+    mk->ns = ns != 0 ? ns : pic_now_ns();
+    snprintf(mk->what, sizeof(mk->what), "%s", what);
+}
+
+void
 pic_job_free(pic_job *j)
 {
     if (j == NULL) {
@@ -251,6 +264,7 @@ pic_job_publish(pic_sched *s, pic_job *j, const char *txt, size_t n, int new_tok
         j->n_gen++;
         if (j->t_first_ns == 0) {
             j->t_first_ns = pic_now_ns();
+            pic_job_mark(j, "token", j->t_first_ns);
         }
     }
     j->dirty = 1;
@@ -366,6 +380,7 @@ pic_job_finish(pic_sched *s, pic_job *j, pic_finish fin, pic_job_error why,
         va_end(ap);
     }
     j->t_done_ns = pic_now_ns();
+    pic_job_mark(j, "done", j->t_done_ns);
     j->dirty = 1;
     j->done = 1;
     pthread_mutex_unlock(&j->mu);
@@ -423,6 +438,7 @@ pic_seq_begin(pic_sched *s, pic_job *j)
         }
         j->prompt = ids;
         j->n_prompt = (int) n;
+        pic_job_mark(j, "tokenize", 0);
     }
     if (j->n_prompt <= 0) {
         pic_job_finish(s, j, PIC_FINISH_ERROR, PIC_JOB_ERROR_INPUT, "%s",
@@ -698,6 +714,8 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
     int64_t t0 = pic_now_ns();
     rc = pic_plan_step(s->o.plan_ctx, pj, s->o.model, s->o.tok, j->text, j->text_len, q->st,
                        w->logits, &why, err, sizeof(err));
+    pic_job_mark(j, !was_tokenized ? "tokenize" : rc == PIC_PLAN_WAIT ? "wait"
+                    : rc == PIC_PLAN_DONE ? "prompt" : "step", 0);
     if (rc == PIC_PLAN_MORE && was_tokenized) {
         pthread_mutex_lock(&s->stmu);
         s->st.build_s += (double) (pic_now_ns() - t0) * 1e-9;
@@ -921,6 +939,7 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
             goto released;
         }
         q->n_fed += n;
+        pic_job_mark(j, last ? "prompt" : "step", 0);
         pic_job_prefilled(j, q->n_fed);
         if (!last) {
             return 1;
@@ -1046,6 +1065,7 @@ pic_sched_submit(pic_sched *s, pic_job *j)
     int rc = 0;
 
     j->t_submit_ns = pic_now_ns();
+    pic_job_mark(j, "submit", j->t_submit_ns);
     pthread_mutex_lock(&s->qmu);
     if (s->stopping) {
         rc = -2;
@@ -1139,6 +1159,7 @@ pic_worker_main(void *arg)
             j->started = 1;
             pthread_mutex_unlock(&j->mu);
             j->t_start_ns = pic_now_ns();
+            pic_job_mark(j, "pickup", j->t_start_ns);
             w->run[k] = j;
             s->running++;
             n_run++;

@@ -41,6 +41,13 @@
 #include "tokenizer.h"
 
 #define PIC_JOB_MAX_STOP 4          /* stop strings per request (OpenAI: 4) */
+#define PIC_JOB_MARKS    32         /* timeline marks kept per job (PIC_TRACE) */
+
+/* One point of a job's wall-clock timeline (pic_job_mark). */
+typedef struct {
+    int64_t ns;                     /* CLOCK_MONOTONIC (pic_now_ns) */
+    char    what[12];
+} pic_job_mark_t;
 
 typedef enum {
     PIC_FINISH_NONE = 0,            /* still running */
@@ -118,6 +125,10 @@ typedef struct pic_job {
                                      * pool holds (X-PIC-Held hex, pic_plan.h);
                                      * set once, before the first token */
     int64_t            t_submit_ns, t_start_ns, t_first_ns, t_done_ns;
+    pic_job_mark_t     marks[PIC_JOB_MARKS];    /* timeline: the loop thread's
+                                                 * marks before submit and after
+                                                 * done, the worker's between */
+    int                n_marks;
 
     int64_t            cancel_ns;   /* atomic: when pic_job_cancel was called */
     int                stop_asked;  /* atomic: pic_job_stop was called */
@@ -206,6 +217,12 @@ void pic_sched_stats_get(pic_sched *s, pic_sched_stats *st);
 
 /* A zeroed job with its mutex ready; NULL on allocation failure. */
 pic_job *pic_job_new(void);
+
+/* Add what at time ns (0: now) to j's timeline; marks past PIC_JOB_MARKS
+ * are dropped (the last one is overwritten).  Only the thread that owns
+ * the job at that moment calls it (the submitter before submit and after
+ * done, the worker in between). */
+void pic_job_mark(pic_job *j, const char *what, int64_t ns);
 
 /* Free a job that was never submitted or whose take reported done. */
 void pic_job_free(pic_job *j);

@@ -129,6 +129,37 @@ def test_session_continuation_and_status(procs):
     assert st["prefix"]["hits"] >= 1
 
 
+def test_trace_prints_each_requests_timeline(procs):
+    """PIC_TRACE=1: per request, a `pic-trace: request ID` line with its
+    wall-clock marks in the order the request passes them (the loop's read,
+    parse and render, the hand-off, the worker's steps, the first token, the
+    loop's wake-up and reply), each the milliseconds since the one before,
+    which add up to the line's total; and the job's phase line."""
+    e = procs.engine(name="e", model=TINY, extra=["--threads", "1"],
+                     env={"PIC_TRACE": "1"})
+    c = client(e.url)
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "go"}]
+    ids = [c.chat.completions.create(model="m", messages=msgs, max_tokens=2,
+                                     temperature=0).id for _ in range(2)]
+    lines = {}
+    with open(e.log_path, encoding="utf-8") as f:
+        for ln in f:
+            if ln.startswith("pic-trace: request "):
+                lines[ln.split()[2]] = ln.split()[3:]
+    order = ["recv", "parse", "render", "submit", "pickup", "tokenize", "prompt", "token",
+             "done", "woken", "replied"]
+    for rid in ids:
+        fields = lines[rid]
+        total = float(fields[0].removeprefix("total=").removesuffix("ms"))
+        marks = [(k, float(v)) for k, v in (f.split("=") for f in fields[1:])]
+        names = [k for k, _ in marks]
+        assert [k for k in names if k != "step"] == order, names
+        assert all(v >= 0 for _, v in marks) and marks[0][1] == 0
+        assert abs(sum(v for _, v in marks) - total) < 0.01 * len(marks) + 0.01
+    with open(e.log_path, encoding="utf-8") as f:
+        assert sum(ln.startswith("pic-trace: job ") for ln in f) == 2
+
+
 def test_keeper_places_checkpoints_off_the_request_path(procs):
     """Shifted documents after a shared system prompt: the first sighting is
     recomputed exactly, the second composes the entry built for it.  The
