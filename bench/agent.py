@@ -29,6 +29,11 @@ tokens after the rest for exact: the speedup's bound with this engine's kernels,
 FLOP ratio where a short forward deep in the context is slower per FLOP),
 agent_loop_speedup_over_forward_ratio (what serving keeps of that bound: HTTP, rendering,
 tokenizing, restore, checkpoints, insert),
+agent_loop_forward_cold_ratio_full_over_exact and agent_loop_speedup_over_cold_forward_ratio
+(the same with each timed forward started cold, COLD_GAP_MS after the one before, as a
+served request starts after an idle spell: threads parked, cores idle; where serving keeps
+much more of this bound than of the hot one, the missing wall time is the cold start, not
+serving's own work, which PIC_TRACE=1 times per request),
 agent_loop_logit_max_abs_err (max |logprob - logprob_full| over the top TOP_LOGPROBS
 tokens both engines list at the last prompt position of every turn after the first;
 log-softmax shifts all logits of a row alike, so this bounds the error of the logits
@@ -222,12 +227,16 @@ def settle(engines, timeout=120):
             time.sleep(0.01)
 
 
-def forward_seconds(model, threads, depth, n, reps):
+COLD_GAP_MS = 250                   # idle before each cold forward (threads parked, cores idle)
+
+
+def forward_seconds(model, threads, depth, n, reps, gap_ms=0):
     """Best wall seconds of the forward of n tokens after depth (bench/warm_bench.c: one
     pic_forward as the server feeds a prompt, logits of the last token, on a fresh copy of
-    the prefilled state each repetition, after an untimed warm-up)."""
-    r = subprocess.run([WARM_BENCH, model, str(depth), str(n), str(threads), str(reps)],
-                       capture_output=True, text=True)
+    the prefilled state each repetition, after an untimed warm-up; gap_ms > 0: each
+    repetition after that much idle time)."""
+    r = subprocess.run([WARM_BENCH, model, str(depth), str(n), str(threads), str(reps), "pp",
+                        str(gap_ms)], capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit("agent.py: warm_bench failed:\n" + r.stderr[-2000:])
     return json.loads(r.stdout)["seconds"]
@@ -236,17 +245,21 @@ def forward_seconds(model, threads, depth, n, reps):
 def forward_p50(model, threads, results):
     """p50 over the agent loop's turns after the first of the forward alone, per mode:
     full recomputes each whole prompt from position 0, exact its recomputed tokens after
-    the rest (no engine runs meanwhile).  The mid model: three of those turns (first,
-    middle, last), each warm_bench loading the model and running the forward twice."""
+    the rest (no engine runs meanwhile); hot (straight after the warm-up) and cold
+    (COLD_GAP_MS of idle before each repetition: keys full_cold, exact_cold).  The mid
+    model: three of those turns (first, middle, last), each warm_bench loading the model
+    and running the forward twice."""
     reps = 3 if MODEL == "demo" else 1     # the same repetitions for both modes
     out = {}
     for m in ("full", "exact"):
         rs = [r for r in results[m]["agent_loop"] if r["turn"] > 0]
         if MODEL != "demo" and len(rs) > 3:
             rs = [rs[0], rs[len(rs) // 2], rs[-1]]
-        out[m] = pct([forward_seconds(model, threads, r["prompt"] - max(1, r["recomputed"]),
-                                      max(1, r["recomputed"]), reps)
-                      for r in rs], 0.5)
+        for key, gap in ((m, 0), (m + "_cold", COLD_GAP_MS)):
+            out[key] = pct([forward_seconds(model, threads,
+                                            r["prompt"] - max(1, r["recomputed"]),
+                                            max(1, r["recomputed"]), reps, gap)
+                            for r in rs], 0.5)
     return out
 
 
@@ -357,6 +370,18 @@ def main():
     summary["agent_loop_speedup_over_forward_ratio"] = (
         summary["agent_loop_ttft_speedup_vs_full"]
         / summary["agent_loop_forward_ratio_full_over_exact"])
+    # the same bound with every forward started cold, as a served request starts
+    summary["agent_loop_forward_cold_ratio_full_over_exact"] = (fwd["full_cold"]
+                                                                / fwd["exact_cold"])
+    summary["agent_loop_speedup_over_cold_forward_ratio"] = (
+        summary["agent_loop_ttft_speedup_vs_full"]
+        / summary["agent_loop_forward_cold_ratio_full_over_exact"])
+    # what each mode's TTFT p50 is of its forward alone, hot and cold (1.0: serving adds
+    # nothing to the forward)
+    for m in ("full", "exact"):
+        for key in (m, m + "_cold"):
+            summary[f"agent_loop_ttft_over_forward_{key}"] = (
+                by[("agent_loop", m)]["ttft_p50_ms"] / (1e3 * fwd[key]))
     summary["agent_loop_logit_max_abs_err"] = by[("agent_loop", "exact")]["logprob_max_abs_err"]
     summary["mixed_logit_max_abs_err"] = by[("mixed", "exact")]["logprob_max_abs_err"]
     summary["agent_loop_greedy_match"] = by[("agent_loop", "exact")]["greedy_match"]
@@ -381,10 +406,11 @@ def main():
               "logit_err": f"untimed greedy request with logprobs, top_logprobs "
                            f"{TOP_LOGPROBS}: max |logprob - full's| at the last prompt "
                            f"position over the tokens both list, turns after the first",
-              "forward": "bench/warm_bench MODEL DEPTH N THREADS REPS per turn after the "
-                         "first (the mid model: the first, middle and last of them; full: "
-                         "DEPTH 0, N the prompt; exact: N its recomputed tokens), best of "
-                         "REPS, after the engines stopped; p50 per mode",
+              "forward": "bench/warm_bench MODEL DEPTH N THREADS REPS pp GAP_MS per turn "
+                         "after the first (the mid model: the first, middle and last of "
+                         "them; full: DEPTH 0, N the prompt; exact: N its recomputed "
+                         "tokens), best of REPS, after the engines stopped; p50 per mode; "
+                         f"GAP_MS 0 (hot) and {COLD_GAP_MS} (cold: *_cold)",
               "forward_p50_ms": {m: round(1e3 * v, 2) for m, v in fwd.items()},
               "wall_s": round(time.time() - t_start, 1)}
     name = "agent" if SET != "mid-short" else "agent_mid-short"

@@ -8,12 +8,15 @@
  * the engine's forward from what either server's prompt cache brings back.
  * The weight format is the loader's (PIC_WEIGHTS=f32|bf16|q8).
  *
- *   warm_bench MODEL_DIR DEPTH N [THREADS [REPS [pp|tg]]]
+ *   warm_bench MODEL_DIR DEPTH N [THREADS [REPS [pp|tg [GAP_MS]]]]
  *
  * pp (default) times the N tokens as one prompt, llama-bench's pp N @ d
  * DEPTH (DEPTH 0: its plain pp N; warm-up a whole N-token run); tg times N
  * decode steps of one token each, logits of every step, llama-bench's tg N
- * (@ d DEPTH), after its warm-up of one step.
+ * (@ d DEPTH), after its warm-up of one step.  GAP_MS > 0 sleeps that long
+ * before each timed repetition: the forward starts cold, as a server's
+ * request does after an idle spell (threads parked, CPUs idle), instead of
+ * straight after the previous one.
  *
  * Prints one JSON object: the mean over repetitions of each one's tok/s
  * (mean_tok_s, llama-bench's avg_ts: the same statistic), wall seconds and
@@ -24,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench_cpu.h"
 #include "forward.h"
@@ -57,7 +61,7 @@ int
 main(int argc, char **argv)
 {
     char        err[512];
-    int         depth, n, threads, reps, tg, *tok;
+    int         depth, n, threads, reps, tg, gap_ms, *tok;
     double      best = 1e30, best_cpu = 0.0, sum = 0.0;
     uint64_t    x = 88172645463325252ull;
     pic_model  *m;
@@ -66,7 +70,8 @@ main(int argc, char **argv)
 
     pic_kernels_process_env(argv);
     if (argc < 4) {
-        fprintf(stderr, "usage: warm_bench MODEL_DIR DEPTH N [THREADS [REPS [pp|tg]]]\n");
+        fprintf(stderr, "usage: warm_bench MODEL_DIR DEPTH N [THREADS [REPS [pp|tg "
+                "[GAP_MS]]]]\n");
         return 2;
     }
     depth = atoi(argv[2]);
@@ -74,10 +79,12 @@ main(int argc, char **argv)
     threads = argc > 4 ? atoi(argv[4]) : 0;
     reps = argc > 5 ? atoi(argv[5]) : 2;
     tg = argc > 6 && strcmp(argv[6], "tg") == 0;
-    if (depth < 0 || n <= 0 || reps <= 0
+    gap_ms = argc > 7 ? atoi(argv[7]) : 0;
+    if (depth < 0 || n <= 0 || reps <= 0 || gap_ms < 0 || gap_ms > 60000
         || (argc > 6 && !tg && strcmp(argv[6], "pp") != 0))
     {
-        fprintf(stderr, "warm_bench: DEPTH >= 0, N > 0, REPS > 0, pp or tg\n");
+        fprintf(stderr, "warm_bench: DEPTH >= 0, N > 0, REPS > 0, pp or tg, "
+                "0 <= GAP_MS <= 60000\n");
         return 2;
     }
     pic_kernels_set_threads(threads);
@@ -116,6 +123,11 @@ main(int argc, char **argv)
             fprintf(stderr, "warm_bench: out of memory\n");
             return 1;
         }
+        if (r >= 0 && gap_ms > 0) {
+            struct timespec z = { gap_ms / 1000, (long) (gap_ms % 1000) * 1000000L };
+
+            nanosleep(&z, NULL);
+        }
         t0 = pic_now_s();
         c0 = bench_cpu_s(CLOCK_PROCESS_CPUTIME_ID);
         if (warm_run(m, t, tok + depth, tg ? (r < 0 ? 1 : n) : n, depth, tg,
@@ -133,10 +145,10 @@ main(int argc, char **argv)
         pic_state_free(t);
     }
     printf("{\"mode\": \"%s\", \"depth\": %d, \"tokens\": %d, \"threads\": %d, "
-           "\"reps\": %d, "
+           "\"reps\": %d, \"gap_ms\": %d, "
            "\"weights\": \"%s\", \"seconds\": %.4f, \"tok_s\": %.3f, "
            "\"mean_tok_s\": %.3f, \"cpu_seconds\": %.4f}\n",
-           tg ? "tg" : "pp", depth, n, threads, reps, pic_wtype_name(m->wtype),
+           tg ? "tg" : "pp", depth, n, threads, reps, gap_ms, pic_wtype_name(m->wtype),
            best, n / best, sum / reps, best_cpu);
     pic_state_free(s);
     pic_model_free(m);
