@@ -104,13 +104,16 @@ ngx_pic is running
 
   status:  curl -s http://127.0.0.1:$PORT/pic/status      (dashboard: ?format=html)
   metrics: curl -s 'http://127.0.0.1:$PORT/pic/status?format=prometheus'
-  ask:     curl -s http://127.0.0.1:$PORT/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "pic-qa",
-             "messages": [{"role": "user", "content": "Documents:\\n\\n[1] Notes on the loading dock\\nThe loading dock opens at six. The account number of Tewadi is 164584. Deliveries after noon go to the side gate.\\n\\n[2] About the archive\\nThe shelf label of agent Veldor is HC-844. The archive keeps every report for ten years.\\n\\nQuestion: What is the account number of Tewadi?"}],
-             "chat_template_kwargs": {"enable_thinking": false}, "max_tokens": 16, "temperature": 0}'
-           (models/pic-qa answers 164584, and again with [1] and [2] swapped; usage.pic says how
-            many prompt tokens came from cache: exact prefix, PIC entries, recomputed. Documents
-            this short sit below the segment minimum and are recomputed; longer ones, or each text
-            part of an array content, are cached on their own and reused in any order)
+  ask:     cd $ROOT
+           curl -s http://127.0.0.1:$PORT/v1/chat/completions -H 'Content-Type: application/json' -d @scripts/ask.json
+           curl -s http://127.0.0.1:$PORT/v1/chat/completions -H 'Content-Type: application/json' -d @scripts/ask-reordered.json
+           (two documents and a question, then the same documents swapped; models/pic-qa
+            answers 164584 both times. usage.pic says how many prompt tokens came from cache:
+            exact prefix, PIC entries, recomputed. Each document is a text part of the message,
+            ~300 tokens, over the segment minimum (half the engines' break-even length), so the
+            engine keeps a PIC entry of it after the first request (built within ~0.1 s of the
+            answer) and the second request reuses it; the dashboard charts both. Documents
+            below the minimum are recomputed)
 
   Each engine serves a request in this order (--cache-mode exact): the longest exact
   token prefix it holds (prefix tree, resumed from the deepest recurrent checkpoint),

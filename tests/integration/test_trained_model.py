@@ -9,8 +9,10 @@ Its logits against transformers (fp32 and fp64) are checked by test_oracle.py
   items as train/tasks.py's renderer does (the text the model was trained on): greedy
   ids from `generate --chat` equal those from `generate --tokens` of render()'s ids;
 * train_state.json records the training counters and held-out accuracy per task.
-* through nginx and two engines it answers `make run`'s example and held-out items
-  as a full-recompute engine does (issue 11: "checks a handful of answers through nginx").
+* through nginx and two engines it answers held-out items as a full-recompute engine
+  does (issue 11: "checks a handful of answers through nginx"), and `make run`'s example
+  (scripts/ask.json, then scripts/ask-reordered.json) at `make run`'s defaults: right in
+  both orders, the second served in part from cache.
 """
 import json
 import os
@@ -77,14 +79,6 @@ def test_train_state_records_heldout_accuracy():
 
 # --- answers through nginx ----------------------------------------------------------
 
-README_DOCS = [
-    "[1] Notes on the loading dock\nThe loading dock opens at six. The account number of "
-    "Tewadi is 164584. Deliveries after noon go to the side gate.",
-    "[2] About the archive\nThe shelf label of agent Veldor is HC-844. The archive keeps "
-    "every report for ten years.",
-]
-
-
 def _ask(url, body):
     body = dict(body, model="pic-qa", max_tokens=16, temperature=0)
     st, _, raw = harness.http("POST", url + "/v1/chat/completions", body=body, timeout=120)
@@ -105,12 +99,11 @@ def _reordered(it):
 
 
 def test_the_model_answers_through_nginx(procs):
-    """`make run`'s example and held-out single-hop items through nginx and two
-    pic-qa engines (the gateway's own cuts, PIC on): the README question is
-    answered (164584) in both document orders; on 12 held-out items, first as
-    generated and then with their documents reversed (served in part from PIC
-    entries), the gateway answers as many right as a full-recompute engine does
-    (within one) and at least 4 (step 641 answered none)."""
+    """Held-out single-hop items through nginx and two pic-qa engines (the
+    gateway's own cuts, PIC on): on 12 held-out items, first as generated and then
+    with their documents reversed (served in part from PIC entries), the gateway
+    answers as many right as a full-recompute engine does (within one) and at least
+    4 (step 641 answered none)."""
     from test_gateway import gw_conf
     full = procs.engine(name="full", model=MODEL, extra=["--cache-mode", "full", "--threads", "1"])
     e1 = procs.engine(name="e1", model=MODEL, extra=["--threads", "1"])
@@ -119,11 +112,6 @@ def test_the_model_answers_through_nginx(procs):
     harness.wait_for(lambda: len(json.loads(harness.http("GET", ngx.url + "/pic/status")[2])["engines"]) == 2
                and all(e["id"] for e in json.loads(harness.http("GET", ngx.url + "/pic/status")[2])["engines"]),
                timeout=10, what="engine ids from probes")
-    think_off = {"chat_template_kwargs": {"enable_thinking": False}}
-    for docs in (README_DOCS, README_DOCS[::-1]):
-        q = "Documents:\n\n" + "\n\n".join(docs) + "\n\nQuestion: What is the account number of Tewadi?"
-        ans, _ = _ask(ngx.url, dict(think_off, messages=[{"role": "user", "content": q}]))
-        assert tasks.answer_ok(ans, "164584"), ans
     items = [tasks.item("single", s, 0) for s in range(20, 32)]    # held-out seeds
     right_gw = right_full = pic_tokens = 0
     for body_of in (tasks.request_json, _reordered):
@@ -136,3 +124,57 @@ def test_the_model_answers_through_nginx(procs):
                 pic_tokens += usage.get("pic", {}).get("pic_tokens", 0)
     assert pic_tokens > 0                       # the reversed documents came from PIC entries
     assert right_gw >= right_full - 1 and right_gw >= 4, (right_gw, right_full)
+
+
+ASK = os.path.join(ROOT, "scripts", "ask.json")               # make run's example
+ASK_REORDERED = os.path.join(ROOT, "scripts", "ask-reordered.json")
+
+
+def test_make_run_example_is_served_from_cache_when_reordered(procs):
+    """Issue 11 item 6: `make run`'s example through nginx at `make run`'s defaults
+    (no pic_cdc / pic_min_segment: sized from the engines' break-even length L*) and
+    two pic-qa engines (exact first).  scripts/ask-reordered.json is scripts/ask.json
+    with its two documents (text parts of the user message: one segment each)
+    swapped; each is longer than the minimum segment, L*/2 tokens at 4 bytes a token.
+    Both are answered right (164584); the first sighting of each document leaves its
+    PIC entry (the engine's keeper builds it after the request: waited for), so the
+    second request's usage reports PIC tokens and cached tokens beyond its exact
+    prefix, and /pic/status (the dashboard's source) counts them."""
+    from test_gateway import gw_conf
+    first, second = (json.load(open(p)) for p in (ASK, ASK_REORDERED))
+    parts = [[p["text"] for p in b["messages"][-1]["content"]] for b in (first, second)]
+    assert parts[1] == parts[0][:1] + parts[0][1:-1][::-1] + parts[0][-1:]
+    docs = parts[0][1:-1]
+    assert len(docs) == 2
+    es = [procs.engine(name=n, model=MODEL, extra=["--threads", "1"]) for n in ("e1", "e2")]
+    ngx = procs.nginx(gw_conf(["127.0.0.1:%d" % e.port for e in es], cdc=None, min_segment=None))
+
+    def pool():
+        return json.loads(harness.http("GET", ngx.url + "/pic/status")[2])
+
+    harness.wait_for(lambda: len(pool()["engines"]) == 2
+                     and all(e["break_even_tokens"] > 0 for e in pool()["engines"]),
+                     timeout=10, what="the engines' break-even lengths from probes")
+    min_bytes = min(e["break_even_tokens"] for e in pool()["engines"]) // 2 * 4
+    assert all(len(d.encode()) > min_bytes for d in docs), (min_bytes, [len(d) for d in docs])
+
+    def ask(body):
+        st, _, raw = harness.http("POST", ngx.url + "/v1/chat/completions", body=body,
+                                  timeout=120)
+        assert st == 200, raw
+        j = json.loads(raw)
+        return j["choices"][0]["message"]["content"].strip(), j["usage"]
+
+    def built():
+        return sum(json.loads(harness.http("GET", e.url + "/status")[2])["prefix"]
+                   ["deferred_builds"]["built"] for e in es)
+
+    a1, u1 = ask(first)
+    assert tasks.answer_ok(a1, "164584"), a1
+    harness.wait_for(lambda: built() >= len(docs), timeout=60,
+                     what="the keeper's entries of both documents")
+    a2, u2 = ask(second)
+    assert tasks.answer_ok(a2, "164584"), a2
+    assert u2["pic"]["pic_tokens"] > 0, u2
+    assert u2["prompt_tokens_details"]["cached_tokens"] > u2["pic"]["exact_tokens"], u2
+    assert pool()["tokens"]["pic"] >= u2["pic"]["pic_tokens"]
