@@ -149,6 +149,23 @@ def save_weights(model, out_dir):
     save_file(out, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
 
 
+def write_release(model, out_dir, state, heldout, heldout_level, args, log_lines):
+    """Write the release checkpoint of model into out_dir, whose tokenizer files are
+    already there: config.json, generation_config.json, model.safetensors,
+    train_state.json (state: the train.py counters; heldout: exact match per task at
+    heldout_level; args: the run's `start` arguments) and train_log.jsonl (log_lines:
+    the lineage's log records, each a line with its newline).  train.py's release at
+    a new best and release.py's of any state both write it here."""
+    write_json_files(out_dir)
+    save_weights(model, out_dir)
+    with open(os.path.join(out_dir, "train_state.json"), "w") as f:
+        json.dump({"state": state, "heldout": heldout, "heldout_level": heldout_level,
+                   "level": state["level"], "args": args}, f, indent=1, sort_keys=True)
+        f.write("\n")
+    with open(os.path.join(out_dir, "train_log.jsonl"), "w") as f:
+        f.writelines(log_lines)
+
+
 def load_weights(model, ckpt_dir):
     """Load model.language_model.* of ckpt_dir into a Qwen3_5ForCausalLM (fp32)."""
     import torch

@@ -25,12 +25,23 @@ sys.path.insert(0, HERE)
 import ckpt    # noqa: E402
 
 
+def default_log(state):
+    """The log.jsonl of the run a state belongs to: next to it (RUN/state.pt), or one
+    folder up (a copy in RUN/snap/)."""
+    here = os.path.dirname(os.path.abspath(state))
+    for d in (here, os.path.dirname(here)):
+        if os.path.exists(os.path.join(d, "log.jsonl")):
+            return os.path.join(d, "log.jsonl")
+    sys.exit("release.py: no log.jsonl next to %s or above it (use --log)" % state)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("state", help="a train.py state (RUN/state.pt or a copy)")
     ap.add_argument("out")
     ap.add_argument("--log", action="append",
-                    help="log.jsonl of the runs, oldest first (default: the one next to the state)")
+                    help="log.jsonl of the runs, oldest first (default: the one next to the state, "
+                         "or one folder up)")
     ap.add_argument("--like", default=os.path.join(ROOT, "models", "pic-qa"),
                     help="a release whose tokenizer files are the state's")
     a = ap.parse_args(argv)
@@ -43,12 +54,11 @@ def main(argv=None):
         if os.path.abspath(a.like) != os.path.abspath(a.out):
             shutil.copyfile(os.path.join(a.like, f), os.path.join(a.out, f))
     ckpt.use_preset(st.get("preset", ckpt.LEGACY_PRESET))
-    ckpt.write_json_files(a.out)
+    ckpt.write_json_files(a.out)        # the config make_model reads
     model = train.make_model(ckpt.text_config_dict(a.out), 0)
     model.load_state_dict(s["model"])
-    ckpt.save_weights(model, a.out)
     lines, args, acc, lvl = [], {}, {}, None
-    for log in a.log or [os.path.join(os.path.dirname(os.path.abspath(a.state)), "log.jsonl")]:
+    for log in a.log or [default_log(a.state)]:
         with open(log) as f:
             for ln in f:
                 r = json.loads(ln)
@@ -59,12 +69,7 @@ def main(argv=None):
                     args, acc, lvl = r["start"], {}, r["start"].get("eval_level")
                 elif r.get("step") == st["step"] and r.get("level") == lvl and "heldout" in r:
                     acc = r["heldout"]
-    with open(os.path.join(a.out, "train_log.jsonl"), "w") as f:
-        f.writelines(lines)
-    with open(os.path.join(a.out, "train_state.json"), "w") as f:
-        json.dump({"state": st, "heldout": acc, "heldout_level": lvl, "level": st["level"],
-                   "args": args}, f, indent=1, sort_keys=True)
-        f.write("\n")
+    ckpt.write_release(model, a.out, st, acc, lvl, args, lines)
     print("release.py: step %d written to %s" % (st["step"], a.out))
     return 0
 

@@ -461,14 +461,8 @@ def main(argv=None):
         mean = sum(acc.values()) / len(acc)
         if mean >= st["best"]:
             st["best"] = mean
-            ckpt.write_json_files(a.out)
-            ckpt.save_weights(model, a.out)
-            with open(os.path.join(a.out, "train_state.json"), "w") as f:
-                json.dump({"state": st, "heldout": acc, "heldout_level": a.eval_level,
-                           "level": st["level"], "args": args}, f, indent=1, sort_keys=True)
-                f.write("\n")
-            shutil.copyfile(os.path.join(a.run, "log.jsonl"),
-                            os.path.join(a.out, "train_log.jsonl"))
+            with open(log_path) as f:
+                ckpt.write_release(model, a.out, st, acc, a.eval_level, args, f.readlines())
             print("train: release checkpoint written to %s" % a.out, flush=True)
 
     def eval_and_save(final=False):
