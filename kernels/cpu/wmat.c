@@ -51,7 +51,15 @@
  * decode of models/mid, one thread, tok per CPU-second, loaded machine,
  * alternated: q8 13.5-17.4 -> 22.3-24.9, bf16 12.2-12.6 -> 16.0-16.3, f32
  * 7.2-7.9 -> 7.8-9.1 (4-32 KiB all within the noise).  A prefetch past the
- * end of W is harmless (it never faults). */
+ * end of W is harmless (it never faults).  Tried again on the f32 GEMV at
+ * its one-core ceiling (wmat_bench 1 262144 1024, GB/s per CPU-second,
+ * three alternated runs, machine shared): T0 16 KiB 16.3-16.8 (the read
+ * anchor 16.0-17.0), 4 / 32 / 64 KiB 14.9-16.4, _MM_HINT_T1 15.9-16.9
+ * (the same), _MM_HINT_NTA 6.6-6.8 at 16 KiB, 14.4-14.9 at 4 KiB (worse:
+ * NTA fills L1 alone, and four rows 16 KiB ahead outrun it); W in
+ * 2 MiB transparent huge pages (madvise, AnonHugePages = W) 15.8-16.4
+ * against 16.8-17.1 (no gain: the stream is bound by the core's
+ * outstanding misses, not by page walks). */
 #ifndef PIC_WMAT_PF_BYTES
 #define PIC_WMAT_PF_BYTES 16384
 #endif
@@ -1329,7 +1337,16 @@ pic_wmat_slice(const pic_wmat_impl *im, float *y, const float *x,
     }
     /* sgemm packs all n activation rows again for every call, so the tiles
      * are large (4 MiB: prefill of models/mid, one thread, 256 KiB tiles ran
-     * bf16/q8 at 0.6x the f32 sgemm, 4 MiB at 0.8-1.1x) */
+     * bf16/q8 at 0.6x the f32 sgemm, 4 MiB at 0.8-1.1x).  What a kernel of
+     * our own could win here (one thread, GFLOP per CPU-second, machine
+     * shared): this path on the warm chunk's shapes, n = 570, bf16 (3584,
+     * 1024) / (1024, 3584): 145-170, as OpenBLAS on fp32 W (155-175); an
+     * outer-product micro-tile on L1-resident packed data, any of 4x64 /
+     * 6x64 / 8x48 / 12x32 / 14x32 rows x columns: 181-195, the ceiling; a
+     * tile of it on W packed per call into k-major panels, x packed per
+     * K-block: 140-148 (the packing eats the margin).  The AVX-512 BF16
+     * dot (vdpbf16ps, x rounded to bf16) in the same tiles: 88-97, half
+     * the fp32 FMA's rate on this CPU, so no bf16-dot path either. */
     tb = (int) (PIC_WMAT_TILE_BYTES / ((size_t) in * sizeof(float)));
     tb = tb < 16 ? 16 : tb & ~15;
     tb = tb < o1 - o0 ? tb : o1 - o0;
