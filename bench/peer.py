@@ -35,8 +35,11 @@ cores), matched as pic-engine --weights f32 / bf16 / q8:
     `-p N -d DEPTH -n 0` (the depth prefilled once and its state restored
     before every run) against bench/warm_bench.c (the depth prefilled once,
     a copy of the state per run, N ids fed as the server feeds a prompt),
-    the same random ids' count, threads and format, one warm-up run each,
-    the mean of 2 runs each.
+    the same random ids' count, threads and format; PEER_WARM_ROUNDS
+    (default 2) rounds alternating the engines, each a call of each with
+    one warm-up and PEER_WARM_REPS (default 3) timed runs, the figure the
+    mean over every run (with 2 runs in one call the ratio moved +-20%
+    between runs of the benchmark); the per-round ratios go in the JSON.
 
 Then the agentic TTFT through both servers' OpenAI endpoints
 (/v1/chat/completions), on one format (PEER_AGENT_FORMAT, default bf16):
@@ -85,6 +88,7 @@ bench/results/peer.json.
 Env: QUICK=1, THREADS=N, PEER_FORMATS=f32,bf16,q8 (a subset), PEER_LENS=512,2048
 (prefill lengths), PEER_REBUILD=1, PEER_AGENT=0 (skip the agentic part),
 PEER_AGENT_FORMAT=bf16, PEER_WARM=2048:570 (warm chunk: depth:new tokens; 0 skips it),
+PEER_WARM_ROUNDS=2 / PEER_WARM_REPS=3 (the warm chunk's alternating rounds, timed runs per call),
 PEER_TURNS / PEER_SHIFTED (agent-loop turns, shifted-docs requests),
 PEER_MANY / PEER_MANY_TURNS / PEER_MANY_SPS (agent_loop_many's sessions, turns, llama-server's
 -sps: 8, 3 QUICK / 4, 0),
@@ -133,6 +137,8 @@ REPS = 2                        # llama-bench -r, and warm_bench's REPS: both si
 _WARM = os.environ.get("PEER_WARM", "2048:570")
 WARM = tuple(int(v) for v in _WARM.split(":")) if _WARM not in ("", "0") else None
 WARM_BENCH = os.path.join(BUILD, "bench", "warm_bench")
+WARM_ROUNDS = int(os.environ.get("PEER_WARM_ROUNDS", 0) or 2)
+WARM_REPS = int(os.environ.get("PEER_WARM_REPS", 0) or 3)
 
 
 def log(msg):
@@ -246,29 +252,42 @@ def llama_bench(bench, gguf):
 
 
 def llama_warm(bench, gguf):
-    """llama-bench's pp N @ d DEPTH: tok/s (mean over REPS runs)."""
+    """llama-bench's pp N @ d DEPTH: tok/s (mean over WARM_REPS runs)."""
     depth, n = WARM
     out, _, _ = timed([bench, "-m", gguf, "-t", str(THREADS), "-p", str(n), "-d", str(depth),
-                       "-n", "0", "-r", str(REPS), "-o", "json"])
+                       "-n", "0", "-r", str(WARM_REPS), "-o", "json"])
     for row in json.loads(out):
         if row.get("n_prompt") == n and row.get("n_depth") == depth:
             return row["avg_ts"]
     sys.exit("peer.py: no pp%d @ d%d row in llama-bench's output:\n%s" % (n, depth, out[-2000:]))
 
 
-def warm_bench(fmt, depth, n, mode="pp"):
+def warm_bench(fmt, depth, n, mode="pp", reps=REPS):
     """warm_bench's N tokens after DEPTH (pp: one prompt, tg: N one-token
-    steps), timed as llama-bench times its own: a warm-up, then REPS runs,
+    steps), timed as llama-bench times its own: a warm-up, then reps runs,
     the mean of their tok/s (mean_tok_s ~ avg_ts); (its JSON, peak RSS)."""
     env = dict(os.environ, PIC_WEIGHTS=fmt)     # the engine's own wait policy unless exported
-    out, _, rss = timed([WARM_BENCH, MODEL, str(depth), str(n), str(THREADS), str(REPS), mode],
+    out, _, rss = timed([WARM_BENCH, MODEL, str(depth), str(n), str(THREADS), str(reps), mode],
                         env=env)
     return json.loads(out), rss
 
 
 def pic_warm(fmt):
     """warm_bench's N new tokens after DEPTH: its JSON (mean_tok_s is the figure)."""
-    return warm_bench(fmt, *WARM)[0]
+    return warm_bench(fmt, *WARM, reps=WARM_REPS)[0]
+
+
+def warm_rounds(bench, gguf, fmt):
+    """WARM_ROUNDS rounds, llama-bench then warm_bench in each: (theirs,
+    ours, rounds) where theirs / ours are the means over every timed run
+    (each call has WARM_REPS) and rounds lists each round's two figures."""
+    rounds = []
+    for _ in range(WARM_ROUNDS):
+        b = llama_warm(bench, gguf)
+        a = pic_warm(fmt)["mean_tok_s"]
+        rounds.append({"pic_engine": a, "llama_cpp": b, "ratio": round(a / b, 3)})
+    mean = lambda k: sum(r[k] for r in rounds) / len(rounds)  # noqa: E731
+    return mean("llama_cpp"), mean("pic_engine"), rounds
 
 
 def pic_engine(fmt):
@@ -525,9 +544,7 @@ def main():
         if WARM:
             log("%s: warm chunk, %d tokens after %d (llama-bench -d, warm_bench)" % (f, WARM[1],
                                                                                   WARM[0]))
-            theirs["warm"] = llama_warm(bench, gguf)
-            ours["warm_run"] = pic_warm(f)
-            ours["warm"] = ours["warm_run"]["mean_tok_s"]
+            theirs["warm"], ours["warm"], ours["warm_rounds"] = warm_rounds(bench, gguf, f)
         per[f] = {"pic_engine": ours, "llama_cpp": theirs, "gguf": os.path.relpath(gguf, ROOT)}
         for n in LENS:
             a, b = ours["prefill"].get(n), theirs["prefill"].get(n)
@@ -547,7 +564,8 @@ def main():
           "pic-engine vs llama.cpp on models/mid, %d threads each (ratio = ours / theirs); "
           "every tok/s row timed alike on both sides, as llama-bench times its own: one "
           "warm-up, then the mean tok/s of %d runs (llama-bench pp N / tg %d / pp N @ d "
-          "DEPTH against bench/warm_bench MODEL DEPTH N pp|tg)" % (THREADS, REPS, DECODE))
+          "DEPTH against bench/warm_bench MODEL DEPTH N pp|tg; the warm row: %d alternating "
+          "rounds of %d runs)" % (THREADS, REPS, DECODE, WARM_ROUNDS, WARM_REPS))
 
     def ratio(f, key, n=None):
         a = per[f]["pic_engine"][key] if n is None else per[f]["pic_engine"][key].get(n)
@@ -575,9 +593,14 @@ def main():
     config = {"model": "models/mid", "threads": THREADS, "prefill_tokens": LENS,
               "decode_tokens": DECODE,
               "warm_chunk": {"depth": WARM[0], "tokens": WARM[1],
-                             "llama_cpp": "llama-bench -p %d -d %d -n 0 -r %d" % (WARM[1], WARM[0], REPS),
+                             "llama_cpp": "llama-bench -p %d -d %d -n 0 -r %d" % (WARM[1], WARM[0],
+                                                                                  WARM_REPS),
                              "pic_engine": "build/bench/warm_bench MODEL %d %d THREADS %d "
-                                           "(PIC_WEIGHTS=FMT)" % (WARM + (REPS,))} if WARM else None,
+                                           "(PIC_WEIGHTS=FMT)" % (WARM + (WARM_REPS,)),
+                             "rounds": WARM_ROUNDS,
+                             "figure": "mean over %d rounds alternating the engines, each "
+                                       "the mean tok/s of %d runs after a warm-up"
+                                       % (WARM_ROUNDS, WARM_REPS)} if WARM else None,
               "formats": {f: FORMATS[f] for f in formats},
               "llama_cpp": "%s %s (PyPI sdist), -DGGML_NATIVE=ON, llama-bench -r %d"
                            % (PKG, PKG_VERSION, REPS),
