@@ -228,6 +228,18 @@ pic_plan_door_free(pic_plan_door *d)
     d->later_n = 0;
 }
 
+/* 1 if segment g may be composed after the exact part: it starts at or
+ * after the restored state (resume) and the exact prefix reaches at most h
+ * tokens into it (the entry's head seam, which assembly recomputes in
+ * context: composing g serves none of those tokens less exactly).  So a
+ * document whose first token or two equal the previous request's (a "[",
+ * a "{", a shared tag) is still composed, not recomputed whole. */
+static int
+pic_plan_after_exact(const pic_plan_job *pj, const pic_job_segment *g, int h)
+{
+    return g->start >= pj->resume && g->start + h >= pj->depth;
+}
+
 void
 pic_plan_defer(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m)
 {
@@ -243,7 +255,8 @@ pic_plan_defer(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m)
         int             *ids;
 
         if (g->kind != PIC_SEG_PIC || !(g->flags & PIC_SEG_FLAG_DOC) || g->entry != NULL
-            || g->start < pj->depth || g->n_ids == 0
+            || !pic_plan_after_exact(pj, g, pic_entry_head(&m->cfg, ctx->seam.w))
+            || g->n_ids == 0
             || __atomic_load_n(&g->remote, __ATOMIC_ACQUIRE) != PIC_REMOTE_NONE
             || !pic_entry_worth(&m->cfg, g->n_ids, &ctx->seam)
             || pic_pool_contains(ctx->pool, g->key, g->len)) {
@@ -661,7 +674,8 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
         }
         pj->next = pj->n_segs;
         for (int i = 0; i < pj->n_segs; i++) {
-            if (pj->segs[i].start >= pj->depth && pj->segs[i].n_ids > 0) {
+            if (pic_plan_after_exact(pj, &pj->segs[i], pic_entry_head(&m->cfg, ctx->seam.w))
+                && pj->segs[i].n_ids > 0) {
                 pj->next = i;
                 break;
             }

@@ -6,7 +6,7 @@
  * the whole prompt (≤ 1e-4), also under a budget that evicts; a generated
  * answer kept at the end of a request (session continuation) is resumed
  * by the next turn; shifted documents past a shared prefix come from PIC
- * entries after the exact part; cache scopes never share a prefix; the
+ * entries after the exact part, also when they begin alike; cache scopes never share a prefix; the
  * ids served are the whole text's ids however the segments cut it.
  */
 #include <math.h>
@@ -426,6 +426,54 @@ test_shifted_documents_after_a_shared_prefix_use_pic(void **unused)
     fx_free(&f);
 }
 
+/* Documents that begin alike ("[" here; a "{" or a shared tag in agent
+ * traffic): re-ordered after the shared system prompt, the exact prefix
+ * reaches a token or so into the first document; that document is still
+ * composed from its entry (the overlap lies inside its head seam, which
+ * assembly recomputes in context), not recomputed whole. */
+static void
+test_documents_that_begin_alike_are_composed_after_the_exact_part(void **unused)
+{
+    fx f;
+
+    if (fx_init(&f, 64u << 20) != 0) {
+        skip();
+    }
+    char sys[4096], a[4096], b[4096], req[32768];
+    words(sys, sizeof(sys), 41, 80);
+    a[0] = b[0] = '[';
+    words(a + 1, sizeof(a) - 1, 42, 150);
+    words(b + 1, sizeof(b) - 1, 43, 150);
+    const char *order[2][3] = { { a, b, NULL }, { b, a, NULL } };
+    int         n2;
+
+    for (int r = 0; r < 2; r++) {
+        size_t cut[4];
+        int    nc = docs_request(req, sizeof(req), sys, order[r], r, cut);
+
+        pic_plan_job *pj = serve(&f, req, cut, nc);
+        float mx = vs_full(&f, req, &n2);
+        print_message("  request %d: %d tokens, exact %d, pic %d, built %d, depth %d, "
+                      "first document at %d, |Δ| %.3g\n", r, pj->n_prompt, pj->n_exact,
+                      pj->n_pic, pj->n_built, pj->depth, pj->segs[1].start, mx);
+        assert_int_equal(pj->n_prompt, n2);
+        if (r == 0) {
+            assert_int_equal(pj->n_pic, 0);
+            assert_true(mx <= 1e-4f);
+        } else {
+            /* the case: the shared prefix ends inside the first document */
+            assert_true(pj->depth > pj->segs[1].start);
+            assert_true(pj->resume <= pj->segs[1].start);
+            /* both documents composed, the system prompt exact */
+            assert_int_equal(pj->n_built, 2);
+            assert_true(pj->n_exact >= 48 && pj->n_pic > 250);
+            assert_true(isfinite(f.lg[0]));
+        }
+        pic_plan_job_free(pj);
+    }
+    fx_free(&f);
+}
+
 /* Client-delimited documents (PIC_SEG_FLAG_DOC; the keeper builds with
  * door.model set): on their first sighting they are recomputed exactly
  * like any other (logits = a plain prefill's, nothing built on the
@@ -806,6 +854,7 @@ main(void)
         cmocka_unit_test(test_agent_loop_is_exact_under_a_tight_budget),
         cmocka_unit_test(test_generated_answer_is_resumed_next_turn),
         cmocka_unit_test(test_shifted_documents_after_a_shared_prefix_use_pic),
+        cmocka_unit_test(test_documents_that_begin_alike_are_composed_after_the_exact_part),
         cmocka_unit_test(test_client_documents_are_built_by_the_keeper_after_an_exact_first_sighting),
         cmocka_unit_test(test_a_full_keeper_queue_drops_the_rest_and_the_door_still_builds),
         cmocka_unit_test(test_keeper_resolves_between_requests),
