@@ -379,6 +379,25 @@ docs_request(char *req, size_t cap, const char *sys, const char *const docs[3], 
     return nc;
 }
 
+/* Serve request r of documents docs after system prompt sys (docs_request's
+ * cuts); *mx ← max |logits − a plain prefill's|; the ids are the whole
+ * text's.  Returns the job (caller frees). */
+static pic_plan_job *
+serve_docs(fx *f, const char *sys, const char *const docs[3], int r, float *mx)
+{
+    static char   req[32768];
+    size_t        cut[4];
+    int           nc = docs_request(req, sizeof(req), sys, docs, r, cut), n2;
+    pic_plan_job *pj = serve(f, req, cut, nc);
+
+    *mx = vs_full(f, req, &n2);
+    print_message("  request %d: %d tokens, exact %d, pic %d, built %d, depth %d, "
+                  "first document at %d, |Δ| %.3g\n", r, pj->n_prompt, pj->n_exact, pj->n_pic,
+                  pj->n_built, pj->depth, pj->segs[1].start, *mx);
+    assert_int_equal(pj->n_prompt, n2);
+    return pj;
+}
+
 static void
 test_shifted_documents_after_a_shared_prefix_use_pic(void **unused)
 {
@@ -387,23 +406,17 @@ test_shifted_documents_after_a_shared_prefix_use_pic(void **unused)
     if (fx_init(&f, 64u << 20) != 0) {
         skip();
     }
-    char sys[4096], a[4096], b[4096], c[4096], req[32768];
+    char sys[4096], a[4096], b[4096], c[4096];
     words(sys, sizeof(sys), 11, 80);
     words(a, sizeof(a), 12, 150);
     words(b, sizeof(b), 13, 150);
     words(c, sizeof(c), 14, 40);
     const char *order[3][3] = { { a, b, NULL }, { b, a, NULL }, { c, a, b } };
-    int         n2;
 
     for (int r = 0; r < 3; r++) {
-        size_t cut[4];
-        int    nc = docs_request(req, sizeof(req), sys, order[r], r, cut);
+        float         mx;
+        pic_plan_job *pj = serve_docs(&f, sys, order[r], r, &mx);
 
-        pic_plan_job *pj = serve(&f, req, cut, nc);
-        float mx = vs_full(&f, req, &n2);
-        print_message("  request %d: %d tokens, exact %d, pic %d, built %d, |Δ| %.3g\n", r,
-                      pj->n_prompt, pj->n_exact, pj->n_pic, pj->n_built, mx);
-        assert_int_equal(pj->n_prompt, n2);
         if (r == 0) {
             /* cold content, first seen: recomputed exactly, nothing built */
             assert_int_equal(pj->n_pic, 0);
@@ -439,24 +452,17 @@ test_documents_that_begin_alike_are_composed_after_the_exact_part(void **unused)
     if (fx_init(&f, 64u << 20) != 0) {
         skip();
     }
-    char sys[4096], a[4096], b[4096], req[32768];
+    char sys[4096], a[4096], b[4096];
     words(sys, sizeof(sys), 41, 80);
     a[0] = b[0] = '[';
     words(a + 1, sizeof(a) - 1, 42, 150);
     words(b + 1, sizeof(b) - 1, 43, 150);
     const char *order[2][3] = { { a, b, NULL }, { b, a, NULL } };
-    int         n2;
 
     for (int r = 0; r < 2; r++) {
-        size_t cut[4];
-        int    nc = docs_request(req, sizeof(req), sys, order[r], r, cut);
+        float         mx;
+        pic_plan_job *pj = serve_docs(&f, sys, order[r], r, &mx);
 
-        pic_plan_job *pj = serve(&f, req, cut, nc);
-        float mx = vs_full(&f, req, &n2);
-        print_message("  request %d: %d tokens, exact %d, pic %d, built %d, depth %d, "
-                      "first document at %d, |Δ| %.3g\n", r, pj->n_prompt, pj->n_exact,
-                      pj->n_pic, pj->n_built, pj->depth, pj->segs[1].start, mx);
-        assert_int_equal(pj->n_prompt, n2);
         if (r == 0) {
             assert_int_equal(pj->n_pic, 0);
             assert_true(mx <= 1e-4f);
