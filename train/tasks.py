@@ -35,6 +35,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import os
 import random
 import re
 import sys
@@ -64,8 +65,13 @@ _PROSE = None
 
 def prose():
     """Sorted list of prose paragraphs (120-700 ASCII chars, one line each) from
-    the standard library's docstrings."""
+    the standard library's docstrings; or the lines of the file $PIC_PROSE (a dump
+    of this list made by `python3 train/tasks.py --dump-prose FILE`, so another
+    Python version makes the same items)."""
     global _PROSE
+    if _PROSE is None and os.environ.get("PIC_PROSE"):
+        with open(os.environ["PIC_PROSE"]) as f:
+            _PROSE = [line.rstrip("\n") for line in f if line.strip()]
     if _PROSE is None:
         paras = set()
         with warnings.catch_warnings():
@@ -838,7 +844,14 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=1)
     ap.add_argument("--level", type=int, default=2, choices=sorted(LEVELS))
     ap.add_argument("--json", action="store_true", help="print OpenAI request bodies")
+    ap.add_argument("--dump-prose", metavar="FILE",
+                    help="write the prose corpus, one paragraph a line (for $PIC_PROSE)")
     args = ap.parse_args(argv)
+    if args.dump_prose:
+        with open(args.dump_prose, "w") as f:
+            f.write("\n".join(prose()) + "\n")
+        print("%d paragraphs, digest %s" % (len(prose()), corpus_digest()))
+        return 0
     for s in range(args.seed, args.seed + args.n):
         it = item(args.task, s, args.level)
         if args.json:

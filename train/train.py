@@ -116,6 +116,46 @@ def train_item(i, lv, mix, tok, eos, voc, a):
     return encode_train(tok, it, eos, a.follow, random.Random(i))
 
 
+_GEN = None     # (mix, tok, eos, voc, args) of the item workers (inherited by fork)
+ITEM_BLOCK = 64
+
+
+def _item_block(key):
+    """Training sequences of items [k*ITEM_BLOCK, (k+1)*ITEM_BLOCK) at level lv."""
+    lv, k = key
+    mix, tok, eos, voc, a = _GEN
+    return [train_item(i, lv, mix, tok, eos, voc, a)
+            for i in range(k * ITEM_BLOCK, (k + 1) * ITEM_BLOCK)]
+
+
+class ItemSource:
+    """train_item(i, lv, ...) for increasing i, made by `workers` forked processes a
+    few blocks ahead (workers <= 1: in this process).  The stream is the same
+    function of i either way, so a run's items do not depend on --workers."""
+
+    def __init__(self, workers, mix, tok, eos, voc, a, ahead=None):
+        global _GEN
+        _GEN = (mix, tok, eos, voc, a)
+        self.pool, self.pending = None, {}
+        self.ahead = ahead or 2 * max(1, workers)
+        if workers > 1:
+            import multiprocessing
+            self.pool = multiprocessing.get_context("fork").Pool(workers)
+
+    def get(self, i, lv):
+        """The training sequence of global item i at level lv."""
+        if self.pool is None:
+            mix, tok, eos, voc, a = _GEN
+            return train_item(i, lv, mix, tok, eos, voc, a)
+        k = i // ITEM_BLOCK
+        for key in [key for key in self.pending if key[0] != lv or key[1] < k]:
+            del self.pending[key]
+        for kk in range(k, k + self.ahead):
+            if (lv, kk) not in self.pending:
+                self.pending[(lv, kk)] = self.pool.apply_async(_item_block, ((lv, kk),))
+        return self.pending[(lv, k)].get()[i - k * ITEM_BLOCK]
+
+
 def _hidden(model, part, device):
     """(x (B, L) ids right-padded with 0, hs (B, L, H) last hidden states) of the
     sequences [(ids, _), ...] of an evaluation batch."""
@@ -297,11 +337,11 @@ def lr_at(step, a):
 
 def lr_sched(step, gstep, a):
     """lr_at, times a cosine from 1 to --lr-min/--lr over global steps
-    [0, --decay-steps) when --decay-steps is set (a pure function of the global
-    step, so a resumed run continues the schedule)."""
+    [--decay-start, --decay-steps) when --decay-steps is set (a pure function of the
+    global step, so a resumed run continues the schedule)."""
     lr = lr_at(step, a)
     if a.decay_steps:
-        f = min(1.0, gstep / a.decay_steps)
+        f = min(1.0, max(0.0, gstep - a.decay_start) / max(1, a.decay_steps - a.decay_start))
         lo = min(a.lr_min, a.lr) / a.lr
         lr *= lo + (1 - lo) * 0.5 * (1 + math.cos(math.pi * f))
     return lr
@@ -318,6 +358,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1 on a shared machine: spinning OpenMP threads waste it)")
     ap.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when present)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="processes making the training items (a GPU outruns one; same items)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--batch-tokens", type=int, default=1024)
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -325,6 +367,13 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--decay-steps", type=int, default=0,
                     help="cosine decay of the lr to --lr-min over global steps [0, N) (0: none)")
+    ap.add_argument("--decay-start", type=int, default=0,
+                    help="global step where the cosine decay starts (default 0)")
+    ap.add_argument("--decay-minutes", type=float, default=0.0,
+                    help="set --decay-start to this run's first step and --decay-steps to where "
+                         "the cosine ends this many minutes from the start, from the step rate "
+                         "measured over steps 50-100 (logged as a 'schedule' record: replay with "
+                         "those two values)")
     ap.add_argument("--dense-frac", type=float, default=0.0,
                     help="share of the items that are raw-token recall (--dense-shape) at the "
                          "chat levels (keeps the circuit)")
@@ -430,6 +479,7 @@ def main(argv=None):
         print("train: WARNING prose corpus digest %s != %s (other Python version): "
               "items differ from the original run" % (tasks.corpus_digest(), st["digest"]),
               flush=True)
+    items = ItemSource(a.workers, mix, tok, eos, voc, a)    # forks before CUDA starts
     model.to(device)
     if os.path.exists(state_path):      # moments back onto the model's device
         opt.load_state_dict(opt.state_dict())
@@ -508,7 +558,8 @@ def main(argv=None):
         now = time.gmtime()
         left = (hh * 60 + mm_) - (now.tm_hour * 60 + now.tm_min) - now.tm_sec / 60.0
         a.minutes = max(0.0, left)
-    t_end = time.time() + a.minutes * 60
+    t_start = time.time()
+    t_end = t_start + a.minutes * 60
     t_eval = time.time() + a.eval_every * 60
     step0 = st["step"]
     model.train()
@@ -518,7 +569,7 @@ def main(argv=None):
         lv = st["level"]
         seqs, ntok = [], 0
         while ntok < a.batch_tokens:
-            s = train_item(st["item"], lv, mix, tok, eos, voc, a)
+            s = items.get(st["item"], lv)
             seqs.append(s)
             ntok += len(s[0])
             st["item"] += 1
@@ -535,6 +586,15 @@ def main(argv=None):
             continue
         opt.step()
         st["step"] += 1
+        if a.decay_minutes and st["step"] - step0 == 50:
+            t50 = time.time()
+        if a.decay_minutes and st["step"] - step0 == 100:
+            rate = 50 / (time.time() - t50)
+            left = a.decay_minutes * 60 - (time.time() - t_start)
+            a.decay_start, a.decay_steps = step0, st["step"] + int(rate * max(left, 0))
+            log({"step": st["step"], "schedule": {"decay_start": a.decay_start,
+                                                  "decay_steps": a.decay_steps,
+                                                  "steps_per_s": round(rate, 2)}})
         st["tokens"] += ntok
         st["seconds"] += time.time() - t0
         run_loss += loss.item()
