@@ -2,8 +2,11 @@
  * pic_kernels.c — backend tables and thread settings (pic_kernels.h).
  */
 #include <cblas.h>
+#include <dlfcn.h>
+#include <limits.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -30,6 +33,21 @@ static const pic_backend pic_cpu_backend = {
     .attention     = pic_cpu_attention,
     .gdn_chunked   = pic_cpu_gdn_chunked,
     .gdn_recurrent = pic_cpu_gdn_recurrent,
+    .mul           = pic_cpu_mul,
+    .copy_rows     = pic_cpu_copy_rows,
+    .l2norm_heads  = pic_cpu_l2norm_heads,
+    .gather_rows   = pic_cpu_gather_rows,
+    .scatter_add   = pic_cpu_scatter_add,
+    .gdn_gates     = pic_cpu_gdn_gates,
+    .kv_store      = pic_cpu_kv_store,
+    .moe_route     = pic_cpu_moe_route,
+    .host          = 1,
+    .mem_alloc     = pic_cpu_mem_alloc,
+    .mem_free      = pic_cpu_mem_free,
+    .mem_upload    = pic_cpu_mem_copy,
+    .mem_download  = pic_cpu_mem_copy,
+    .mem_copy      = pic_cpu_mem_copy,
+    .mem_zero      = pic_cpu_mem_zero,
 };
 
 /* OpenMP owns the cores: OpenBLAS always runs in the calling thread (two
@@ -166,4 +184,76 @@ pic_kernels_blas_core(void)
     const char *name = openblas_get_corename();
 
     return name != NULL ? name : "unknown";
+}
+
+/* The slots a loaded backend must fill for the forward to run on it. */
+static int
+pic_backend_complete(const pic_backend *b)
+{
+    return b->matmul && b->matmul_w && b->matmul_w_multi && b->wmat_rows
+           && b->rmsnorm && b->silu && b->sigmoid && b->softplus && b->conv1d
+           && b->l2norm && b->rope && b->attention && b->gdn_chunked
+           && b->gdn_recurrent && b->mul && b->copy_rows && b->l2norm_heads
+           && b->gather_rows && b->scatter_add && b->gdn_gates && b->kv_store
+           && b->moe_route && b->mem_alloc && b->mem_free && b->mem_upload
+           && b->mem_download && b->mem_copy && b->mem_zero;
+}
+
+const pic_backend *
+pic_backend_load(const char *name, char *err, size_t errlen)
+{
+    char               path[PATH_MAX];
+    const char        *env = getenv("PIC_CUDA_LIB");
+    void              *lib;
+    pic_backend_entry  entry;
+    const pic_backend *b;
+
+    if (name == NULL || strcmp(name, "cpu") == 0) {
+        return pic_backend_cpu();
+    }
+    if (strcmp(name, "cuda") != 0) {
+        snprintf(err, errlen, "unknown device '%s' (cpu or cuda)", name);
+        return NULL;
+    }
+    if (env != NULL && env[0] != '\0') {
+        snprintf(path, sizeof(path), "%s", env);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+        char   *slash;
+
+        path[n > 0 ? n : 0] = '\0';
+        slash = strrchr(path, '/');
+        if (slash == NULL || (size_t) (slash - path) + 20 >= sizeof(path)) {
+            snprintf(path, sizeof(path), "libpic_cuda.so");
+        } else {
+            strcpy(slash + 1, "libpic_cuda.so");
+        }
+    }
+    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        snprintf(err, errlen, "--device cuda: cannot load %s (%s); build it with "
+                 "`make cuda` where nvcc exists, or set PIC_CUDA_LIB", path, dlerror());
+        return NULL;
+    }
+    *(void **) &entry = dlsym(lib, PIC_BACKEND_CUDA_ENTRY);
+    if (entry == NULL) {
+        snprintf(err, errlen, "--device cuda: %s has no %s()", path,
+                 PIC_BACKEND_CUDA_ENTRY);
+        dlclose(lib);
+        return NULL;
+    }
+    b = entry();
+    if (b == NULL) {
+        snprintf(err, errlen, "--device cuda: no usable CUDA device (%s found "
+                 "no GPU or no driver)", path);
+        dlclose(lib);
+        return NULL;
+    }
+    if (!pic_backend_complete(b)) {
+        snprintf(err, errlen, "--device cuda: the backend in %s leaves op slots "
+                 "empty (an older library?)", path);
+        dlclose(lib);
+        return NULL;
+    }
+    return b;                   /* the library stays loaded for the process */
 }

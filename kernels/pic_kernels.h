@@ -149,7 +149,89 @@ typedef struct pic_backend {
     /* Gated DeltaNet, token by token (MODEL.md §3 item 6): the reference,
      * and the decode step (n == 1). */
     void (*gdn_recurrent)(const pic_gdn_args *a);
+
+    /* --- the forward's glue: every tensor loop of forward.c / ffn.c --- */
+
+    /* y(n) ← y ⊙ x elementwise (output gates, SwiGLU).  x may alias y. */
+    void (*mul)(float *y, const float *x, size_t n);
+
+    /* Strided row copy: dst + r*ldd ← src + r*lds (dim floats) for r < n
+     * (the attention [q | gate] split: rows n*Hq, lds 2hd, ldd hd); the
+     * rows of dst and src do not overlap. */
+    void (*copy_rows)(float *dst, int ldd, const float *src, int lds, int n,
+                      int dim);
+
+    /* l2norm over n rows of heads vectors each: x + t*ld + h*dim (dim) ←
+     * x / sqrt(Σx² + eps) · scale for t < n, h < heads (the GDN q̂, k̂ of a
+     * whole span in one call); equals l2norm row by row. */
+    void (*l2norm_heads)(float *x, int n, int ld, int heads, int dim,
+                         float eps, float scale);
+
+    /* x(n, w->cols) = rows ids[t] of W as fp32 (embedding lookup, MoE row
+     * gather); ids (n) in backend memory, each in [0, w->rows). */
+    void (*gather_rows)(float *x, const pic_wmat *w, const int *ids, int n);
+
+    /* x + ids[r]*dim (dim) += wts[r] · src + r*dim for r < n (ids NULL:
+     * row r; wts NULL: 1); ids distinct.  src(n, dim), wts(n), ids(n) in
+     * backend memory (MoE expert outputs back into the residual). */
+    void (*scatter_add)(float *x, const float *src, const int *ids,
+                        const float *wts, int n, int dim);
+
+    /* GDN gates of n rows (MODEL.md §3 item 3), row-wise in fp32:
+     * beta(n, Hv) ← σ(beta); g(n, Hv) ← −e^{A_log[h]} · softplus(g + dt_bias[h]);
+     * A_log, dt_bias (Hv).  Equals sigmoid, the add, softplus, the scale. */
+    void (*gdn_gates)(float *g, float *beta, const float *A_log,
+                      const float *dt_bias, int n, int Hv);
+
+    /* KV store: slots p0..p0+n−1 of kc, vc (Hkv, cap, hd) ← rows of k, v
+     * (n, Hkv*hd); p0 + n <= cap. */
+    void (*kv_store)(float *kc, float *vc, int cap, const float *k,
+                     const float *v, int n, int Hkv, int hd, int p0);
+
+    /* MoE router over n rows: p(n, E) ← softmax rows in fp32 (in place);
+     * sel(n, k) the k largest in descending order (ties: lower index),
+     * selw(n, k) their p, renormalised to sum 1 when renorm != 0. */
+    void (*moe_route)(int *sel, float *selw, float *p, int n, int E, int k,
+                      int renorm);
+
+    /* --- memory: where every tensor the ops above take lives --- */
+
+    /* 1: tensors are host memory (the CPU backend), so the caller may also
+     * read and write them directly; 0: device memory, reached only through
+     * the ops and the mem_* slots. */
+    int host;
+
+    /* bytes of backend memory, 64-byte aligned (contents undefined), or NULL. */
+    void *(*mem_alloc)(size_t bytes);
+
+    /* Release mem_alloc's p (NULL is fine). */
+    void (*mem_free)(void *p);
+
+    /* dst (backend) ← src (host), bytes; src may be reused on return. */
+    void (*mem_upload)(void *dst, const void *src, size_t bytes);
+
+    /* dst (host) ← src (backend), bytes, once every op queued before has
+     * finished (the synchronisation point of a device backend). */
+    void (*mem_download)(void *dst, const void *src, size_t bytes);
+
+    /* dst ← src, both backend memory, bytes, not overlapping. */
+    void (*mem_copy)(void *dst, const void *src, size_t bytes);
+
+    /* dst (backend) ← bytes of zeros. */
+    void (*mem_zero)(void *dst, size_t bytes);
 } pic_backend;
+
+/* The entry point a device backend library exports (resolved with dlsym
+ * by pic_backend_load): its table, or NULL when no usable device exists. */
+typedef const pic_backend *(*pic_backend_entry)(void);
+
+#define PIC_BACKEND_CUDA_ENTRY "pic_backend_cuda"
+
+/* The backend called name: "cpu", or "cuda" loaded at run time with dlopen
+ * from $PIC_CUDA_LIB, else libpic_cuda.so beside the running executable
+ * (build/), resolving PIC_BACKEND_CUDA_ENTRY, so no binary links CUDA;
+ * NULL + err naming the library, the symbol or the missing GPU. */
+const pic_backend *pic_backend_load(const char *name, char *err, size_t errlen);
 
 /* The CPU reference backend (OpenBLAS + OpenMP); never NULL. */
 const pic_backend *pic_backend_cpu(void);

@@ -4,8 +4,6 @@
  * plus the sigmoid-gated shared expert).  Expert GEMMs run over the rows
  * routed to each expert.
  */
-#include <math.h>
-#include <string.h>
 
 #include "forward_impl.h"
 
@@ -14,10 +12,7 @@ static void
 pic_swiglu(const pic_backend *be, float *fg, float *fu, size_t n)
 {
     be->silu(fg, n);
-    #pragma omp parallel for if (n > 65536) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        fu[i] *= fg[i];
-    }
+    be->mul(fu, fg, n);
 }
 
 static void
@@ -32,50 +27,6 @@ pic_ffn_dense(const pic_backend *be, const pic_layer_weights *lw, int I,
     be->matmul_w(w->x, w->fu, &lw->mlp_down, nb, 1);
 }
 
-/* Route each row: softmax over E in fp32, top-k, optional renormalisation. */
-static void
-pic_moe_route(const pic_config *cfg, pic_ws *w, int nb)
-{
-    int E = cfg->n_experts, k = cfg->n_experts_per_tok;
-    int renorm = cfg->norm_topk_prob || cfg->arch == PIC_ARCH_QWEN3_5;
-
-    for (int t = 0; t < nb; t++) {
-        float *p = w->rl + (size_t) t * E;
-        float  mx = -INFINITY, sum = 0.0f, top = 0.0f;
-
-        for (int e = 0; e < E; e++) {
-            mx = p[e] > mx ? p[e] : mx;
-        }
-        for (int e = 0; e < E; e++) {
-            p[e] = expf(p[e] - mx);
-            sum += p[e];
-        }
-        for (int e = 0; e < E; e++) {
-            p[e] /= sum;
-        }
-        for (int j = 0; j < k; j++) {          /* k passes of argmax */
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int i = 0; i < j && !taken; i++) {
-                    taken = w->sel[t * k + i] == e;
-                }
-                if (!taken && (best < 0 || p[e] > p[best])) {
-                    best = e;
-                }
-            }
-            w->sel[t * k + j] = best;
-            w->selw[t * k + j] = p[best];
-            top += p[best];
-        }
-        if (renorm) {
-            for (int j = 0; j < k; j++) {
-                w->selw[t * k + j] /= top;
-            }
-        }
-    }
-}
-
 static void
 pic_ffn_moe(const pic_model *m, const pic_backend *be,
             const pic_layer_weights *lw, pic_ws *w, int nb)
@@ -85,7 +36,8 @@ pic_ffn_moe(const pic_model *m, const pic_backend *be,
     int Ie = cfg->moe_intermediate, Is = cfg->shared_intermediate;
 
     be->matmul(w->rl, w->xn, lw->router, nb, H, E, 0);
-    pic_moe_route(cfg, w, nb);
+    be->moe_route(w->sel, w->selw, w->rl, nb, E, k,
+                  cfg->norm_topk_prob || cfg->arch == PIC_ARCH_QWEN3_5);
 
     /* shared expert first (reads xn only), gated by sigmoid(w_sg · x) */
     if (Is > 0 && lw->shared.gate.data != NULL) {
@@ -93,51 +45,56 @@ pic_ffn_moe(const pic_model *m, const pic_backend *be,
         be->matmul_w(w->fu, w->xn, &lw->shared.up, nb, 0);
         pic_swiglu(be, w->fg, w->fu, (size_t) nb * Is);
         be->matmul_w(w->ed, w->fu, &lw->shared.down, nb, 0);
-        for (int t = 0; t < nb; t++) {
-            float sg = 1.0f;
-            if (lw->shared_gate != NULL) {
-                float d = 0.0f;
-                for (int i = 0; i < H; i++) {
-                    d += w->xn[(size_t) t * H + i] * lw->shared_gate[i];
-                }
-                sg = 1.0f / (1.0f + expf(-d));
-            }
-            float *xr = w->x + (size_t) t * H, *er = w->ed + (size_t) t * H;
-            for (int i = 0; i < H; i++) {
-                xr[i] += sg * er[i];
-            }
+        if (lw->shared_gate != NULL) {
+            be->matmul(w->sg, w->xn, lw->shared_gate, nb, H, 1, 0);
+            be->sigmoid(w->sg, (size_t) nb);
         }
+        be->scatter_add(w->x, w->ed, NULL, lw->shared_gate != NULL ? w->sg : NULL,
+                        nb, H);
     }
 
-    /* routed experts: gather their rows, GEMM, scatter-add weighted */
+    /* routed experts: the rows of each expert listed on the host (the
+     * routing comes back from the backend), then per expert gather, GEMM,
+     * weighted scatter-add */
+    if (w->h_sel != w->sel) {
+        be->mem_download(w->h_sel, w->sel, (size_t) nb * k * sizeof(int));
+        be->mem_download(w->h_selw, w->selw, (size_t) nb * k * sizeof(float));
+    }
+    for (int e = 0; e <= E; e++) {
+        w->h_off[e] = 0;
+    }
+    for (int i = 0; i < nb * k; i++) {
+        w->h_off[w->h_sel[i] + 1]++;
+    }
     for (int e = 0; e < E; e++) {
-        int cnt = 0;
-        for (int t = 0; t < nb; t++) {
-            for (int j = 0; j < k; j++) {
-                if (w->sel[t * k + j] == e) {
-                    w->rows[cnt] = t;
-                    w->roww[cnt++] = w->selw[t * k + j];
-                }
-            }
-        }
+        w->h_off[e + 1] += w->h_off[e];
+    }
+    for (int i = 0; i < nb * k; i++) {      /* each expert's rows in t order */
+        int at = w->h_off[w->h_sel[i]]++;
+
+        w->h_rows[at] = i / k;
+        w->h_roww[at] = w->h_selw[i];
+    }
+    for (int e = E; e > 0; e--) {            /* h_off[e] moved to e's end */
+        w->h_off[e] = w->h_off[e - 1];
+    }
+    w->h_off[0] = 0;
+    pic_ws_put(be, w->rows, w->h_rows, (size_t) nb * k * sizeof(int));
+    pic_ws_put(be, w->roww, w->h_roww, (size_t) nb * k * sizeof(float));
+
+    pic_wmat xn = pic_wmat_f32(w->xn, nb, H);
+    for (int e = 0; e < E; e++) {
+        int o = w->h_off[e], cnt = w->h_off[e + 1] - o;
         if (cnt == 0) {
             continue;
         }
         const pic_expert_weights *ex = &lw->experts[e];
-        for (int r = 0; r < cnt; r++) {
-            memcpy(w->xe + (size_t) r * H, w->xn + (size_t) w->rows[r] * H,
-                   H * sizeof(float));
-        }
+        be->gather_rows(w->xe, &xn, w->rows + o, cnt);
         be->matmul_w(w->eg, w->xe, &ex->gate, cnt, 0);
         be->matmul_w(w->eu, w->xe, &ex->up, cnt, 0);
         pic_swiglu(be, w->eg, w->eu, (size_t) cnt * Ie);
         be->matmul_w(w->ed, w->eu, &ex->down, cnt, 0);
-        for (int r = 0; r < cnt; r++) {
-            float *xr = w->x + (size_t) w->rows[r] * H, *er = w->ed + (size_t) r * H;
-            for (int i = 0; i < H; i++) {
-                xr[i] += w->roww[r] * er[i];
-            }
-        }
+        be->scatter_add(w->x, w->ed, w->rows + o, w->roww + o, cnt, H);
     }
 }
 

@@ -21,9 +21,10 @@ pic_align(size_t n)
     return (n + 15) & ~(size_t) 15;     /* 64-byte steps */
 }
 
-/* Lay the workspace for nb rows out at base (NULL: only count); floats. */
+/* Lay the workspace for nb rows (+ lg_rows logits) out at base (NULL: only
+ * count); floats. */
 static size_t
-pic_ws_layout(const pic_config *c, int nb, float *base, pic_ws *w)
+pic_ws_layout(const pic_config *c, int nb, int lg_rows, float *base, pic_ws *w)
 {
     size_t off = 0;
     int    C = pic_config_conv_ch(c);
@@ -65,26 +66,97 @@ pic_ws_layout(const pic_config *c, int nb, float *base, pic_ws *w)
     PIC_TAKE(selw, float, (size_t) nb * k);
     PIC_TAKE(rows, int, (size_t) nb * k);
     PIC_TAKE(roww, float, (size_t) nb * k);
+    PIC_TAKE(ids, int, nb);
+    PIC_TAKE(sg, float, nb);
+    PIC_TAKE(lg, float, (size_t) lg_rows * c->vocab);
 #undef PIC_TAKE
     return off;
 }
 
-int
-pic_ws_get(const pic_config *cfg, pic_state *s, int nb, pic_ws *w)
+/* Host staging for nb rows at base (NULL: only count); bytes. */
+static size_t
+pic_ws_host_layout(const pic_config *c, int nb, char *base, pic_ws *w)
 {
-    size_t need = pic_ws_layout(cfg, nb, NULL, w);
+    size_t off = 0;
+    size_t k = c->n_experts_per_tok > 0 ? (size_t) c->n_experts_per_tok : 1;
 
+#define PIC_HTAKE(field, type, count)                                         \
+    do {                                                                      \
+        w->field = base ? (type *) (base + off) : NULL;                       \
+        off += pic_align((size_t) (count)) * sizeof(float);                   \
+    } while (0)
+
+    PIC_HTAKE(h_ids, int, nb);
+    PIC_HTAKE(h_pos, int, nb);
+    PIC_HTAKE(h_sel, int, nb * k);
+    PIC_HTAKE(h_selw, float, nb * k);
+    PIC_HTAKE(h_rows, int, nb * k);
+    PIC_HTAKE(h_roww, float, nb * k);
+    PIC_HTAKE(h_off, int, (size_t) c->n_experts + 1);
+#undef PIC_HTAKE
+    return off;
+}
+
+int
+pic_ws_get(const pic_config *cfg, pic_state *s, int nb, int lg_rows, pic_ws *w)
+{
+    const pic_backend *be = s->be;
+    size_t             need;
+
+    lg_rows = be->host ? 0 : lg_rows;
+    need = pic_ws_layout(cfg, nb, lg_rows, NULL, w);
     if (need > s->ws_cap) {
-        float *p = NULL;
-        if (posix_memalign((void **) &p, 64, need * sizeof(float)) != 0) {
+        float *p = be->mem_alloc(need * sizeof(float));
+        if (p == NULL) {
             return -1;
         }
-        free(s->ws);
+        be->mem_free(s->ws);
         s->ws = p;
         s->ws_cap = need;
     }
-    pic_ws_layout(cfg, nb, s->ws, w);
+    pic_ws_layout(cfg, nb, lg_rows, s->ws, w);
+    if (!be->host) {
+        size_t hneed = pic_ws_host_layout(cfg, nb, NULL, w);
+
+        if (hneed > s->hws_cap) {
+            void *p = malloc(hneed);
+            if (p == NULL) {
+                return -1;
+            }
+            free(s->hws);
+            s->hws = p;
+            s->hws_cap = hneed;
+        }
+        pic_ws_host_layout(cfg, nb, s->hws, w);
+        /* the expert offsets live on the host only */
+        return 0;
+    }
+    w->h_ids = w->ids;
+    w->h_pos = w->pos;
+    w->h_sel = w->sel;
+    w->h_selw = w->selw;
+    w->h_rows = w->rows;
+    w->h_roww = w->roww;
+    w->h_off = s->hws_cap >= ((size_t) cfg->n_experts + 1) * sizeof(int)
+               ? s->hws : NULL;
+    if (w->h_off == NULL) {
+        void *p = malloc(((size_t) cfg->n_experts + 1) * sizeof(int));
+        if (p == NULL) {
+            return -1;
+        }
+        free(s->hws);
+        s->hws = w->h_off = p;
+        s->hws_cap = ((size_t) cfg->n_experts + 1) * sizeof(int);
+    }
     return 0;
+}
+
+void
+pic_ws_put(const pic_backend *be, void *dst, const void *src, size_t bytes)
+{
+    if (dst != src) {
+        be->mem_upload(dst, src, bytes);
+    }
 }
 
 /* --- Gated DeltaNet layer (MODEL.md §3) --- */
@@ -158,18 +230,7 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
 
     /* 3. gates in fp32 (row-wise, state-free): β = σ(b),
      * g = −e^{A_log} softplus(a + dt_bias) */
-    be->sigmoid(w->beta, (size_t) nb * Hv);
-    for (int t = 0; t < nb; t++) {
-        for (int h = 0; h < Hv; h++) {
-            w->g[t * Hv + h] += lw->dt_bias[h];
-        }
-    }
-    be->softplus(w->g, (size_t) nb * Hv);
-    for (int t = 0; t < nb; t++) {
-        for (int h = 0; h < Hv; h++) {
-            w->g[t * Hv + h] *= -expf(lw->A_log[h]);
-        }
-    }
+    be->gdn_gates(w->g, w->beta, lw->A_log, lw->dt_bias, nb, Hv);
 
     /* per span, in order: the caller's prep (seam runs), 2. causal conv
      * with the span's carried window and SiLU, 5. q̂ = q/‖q‖ / sqrt(dk),
@@ -178,6 +239,8 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
                  || (hooks->on_run == NULL && hooks->on_gdn == NULL
                      && hooks->on_cut == NULL);
 
+    /* the fused step calls the ops from inside its own team: host only */
+    decode = decode && be->host;
     for (int i = 0; i < n_sp && decode; i++) {
         decode = sp[i].n == 1;
     }
@@ -195,11 +258,8 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
         be->conv1d(cv, w->qkv + (size_t) r0 * C, sp[i].s->conv[l], lw->conv_w, n,
                    C, c->conv_kernel);
         be->silu(cv, (size_t) n * C);
-        for (int t = 0; t < n; t++) {
-            be->l2norm(cv + (size_t) t * C, Hk, dk, dk, 1e-6f,
-                       1.0f / sqrtf((float) dk));
-            be->l2norm(cv + (size_t) t * C + kd, Hk, dk, dk, 1e-6f, 1.0f);
-        }
+        be->l2norm_heads(cv, n, C, Hk, dk, 1e-6f, 1.0f / sqrtf((float) dk));
+        be->l2norm_heads(cv + kd, n, C, Hk, dk, 1e-6f, 1.0f);
         pic_gdn_args a = {
             .n = n, .Hk = Hk, .Hv = Hv, .dk = dk, .ds = dv,
             .q = cv, .ldq = C, .k = cv + kd, .ldk = C,
@@ -226,9 +286,7 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     /* 8. gated RMSNorm per head (plain w, norm before gate) */
     be->rmsnorm(w->lo, w->lo, lw->gdn_norm, nb * Hv, dv, c->rms_eps, 0);
     be->silu(w->z, (size_t) nb * vd);
-    for (size_t i = 0; i < (size_t) nb * vd; i++) {
-        w->lo[i] *= w->z[i];
-    }
+    be->mul(w->lo, w->z, (size_t) nb * vd);
 
     /* 9. out_proj + residual */
     be->matmul_w(w->x, w->lo, &lw->out_proj, nb, 1);
@@ -252,19 +310,8 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
 
         be->matmul_w_multi(ys, w->xn, ws, 3, nb);
     }
-    for (int t = 0; t < nb; t++) {
-        for (int h = 0; h < Hq; h++) {
-            const float *src = w->qp + (size_t) t * 2 * qd + (size_t) h * 2 * hd;
-            memcpy(w->q + (size_t) t * qd + (size_t) h * hd, src, hd * sizeof(float));
-            memcpy(w->gate + (size_t) t * qd + (size_t) h * hd, src + hd,
-                   hd * sizeof(float));
-        }
-    }
-    for (int i = 0; i < n_sp; i++) {
-        for (int t = 0; t < sp[i].n; t++) {
-            w->pos[sp[i].row + t] = sp[i].p0 + t;
-        }
-    }
+    be->copy_rows(w->q, hd, w->qp, 2 * hd, nb * Hq, hd);
+    be->copy_rows(w->gate, hd, w->qp + hd, 2 * hd, nb * Hq, hd);
 
     /* 2–3. (1+w) RMSNorm over hd, then partial NeoX RoPE */
     be->rmsnorm(w->q, w->q, lw->q_norm, nb * Hq, hd, c->rms_eps, 1);
@@ -280,14 +327,8 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
         pic_state *s = sp[i].s;
 
         for (j = i; j < n_sp && sp[j].s == s; j++) {
-            for (int t = 0; t < sp[j].n; t++) {
-                for (int h = 0; h < Hkv; h++) {
-                    size_t slot = ((size_t) h * s->cap + sp[j].p0 + t) * hd;
-                    size_t row = (size_t) (sp[j].row + t) * kvd + (size_t) h * hd;
-                    memcpy(s->kc[l] + slot, w->k + row, hd * sizeof(float));
-                    memcpy(s->vc[l] + slot, w->v + row, hd * sizeof(float));
-                }
-            }
+            be->kv_store(s->kc[l], s->vc[l], s->cap, w->k + (size_t) sp[j].row * kvd,
+                         w->v + (size_t) sp[j].row * kvd, sp[j].n, Hkv, hd, sp[j].p0);
         }
         int r0 = sp[i].row, n = sp[j - 1].row + sp[j - 1].n - r0;
         be->attention(w->ao + (size_t) r0 * qd, w->q + (size_t) r0 * qd,
@@ -297,9 +338,7 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
 
     /* 5. output gate σ(gate), o_proj + residual */
     be->sigmoid(w->gate, (size_t) nb * qd);
-    for (size_t i = 0; i < (size_t) nb * qd; i++) {
-        w->ao[i] *= w->gate[i];
-    }
+    be->mul(w->ao, w->gate, (size_t) nb * qd);
     be->matmul_w(w->x, w->ao, &lw->wo, nb, 1);
 }
 
@@ -312,6 +351,14 @@ pic_forward_layers(const pic_model *m, const pic_backend *be, pic_ws *w,
 {
     const pic_config *c = &m->cfg;
     int               H = c->hidden;
+
+    /* positions of every row, once for all layers (host → backend) */
+    for (int i = 0; i < n_sp; i++) {
+        for (int t = 0; t < sp[i].n; t++) {
+            w->h_pos[sp[i].row + t] = sp[i].p0 + t;
+        }
+    }
+    pic_ws_put(be, w->pos, w->h_pos, (size_t) nb * sizeof(int));
 
     for (int l = 0; l < c->n_layers; l++) {
         const pic_layer_weights *lw = &m->w.layers[l];
@@ -365,7 +412,16 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
     }
     /* decode (one run) allocates nothing: the workspace is s's, kept */
     sp = n_runs == 1 ? &one : malloc((size_t) n_runs * sizeof(*sp));
-    if (sp == NULL || pic_ws_get(c, s, cap, &w) != 0) {
+    if (s->be != be && !(s->be->host && be->host)) {
+        snprintf(err, errlen, "%s: state on backend %s, forward on %s", __func__,
+                 s->be->name, be->name);
+        if (sp != &one) {
+            free(sp);
+        }
+        return -1;
+    }
+    if (sp == NULL
+        || pic_ws_get(c, s, cap, mode == PIC_LOGITS_ALL ? cap : 1, &w) != 0) {
         snprintf(err, errlen, "%s: out of memory for the workspace", __func__);
         if (sp != &one) {
             free(sp);
@@ -390,18 +446,31 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
                 done = 0;
             }
         }
-        for (int t = 0; t < nb; t++) {
-            be->wmat_rows(w.x + (size_t) t * H, &m->w.embed, tokens[tok0 + t], 1);
-        }
+        /* tokens in (host → backend), embedding rows */
+        memcpy(w.h_ids, tokens + tok0, (size_t) nb * sizeof(int));
+        pic_ws_put(be, w.ids, w.h_ids, (size_t) nb * sizeof(int));
+        be->gather_rows(w.x, &m->w.embed, w.ids, nb);
         pic_forward_layers(m, be, &w, nb, sp, ns, hooks);
 
+        /* logits out (backend → host) */
         if (mode == PIC_LOGITS_ALL) {
+            float *out = be->host ? logits + (size_t) tok0 * V : w.lg;
+
             be->rmsnorm(w.xn, w.x, m->w.final_norm, nb, H, c->rms_eps, 1);
-            be->matmul_w(logits + (size_t) tok0 * V, w.xn, lm, nb, 0);
+            be->matmul_w(out, w.xn, lm, nb, 0);
+            if (!be->host) {
+                be->mem_download(logits + (size_t) tok0 * V, out,
+                                 (size_t) nb * V * sizeof(float));
+            }
         } else if (mode == PIC_LOGITS_LAST && r == n_runs) {
+            float *out = be->host ? logits : w.lg;
+
             be->rmsnorm(w.xn, w.x + (size_t) (nb - 1) * H, m->w.final_norm, 1,
                         H, c->rms_eps, 1);
-            be->matmul_w(logits, w.xn, lm, 1, 0);
+            be->matmul_w(out, w.xn, lm, 1, 0);
+            if (!be->host) {
+                be->mem_download(logits, out, (size_t) V * sizeof(float));
+            }
         }
         tok0 += nb;
     }

@@ -72,7 +72,14 @@ pic_forward_batch(const pic_model *m, const pic_backend *be,
     if (pic_forward_batch_check(m, states, tokens, n_seq, err, errlen) != 0) {
         return -1;
     }
-    if (pic_ws_get(c, states[0], nb_max, &w) != 0) {  /* grows once, then reused */
+    for (int i = 0; i < n_seq; i++) {
+        if (states[i]->be != be && !(states[i]->be->host && be->host)) {
+            snprintf(err, errlen, "%s: state %d on backend %s, forward on %s",
+                     __func__, i, states[i]->be->name, be->name);
+            return -1;
+        }
+    }
+    if (pic_ws_get(c, states[0], nb_max, nb_max, &w) != 0) {  /* grows once, then reused */
         snprintf(err, errlen, "%s: out of memory for the workspace", __func__);
         return -1;
     }
@@ -80,15 +87,23 @@ pic_forward_batch(const pic_model *m, const pic_backend *be,
     for (int u0 = 0; u0 < n_seq; u0 += PIC_UBATCH) {
         int nb = n_seq - u0 < PIC_UBATCH ? n_seq - u0 : PIC_UBATCH;
 
+        float *out = be->host ? logits + (size_t) u0 * V : w.lg;
+
         for (int t = 0; t < nb; t++) {
             pic_state *s = states[u0 + t];
 
-            be->wmat_rows(w.x + (size_t) t * H, &m->w.embed, tokens[u0 + t], 1);
+            w.h_ids[t] = tokens[u0 + t];
             sp[t] = (pic_fwd_span) { .s = s, .row = t, .n = 1, .p0 = s->pos };
         }
+        pic_ws_put(be, w.ids, w.h_ids, (size_t) nb * sizeof(int));
+        be->gather_rows(w.x, &m->w.embed, w.ids, nb);
         pic_forward_layers(m, be, &w, nb, sp, nb, NULL);
         be->rmsnorm(w.xn, w.x, m->w.final_norm, nb, H, c->rms_eps, 1);
-        be->matmul_w(logits + (size_t) u0 * V, w.xn, lm, nb, 0);
+        be->matmul_w(out, w.xn, lm, nb, 0);
+        if (!be->host) {
+            be->mem_download(logits + (size_t) u0 * V, out,
+                             (size_t) nb * V * sizeof(float));
+        }
         for (int t = 0; t < nb; t++) {
             states[u0 + t]->pos++;
         }

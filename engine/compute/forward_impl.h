@@ -36,8 +36,21 @@ typedef struct {
     float *ed;      /* (nb, H) expert / shared expert output */
     int   *sel;     /* (nb, top-k) selected experts */
     float *selw;    /* (nb, top-k) their weights */
-    int   *rows;    /* (nb * top-k) rows of one expert */
-    float *roww;    /* (nb * top-k) */
+    int   *rows;    /* (nb * top-k) rows routed to each expert, expert by expert */
+    float *roww;    /* (nb * top-k) their weights */
+    int   *ids;     /* (nb) token ids of the pass */
+    float *sg;      /* (nb) shared-expert gate */
+    float *lg;      /* (lg_rows, V) logits before download; NULL on host backends */
+    /* host views of the index arrays above (the same pointers when the
+     * backend is host memory; else the state's staging, moved with
+     * mem_upload / mem_download) */
+    int   *h_ids;   /* (nb) */
+    int   *h_pos;   /* (nb) */
+    int   *h_sel;   /* (nb * top-k) */
+    float *h_selw;  /* (nb * top-k) */
+    int   *h_rows;  /* (nb * top-k) */
+    float *h_roww;  /* (nb * top-k) */
+    int   *h_off;   /* (E + 1) expert e's rows: [h_off[e], h_off[e+1]) */
 } pic_ws;
 
 /* One sequence's share of a layer pass: workspace rows [row, row+n) are its
@@ -55,8 +68,15 @@ typedef struct {
                              * span advanced s in a linear layer */
 } pic_fwd_span;
 
-/* Lay a workspace for nb rows out in s->ws, growing it; -1 on OOM. */
-int pic_ws_get(const pic_config *cfg, pic_state *s, int nb, pic_ws *w);
+/* Lay a workspace for nb rows (and lg_rows rows of device logits when
+ * s's backend is not host memory) out in s->ws and its host staging in
+ * s->hws, growing them in s->be's memory; -1 on OOM. */
+int pic_ws_get(const pic_config *cfg, pic_state *s, int nb, int lg_rows,
+               pic_ws *w);
+
+/* Copy n ints or floats from host src to backend dst (nothing when they are
+ * the same memory: a host backend's staging is the workspace itself). */
+void pic_ws_put(const pic_backend *be, void *dst, const void *src, size_t bytes);
 
 /* Run the nb rows of w->x (embeddings in, residual stream out) through
  * every layer: projections and FFN as GEMMs over all nb rows, the conv,

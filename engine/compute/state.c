@@ -9,8 +9,27 @@
 
 #define PIC_KV_MIN_SLOTS 256
 
+/* n zeroed bytes of s->be's memory, or NULL. */
+static void *
+pic_state_zalloc(const pic_state *s, size_t n)
+{
+    void *p = s->be->mem_alloc(n);
+
+    if (p != NULL) {
+        s->be->mem_zero(p, n);
+    }
+    return p;
+}
+
 pic_state *
 pic_state_init(const pic_config *cfg, int max_ctx, char *err, size_t errlen)
+{
+    return pic_state_init_on(cfg, max_ctx, NULL, err, errlen);
+}
+
+pic_state *
+pic_state_init_on(const pic_config *cfg, int max_ctx, const pic_backend *be,
+                  char *err, size_t errlen)
 {
     pic_state *s = calloc(1, sizeof(*s));
 
@@ -18,6 +37,7 @@ pic_state_init(const pic_config *cfg, int max_ctx, char *err, size_t errlen)
         snprintf(err, errlen, "%s: out of memory", __func__);
         return NULL;
     }
+    s->be = be != NULL ? be : pic_backend_cpu();
     s->n_layers = cfg->n_layers;
     s->max_ctx = max_ctx > 0 ? max_ctx
                : (cfg->max_position > 0 ? cfg->max_position : 1 << 20);
@@ -33,8 +53,9 @@ pic_state_init(const pic_config *cfg, int max_ctx, char *err, size_t errlen)
         if (cfg->layer_type[l] != PIC_LAYER_LINEAR) {
             continue;
         }
-        s->S[l] = calloc((size_t) s->Hv * s->dk * s->dv, sizeof(float));
-        s->conv[l] = calloc((size_t) s->conv_ch * (s->conv_k1 + 1), sizeof(float));
+        s->S[l] = pic_state_zalloc(s, (size_t) s->Hv * s->dk * s->dv * sizeof(float));
+        s->conv[l] = pic_state_zalloc(s, (size_t) s->conv_ch * (s->conv_k1 + 1)
+                                             * sizeof(float));
         if (s->S[l] == NULL || s->conv[l] == NULL) {
             snprintf(err, errlen, "%s: out of memory", __func__);
             pic_state_free(s);
@@ -51,12 +72,13 @@ pic_state_free(pic_state *s)
         return;
     }
     for (int l = 0; l < s->n_layers; l++) {
-        free(s->S[l]);
-        free(s->conv[l]);
-        free(s->kc[l]);
-        free(s->vc[l]);
+        s->be->mem_free(s->S[l]);
+        s->be->mem_free(s->conv[l]);
+        s->be->mem_free(s->kc[l]);
+        s->be->mem_free(s->vc[l]);
     }
-    free(s->ws);
+    s->be->mem_free(s->ws);
+    free(s->hws);
     free(s);
 }
 
@@ -65,25 +87,26 @@ pic_state_reset(pic_state *s)
 {
     for (int l = 0; l < s->n_layers; l++) {
         if (s->S[l] != NULL) {
-            memset(s->S[l], 0, (size_t) s->Hv * s->dk * s->dv * sizeof(float));
-            memset(s->conv[l], 0, (size_t) s->conv_ch * s->conv_k1 * sizeof(float));
+            s->be->mem_zero(s->S[l], (size_t) s->Hv * s->dk * s->dv * sizeof(float));
+            s->be->mem_zero(s->conv[l], (size_t) s->conv_ch * s->conv_k1 * sizeof(float));
         }
     }
     s->pos = 0;
 }
 
-/* Re-lay one (Hkv, old, hd) cache as (Hkv, cap, hd). */
+/* Re-lay one (Hkv, old, hd) cache as (Hkv, cap, hd) in be's memory. */
 static float *
-pic_state_grow_kv(const float *old, int Hkv, int old_cap, int cap, int hd)
+pic_state_grow_kv(const pic_backend *be, const float *old, int Hkv, int old_cap,
+                  int cap, int hd)
 {
-    float *kv = malloc((size_t) Hkv * cap * hd * sizeof(float));
+    float *kv = be->mem_alloc((size_t) Hkv * cap * hd * sizeof(float));
 
     if (kv == NULL) {
         return NULL;
     }
     for (int h = 0; h < Hkv && old != NULL; h++) {
-        memcpy(kv + (size_t) h * cap * hd, old + (size_t) h * old_cap * hd,
-               (size_t) old_cap * hd * sizeof(float));
+        be->mem_copy(kv + (size_t) h * cap * hd, old + (size_t) h * old_cap * hd,
+                     (size_t) old_cap * hd * sizeof(float));
     }
     return kv;
 }
@@ -110,17 +133,17 @@ pic_state_reserve(pic_state *s, int n_pos, char *err, size_t errlen)
         if (s->S[l] != NULL) {
             continue;
         }
-        float *k = pic_state_grow_kv(s->kc[l], s->Hkv, s->cap, cap, s->hd);
-        float *v = pic_state_grow_kv(s->vc[l], s->Hkv, s->cap, cap, s->hd);
+        float *k = pic_state_grow_kv(s->be, s->kc[l], s->Hkv, s->cap, cap, s->hd);
+        float *v = pic_state_grow_kv(s->be, s->vc[l], s->Hkv, s->cap, cap, s->hd);
         if (k == NULL || v == NULL) {
-            free(k);
-            free(v);
+            s->be->mem_free(k);
+            s->be->mem_free(v);
             snprintf(err, errlen, "%s: out of memory for %d KV slots",
                      __func__, cap);
             return -1;
         }
-        free(s->kc[l]);
-        free(s->vc[l]);
+        s->be->mem_free(s->kc[l]);
+        s->be->mem_free(s->vc[l]);
         s->kc[l] = k;
         s->vc[l] = v;
     }
@@ -128,18 +151,25 @@ pic_state_reserve(pic_state *s, int n_pos, char *err, size_t errlen)
     return 0;
 }
 
-pic_state *
-pic_state_clone(const pic_state *src)
+/* Deep copy of src into a new state on be (src's own backend or the CPU):
+ * copy within one backend, download from a device one to the CPU. */
+static pic_state *
+pic_state_copy_to(const pic_state *src, const pic_backend *be)
 {
     pic_state *s = calloc(1, sizeof(*s));
-    int        ok = s != NULL;
+    int        ok = s != NULL, down = be != src->be;
+    void     (*cp)(void *, const void *, size_t) =
+        down ? src->be->mem_download : src->be->mem_copy;
 
     if (!ok) {
         return NULL;
     }
     *s = *src;
+    s->be = be;
     s->ws = NULL;
     s->ws_cap = 0;
+    s->hws = NULL;
+    s->hws_cap = 0;
     for (int l = 0; l < src->n_layers; l++) {
         s->S[l] = s->conv[l] = s->kc[l] = s->vc[l] = NULL;
     }
@@ -147,19 +177,23 @@ pic_state_clone(const pic_state *src)
         if (src->S[l] != NULL) {
             size_t ns = (size_t) src->Hv * src->dk * src->dv * sizeof(float);
             size_t nc = (size_t) src->conv_ch * (src->conv_k1 + 1) * sizeof(float);
-            s->S[l] = malloc(ns);
-            s->conv[l] = malloc(nc);
+            s->S[l] = be->mem_alloc(ns);
+            s->conv[l] = be->mem_alloc(nc);
             ok = s->S[l] != NULL && s->conv[l] != NULL;
             if (ok) {
-                memcpy(s->S[l], src->S[l], ns);
-                memcpy(s->conv[l], src->conv[l], nc);
+                cp(s->S[l], src->S[l], ns);
+                cp(s->conv[l], src->conv[l], nc);
             }
         } else if (src->cap > 0) {
-            s->kc[l] = pic_state_grow_kv(src->kc[l], src->Hkv, src->cap,
-                                         src->cap, src->hd);
-            s->vc[l] = pic_state_grow_kv(src->vc[l], src->Hkv, src->cap,
-                                         src->cap, src->hd);
+            size_t nkv = (size_t) src->Hkv * src->cap * src->hd * sizeof(float);
+
+            s->kc[l] = be->mem_alloc(nkv);
+            s->vc[l] = be->mem_alloc(nkv);
             ok = s->kc[l] != NULL && s->vc[l] != NULL;
+            if (ok) {
+                cp(s->kc[l], src->kc[l], nkv);
+                cp(s->vc[l], src->vc[l], nkv);
+            }
         }
     }
     if (!ok) {
@@ -167,6 +201,18 @@ pic_state_clone(const pic_state *src)
         return NULL;
     }
     return s;
+}
+
+pic_state *
+pic_state_clone(const pic_state *src)
+{
+    return pic_state_copy_to(src, src->be);
+}
+
+pic_state *
+pic_state_to_host(const pic_state *src)
+{
+    return pic_state_copy_to(src, pic_backend_cpu());
 }
 
 size_t

@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "model.h"
+#include "pic_kernels.h"
 
 typedef struct pic_state {
     int     n_layers;
@@ -27,12 +28,23 @@ typedef struct pic_state {
     float  *vc[PIC_MAX_LAYERS];     /* (Hkv, cap, hd) V; full layers */
     float  *ws;                     /* forward workspace (ws_cap floats) */
     size_t  ws_cap;
+    void   *hws;                    /* host staging of the workspace's ids
+                                     * (hws_cap bytes; device backends only) */
+    size_t  hws_cap;
+    const pic_backend *be;          /* where S, conv, KV and ws live (every
+                                     * buffer above is its memory) */
 } pic_state;
 
 /* Allocate a zero state for cfg (max_ctx <= 0: cfg->max_position, or 1<<20
  * when that is unset); NULL + err on allocation failure. */
 pic_state *pic_state_init(const pic_config *cfg, int max_ctx, char *err,
                           size_t errlen);
+
+/* pic_state_init with every buffer in be's memory (be NULL: CPU): the
+ * state a forward on be advances; host code reads it only through
+ * be->mem_download (pic_state_to_host) unless be->host. */
+pic_state *pic_state_init_on(const pic_config *cfg, int max_ctx,
+                             const pic_backend *be, char *err, size_t errlen);
 
 /* Free a state (NULL is fine). */
 void pic_state_free(pic_state *s);
@@ -46,6 +58,10 @@ int pic_state_reserve(pic_state *s, int n_pos, char *err, size_t errlen);
 
 /* Deep copy of src (positions [0, src->pos) of the KV), or NULL. */
 pic_state *pic_state_clone(const pic_state *src);
+
+/* A host (CPU) deep copy of s, wherever s lives: the snapshot a prefix
+ * cache or PIC entry keeps; NULL on OOM. */
+pic_state *pic_state_to_host(const pic_state *s);
 
 /* Bytes held by the state (S, conv, KV at current capacity). */
 size_t pic_state_bytes(const pic_state *s);

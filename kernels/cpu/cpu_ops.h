@@ -30,6 +30,24 @@ void pic_cpu_attention(float *o, const float *q, const int *qpos, int n,
                        const float *vc, int cap, int n_keys);
 void pic_cpu_gdn_chunked(const pic_gdn_args *a);
 void pic_cpu_gdn_recurrent(const pic_gdn_args *a);
+void pic_cpu_mul(float *y, const float *x, size_t n);
+void pic_cpu_copy_rows(float *dst, int ldd, const float *src, int lds, int n,
+                       int dim);
+void pic_cpu_l2norm_heads(float *x, int n, int ld, int heads, int dim,
+                          float eps, float scale);
+void pic_cpu_gather_rows(float *x, const pic_wmat *w, const int *ids, int n);
+void pic_cpu_scatter_add(float *x, const float *src, const int *ids,
+                         const float *wts, int n, int dim);
+void pic_cpu_gdn_gates(float *g, float *beta, const float *A_log,
+                       const float *dt_bias, int n, int Hv);
+void pic_cpu_kv_store(float *kc, float *vc, int cap, const float *k,
+                      const float *v, int n, int Hkv, int hd, int p0);
+void pic_cpu_moe_route(int *sel, float *selw, float *p, int n, int E, int k,
+                       int renorm);
+void *pic_cpu_mem_alloc(size_t bytes);
+void pic_cpu_mem_free(void *p);
+void pic_cpu_mem_copy(void *dst, const void *src, size_t bytes);
+void pic_cpu_mem_zero(void *dst, size_t bytes);
 
 /* Make OpenBLAS single-threaded for GEMMs issued inside an OpenMP region
  * (avoids oversubscription); returns the count to hand back to _end. */

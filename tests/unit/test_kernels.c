@@ -598,6 +598,188 @@ test_serial_paths_equal_parallel(void **unused)
     gdn_case_free(&g);
 }
 
+
+/* --- the forward's glue ops --- */
+
+/* mul, copy_rows, l2norm_heads, gather_rows, scatter_add, gdn_gates,
+ * kv_store and moe_route against the plain loops forward.c / ffn.c ran
+ * before they were ops, bit for bit, on one thread and on a team (shapes
+ * big enough for the team path). */
+static void
+test_glue_ops_equal_loops(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    int    saved = pic_kernels_threads();
+    int    n = 70, Hq = 4, hd = 64, Hk = 4, dk = 64, C = 3 * Hk * dk, Hv = 8;
+    int    Hkv = 2, cap = 128, p0 = 9, E = 16, k = 4, H = 300;
+    size_t nq = (size_t) n * Hq * hd;
+
+    for (int p = 0; p < 2; p++) {
+        pic_kernels_set_threads(p == 0 ? 2 : 1);
+
+        /* mul */
+        float *a = frand_vec(nq * 2, 2.0f), *b = frand_vec(nq * 2, 2.0f);
+        float *ref = malloc(nq * 2 * sizeof(float));
+        for (size_t i = 0; i < nq * 2; i++) {
+            ref[i] = a[i] * b[i];
+        }
+        be->mul(a, b, nq * 2);
+        assert_memory_equal(a, ref, nq * 2 * sizeof(float));
+
+        /* copy_rows: the [q | gate] split */
+        float *qp = frand_vec(nq * 2, 1.0f), *q = malloc(nq * sizeof(float));
+        float *gt = malloc(nq * sizeof(float));
+        be->copy_rows(q, hd, qp, 2 * hd, n * Hq, hd);
+        be->copy_rows(gt, hd, qp + hd, 2 * hd, n * Hq, hd);
+        for (int t = 0; t < n; t++) {
+            for (int h = 0; h < Hq; h++) {
+                const float *src = qp + (size_t) t * 2 * Hq * hd + (size_t) h * 2 * hd;
+                assert_memory_equal(q + ((size_t) t * Hq + h) * hd, src, hd * sizeof(float));
+                assert_memory_equal(gt + ((size_t) t * Hq + h) * hd, src + hd,
+                                    hd * sizeof(float));
+            }
+        }
+
+        /* l2norm_heads == l2norm per token */
+        float *cv = frand_vec((size_t) n * C, 3.0f), *cv2 = malloc((size_t) n * C * sizeof(float));
+        memcpy(cv2, cv, (size_t) n * C * sizeof(float));
+        be->l2norm_heads(cv, n, C, Hk, dk, 1e-6f, 0.125f);
+        be->l2norm_heads(cv + Hk * dk, n, C, Hk, dk, 1e-6f, 1.0f);
+        for (int t = 0; t < n; t++) {
+            be->l2norm(cv2 + (size_t) t * C, Hk, dk, dk, 1e-6f, 0.125f);
+            be->l2norm(cv2 + (size_t) t * C + Hk * dk, Hk, dk, dk, 1e-6f, 1.0f);
+        }
+        assert_memory_equal(cv, cv2, (size_t) n * C * sizeof(float));
+
+        /* gather_rows == wmat_rows row by row (bf16 table) */
+        int      V = 50, ids[70];
+        float   *tab = frand_vec((size_t) V * H, 1.0f);
+        uint16_t *tb = malloc((size_t) V * H * sizeof(uint16_t));
+        pic_bf16_from_f32(tb, tab, (size_t) V * H);
+        pic_wmat wb = { .type = PIC_WTYPE_BF16, .rows = V, .cols = H, .data = tb };
+        float   *x = malloc((size_t) n * H * sizeof(float)), *x2 = malloc((size_t) n * H * sizeof(float));
+        for (int t = 0; t < n; t++) {
+            ids[t] = (t * 7 + 3) % V;
+            be->wmat_rows(x2 + (size_t) t * H, &wb, ids[t], 1);
+        }
+        be->gather_rows(x, &wb, ids, n);
+        assert_memory_equal(x, x2, (size_t) n * H * sizeof(float));
+
+        /* scatter_add: distinct ids, weights, and the identity form */
+        float *src = frand_vec((size_t) n * H, 1.0f), *wts = frand_vec((size_t) n, 1.0f);
+        int    rows[70];
+        for (int r = 0; r < n; r++) {
+            rows[r] = n - 1 - r;
+        }
+        be->scatter_add(x, src, rows, wts, n, H);
+        be->scatter_add(x, src, NULL, NULL, n, H);
+        for (int r = 0; r < n; r++) {
+            for (int i = 0; i < H; i++) {
+                x2[(size_t) rows[r] * H + i] += wts[r] * src[(size_t) r * H + i];
+            }
+        }
+        for (int r = 0; r < n; r++) {
+            for (int i = 0; i < H; i++) {
+                x2[(size_t) r * H + i] += 1.0f * src[(size_t) r * H + i];
+            }
+        }
+        assert_memory_equal(x, x2, (size_t) n * H * sizeof(float));
+
+        /* gdn_gates == sigmoid, add, softplus, scale */
+        float *g = frand_vec((size_t) n * Hv, 4.0f), *beta = frand_vec((size_t) n * Hv, 4.0f);
+        float *g2 = malloc((size_t) n * Hv * sizeof(float)), *b2 = malloc((size_t) n * Hv * sizeof(float));
+        float *Al = frand_vec((size_t) Hv, 1.0f), *dt = frand_vec((size_t) Hv, 1.0f);
+        memcpy(g2, g, (size_t) n * Hv * sizeof(float));
+        memcpy(b2, beta, (size_t) n * Hv * sizeof(float));
+        be->gdn_gates(g, beta, Al, dt, n, Hv);
+        be->sigmoid(b2, (size_t) n * Hv);
+        for (int i = 0; i < n * Hv; i++) {
+            g2[i] += dt[i % Hv];
+        }
+        be->softplus(g2, (size_t) n * Hv);
+        for (int i = 0; i < n * Hv; i++) {
+            g2[i] *= -expf(Al[i % Hv]);
+        }
+        assert_memory_equal(g, g2, (size_t) n * Hv * sizeof(float));
+        assert_memory_equal(beta, b2, (size_t) n * Hv * sizeof(float));
+
+        /* kv_store: slot p0+t of head h holds row t's head h */
+        float *kk = frand_vec((size_t) n * Hkv * hd, 1.0f), *vv = frand_vec((size_t) n * Hkv * hd, 1.0f);
+        float *kc = calloc((size_t) Hkv * cap * hd, sizeof(float));
+        float *vc = calloc((size_t) Hkv * cap * hd, sizeof(float));
+        be->kv_store(kc, vc, cap, kk, vv, n, Hkv, hd, p0);
+        for (int t = 0; t < n; t++) {
+            for (int h = 0; h < Hkv; h++) {
+                size_t slot = ((size_t) h * cap + p0 + t) * hd;
+                size_t row = ((size_t) t * Hkv + h) * hd;
+                assert_memory_equal(kc + slot, kk + row, hd * sizeof(float));
+                assert_memory_equal(vc + slot, vv + row, hd * sizeof(float));
+            }
+        }
+        assert_true(kc[0] == 0.0f && vc[(size_t) p0 * hd - 1] == 0.0f);
+
+        /* moe_route: softmax rows, top-k in order, renormalised */
+        int   *sel = malloc((size_t) n * k * sizeof(int));
+        float *selw = malloc((size_t) n * k * sizeof(float));
+        float *pr = frand_vec((size_t) n * E, 3.0f), *pr0 = malloc((size_t) n * E * sizeof(float));
+        memcpy(pr0, pr, (size_t) n * E * sizeof(float));
+        be->moe_route(sel, selw, pr, n, E, k, 1);
+        for (int t = 0; t < n; t++) {
+            double z = 0.0, top = 0.0;
+            for (int e = 0; e < E; e++) {
+                z += exp((double) pr0[t * E + e]);
+            }
+            for (int j = 0; j < k; j++) {
+                int e = sel[t * k + j];
+                assert_true(e >= 0 && e < E);
+                assert_float_equal(pr[t * E + e], exp((double) pr0[t * E + e]) / z, 1e-6);
+                if (j > 0) {
+                    assert_true(pr[t * E + e] <= pr[t * E + sel[t * k + j - 1]]);
+                }
+                top += selw[t * k + j];
+            }
+            assert_float_equal(top, 1.0, 1e-6);
+        }
+
+        free(a); free(b); free(ref); free(qp); free(q); free(gt); free(cv); free(cv2);
+        free(tab); free(tb); free(x); free(x2); free(src); free(wts);
+        free(g); free(beta); free(g2); free(b2); free(Al); free(dt);
+        free(kk); free(vv); free(kc); free(vc); free(sel); free(selw); free(pr); free(pr0);
+    }
+    pic_kernels_set_threads(saved);
+}
+
+/* The CPU backend's memory slots are host memory: alloc aligned, copies,
+ * zero; the loader refuses unknown devices and names what is missing. */
+static void
+test_backend_memory_and_load(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    char   err[256] = "";
+    float  h[5] = { 1, 2, 3, 4, 5 }, back[5];
+    float *d = be->mem_alloc(sizeof(h)), *d2 = be->mem_alloc(sizeof(h));
+
+    assert_true(be->host);
+    assert_non_null(d);
+    assert_int_equal((uintptr_t) d % 64, 0);
+    be->mem_upload(d, h, sizeof(h));
+    be->mem_copy(d2, d, sizeof(h));
+    be->mem_download(back, d2, sizeof(h));
+    assert_memory_equal(back, h, sizeof(h));
+    be->mem_zero(d2, sizeof(h));
+    assert_true(d2[0] == 0.0f && d2[4] == 0.0f);
+    be->mem_free(d);
+    be->mem_free(d2);
+
+    assert_ptr_equal(pic_backend_load("cpu", err, sizeof(err)), be);
+    assert_null(pic_backend_load("tpu", err, sizeof(err)));
+    assert_non_null(strstr(err, "unknown device"));
+    setenv("PIC_CUDA_LIB", "/nonexistent/libpic_cuda.so", 1);
+    assert_null(pic_backend_load("cuda", err, sizeof(err)));
+    assert_non_null(strstr(err, "/nonexistent/libpic_cuda.so"));
+    unsetenv("PIC_CUDA_LIB");
+}
+
 int
 main(void)
 {
@@ -614,6 +796,8 @@ main(void)
         cmocka_unit_test(test_matmul_small_n),
         cmocka_unit_test(test_norms_and_activations),
         cmocka_unit_test(test_serial_paths_equal_parallel),
+        cmocka_unit_test(test_glue_ops_equal_loops),
+        cmocka_unit_test(test_backend_memory_and_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
