@@ -186,6 +186,25 @@ pic_kernels_blas_core(void)
     return name != NULL ? name : "unknown";
 }
 
+static pic_backend pic_cpu_dev_backend;
+
+static void
+pic_cpu_dev_init(void)
+{
+    pic_cpu_dev_backend = *pic_backend_cpu();
+    pic_cpu_dev_backend.name = "cpu-dev";
+    pic_cpu_dev_backend.host = 0;
+}
+
+const pic_backend *
+pic_backend_cpu_dev(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+    pthread_once(&once, pic_cpu_dev_init);
+    return &pic_cpu_dev_backend;
+}
+
 /* The slots a loaded backend must fill for the forward to run on it. */
 static int
 pic_backend_complete(const pic_backend *b)
@@ -211,8 +230,11 @@ pic_backend_load(const char *name, char *err, size_t errlen)
     if (name == NULL || strcmp(name, "cpu") == 0) {
         return pic_backend_cpu();
     }
+    if (strcmp(name, "cpu-dev") == 0) {
+        return pic_backend_cpu_dev();
+    }
     if (strcmp(name, "cuda") != 0) {
-        snprintf(err, errlen, "unknown device '%s' (cpu or cuda)", name);
+        snprintf(err, errlen, "unknown device '%s' (cpu, cuda or cpu-dev)", name);
         return NULL;
     }
     if (env != NULL && env[0] != '\0') {

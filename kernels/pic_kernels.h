@@ -221,13 +221,19 @@ typedef struct pic_backend {
     void (*mem_zero)(void *dst, size_t bytes);
 } pic_backend;
 
+/* The CPU ops behind the device-memory contract (host = 0): the forward
+ * then takes every path a GPU backend takes (uploads, staging, downloads,
+ * no host access to its tensors) on the CPU, so tests check the
+ * host <-> device boundary without a GPU; results equal the CPU's. */
+const pic_backend *pic_backend_cpu_dev(void);
+
 /* The entry point a device backend library exports (resolved with dlsym
  * by pic_backend_load): its table, or NULL when no usable device exists. */
 typedef const pic_backend *(*pic_backend_entry)(void);
 
 #define PIC_BACKEND_CUDA_ENTRY "pic_backend_cuda"
 
-/* The backend called name: "cpu", or "cuda" loaded at run time with dlopen
+/* The backend called name: "cpu", "cpu-dev" (pic_backend_cpu_dev), or "cuda" loaded at run time with dlopen
  * from $PIC_CUDA_LIB, else libpic_cuda.so beside the running executable
  * (build/), resolving PIC_BACKEND_CUDA_ENTRY, so no binary links CUDA;
  * NULL + err naming the library, the symbol or the missing GPU. */

@@ -4,11 +4,17 @@
  *
  *   pic-engine logits --model DIR --tokens ID,ID,... --out FILE
  *                     [--decode-from N | --split-at N] [--threads N]
+ *                     [--weights auto|f32|bf16|q8] [--device cpu|cuda]
  *
  * With --decode-from N the first N tokens are one prefill and the rest are
  * fed one at a time as decode steps; with --split-at N they are two
  * prefills, [0, N) then [N, end).  Either way the rows must equal the
  * single prefill's, which proves that the state carries across calls.
+ *
+ * --device cuda runs the same forward on the CUDA backend (libpic_cuda.so,
+ * loaded at run time): weights uploaded once (bf16 unless --weights says
+ * otherwise), state and workspace in GPU memory, token ids in and logits
+ * out the only host traffic.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -26,13 +32,17 @@ pic_logits_usage(FILE *f)
 {
     fprintf(f, "usage: pic-engine logits --model DIR --tokens ID,ID,... --out FILE\n"
                "                         [--decode-from N | --split-at N] [--threads N]\n"
-               "                         [--weights auto|f32|bf16|q8]\n");
+               "                         [--weights auto|f32|bf16|q8] [--device cpu|cuda]\n");
 }
 
 int
 pic_cmd_logits(int argc, char **argv)
 {
-    const char *dir = NULL, *tokens = NULL, *out = NULL;
+    const char *dir = NULL, *tokens = NULL, *out = NULL, *device = "cpu";
+    const char *weights = NULL;
+    const pic_backend *be = NULL;
+    pic_model  *dm = NULL;          /* the weights on be (device backends) */
+    const pic_model *fm;            /* the model the forward runs */
     int         decode_from = -1, split_at = -1, threads = 0, n = 0, rc = 1;
     int        *ids = NULL;
     float      *logits = NULL;
@@ -70,7 +80,9 @@ pic_cmd_logits(int argc, char **argv)
                 fprintf(stderr, "pic-engine logits: --weights must be auto, f32, bf16 or q8\n");
                 return 2;
             }
-            setenv("PIC_WEIGHTS", v, 1);    /* read by pic_model_load */
+            weights = v;
+        } else if (!strcmp(a, "--device")) {
+            device = v;
         } else {
             fprintf(stderr, "pic-engine logits: unknown option %s\n", a);
             pic_logits_usage(stderr);
@@ -105,33 +117,54 @@ pic_cmd_logits(int argc, char **argv)
         return 2;
     }
     pic_kernels_set_threads(threads);
+    be = pic_backend_load(device, err, sizeof(err));
+    if (be == NULL) {
+        fprintf(stderr, "pic-engine logits: %s\n", err);
+        free(ids);
+        return 1;
+    }
+    if (weights == NULL && !be->host) {
+        weights = "bf16";               /* bf16 on the GPU unless asked */
+    }
+    if (weights != NULL) {
+        setenv("PIC_WEIGHTS", weights, 1);  /* read by pic_model_load */
+    }
 
     m = pic_model_load(dir, err, sizeof(err));
     if (m == NULL) {
         fprintf(stderr, "pic-engine logits: %s\n", err);
         goto done;
     }
+    fm = m;
+    if (!be->host) {
+        dm = pic_model_to_backend(m, be, err, sizeof(err));
+        if (dm == NULL) {
+            fprintf(stderr, "pic-engine logits: %s\n", err);
+            goto done;
+        }
+        fm = dm;
+    }
     size_t V = (size_t) m->cfg.vocab;
-    s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    s = pic_state_init_on(&m->cfg, 0, be, err, sizeof(err));
     logits = malloc((size_t) n * V * sizeof(float));
     if (s == NULL || logits == NULL) {
         fprintf(stderr, "pic-engine logits: out of memory\n");
         goto done;
     }
-    if (pic_forward(m, NULL, s, ids, decode_from, 0, PIC_LOGITS_ALL, logits,
+    if (pic_forward(fm, be, s, ids, decode_from, 0, PIC_LOGITS_ALL, logits,
                     NULL, err, sizeof(err)) != 0) {
         fprintf(stderr, "pic-engine logits: %s\n", err);
         goto done;
     }
     if (split_at != -1
-        && pic_forward(m, NULL, s, ids + split_at, n - split_at, split_at,
+        && pic_forward(fm, be, s, ids + split_at, n - split_at, split_at,
                        PIC_LOGITS_ALL, logits + (size_t) split_at * V, NULL,
                        err, sizeof(err)) != 0) {
         fprintf(stderr, "pic-engine logits: %s\n", err);
         goto done;
     }
     for (int t = split_at != -1 ? n : decode_from; t < n; t++) {
-        if (pic_forward(m, NULL, s, ids + t, 1, t, PIC_LOGITS_LAST,
+        if (pic_forward(fm, be, s, ids + t, 1, t, PIC_LOGITS_LAST,
                         logits + (size_t) t * V, NULL, err, sizeof(err)) != 0) {
             fprintf(stderr, "pic-engine logits: %s\n", err);
             goto done;
@@ -157,6 +190,7 @@ done:
     free(logits);
     free(ids);
     pic_state_free(s);
+    pic_model_free(dm);
     pic_model_free(m);
     return rc;
 }

@@ -134,6 +134,10 @@ typedef struct pic_model {
     size_t      weight_bytes;   /* bytes held for weights (all formats) */
     pic_wtype   wtype;          /* storage of the big matrices */
     void       *priv;           /* loader-owned storage (mmaps, buffers) */
+    const pic_backend *be;      /* NULL: weights in host memory (the loader's);
+                                 * else every weight pointer is be's memory
+                                 * (pic_model_to_backend) */
+    void       *dev;            /* pic_model_to_backend's allocations */
 } pic_model;
 
 /* How the big matrices are held (--weights). */
@@ -196,5 +200,16 @@ const char *pic_load_phase_name(int phase);
 
 /* Release everything pic_model_load allocated (NULL is fine). */
 void pic_model_free(pic_model *m);
+
+/* A copy of m whose weights live in be's memory, uploaded once as m holds
+ * them (load m with PIC_WEIGHTS_BF16 for bf16 on a GPU; tied lm_head shares
+ * the embedding); m stays valid and owned by the caller.  be->host: NULL +
+ * err (use m itself).  Free with pic_model_free.  NULL + err on OOM. */
+pic_model *pic_model_to_backend(const pic_model *m, const pic_backend *be,
+                                char *err, size_t errlen);
+
+/* Free the backend memory and host arrays pic_model_to_backend gave m
+ * (pic_model_free calls it; m itself stays). */
+void pic_model_backend_release(pic_model *m);
 
 #endif /* PIC_MODEL_H */

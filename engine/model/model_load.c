@@ -1146,6 +1146,9 @@ pic_model_free(pic_model *m)
     if (m == NULL) {
         return;
     }
+    if (m->be != NULL) {
+        pic_model_backend_release(m);
+    }
     s = m->priv;
     if (s != NULL) {
         for (i = 0; i < s->n_bufs; i++) {
