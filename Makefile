@@ -77,7 +77,7 @@ endif
 ENGINE_BIN  := $(BUILD)/pic-engine
 PIC_LAB_BIN := $(BUILD)/pic-lab
 # benchmark helpers (bench/*.c but pic_lab.c): $(BUILD)/bench/NAME
-BENCH_CSRCS := $(filter-out bench/pic_lab.c,$(wildcard bench/*.c))
+BENCH_CSRCS := $(filter-out bench/pic_lab.c bench/cuda_bench.c,$(wildcard bench/*.c))
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_CSRCS))
 
 .PHONY: all deps test test-asan run help clean engine lab benchtools module unit cuda fuzz fuzz-long soak \
@@ -177,19 +177,30 @@ soak: deps all ## minutes of mixed clients, hang-ups, bad bodies, an engine and 
 	@PIC_BUILD=$(BUILD) ASAN=$(ASAN) $(VENV)/bin/python scripts/soak.py
 
 # CUDA: compile every kernel for sm_80 and sm_90 so a compile error fails the
-# build; the test binary skips (and says so) when no GPU is present.
+# build, and link them into build/libpic_cuda.so (the backend table of
+# kernels/cuda/pic_cuda.h; cudart static, cuBLAS shared), which pic-engine
+# opens with dlopen at run time (--device cuda): the engine binary keeps no
+# CUDA link dependency.  The test binary skips (and says so) without a GPU.
+CUDA_LIB    := $(BUILD)/libpic_cuda.so
 ifneq ($(NVCC),)
-cuda: $(CUDA_OBJS) $(if $(CUDA_SRCS),$(BUILD)/tests/cuda_backend_ops) ## compile kernels/cuda/*.cu (when nvcc exists)
-$(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu $(HEADERS) $(wildcard kernels/cuda/*.cuh)
+cuda: $(CUDA_LIB) $(BUILD)/tests/cuda_backend_ops $(BUILD)/bench/cuda_bench ## build build/libpic_cuda.so + its test and bench (when nvcc exists)
+$(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu $(HEADERS) $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h)
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 $(CUDA_ARCH) -Ikernels -Ikernels/cuda -Xcompiler -fPIC -c $< -o $@
-$(BUILD)/tests/cuda_backend_ops: tests/cuda/cuda_backend_ops.c $(CUDA_OBJS) $(BUILD)/libpic.a
+	$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -Ikernels -Ikernels/cuda -Xcompiler -fPIC -c $< -o $@
+$(CUDA_LIB): $(CUDA_OBJS)
+	$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -L$(CUDA_HOME)/lib64 -lcublas \
+	  -Xlinker -rpath,$(CUDA_HOME)/lib64
+$(BUILD)/tests/cuda_backend_ops: tests/cuda/cuda_backend_ops.c $(CUDA_LIB) $(BUILD)/libpic.a kernels/cuda/pic_cuda.h
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) -I$(CUDA_HOME)/include -o $@ $< $(CUDA_OBJS) $(BUILD)/libpic.a \
-	  $(LDFLAGS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas $(LDLIBS) -lcmocka -lstdc++
+	$(CC) $(TEST_CFLAGS) -o $@ $< $(BUILD)/libpic.a -L$(BUILD) -lpic_cuda \
+	  -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS) $(LDLIBS) -lcmocka
+$(BUILD)/bench/cuda_bench: bench/cuda_bench.c $(CUDA_LIB) $(BUILD)/libpic.a kernels/cuda/pic_cuda.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libpic.a -L$(BUILD) -lpic_cuda \
+	  -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS) $(LDLIBS)
 else
 cuda:
-	@echo "cuda: nvcc not found, CUDA compile check skipped"
+	@echo "cuda: nvcc not found, CUDA build skipped"
 endif
 
 test: deps layers all ## deps + layer check + build + unit + integration tests + CUDA check; prints 'N passed, M failed'
