@@ -110,6 +110,96 @@ cuda_gdn_recurrent(const pic_gdn_args *a)
     PIC_CUDA_OP(pic_cuda_gdn_recurrent(a));
 }
 
+static void
+cuda_mul(float *y, const float *x, size_t n)
+{
+    PIC_CUDA_OP(pic_cuda_mul(y, x, n));
+}
+
+static void
+cuda_copy_rows(float *dst, int ldd, const float *src, int lds, int n, int dim)
+{
+    PIC_CUDA_OP(pic_cuda_copy_rows(dst, ldd, src, lds, n, dim));
+}
+
+static void
+cuda_l2norm_heads(float *x, int n, int ld, int heads, int dim, float eps,
+                  float scale)
+{
+    PIC_CUDA_OP(pic_cuda_l2norm_heads(x, n, ld, heads, dim, eps, scale));
+}
+
+static void
+cuda_gather_rows(float *x, const pic_wmat *w, const int *ids, int n)
+{
+    PIC_CUDA_OP(pic_cuda_gather_rows(x, w, ids, n));
+}
+
+static void
+cuda_scatter_add(float *x, const float *src, const int *ids, const float *wts,
+                 int n, int dim)
+{
+    PIC_CUDA_OP(pic_cuda_scatter_add(x, src, ids, wts, n, dim));
+}
+
+static void
+cuda_gdn_gates(float *g, float *beta, const float *A_log, const float *dt_bias,
+               int n, int Hv)
+{
+    PIC_CUDA_OP(pic_cuda_gdn_gates(g, beta, A_log, dt_bias, n, Hv));
+}
+
+static void
+cuda_kv_store(float *kc, float *vc, int cap, const float *k, const float *v,
+              int n, int Hkv, int hd, int p0)
+{
+    PIC_CUDA_OP(pic_cuda_kv_store(kc, vc, cap, k, v, n, Hkv, hd, p0));
+}
+
+static void
+cuda_moe_route(int *sel, float *selw, float *p, int n, int E, int k, int renorm)
+{
+    PIC_CUDA_OP(pic_cuda_moe_route(sel, selw, p, n, E, k, renorm));
+}
+
+/* --- memory (pic_cuda.h's helpers; a failure aborts, as an op's) --- */
+
+static void *
+cuda_mem_alloc(size_t bytes)
+{
+    return pic_cuda_malloc(bytes);
+}
+
+static void
+cuda_mem_free(void *p)
+{
+    pic_cuda_free(p);
+}
+
+static void
+cuda_mem_upload(void *dst, const void *src, size_t bytes)
+{
+    PIC_CUDA_OP(pic_cuda_upload(dst, src, bytes));
+}
+
+static void
+cuda_mem_download(void *dst, const void *src, size_t bytes)
+{
+    PIC_CUDA_OP(pic_cuda_download(dst, src, bytes));
+}
+
+static void
+cuda_mem_copy(void *dst, const void *src, size_t bytes)
+{
+    PIC_CUDA_OP(pic_cuda_copy(dst, src, bytes));
+}
+
+static void
+cuda_mem_zero(void *dst, size_t bytes)
+{
+    PIC_CUDA_OP(pic_cuda_memset(dst, 0, bytes));
+}
+
 static pic_backend pic_cuda_backend;
 
 extern "C" const pic_backend *
@@ -141,6 +231,21 @@ pic_backend_cuda(void)
     b->attention = cuda_attention;
     b->gdn_chunked = cuda_gdn_chunked;
     b->gdn_recurrent = cuda_gdn_recurrent;
+    b->mul = cuda_mul;
+    b->copy_rows = cuda_copy_rows;
+    b->l2norm_heads = cuda_l2norm_heads;
+    b->gather_rows = cuda_gather_rows;
+    b->scatter_add = cuda_scatter_add;
+    b->gdn_gates = cuda_gdn_gates;
+    b->kv_store = cuda_kv_store;
+    b->moe_route = cuda_moe_route;
+    b->host = 0;
+    b->mem_alloc = cuda_mem_alloc;
+    b->mem_free = cuda_mem_free;
+    b->mem_upload = cuda_mem_upload;
+    b->mem_download = cuda_mem_download;
+    b->mem_copy = cuda_mem_copy;
+    b->mem_zero = cuda_mem_zero;
     b->name = "cuda";
     return b;
 }

@@ -8,6 +8,8 @@
  * ones.  Every case prints its NMSE.  Skips (and says so) when no GPU is
  * present.
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,7 +34,15 @@
  *   attention:  a = n, b = Hq, c = Hkv, d = hd, e = first qpos, f = n_keys
  *               (cap = n_keys + 16)
  *   gdn_*:      a = n, b = Hk, c = Hv, d = dk, e = ds, f = 1: v = NULL, no
- *               output (the transition operator T); ld of q/k/v: conv row */
+ *               output (the transition operator T); ld of q/k/v: conv row
+ *   mul:        a = n
+ *   copy_rows:  a = n, b = lds, c = ldd, d = dim
+ *   l2norm_heads: a = n, b = ld, c = heads, d = dim
+ *   gather_rows: a = n, b = rows, c = cols
+ *   scatter_add: a = n, b = dim, c = rows of x, d = with ids, e = with wts
+ *   gdn_gates:  a = n, b = Hv
+ *   kv_store:   a = n, b = Hkv, c = hd, d = cap, e = p0
+ *   moe_route:  a = n, b = E, c = k, d = renorm (sel must match exactly) */
 typedef struct {
     const char *op;
     int         a, b, c, d, e, f;
@@ -128,6 +138,26 @@ static const cuda_case cases[] = {
     { "gdn_chunked", 64, 16, 16, 128, 128, 0, F32, 1e-8 },
     { "gdn_chunked", 200, 16, 16, 128, 128, 0, F32, 1e-8 },
     { "gdn_chunked", 100, 2, 4, 32, 32, 1, F32, 1e-8 },
+
+    /* the forward's glue */
+    { "mul", 64 * 3584, 0, 0, 0, 0, 0, F32, 0 },
+    { "mul", 1, 0, 0, 0, 0, 0, F32, 0 },
+    { "copy_rows", 64 * 8, 512, 256, 256, 0, 0, F32, 0 },   /* [q | gate] split */
+    { "copy_rows", 3, 40, 37, 37, 0, 0, F32, 0 },
+    { "l2norm_heads", 200, 6144, 16, 128, 0, 0, F32, 1e-12 },
+    { "l2norm_heads", 1, 6144, 32, 128, 0, 0, F32, 1e-12 },
+    { "gather_rows", 7, 248320, 1024, 0, 0, 0, BF16, 0 },   /* embedding */
+    { "gather_rows", 64, 1000, 1024, 0, 0, 0, F32, 0 },
+    { "gather_rows", 5, 1000, 1024, 0, 0, 0, Q8, 0 },
+    { "scatter_add", 5, 1024, 16, 1, 1, 0, F32, 1e-12 },
+    { "scatter_add", 64, 1024, 64, 0, 0, 0, F32, 1e-12 },
+    { "scatter_add", 9, 100, 11, 1, 0, 0, F32, 1e-12 },
+    { "gdn_gates", 200, 16, 0, 0, 0, 0, F32, 1e-12 },
+    { "gdn_gates", 1, 16, 0, 0, 0, 0, F32, 1e-12 },
+    { "kv_store", 64, 2, 256, 128, 10, 0, F32, 0 },
+    { "kv_store", 1, 2, 256, 4096, 4095, 0, F32, 0 },
+    { "moe_route", 7, 64, 8, 1, 0, 0, F32, 1e-12 },
+    { "moe_route", 33, 128, 4, 0, 0, 0, F32, 1e-12 },
 };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -553,6 +583,130 @@ run_gdn(const pic_backend *cpu, const pic_backend *gpu, const cuda_case *c)
     return e > es ? e : es;
 }
 
+static double
+run_glue(const pic_backend *cpu, const pic_backend *gpu, const cuda_case *c)
+{
+    double e = 0;
+
+    if (strcmp(c->op, "mul") == 0) {
+        size_t n = (size_t) c->a;
+        float *y = host_rand(n, 2.0f), *x = host_rand(n, 2.0f);
+        float *dy = dev_copy(y, n * 4), *dx = dev_copy(x, n * 4);
+
+        cpu->mul(y, x, n);
+        gpu->mul(dy, dx, n);
+        e = cmp(dy, y, n);
+        pic_cuda_free(dy); pic_cuda_free(dx); free(y); free(x);
+    } else if (strcmp(c->op, "copy_rows") == 0) {
+        int    n = c->a, lds = c->b, ldd = c->c, dim = c->d;
+        size_t ns = (size_t) n * lds, nd = (size_t) n * ldd;
+        float *s = host_rand(ns, 1.0f), *d = host_rand(nd, 1.0f);
+        float *ds = dev_copy(s, ns * 4), *dd = dev_copy(d, nd * 4);
+
+        cpu->copy_rows(d, ldd, s, lds, n, dim);
+        gpu->copy_rows(dd, ldd, ds, lds, n, dim);
+        e = cmp(dd, d, nd);
+        pic_cuda_free(ds); pic_cuda_free(dd); free(s); free(d);
+    } else if (strcmp(c->op, "l2norm_heads") == 0) {
+        int    n = c->a, ld = c->b, heads = c->c, dim = c->d;
+        size_t nx = (size_t) n * ld;
+        float *x = host_rand(nx, 2.0f), *dx = dev_copy(x, nx * 4);
+
+        cpu->l2norm_heads(x, n, ld, heads, dim, 1e-6f, 1.0f / sqrtf((float) dim));
+        gpu->l2norm_heads(dx, n, ld, heads, dim, 1e-6f, 1.0f / sqrtf((float) dim));
+        e = cmp(dx, x, nx);
+        pic_cuda_free(dx); free(x);
+    } else if (strcmp(c->op, "gather_rows") == 0) {
+        int       n = c->a, rows = c->b, cols = c->c;
+        int      *ids = malloc((size_t) n * sizeof(int)), *dids;
+        float    *x = malloc((size_t) n * cols * 4), *dxo = pic_cuda_malloc((size_t) n * cols * 4);
+        cuda_wmat m;
+
+        for (int t = 0; t < n; t++) {
+            ids[t] = t == 0 ? rows - 1 : t == 1 ? 0 : (int) ((frand() + 1.0f) * 0.5f * (rows - 1));
+        }
+        dids = dev_copy(ids, (size_t) n * sizeof(int));
+        wmat_make(&m, c->wt, rows, cols);
+        cpu->gather_rows(x, &m.h, ids, n);
+        gpu->gather_rows(dxo, &m.d, dids, n);
+        e = cmp(dxo, x, (size_t) n * cols);
+        wmat_drop(&m); pic_cuda_free(dids); pic_cuda_free(dxo); free(ids); free(x);
+    } else if (strcmp(c->op, "scatter_add") == 0) {
+        int    n = c->a, dim = c->b, rows = c->c, use_ids = c->d, use_w = c->e;
+        float *x = host_rand((size_t) rows * dim, 1.0f), *s = host_rand((size_t) n * dim, 1.0f);
+        float *w = host_rand(n, 1.0f);
+        int   *ids = malloc((size_t) n * sizeof(int));
+
+        for (int r = 0; r < n; r++) {
+            ids[r] = (r * 7 + 3) % rows;            /* distinct: rows prime to 7 */
+        }
+        float *dx = dev_copy(x, (size_t) rows * dim * 4), *ds = dev_copy(s, (size_t) n * dim * 4);
+        float *dw = dev_copy(w, (size_t) n * 4);
+        int   *dids = dev_copy(ids, (size_t) n * sizeof(int));
+
+        cpu->scatter_add(x, s, use_ids ? ids : NULL, use_w ? w : NULL, n, dim);
+        gpu->scatter_add(dx, ds, use_ids ? dids : NULL, use_w ? dw : NULL, n, dim);
+        e = cmp(dx, x, (size_t) rows * dim);
+        pic_cuda_free(dx); pic_cuda_free(ds); pic_cuda_free(dw); pic_cuda_free(dids);
+        free(x); free(s); free(w); free(ids);
+    } else if (strcmp(c->op, "gdn_gates") == 0) {
+        int    n = c->a, Hv = c->b;
+        size_t nn = (size_t) n * Hv;
+        float *g = host_rand(nn, 12.0f), *b = host_rand(nn, 6.0f);
+        float *A = host_rand(Hv, 2.0f), *dt = host_rand(Hv, 1.0f);
+        float *dg = dev_copy(g, nn * 4), *db = dev_copy(b, nn * 4);
+        float *dA = dev_copy(A, Hv * 4), *ddt = dev_copy(dt, Hv * 4);
+        double eb;
+
+        g[0] = 25.0f;                       /* the softplus cut at 20 */
+        pic_cuda_upload(dg, g, 4);
+        cpu->gdn_gates(g, b, A, dt, n, Hv);
+        gpu->gdn_gates(dg, db, dA, ddt, n, Hv);
+        e = cmp(dg, g, nn);
+        eb = cmp(db, b, nn);
+        e = eb > e ? eb : e;
+        pic_cuda_free(dg); pic_cuda_free(db); pic_cuda_free(dA); pic_cuda_free(ddt);
+        free(g); free(b); free(A); free(dt);
+    } else if (strcmp(c->op, "kv_store") == 0) {
+        int    n = c->a, Hkv = c->b, hd = c->c, cap = c->d, p0 = c->e;
+        size_t nc = (size_t) Hkv * cap * hd, nr = (size_t) n * Hkv * hd;
+        float *kc = host_rand(nc, 1.0f), *vc = host_rand(nc, 1.0f);
+        float *k = host_rand(nr, 1.0f), *v = host_rand(nr, 1.0f);
+        float *dkc = dev_copy(kc, nc * 4), *dvc = dev_copy(vc, nc * 4);
+        float *dk = dev_copy(k, nr * 4), *dv = dev_copy(v, nr * 4);
+        double ev;
+
+        cpu->kv_store(kc, vc, cap, k, v, n, Hkv, hd, p0);
+        gpu->kv_store(dkc, dvc, cap, dk, dv, n, Hkv, hd, p0);
+        e = cmp(dkc, kc, nc);
+        ev = cmp(dvc, vc, nc);
+        e = ev > e ? ev : e;
+        pic_cuda_free(dkc); pic_cuda_free(dvc); pic_cuda_free(dk); pic_cuda_free(dv);
+        free(kc); free(vc); free(k); free(v);
+    } else if (strcmp(c->op, "moe_route") == 0) {
+        int    n = c->a, E = c->b, k = c->c, renorm = c->d;
+        float *p = host_rand((size_t) n * E, 4.0f), *w = malloc((size_t) n * k * 4);
+        int   *sel = malloc((size_t) n * k * sizeof(int)), *got = malloc((size_t) n * k * sizeof(int));
+        float *dp = dev_copy(p, (size_t) n * E * 4), *dw = pic_cuda_malloc((size_t) n * k * 4);
+        int   *dsel = pic_cuda_malloc((size_t) n * k * sizeof(int));
+        double ew;
+
+        cpu->moe_route(sel, w, p, n, E, k, renorm);
+        gpu->moe_route(dsel, dw, dp, n, E, k, renorm);
+        e = cmp(dp, p, (size_t) n * E);
+        ew = cmp(dw, w, (size_t) n * k);
+        e = ew > e ? ew : e;
+        assert_int_equal(pic_cuda_download(got, dsel, (size_t) n * k * sizeof(int)), 0);
+        if (memcmp(got, sel, (size_t) n * k * sizeof(int)) != 0) {
+            print_message("moe_route: the selected experts differ\n");
+            e = INFINITY;
+        }
+        pic_cuda_free(dp); pic_cuda_free(dw); pic_cuda_free(dsel);
+        free(p); free(w); free(sel); free(got);
+    }
+    return e;
+}
+
 /* --- the driver --- */
 
 static const pic_backend *
@@ -601,8 +755,12 @@ run_op(const char *name)
             e = run_attention(cpu, gpu, c);
         } else if (strncmp(c->op, "gdn_", 4) == 0) {
             e = run_gdn(cpu, gpu, c);
-        } else {
+        } else if (strcmp(c->op, "silu") == 0 || strcmp(c->op, "sigmoid") == 0
+                   || strcmp(c->op, "softplus") == 0)
+        {
             e = run_act(cpu, gpu, c);
+        } else {
+            e = run_glue(cpu, gpu, c);
         }
         ran++;
         bad += !(e <= c->tol);
@@ -628,6 +786,62 @@ static void test_rope_matches_cpu(void **state) { run_op("rope"); }
 static void test_attention_matches_cpu(void **state) { run_op("attention"); }
 static void test_gdn_recurrent_matches_cpu(void **state) { run_op("gdn_recurrent"); }
 static void test_gdn_chunked_matches_cpu(void **state) { run_op("gdn_chunked"); }
+static void test_mul_matches_cpu(void **state) { run_op("mul"); }
+static void test_copy_rows_matches_cpu(void **state) { run_op("copy_rows"); }
+static void test_l2norm_heads_matches_cpu(void **state) { run_op("l2norm_heads"); }
+static void test_gather_rows_matches_cpu(void **state) { run_op("gather_rows"); }
+static void test_scatter_add_matches_cpu(void **state) { run_op("scatter_add"); }
+static void test_gdn_gates_matches_cpu(void **state) { run_op("gdn_gates"); }
+static void test_kv_store_matches_cpu(void **state) { run_op("kv_store"); }
+static void test_moe_route_matches_cpu(void **state) { run_op("moe_route"); }
+
+/* The table has every slot (pic_backend_load refuses one with a NULL), the
+ * memory slots round-trip, and host is 0. */
+static void
+test_table_complete_and_memory_round_trips(void **state)
+{
+    const pic_backend *gpu = need_gpu();
+    float              h[1000], back[1000];
+    void              *d, *d2;
+
+    assert_int_equal(gpu->host, 0);
+    assert_non_null(gpu->mem_alloc); assert_non_null(gpu->mem_free);
+    assert_non_null(gpu->mem_upload); assert_non_null(gpu->mem_download);
+    assert_non_null(gpu->mem_copy); assert_non_null(gpu->mem_zero);
+    for (int i = 0; i < 1000; i++) {
+        h[i] = (float) i - 3.5f;
+    }
+    d = gpu->mem_alloc(sizeof(h));
+    d2 = gpu->mem_alloc(sizeof(h));
+    assert_non_null(d);
+    assert_non_null(d2);
+    gpu->mem_upload(d, h, sizeof(h));
+    gpu->mem_copy(d2, d, sizeof(h));
+    gpu->mem_zero(d, 400 * sizeof(float));
+    gpu->mem_download(back, d2, sizeof(h));
+    assert_memory_equal(back, h, sizeof(h));
+    gpu->mem_download(back, d, sizeof(h));
+    for (int i = 0; i < 1000; i++) {
+        assert_true(back[i] == (i < 400 ? 0.0f : h[i]));
+    }
+    gpu->mem_free(d);
+    gpu->mem_free(d2);
+    {
+        /* the engine's loader, pointed at the library this binary runs */
+        char               err[512];
+        Dl_info            info;
+        const pic_backend *b;
+
+        assert_true(dladdr((void *) pic_backend_cuda, &info) != 0);
+        setenv("PIC_CUDA_LIB", info.dli_fname, 1);
+        b = pic_backend_load("cuda", err, sizeof(err));
+
+        if (b == NULL) {
+            print_message("pic_backend_load(\"cuda\"): %s\n", err);
+        }
+        assert_non_null(b);
+    }
+}
 
 int
 main(void)
@@ -647,6 +861,15 @@ main(void)
         cmocka_unit_test(test_attention_matches_cpu),
         cmocka_unit_test(test_gdn_recurrent_matches_cpu),
         cmocka_unit_test(test_gdn_chunked_matches_cpu),
+        cmocka_unit_test(test_mul_matches_cpu),
+        cmocka_unit_test(test_copy_rows_matches_cpu),
+        cmocka_unit_test(test_l2norm_heads_matches_cpu),
+        cmocka_unit_test(test_gather_rows_matches_cpu),
+        cmocka_unit_test(test_scatter_add_matches_cpu),
+        cmocka_unit_test(test_gdn_gates_matches_cpu),
+        cmocka_unit_test(test_kv_store_matches_cpu),
+        cmocka_unit_test(test_moe_route_matches_cpu),
+        cmocka_unit_test(test_table_complete_and_memory_round_trips),
     };
 
     if (pic_cuda_device_count() > 0) {
