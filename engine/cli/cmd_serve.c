@@ -57,6 +57,8 @@ serve_usage(FILE *f)
         "  --entry-dtype T         storage of PIC entries: bf16 (default) or f32\n"
         "  --weights F             big matrices as auto (default: bf16 if the checkpoint\n"
         "                          stores bf16, else f32), f32, bf16 or q8 (8-bit blocks)\n"
+        "  --device D              cpu (default), cuda (build/libpic_cuda.so, bf16 weights;\n"
+        "                          --cache-mode full, one worker) or cpu-dev (tests)\n"
         "  --min-segment BYTES     shorter segments are recomputed (default 128)\n"
         "  --peer-timeout-ms N     deadline of a pull or remote prefill (default 30000)\n"
         "  --no-batch-decode       one forward per decode token instead of one per round\n"
@@ -100,7 +102,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_WEIGHTS, OPT_MINSEG,
         OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT, OPT_INSECURE,
         OPT_PBYTES, OPT_PBLOCK, OPT_CKPT, OPT_HOLD, OPT_CBYTES, OPT_RPASS, OPT_RUSER,
-        OPT_EVICT, OPT_TLSCERT, OPT_TLSKEY, OPT_TLSCA,
+        OPT_EVICT, OPT_TLSCERT, OPT_TLSKEY, OPT_TLSCA, OPT_DEVICE,
     };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -132,6 +134,7 @@ pic_cmd_serve(int argc, char **argv)
         { "seam", required_argument, NULL, OPT_SEAM },
         { "entry-dtype", required_argument, NULL, OPT_DTYPE },
         { "weights", required_argument, NULL, OPT_WEIGHTS },
+        { "device", required_argument, NULL, OPT_DEVICE },
         { "min-segment", required_argument, NULL, OPT_MINSEG },
         { "peer-timeout-ms", required_argument, NULL, OPT_PEERTO },
         { "no-batch-decode", no_argument, NULL, OPT_NOBATCH },
@@ -183,6 +186,7 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_EVICT: opts.cache_evict = optarg; continue;
         case OPT_DTYPE: opts.entry_dtype = optarg; continue;
         case OPT_WEIGHTS: opts.weights = optarg; continue;
+        case OPT_DEVICE: opts.device = optarg; continue;
         case OPT_NOBATCH: opts.no_batch_decode = 1; continue;
         case OPT_SECRET: opts.pool_secret_file = optarg; continue;
         case OPT_INSECURE: opts.insecure_pool = 1; continue;

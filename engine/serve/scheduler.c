@@ -930,7 +930,7 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
             n = PIC_UBATCH;
         }
         last = q->n_fed + n == j->n_prompt;
-        rc = pic_forward(s->o.model, NULL, q->st, j->prompt + q->n_fed, n, q->n_fed,
+        rc = pic_forward(s->o.model, s->o.be, q->st, j->prompt + q->n_fed, n, q->n_fed,
                          last ? PIC_LOGITS_LAST : PIC_LOGITS_NONE, w->logits, NULL,
                          err, sizeof(err));
         pic_sched_count(s, &s->st.prefill_steps, 1);
@@ -945,7 +945,7 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
             return 1;
         }
     } else {
-        rc = pic_forward(s->o.model, NULL, q->st, &q->last, 1, q->st->pos,
+        rc = pic_forward(s->o.model, s->o.be, q->st, &q->last, 1, q->st->pos,
                          PIC_LOGITS_LAST, w->logits, NULL, err, sizeof(err));
         pthread_mutex_lock(&s->stmu);
         s->st.decode_steps++;
@@ -993,7 +993,7 @@ pic_worker_decode(pic_sched *s, pic_worker *w, int n)
     if (nb == 0) {
         return;
     }
-    rc = pic_forward_batch(s->o.model, NULL, w->dst, w->dtok, nb, w->logits, err,
+    rc = pic_forward_batch(s->o.model, s->o.be, w->dst, w->dtok, nb, w->logits, err,
                            sizeof(err));
     if (rc != 0) {
         for (int r = 0; r < nb; r++) {
@@ -1138,7 +1138,7 @@ pic_worker_main(void *arg)
                 continue;
             }
             if (w->st[k] == NULL) {
-                w->st[k] = pic_state_init(&s->o.model->cfg, s->o.max_ctx, err,
+                w->st[k] = pic_state_init_on(&s->o.model->cfg, s->o.max_ctx, s->o.be, err,
                                           sizeof(err));
                 if (w->st[k] == NULL) {
                     break;              /* no memory for a slot: wait for one */
@@ -1275,6 +1275,13 @@ pic_sched_init(const pic_sched_opts *opts, char *err, size_t errlen)
         || opts->threads < 1 || opts->max_batch < 1 || opts->max_queue < 0
         || opts->max_ctx < 2) {
         snprintf(err, errlen, "%s: bad options", __func__);
+        return NULL;
+    }
+    if (opts->be != NULL && !opts->be->host
+        && (opts->plan_ctx != NULL || opts->workers != 1)) {
+        snprintf(err, errlen, "%s: --device %s serves --cache-mode full with one "
+                 "worker (the prefix tree, PIC entries and checkpoints hold host "
+                 "states)", __func__, opts->be->name);
         return NULL;
     }
     s = calloc(1, sizeof(*s));

@@ -170,6 +170,9 @@ typedef struct {
     const void          *plan_ctx;  /* const pic_plan_ctx * for jobs with a plan */
     int                  no_batch_decode;   /* decode one sequence per forward
                                              * (round-robin; for comparison) */
+    const pic_backend   *be;        /* NULL: CPU; else a device backend: model's
+                                     * weights and every state in its memory
+                                     * (full recompute only: plan_ctx NULL) */
 } pic_sched_opts;
 
 typedef struct {

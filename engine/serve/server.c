@@ -847,6 +847,15 @@ pic_server_load_model(pic_server *srv)
 
     pic_weights_format     wf = PIC_WEIGHTS_AUTO;
     const char            *wname = o->weights ? o->weights : getenv("PIC_WEIGHTS");
+    const pic_backend     *be = pic_backend_load(o->device, err, sizeof(err));
+
+    if (be == NULL) {
+        fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
+        return -1;
+    }
+    if (!be->host && (wname == NULL || wname[0] == '\0')) {
+        wname = "bf16";                 /* bf16 on a GPU unless asked */
+    }
 
     if (wname != NULL && wname[0] != '\0' && pic_weights_parse(wname, &wf) != 0) {
         if (o->weights != NULL) {
@@ -864,6 +873,13 @@ pic_server_load_model(pic_server *srv)
         return -1;
     }
     __atomic_store_n(&srv->load.phase, PIC_LOAD_SETUP, __ATOMIC_RELAXED);
+    if (!be->host) {
+        srv->dev_model = pic_model_to_backend(srv->model, be, err, sizeof(err));
+        if (srv->dev_model == NULL) {
+            fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
+            return -1;
+        }
+    }
     snprintf(path, sizeof(path), "%s/tokenizer.json", o->model_dir);
     srv->tok = pic_tokenizer_load(path, err, sizeof(err));
     if (srv->tok == NULL) {
@@ -912,7 +928,8 @@ pic_server_load_model(pic_server *srv)
     }
 
     memset(&so, 0, sizeof(so));
-    so.model = srv->model;
+    so.model = srv->dev_model != NULL ? srv->dev_model : srv->model;
+    so.be = be;
     so.tok = srv->tok;
     so.workers = o->workers > 0 ? o->workers : 1;
     so.threads = o->threads > 0 ? o->threads : (cores > so.workers ? cores / so.workers : 1);
@@ -930,11 +947,12 @@ pic_server_load_model(pic_server *srv)
         return -1;
     }
     fprintf(stderr, "pic-engine[%s]: model %s (%s, template %s), context %d, "
-            "%d worker(s) x %d thread(s), batch %d, queue %d, cache %s (w=%d, %s)\n", o->id,
+            "%d worker(s) x %d thread(s), batch %d, queue %d, cache %s (w=%d, %s), "
+            "device %s\n", o->id,
             srv->model_name, srv->model->cfg.model_type,
             pic_template_dialect_name(srv->dialect), srv->max_ctx, so.workers, so.threads,
             so.max_batch, so.max_queue, srv->mode_name, srv->plan.seam.w,
-            srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32");
+            srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32", be->name);
     return 0;
 }
 
@@ -1180,6 +1198,7 @@ done:
         event_base_free(srv.base);
     }
     pic_tokenizer_free(srv.tok);
+    pic_model_free(srv.dev_model);
     pic_model_free(srv.model);
     pic_auth_clear(&srv.auth);
     pic_tls_ctx_free(srv.tls_server);

@@ -41,6 +41,7 @@ typedef struct {
     int         seam;           /* seam width w of PIC entries (default 8) */
     const char *entry_dtype;    /* "bf16" (default) or "f32" for PIC entries */
     const char *weights;        /* --weights: auto/f32/bf16/q8; NULL: $PIC_WEIGHTS or auto */
+    const char *device;         /* --device: cpu (NULL) or cuda (pic_backend_load) */
     size_t      min_segment;    /* shorter non-prefix segments are recomputed */
     int         peer_timeout_ms;/* deadline of a pull / remote prefill */
     int         no_batch_decode;/* one forward per decode token (comparison) */

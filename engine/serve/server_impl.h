@@ -77,6 +77,8 @@ typedef struct pic_server {
     int                    load_rc;         /* the loader's result, after the join */
     int                    failed;          /* the load or start-up failed: exit 1 */
     struct event          *loaded;          /* the loader finished */
+    pic_model             *dev_model;       /* model's weights on the --device
+                                             * backend (NULL: CPU, model itself) */
     pic_model             *model;           /* NULL: no model (503 for inference); the
                                              * loader fills this and what follows
                                              * until ready, read only once loaded */

@@ -10,10 +10,16 @@ where libpic_cuda.so or a GPU is missing fails with a message naming it.
 The GPU itself is checked on a lent machine with the same fixtures
 (tests/fixtures oracle, same bounds as test_oracle.py), not here.
 """
+import concurrent.futures
+import json
 import os
 import subprocess
+import sys
 
 import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("PIC_BUILD", "build")
@@ -61,3 +67,43 @@ def test_unknown_device_is_refused(tmp_path):
     assert r.returncode != 0
     assert "unknown device 'tpu'" in r.stderr
     assert not out.exists()
+
+
+def _completion(eng, content, n=12):
+    code, _, raw = harness.http("POST", eng.url + "/v1/chat/completions",
+                                json.dumps({"model": "m", "messages": [{"role": "user", "content": content}],
+                                            "max_tokens": n, "temperature": 0}),
+                                headers={"Content-Type": "application/json"}, timeout=60)
+    assert code == 200, raw
+    return json.loads(raw)
+
+
+@pytest.mark.parametrize("preset", ["tiny-qwen35", "tiny-qwen3next"])
+def test_serve_on_device_path_equals_cpu(procs, preset):
+    """`serve --device cpu-dev --cache-mode full`: prefill, batched decode of
+    concurrent requests and sampling from downloaded logits give the CPU
+    engine's greedy text and token counts."""
+    model = os.path.join(MODELS, preset)
+    common = ("--threads", "1", "--cache-mode", "full", "--weights", "auto")
+    dev = procs.engine(name="dev", model=model, extra=common + ("--device", "cpu-dev"))
+    cpu = procs.engine(name="cpu", model=model, extra=common)
+    prompts = ["tell me about caching %d" % i for i in range(4)]
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:     # decode batched on the device
+        got = list(ex.map(lambda p: _completion(dev, p), prompts))
+    for p, a in zip(prompts, got):
+        b = _completion(cpu, p)
+        assert a["choices"][0]["message"] == b["choices"][0]["message"]
+        assert a["usage"]["prompt_tokens"] == b["usage"]["prompt_tokens"]
+        assert a["usage"]["completion_tokens"] == b["usage"]["completion_tokens"]
+    assert "device cpu-dev" in open(dev.log_path).read()
+
+
+def test_serve_on_a_device_needs_full_recompute(tmp_path):
+    """The prefix tree, PIC entries and checkpoints hold host states: a device
+    engine in another cache mode refuses to start, saying why."""
+    r = subprocess.run([ENGINE, "serve", "--host", "127.0.0.1", "--port", "0", "--model",
+                        os.path.join(MODELS, "tiny-qwen35"), "--device", "cpu-dev",
+                        "--insecure-pool"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "--cache-mode full" in r.stderr
