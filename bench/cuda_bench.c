@@ -272,25 +272,32 @@ main(int argc, char **argv)
     }
 
     /* prefill GEMMs: TFLOP/s against the bf16 dense peak */
-    struct { pic_wtype t; int n, in, out; const char *name; } gemms[] = {
-        { PIC_WTYPE_BF16, 2048, 1024, 3584, "gemm_ffn_up" },
-        { PIC_WTYPE_BF16, 2048, 3584, 1024, "gemm_ffn_down" },
-        { PIC_WTYPE_BF16, 2048, 1024, 248320, "gemm_lm_head" },
-        { PIC_WTYPE_F32, 2048, 1024, 3584, "gemm_ffn_up" },
-        { PIC_WTYPE_Q8, 2048, 1024, 3584, "gemm_ffn_up" },
+    /* parts: x split into that many bf16 parts (pic_cuda_bf16_split; 3, the
+     * default, keeps the CPU op's fp32 x; 1 is the plain bf16 GEMM) */
+    struct { pic_wtype t; int n, in, out, parts; const char *name; } gemms[] = {
+        { PIC_WTYPE_BF16, 2048, 1024, 3584, 1, "gemm_ffn_up_x1" },
+        { PIC_WTYPE_BF16, 2048, 3584, 1024, 1, "gemm_ffn_down_x1" },
+        { PIC_WTYPE_BF16, 2048, 1024, 248320, 1, "gemm_lm_head_x1" },
+        { PIC_WTYPE_BF16, 2048, 1024, 3584, 3, "gemm_ffn_up_x3" },
+        { PIC_WTYPE_BF16, 2048, 1024, 248320, 3, "gemm_lm_head_x3" },
+        { PIC_WTYPE_F32, 2048, 1024, 3584, 3, "gemm_ffn_up" },
+        { PIC_WTYPE_Q8, 2048, 1024, 3584, 3, "gemm_ffn_up" },
     };
-    double gemm_up = 0, gemm_lm = 0;
+    double gemm_up = 0, gemm_lm = 0, gemm_up3 = 0, gemm_lm3 = 0;
     for (size_t i = 0; i < sizeof(gemms) / sizeof(gemms[0]); i++) {
+        pic_cuda_bf16_split(gemms[i].parts);
         bench_row *r = bench_mm(be, gemms[i].t, gemms[i].n, gemms[i].in, gemms[i].out,
                                 gemms[i].name);
 
+        pic_cuda_bf16_split(3);
+        /* useful FLOP: 2 n in out, whatever the split costs */
         r->ratio = r->value / peak;
         snprintf(r->anchor, sizeof(r->anchor), "bf16 peak %.0f", peak);
         if (gemms[i].t == PIC_WTYPE_BF16 && gemms[i].out == 3584) {
-            gemm_up = r->value;
+            *(gemms[i].parts == 1 ? &gemm_up : &gemm_up3) = r->value;
         }
         if (gemms[i].t == PIC_WTYPE_BF16 && gemms[i].out == 248320) {
-            gemm_lm = r->value;
+            *(gemms[i].parts == 1 ? &gemm_lm : &gemm_lm3) = r->value;
         }
     }
 
@@ -400,6 +407,8 @@ main(int argc, char **argv)
         fprintf(f, "    \"gemm_bf16_tflops_lm_head_2048x1024x248320\": %.2f,\n", gemm_lm);
         fprintf(f, "    \"gemm_bf16_vs_peak\": %.4f,\n", gemm_up / peak);
         fprintf(f, "    \"gemm_bf16_lm_head_vs_peak\": %.4f,\n", gemm_lm / peak);
+        fprintf(f, "    \"gemm_bf16_x3_tflops_2048x1024x3584\": %.2f,\n", gemm_up3);
+        fprintf(f, "    \"gemm_bf16_x3_tflops_lm_head\": %.2f,\n", gemm_lm3);
         fprintf(f, "    \"gemv_bf16_gbs_lm_head\": %.1f,\n", gemv_lm);
         fprintf(f, "    \"gemv_bf16_gbs_ffn_up\": %.1f,\n", gemv_up);
         fprintf(f, "    \"copy_d2d_gbs\": %.1f,\n", copy_gbs);

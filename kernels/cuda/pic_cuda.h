@@ -40,8 +40,8 @@ extern "C" {
 #define PIC_CUDA_BACKEND_SYM "pic_backend_cuda"
 
 /* matmul_w on BF16 weights: n up to this runs the GEMV kernel (fp32 x,
- * bf16 W); more rows round x to bf16 and run a cuBLAS bf16 GEMM with fp32
- * accumulation. */
+ * bf16 W); more rows split x into bf16 parts (pic_cuda_bf16_split) and run
+ * one cuBLAS bf16 GEMM with fp32 accumulation per part. */
 #define PIC_CUDA_BF16_GEMV_ROWS 4
 
 /* matmul_w on Q8 weights: n up to this runs the int8 (dp4a) GEMV on x
@@ -96,6 +96,12 @@ int pic_cuda_wmat_upload(pic_wmat *dst, const pic_wmat *src);
 
 /* Free what pic_cuda_wmat_upload allocated and clear dst. */
 void pic_cuda_wmat_free(pic_wmat *w);
+
+/* Parts x is split into for the BF16 GEMM (parts 1..3; other values only
+ * ask): 3 (default, or $PIC_CUDA_BF16_SPLIT) carries x's 24 bits, so the
+ * result is the CPU op's up to fp32 summation order, at 3 GEMMs' cost; 1
+ * rounds x to bf16 (relative 2^-9 a value).  Returns the previous count. */
+int pic_cuda_bf16_split(int parts);
 
 /* --- the ops (device pointers; contracts: pic_kernels.h) --- */
 

@@ -4,9 +4,12 @@
  *
  * F32: cuBLAS sgemm (matmul.cu).  BF16: decode (n <= PIC_CUDA_BF16_GEMV_ROWS)
  * is a GEMV kernel, one warp per weight row, 16-byte loads of W, fp32 x and
- * fp32 sums; prefill rounds x to bf16 once and runs cublasGemmEx bf16 × bf16
- * → fp32 (fp32 accumulation), so it differs from the CPU op (which keeps x
- * fp32) by x's bf16 rounding: relative 2^-9 a value, NMSE ~1e-6.  Q8:
+ * fp32 sums; prefill splits x into bf16 parts (x = hi + mid + lo, 24 bits:
+ * the fp32 x of the CPU op) and runs one cublasGemmEx bf16 × bf16 → fp32
+ * (fp32 accumulation) per part.  One part (x rounded to bf16, relative 2^-9
+ * a value) was measured on the GPU: logits 0.1-1 away from the CPU's on the
+ * bf16 test models (fwd-gpu-check), so three is the default
+ * (pic_cuda_bf16_split).  Q8:
  * x quantised per 32-block exactly as pic_q8_act_from_f32 does; decode is an
  * int8 GEMV (dp4a, integer dot per block exact, Σ dw·dx·dot in fp32, as the
  * CPU's); prefill dequantises W in row tiles to fp32 and runs sgemm against
@@ -16,6 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "pic_cuda.h"
 #include "pic_cuda_check.cuh"
@@ -30,14 +34,23 @@ bf16_f32(uint16_t h)
 
 /* --- conversions --- */
 
-/* dst(n) = src as bf16 (nearest even). */
+/* dst(parts, n) = src split into parts bf16 terms, largest first: part 0
+ * = bf16(x), part p = bf16 of what the parts before it leave (nearest
+ * even each); their sum is x to 8 more bits per part. */
 static __global__ void
-bf16_from_f32_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
+bf16_split_kernel(__nv_bfloat16 *dst, const float *src, size_t n, int parts)
 {
     size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x;
 
-    if (i < n) {
-        dst[i] = __float2bfloat16_rn(src[i]);
+    if (i >= n) {
+        return;
+    }
+    float r = src[i];
+    for (int p = 0; p < parts; p++) {
+        __nv_bfloat16 h = __float2bfloat16_rn(r);
+
+        dst[(size_t) p * n + i] = h;
+        r -= __bfloat162float(h);
     }
 }
 
@@ -262,26 +275,52 @@ gemv_bf16_launch(float *y, const float *x, const pic_wmat *w, int n, float beta)
     return 0;
 }
 
+static int pic_bf16_parts = 0;         /* 0: not read from the env yet */
+
+extern "C" int
+pic_cuda_bf16_split(int parts)
+{
+    int old;
+
+    if (pic_bf16_parts == 0) {
+        const char *e = getenv("PIC_CUDA_BF16_SPLIT");
+
+        pic_bf16_parts = e != NULL && atoi(e) >= 1 && atoi(e) <= 3 ? atoi(e) : 3;
+    }
+    old = pic_bf16_parts;
+    if (parts >= 1 && parts <= 3) {
+        pic_bf16_parts = parts;
+    }
+    return old;
+}
+
+/* x split into bf16 parts (pic_cuda_bf16_split), then one bf16 × bf16 →
+ * fp32 GEMM per part, smallest first, each adding into y. */
 static int
 gemm_bf16_launch(float *y, const float *x, const pic_wmat *w, int n, float beta)
 {
+    int             parts = pic_cuda_bf16_split(0);
     size_t          nx = (size_t) n * w->cols;
     __nv_bfloat16  *xb = (__nv_bfloat16 *) pic_cuda_scratch(PIC_CUDA_BUF_X,
-                                                            nx * sizeof(*xb));
+                                                            parts * nx * sizeof(*xb));
     cublasHandle_t  h = pic_cuda_blas();
     const float     one = 1.0f;
 
     if (xb == NULL || h == NULL) {
         return -1;
     }
-    bf16_from_f32_kernel<<<pic_cuda_blocks(nx, 256), 256, 0, pic_cuda_stream_get()>>>(
-        xb, x, nx);
+    bf16_split_kernel<<<pic_cuda_blocks(nx, 256), 256, 0, pic_cuda_stream_get()>>>(
+        xb, x, nx, parts);
     PIC_CUDA_CHECK_LAUNCH();
-    PIC_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, w->rows, n, w->cols,
-                                  &one, w->data, CUDA_R_16BF, w->cols, xb,
-                                  CUDA_R_16BF, w->cols, &beta, y, CUDA_R_32F,
-                                  w->rows, CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT));
+    for (int p = parts - 1; p >= 0; p--) {
+        float b = p == parts - 1 ? beta : 1.0f;
+
+        PIC_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, w->rows, n, w->cols,
+                                      &one, w->data, CUDA_R_16BF, w->cols,
+                                      xb + (size_t) p * nx, CUDA_R_16BF, w->cols, &b,
+                                      y, CUDA_R_32F, w->rows, CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT));
+    }
     return 0;
 }
 

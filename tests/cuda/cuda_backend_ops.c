@@ -24,7 +24,8 @@
 #include "cuda/pic_cuda.h"
 
 /* One case.  Shape fields by op (unused ones 0):
- *   matmul / matmul_w / multi: a = n, b = in (cols), c = out (rows), d = accumulate
+ *   matmul / matmul_w / multi: a = n, b = in (cols), c = out (rows), d = accumulate,
+ *               f = bf16 parts of x in the GEMM (pic_cuda_bf16_split; 0: default)
  *   wmat_rows:  a = rows, b = cols, c = r0, d = nr
  *   rmsnorm:    a = n, b = dim, c = zero_centred (2: no weight), d = in place
  *   silu / sigmoid / softplus: a = n, b = value scale
@@ -69,12 +70,16 @@ static const cuda_case cases[] = {
     { "matmul_w", 4, 1024, 6144, 0, 0, 0, BF16, 1e-10 },
     { "matmul_w", 2, 100, 37, 1, 0, 0, BF16, 1e-10 },       /* scalar path */
     { "matmul_w", 1, 1024, 248320, 0, 0, 0, BF16, 1e-10 },  /* lm_head */
-    /* GEMM: x rounded to bf16 (relative 2^-9 a value) */
-    { "matmul_w", 5, 1024, 3584, 0, 0, 0, BF16, 1e-5 },
-    { "matmul_w", 64, 3584, 1024, 1, 0, 0, BF16, 1e-5 },
-    { "matmul_w", 512, 1024, 6144, 0, 0, 0, BF16, 1e-5 },
-    { "matmul_w", 7, 100, 37, 0, 0, 0, BF16, 1e-5 },
-    { "matmul_w", 64, 1024, 248320, 0, 0, 0, BF16, 1e-5 },  /* lm_head */
+    /* GEMM: x split into 3 bf16 parts (its 24 bits) */
+    { "matmul_w", 5, 1024, 3584, 0, 0, 0, BF16, 1e-10 },
+    { "matmul_w", 64, 3584, 1024, 1, 0, 0, BF16, 1e-10 },
+    { "matmul_w", 512, 1024, 6144, 0, 0, 0, BF16, 1e-10 },
+    { "matmul_w", 7, 100, 37, 0, 0, 0, BF16, 1e-10 },
+    { "matmul_w", 64, 1024, 248320, 0, 0, 0, BF16, 1e-10 }, /* lm_head */
+    /* one part: x rounded to bf16 (relative 2^-9 a value); two: 2^-17 */
+    { "matmul_w", 64, 3584, 1024, 1, 0, 1, BF16, 1e-5 },
+    { "matmul_w", 512, 1024, 6144, 0, 0, 1, BF16, 1e-5 },
+    { "matmul_w", 512, 1024, 6144, 0, 0, 2, BF16, 1e-9 },
     /* Q8: x quantised as the CPU does; fp32 sums in another order */
     { "matmul_w", 1, 1024, 3584, 0, 0, 0, Q8, 1e-8 },
     { "matmul_w", 4, 3584, 1024, 1, 0, 0, Q8, 1e-8 },
@@ -88,7 +93,7 @@ static const cuda_case cases[] = {
     { "matmul_w_multi", 1, 1024, 0, 0, 0, 0, F32, 1e-10 },
     { "matmul_w_multi", 1, 1024, 0, 0, 0, 0, BF16, 1e-10 },
     { "matmul_w_multi", 4, 1024, 0, 0, 0, 0, Q8, 1e-8 },
-    { "matmul_w_multi", 64, 1024, 0, 0, 0, 0, BF16, 1e-5 },
+    { "matmul_w_multi", 64, 1024, 0, 0, 0, 0, BF16, 1e-10 },
     { "matmul_w_multi", 64, 1024, 0, 0, 0, 0, Q8, 1e-8 },
 
     /* embedding rows: exact */
@@ -125,6 +130,11 @@ static const cuda_case cases[] = {
     { "rope", 3, 4, 32, 16, 100000, 0, F32, 1e-10 },
 
     { "attention", 1, 8, 2, 256, 1000, 1001, F32, 1e-9 },   /* decode */
+    { "attention", 1, 8, 2, 256, 4095, 4096, F32, 1e-9 },   /* decode, keys split */
+    { "attention", 3, 8, 2, 256, 20000, 20003, F32, 1e-9 }, /* 3 steps, split */
+    { "attention", 2, 8, 2, 256, 3000, 2000, F32, 1e-9 },   /* qpos past n_keys */
+    { "attention", 4, 6, 3, 100, 1500, 1504, F32, 1e-9 },
+    { "attention", 5, 8, 2, 256, -2, 3000, F32, 1e-9 },     /* split, rows with no key */
     { "attention", 64, 8, 2, 256, 0, 64, F32, 1e-9 },       /* prefill */
     { "attention", 37, 8, 2, 256, 100, 137, F32, 1e-9 },    /* a chunk after 100 */
     { "attention", 9, 8, 2, 256, -3, 4, F32, 1e-9 },        /* qpos < 0, > n_keys */
@@ -303,11 +313,13 @@ run_matmul(const pic_backend *cpu, const pic_backend *gpu, const cuda_case *c)
         free(w);
     } else {
         cuda_wmat m;
+        int       parts = pic_cuda_bf16_split(c->f);
 
         wmat_make(&m, c->wt, out, in);
         cpu->matmul_w(y, x, &m.h, n, acc);
         gpu->matmul_w(dy, dx, &m.d, n, acc);
         e = cmp(dy, y, (size_t) n * out);
+        pic_cuda_bf16_split(parts);
         wmat_drop(&m);
     }
     pic_cuda_free(dx);
@@ -753,7 +765,9 @@ run_op(const char *name)
             e = run_rope(cpu, gpu, c);
         } else if (strcmp(c->op, "attention") == 0) {
             e = run_attention(cpu, gpu, c);
-        } else if (strncmp(c->op, "gdn_", 4) == 0) {
+        } else if (strcmp(c->op, "gdn_recurrent") == 0
+                   || strcmp(c->op, "gdn_chunked") == 0)
+        {
             e = run_gdn(cpu, gpu, c);
         } else if (strcmp(c->op, "silu") == 0 || strcmp(c->op, "sigmoid") == 0
                    || strcmp(c->op, "softplus") == 0)
