@@ -608,6 +608,102 @@ test_on_gdn_hook_gives_composable_operator(void **unused)
     pic_state_free(s);
 }
 
+
+/* --- backend memory: the device path on the CPU (pic_backend_cpu_dev) --- */
+
+/* Bytes of layer l's S, conv, or KV (positions [0, pos)) in s, compared. */
+static void
+assert_states_equal(const pic_state *a, const pic_state *b)
+{
+    assert_int_equal(a->pos, b->pos);
+    for (int l = 0; l < a->n_layers; l++) {
+        if (a->S[l] != NULL) {
+            assert_memory_equal(a->S[l], b->S[l], (size_t) a->Hv * a->dk * a->dv * sizeof(float));
+            assert_memory_equal(a->conv[l], b->conv[l],
+                                (size_t) a->conv_ch * a->conv_k1 * sizeof(float));
+            continue;
+        }
+        for (int h = 0; h < a->Hkv; h++) {
+            assert_memory_equal(a->kc[l] + (size_t) h * a->cap * a->hd,
+                                b->kc[l] + (size_t) h * b->cap * b->hd,
+                                (size_t) a->pos * a->hd * sizeof(float));
+            assert_memory_equal(a->vc[l] + (size_t) h * a->cap * a->hd,
+                                b->vc[l] + (size_t) h * b->cap * b->hd,
+                                (size_t) a->pos * a->hd * sizeof(float));
+        }
+    }
+}
+
+/* Weights uploaded once (pic_model_to_backend), states on the backend
+ * (pic_state_init_on): prefill, decode steps and a batched step give the
+ * CPU's logits bit for bit on every fixture preset; pic_state_to_host
+ * brings the state back equal to the CPU's, pic_state_clone stays on the
+ * backend, and a forward mixing backends is refused. */
+static void
+test_device_memory_path_equals_cpu(void **unused)
+{
+    const pic_backend *dev = pic_backend_cpu_dev();
+    char               err[256];
+
+    assert_false(dev->host);
+    for (size_t mi = 0; mi < sizeof(fixture_models) / sizeof(fixture_models[0]); mi++) {
+        pic_model *m = fixture_load(fixture_models[mi]);
+        assert_non_null(m);
+        assert_null(pic_model_to_backend(m, pic_backend_cpu(), err, sizeof(err)));
+        pic_model *dm = pic_model_to_backend(m, dev, err, sizeof(err));
+        assert_non_null(dm);
+        assert_ptr_equal(dm->be, dev);
+
+        int     n = 140, V = m->cfg.vocab;
+        int    *tok = fixture_tokens(n + 4, V, (unsigned) mi);
+        float  *la = malloc((size_t) n * V * sizeof(float));
+        float  *lb = malloc((size_t) n * V * sizeof(float));
+        pic_state *a = pic_state_init(&m->cfg, 0, err, sizeof(err));
+        pic_state *b = pic_state_init_on(&m->cfg, 0, dev, err, sizeof(err));
+        assert_non_null(a);
+        assert_non_null(b);
+        assert_ptr_equal(b->be, dev);
+
+        assert_int_equal(pic_forward(m, NULL, a, tok, n, 0, PIC_LOGITS_ALL, la, NULL,
+                                     err, sizeof(err)), 0);
+        assert_int_equal(pic_forward(dm, dev, b, tok, n, 0, PIC_LOGITS_ALL, lb, NULL,
+                                     err, sizeof(err)), 0);
+        assert_memory_equal(la, lb, (size_t) n * V * sizeof(float));
+        for (int t = n; t < n + 2; t++) {
+            assert_int_equal(pic_forward(m, NULL, a, tok + t, 1, t, PIC_LOGITS_LAST, la,
+                                         NULL, err, sizeof(err)), 0);
+            assert_int_equal(pic_forward(dm, dev, b, tok + t, 1, t, PIC_LOGITS_LAST, lb,
+                                         NULL, err, sizeof(err)), 0);
+            assert_memory_equal(la, lb, (size_t) V * sizeof(float));
+        }
+
+        pic_state *h = pic_state_to_host(b);
+        assert_non_null(h);
+        assert_ptr_equal(h->be, pic_backend_cpu());
+        assert_states_equal(a, h);
+
+        /* two sequences in one batched step: a's clone with b's clone */
+        pic_state *a2 = pic_state_clone(a), *b2 = pic_state_clone(b);
+        assert_ptr_equal(b2->be, dev);
+        pic_state *sa[2] = { a, a2 }, *sb[2] = { b, b2 };
+        int        bt[2] = { tok[n + 2], tok[n + 3] };
+        assert_int_equal(pic_forward_batch(m, NULL, sa, bt, 2, la, err, sizeof(err)), 0);
+        assert_int_equal(pic_forward_batch(dm, dev, sb, bt, 2, lb, err, sizeof(err)), 0);
+        assert_memory_equal(la, lb, 2 * (size_t) V * sizeof(float));
+
+        /* the state is the backend's: a CPU forward on it is refused */
+        assert_int_equal(pic_forward(m, NULL, b, tok, 1, b->pos, PIC_LOGITS_LAST, la,
+                                     NULL, err, sizeof(err)), -1);
+        assert_non_null(strstr(err, "backend"));
+
+        pic_state_free(a); pic_state_free(a2); pic_state_free(b); pic_state_free(b2);
+        pic_state_free(h);
+        free(la); free(lb); free(tok);
+        pic_model_free(dm);
+        pic_model_free(m);
+    }
+}
+
 int
 main(void)
 {
@@ -620,6 +716,7 @@ main(void)
         cmocka_unit_test(test_bad_cuts_are_an_error),
         cmocka_unit_test(test_bad_input_is_an_error),
         cmocka_unit_test(test_on_gdn_hook_gives_composable_operator),
+        cmocka_unit_test(test_device_memory_path_equals_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, free_model);
 }
