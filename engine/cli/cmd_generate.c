@@ -5,11 +5,12 @@
  *
  *   pic-engine generate --model DIR (--prompt TEXT | --chat JSON | --tokens IDS)
  *       [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
- *       [--threads N] [--weights F] [--ignore-eos] [--ids]
+ *       [--threads N] [--weights F] [--device cpu|cuda] [--ignore-eos] [--ids]
  *
  * Temperature 0 (the default) is greedy decoding.  --ids prints the
  * generated token ids (comma-separated) instead of text; with --tokens the
  * prompt is given as ids (no tokenizer needed): the oracle tests use both.
+ * --device cuda runs the forward on the CUDA backend (README "Devices").
  */
 #include <errno.h>
 #include <stdint.h>
@@ -36,12 +37,14 @@ pic_generate_usage(FILE *f)
     fprintf(f,
         "usage: pic-engine generate --model DIR (--prompt TEXT | --chat JSON | --tokens IDS)\n"
         "           [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
-        "           [--seed S] [--threads N] [--weights F] [--ignore-eos] [--ids]\n"
+        "           [--seed S] [--threads N] [--weights F] [--device D] [--ignore-eos] [--ids]\n"
         "  --chat JSON   OpenAI messages array, or a chat request object (messages,\n"
         "                tools, chat_template_kwargs), rendered with the model's template\n"
         "  --tokens IDS  prompt as comma-separated token ids\n"
         "  --ids         print generated token ids instead of text\n"
         "  --weights F   big matrices as auto (default), f32, bf16 or q8\n"
+        "  --device D    cpu (default), cuda (build/libpic_cuda.so; bf16 weights\n"
+        "                unless --weights) or cpu-dev (tests)\n"
         "  temperature 0 (default) is greedy; stop tokens come from the config\n");
 }
 
@@ -118,7 +121,10 @@ pic_cmd_generate(int argc, char **argv)
     int               max_tokens = 128, threads = 0, ignore_eos = 0, print_ids = 0;
     pic_sample_params sp = { .temperature = 0.0f, .top_k = 0, .top_p = 1.0f,
                              .seed = 0 };
-    pic_model        *m = NULL;
+    pic_model        *m = NULL, *dm = NULL;   /* dm: m's weights on the device */
+    const pic_model  *fm;                      /* the model the forward runs */
+    const pic_backend *be;
+    const char       *device = "cpu", *weights = NULL;
     pic_tokenizer    *tok = NULL;
     pic_state        *s = NULL;
     pic_sampler       smp;
@@ -174,7 +180,9 @@ pic_cmd_generate(int argc, char **argv)
                 fprintf(stderr, "pic-engine generate: --weights must be auto, f32, bf16 or q8\n");
                 return 2;
             }
-            setenv("PIC_WEIGHTS", v, 1);    /* read by pic_model_load */
+            weights = v;
+        } else if (!strcmp(a, "--device")) {
+            device = v;
         } else {
             fprintf(stderr, "pic-engine generate: unknown option %s\n", a);
             pic_generate_usage(stderr);
@@ -188,6 +196,17 @@ pic_cmd_generate(int argc, char **argv)
         return 2;
     }
     pic_kernels_set_threads(threads);
+    be = pic_backend_load(device, err, sizeof(err));
+    if (be == NULL) {
+        fprintf(stderr, "pic-engine generate: %s\n", err);
+        return 1;
+    }
+    if (weights == NULL && !be->host) {
+        weights = "bf16";               /* bf16 on the GPU unless asked */
+    }
+    if (weights != NULL) {
+        setenv("PIC_WEIGHTS", weights, 1);  /* read by pic_model_load */
+    }
 
     /* tokenizer (not needed for --tokens --ids) */
     if (!(tok_list != NULL && print_ids)) {
@@ -202,6 +221,15 @@ pic_cmd_generate(int argc, char **argv)
     if (m == NULL) {
         fprintf(stderr, "pic-engine generate: %s\n", err);
         goto done;
+    }
+    fm = m;
+    if (!be->host) {
+        dm = pic_model_to_backend(m, be, err, sizeof(err));
+        if (dm == NULL) {
+            fprintf(stderr, "pic-engine generate: %s\n", err);
+            goto done;
+        }
+        fm = dm;
     }
     if (chat != NULL) {
         rendered = pic_generate_render_chat(chat, m->cfg.arch, err, sizeof(err));
@@ -241,7 +269,7 @@ pic_cmd_generate(int argc, char **argv)
         free(t32);
     }
 
-    s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    s = pic_state_init_on(&m->cfg, 0, be, err, sizeof(err));
     logits = malloc((size_t) m->cfg.vocab * sizeof(float));
     if (s == NULL || logits == NULL
         || pic_sampler_init(&smp, &sp, m->cfg.vocab) != 0) {
@@ -255,7 +283,7 @@ pic_cmd_generate(int argc, char **argv)
     }
 
     double t0 = pic_now_s();
-    if (pic_forward(m, NULL, s, ids, n, 0, PIC_LOGITS_LAST, logits, NULL,
+    if (pic_forward(fm, be, s, ids, n, 0, PIC_LOGITS_LAST, logits, NULL,
                     err, sizeof(err)) != 0) {
         fprintf(stderr, "pic-engine generate: %s\n", err);
         goto done;
@@ -284,7 +312,7 @@ pic_cmd_generate(int argc, char **argv)
         if (gen == max_tokens) {
             break;
         }
-        if (pic_forward(m, NULL, s, &id, 1, s->pos, PIC_LOGITS_LAST, logits,
+        if (pic_forward(fm, be, s, &id, 1, s->pos, PIC_LOGITS_LAST, logits,
                         NULL, err, sizeof(err)) != 0) {
             fprintf(stderr, "\npic-engine generate: %s\n", err);
             stop_reason = "error";
@@ -322,6 +350,7 @@ done:
     free(logits);
     free(ids);
     pic_state_free(s);
+    pic_model_free(dm);
     pic_model_free(m);
     pic_tokenizer_free(tok);
     return rc;

@@ -107,3 +107,18 @@ def test_serve_on_a_device_needs_full_recompute(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "--cache-mode full" in r.stderr
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_generate_on_device_path_equals_cpu(preset):
+    """`generate --device cpu-dev`: prefill, sampling from downloaded logits and
+    decode steps on backend states give the CPU's greedy ids."""
+    outs = []
+    for device in ("cpu-dev", "cpu"):
+        r = subprocess.run([ENGINE, "generate", "--model", os.path.join(MODELS, preset),
+                            "--tokens", ",".join(map(str, IDS[:40])), "--max-tokens", "24",
+                            "--ids", "--ignore-eos", "--weights", "auto", "--device", device],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout.strip())
+    assert outs[0] == outs[1] and len(outs[0].split(",")) == 24
