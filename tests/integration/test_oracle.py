@@ -37,6 +37,10 @@ BUILD = os.environ.get("PIC_BUILD", "build")
 ENGINE = os.path.join(ROOT, BUILD, "pic-engine") if not os.path.isabs(BUILD) \
     else os.path.join(BUILD, "pic-engine")
 ORACLE_DIR = os.path.join(ROOT, "tests", "fixtures", "oracle")
+# PIC_DEVICE=cuda (on a machine with a GPU and build/libpic_cuda.so): the logits
+# tests run `logits --device cuda --weights f32` (lossless for every fixture, so
+# the same bounds hold for the GPU's ops); unset: the CPU as always
+DEVICE = os.environ.get("PIC_DEVICE", "")
 TOL = 1e-4
 
 
@@ -77,6 +81,8 @@ def _engine_logits(meta, ids, tmp_path, decode_from=None, split_at=None, model_d
         cmd += ["--decode-from", str(decode_from)]
     if split_at is not None:
         cmd += ["--split-at", str(split_at)]
+    if DEVICE:
+        cmd += ["--device", DEVICE, "--weights", "f32"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     got = np.fromfile(out, dtype="<f4")
