@@ -1,8 +1,10 @@
 /*
  * gdn.cu — Gated DeltaNet (MODEL.md §3 item 6), token by token: one block
- * per (value head, 32 state columns); thread j keeps column j of its head's
- * state S (dk × ds) in registers for the whole run, the block stages each
- * token's k and q in shared memory.  Per token, as the CPU reference:
+ * per (value head, PIC_GDN_COLS state columns); the PIC_GDN_SPLIT threads of
+ * a column each keep every PIC_GDN_SPLIT-th row of it (rows r, r+4, ...) in
+ * registers for the whole run, and their partial dots meet by warp
+ * shuffles; the block stages each token's k and q in shared memory.  Per
+ * token, as the CPU reference:
  * S ← e^g S;  m = Sᵀ k;  δ = β (v − m);  S ← S + k δᵀ;  o = Sᵀ q.
  * gdn_chunked runs the same kernel for now (no WY form on the GPU yet).
  */
@@ -11,23 +13,38 @@
 #include "pic_cuda.h"
 #include "pic_cuda_check.cuh"
 
-#define PIC_GDN_COLS 32                 /* state columns per block */
+#define PIC_GDN_COLS  16                /* state columns per block */
+#define PIC_GDN_SPLIT 4                 /* threads per column (rows split) */
 
-/* DK: the register array's length, dk <= DK. */
+/* Sum over the PIC_GDN_SPLIT adjacent lanes of one column. */
+static __device__ __forceinline__ float
+gdn_col_sum(float v)
+{
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v;
+}
+
+/* DK: the rows a column can have (dk <= DK); thread t of the block takes
+ * column t / PIC_GDN_SPLIT, rows t % PIC_GDN_SPLIT + PIC_GDN_SPLIT·i. */
 template <int DK>
 static __global__ void
 gdn_recurrent_kernel(pic_gdn_args a)
 {
+    const int RPT = DK / PIC_GDN_SPLIT;     /* rows a thread keeps */
     __shared__ float sk[DK], sq[DK];
-    int    h = blockIdx.y, j = blockIdx.x * PIC_GDN_COLS + threadIdx.x;
+    int    h = blockIdx.y, rg = threadIdx.x % PIC_GDN_SPLIT;
+    int    j = blockIdx.x * PIC_GDN_COLS + threadIdx.x / PIC_GDN_SPLIT;
     int    r = a.Hv / a.Hk, dk = a.dk, ds = a.ds, Hv = a.Hv;
     int    live = j < ds;
     float *S = a.S + (size_t) h * dk * ds;  /* (dk, ds) */
-    float  s[DK];
+    float  s[RPT];
 
     #pragma unroll
-    for (int i = 0; i < DK; i++) {
-        s[i] = live && i < dk ? S[(size_t) i * ds + j] : 0.0f;
+    for (int i = 0; i < RPT; i++) {
+        int row = rg + PIC_GDN_SPLIT * i;
+
+        s[i] = live && row < dk ? S[(size_t) row * ds + j] : 0.0f;
     }
     for (int t = 0; t < a.n; t++) {
         const float *k = a.k + (size_t) t * a.ldk + (size_t) (h / r) * dk;
@@ -45,39 +62,51 @@ gdn_recurrent_kernel(pic_gdn_args a)
         float b = a.beta[(size_t) t * Hv + h], m = 0.0f;
 
         #pragma unroll
-        for (int i = 0; i < DK; i++) {
-            if (i < dk) {
+        for (int i = 0; i < RPT; i++) {
+            int row = rg + PIC_GDN_SPLIT * i;
+
+            if (row < dk) {
                 s[i] *= eg;
-                m += s[i] * sk[i];
+                m += s[i] * sk[row];
             }
         }
+        m = gdn_col_sum(m);
         float v = a.v != NULL && live ? a.v[(size_t) t * a.ldv + (size_t) h * ds + j]
                                       : 0.0f;
         float delta = b * (v - m);
 
         #pragma unroll
-        for (int i = 0; i < DK; i++) {
-            if (i < dk) {
-                s[i] += sk[i] * delta;
+        for (int i = 0; i < RPT; i++) {
+            int row = rg + PIC_GDN_SPLIT * i;
+
+            if (row < dk) {
+                s[i] += sk[row] * delta;
             }
         }
-        if (a.o != NULL && live) {
+        if (a.o != NULL) {
             float acc = 0.0f;
 
             #pragma unroll
-            for (int i = 0; i < DK; i++) {
-                if (i < dk) {
-                    acc += s[i] * sq[i];
+            for (int i = 0; i < RPT; i++) {
+                int row = rg + PIC_GDN_SPLIT * i;
+
+                if (row < dk) {
+                    acc += s[i] * sq[row];
                 }
             }
-            a.o[(size_t) t * a.ldo + (size_t) h * ds + j] = acc;
+            acc = gdn_col_sum(acc);
+            if (live && rg == 0) {
+                a.o[(size_t) t * a.ldo + (size_t) h * ds + j] = acc;
+            }
         }
     }
     if (live) {
         #pragma unroll
-        for (int i = 0; i < DK; i++) {
-            if (i < dk) {
-                S[(size_t) i * ds + j] = s[i];
+        for (int i = 0; i < RPT; i++) {
+            int row = rg + PIC_GDN_SPLIT * i;
+
+            if (row < dk) {
+                S[(size_t) row * ds + j] = s[i];
             }
         }
     }
@@ -101,19 +130,20 @@ static int
 gdn_recurrent_launch(const pic_gdn_args *a)
 {
     dim3         grid(pic_cuda_blocks(a->ds, PIC_GDN_COLS), (unsigned) a->Hv);
+    unsigned     th = PIC_GDN_COLS * PIC_GDN_SPLIT;
     cudaStream_t s = pic_cuda_stream_get();
 
     if (a->n == 0) {
         return 0;
     }
     if (a->dk <= 32) {
-        gdn_recurrent_kernel<32><<<grid, PIC_GDN_COLS, 0, s>>>(*a);
+        gdn_recurrent_kernel<32><<<grid, th, 0, s>>>(*a);
     } else if (a->dk <= 64) {
-        gdn_recurrent_kernel<64><<<grid, PIC_GDN_COLS, 0, s>>>(*a);
+        gdn_recurrent_kernel<64><<<grid, th, 0, s>>>(*a);
     } else if (a->dk <= 128) {
-        gdn_recurrent_kernel<128><<<grid, PIC_GDN_COLS, 0, s>>>(*a);
+        gdn_recurrent_kernel<128><<<grid, th, 0, s>>>(*a);
     } else {
-        gdn_recurrent_kernel<256><<<grid, PIC_GDN_COLS, 0, s>>>(*a);
+        gdn_recurrent_kernel<256><<<grid, th, 0, s>>>(*a);
     }
     PIC_CUDA_CHECK_LAUNCH();
     return 0;

@@ -159,8 +159,9 @@ int pic_cuda_attention(float *o, const float *q, const int *qpos, int n,
 int pic_cuda_gdn_recurrent(const pic_gdn_args *a);
 
 /* Gated DeltaNet over a->n tokens.  For now the recurrent kernel (one
- * block per value head and 32 state columns, tokens in order), not the
- * chunked WY form: equal to gdn_chunked up to rounding, slower in prefill. */
+ * block per value head and 16 state columns, 4 threads a column, tokens in
+ * order), not the chunked WY form: equal to gdn_chunked up to rounding,
+ * slower in prefill. */
 int pic_cuda_gdn_chunked(const pic_gdn_args *a);
 
 /* --- the forward's glue (device pointers; contracts: pic_kernels.h) --- */
