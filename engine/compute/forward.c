@@ -412,6 +412,14 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
     }
     /* decode (one run) allocates nothing: the workspace is s's, kept */
     sp = n_runs == 1 ? &one : malloc((size_t) n_runs * sizeof(*sp));
+    if (m->be != NULL ? m->be != be : !be->host) {
+        snprintf(err, errlen, "%s: weights on backend %s, forward on %s", __func__,
+                 m->be != NULL ? m->be->name : "cpu", be->name);
+        if (sp != &one) {
+            free(sp);
+        }
+        return -1;
+    }
     if (s->be != be && !(s->be->host && be->host)) {
         snprintf(err, errlen, "%s: state on backend %s, forward on %s", __func__,
                  s->be->name, be->name);
@@ -490,7 +498,7 @@ pic_forward(const pic_model *m, const pic_backend *be, pic_state *s,
     pic_run run = { .p0 = p0, .n = n };
 
     if (be == NULL) {
-        be = pic_backend_cpu();
+        be = s != NULL ? s->be : pic_backend_cpu();    /* the state's */
     }
     if (n <= 0 || p0 < 0 || tokens == NULL) {
         snprintf(err, errlen, "%s: bad batch (n=%d, p0=%d)", __func__, n, p0);
@@ -551,7 +559,7 @@ pic_forward_cuts(const pic_model *m, const pic_backend *be, pic_state *s,
         at = end;
     }
     if (be == NULL) {
-        be = pic_backend_cpu();
+        be = s != NULL ? s->be : pic_backend_cpu();    /* the state's */
     }
     rc = pic_forward_pass(m, be, s, tokens, runs, n_runs, n_cuts, n, PIC_GDN_CHUNK,
                           mode, logits, hooks, err, errlen);
@@ -568,7 +576,7 @@ pic_forward_runs(const pic_model *m, const pic_backend *be, pic_state *s,
     int total = 0, end = 0;
 
     if (be == NULL) {
-        be = pic_backend_cpu();
+        be = s != NULL ? s->be : pic_backend_cpu();    /* the state's */
     }
     if (runs == NULL || n_runs <= 0 || tokens == NULL
         || s->n_layers != m->cfg.n_layers) {

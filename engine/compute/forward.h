@@ -72,7 +72,8 @@ typedef struct {
 } pic_run;
 
 /* Run tokens (n) at positions p0.. through the model, advancing s (s->pos
- * becomes p0+n); logits (V) or (n, V) as mode asks.  be NULL: CPU.  hooks
+ * becomes p0+n); logits (V) or (n, V) as mode asks.  be NULL: s's backend
+ * (s->be; m's weights must be on it, pic_model_to_backend).  hooks
  * may be NULL.  -1 + err on a bad token id, position or allocation; the
  * state is then unspecified (reset it). */
 int pic_forward(const pic_model *m, const pic_backend *be, pic_state *s,
@@ -105,7 +106,7 @@ int pic_forward_cuts(const pic_model *m, const pic_backend *be, pic_state *s,
  * is causal by position over every run and cached slot.  Equals on_run for
  * every layer then pic_forward per run, up to GEMM rounding and the GDN
  * kernel choice (chunked from 8 tokens).  s->pos becomes the last run's
- * end; logits (V) of the last token when not NULL.  be NULL: CPU; hooks
+ * end; logits (V) of the last token when not NULL.  be NULL: s's; hooks
  * may be NULL.  -1 + err on bad runs, token ids or OOM (state unspecified). */
 int pic_forward_runs(const pic_model *m, const pic_backend *be, pic_state *s,
                      const int *tokens, const pic_run *runs, int n_runs,
@@ -118,7 +119,7 @@ int pic_forward_runs(const pic_model *m, const pic_backend *be, pic_state *s,
  * GEMM over the n_seq rows (the weights are read once per step), the GDN
  * step and attention run per row on that row's state, so row i equals
  * pic_forward(states[i], &tokens[i], 1, pos_i, PIC_LOGITS_LAST) up to GEMM
- * rounding.  The workspace lives in states[0].  be NULL: CPU.  -1 + err on
+ * rounding.  The workspace lives in states[0].  be NULL: the states'.  -1 + err on
  * bad arguments or OOM, before any state advanced (KV may have grown). */
 int pic_forward_batch(const pic_model *m, const pic_backend *be,
                       pic_state *const *states, const int *tokens, int n_seq,

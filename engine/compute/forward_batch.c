@@ -62,14 +62,20 @@ pic_forward_batch(const pic_model *m, const pic_backend *be,
     pic_fwd_span      sp[PIC_UBATCH];   /* one micro-batch; no per-step malloc */
     pic_ws            w;
 
-    if (be == NULL) {
-        be = pic_backend_cpu();
+    if (be == NULL) {                   /* the states' */
+        be = states != NULL && n_seq > 0 && states[0] != NULL ? states[0]->be
+                                                                : pic_backend_cpu();
     }
     if (n_seq <= 0 || states == NULL || tokens == NULL || logits == NULL) {
         snprintf(err, errlen, "%s: bad batch (n_seq=%d)", __func__, n_seq);
         return -1;
     }
     if (pic_forward_batch_check(m, states, tokens, n_seq, err, errlen) != 0) {
+        return -1;
+    }
+    if (m->be != NULL ? m->be != be : !be->host) {
+        snprintf(err, errlen, "%s: weights on backend %s, forward on %s", __func__,
+                 m->be != NULL ? m->be->name : "cpu", be->name);
         return -1;
     }
     for (int i = 0; i < n_seq; i++) {

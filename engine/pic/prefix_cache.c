@@ -473,6 +473,10 @@ pic_prefix_cache_free(pic_prefix_cache *pc)
 
 /* --- copies between nodes and a run state --- */
 
+/* Nodes and checkpoints live in host memory; a state lives on its backend
+ * (s->be): copies out of it are mem_download, into it mem_upload (memcpy on
+ * the CPU). */
+
 static void
 pic_pc_kv_to_state(const pic_prefix_cache *pc, const pic_pnode *n, pic_state *s)
 {
@@ -486,12 +490,12 @@ pic_pc_kv_to_state(const pic_prefix_cache *pc, const pic_pnode *n, pic_state *s)
             continue;
         }
         for (int j = 0; j < c->n_kv_heads; j++, src += rows) {
-            memcpy(s->kc[l] + ((size_t) j * s->cap + p0) * c->head_dim, src,
-                   rows * sizeof(float));
+            s->be->mem_upload(s->kc[l] + ((size_t) j * s->cap + p0) * c->head_dim, src,
+                              rows * sizeof(float));
         }
         for (int j = 0; j < c->n_kv_heads; j++, src += rows) {
-            memcpy(s->vc[l] + ((size_t) j * s->cap + p0) * c->head_dim, src,
-                   rows * sizeof(float));
+            s->be->mem_upload(s->vc[l] + ((size_t) j * s->cap + p0) * c->head_dim, src,
+                              rows * sizeof(float));
         }
     }
 }
@@ -509,12 +513,12 @@ pic_pc_kv_from_state(const pic_prefix_cache *pc, pic_pnode *n, const pic_state *
             continue;
         }
         for (int j = 0; j < c->n_kv_heads; j++, dst += rows) {
-            memcpy(dst, s->kc[l] + ((size_t) j * s->cap + p0) * c->head_dim,
-                   rows * sizeof(float));
+            s->be->mem_download(dst, s->kc[l] + ((size_t) j * s->cap + p0) * c->head_dim,
+                                rows * sizeof(float));
         }
         for (int j = 0; j < c->n_kv_heads; j++, dst += rows) {
-            memcpy(dst, s->vc[l] + ((size_t) j * s->cap + p0) * c->head_dim,
-                   rows * sizeof(float));
+            s->be->mem_download(dst, s->vc[l] + ((size_t) j * s->cap + p0) * c->head_dim,
+                                rows * sizeof(float));
         }
     }
 }
@@ -530,8 +534,8 @@ pic_pc_ck_take(const pic_prefix_cache *pc, const pic_state *s)
 
     for (int l = 0; ck != NULL && l < c->n_layers; l++) {
         if (c->layer_type[l] == PIC_LAYER_LINEAR) {
-            memcpy(d, s->S[l], nS * sizeof(float));
-            memcpy(d + nS, s->conv[l], nC * sizeof(float));
+            s->be->mem_download(d, s->S[l], nS * sizeof(float));
+            s->be->mem_download(d + nS, s->conv[l], nC * sizeof(float));
             d += nS + nC;
         }
     }
@@ -547,8 +551,8 @@ pic_pc_ck_to_state(const pic_prefix_cache *pc, const float *ck, pic_state *s)
 
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_type[l] == PIC_LAYER_LINEAR) {
-            memcpy(s->S[l], ck, nS * sizeof(float));
-            memcpy(s->conv[l], ck + nS, nC * sizeof(float));
+            s->be->mem_upload(s->S[l], ck, nS * sizeof(float));
+            s->be->mem_upload(s->conv[l], ck + nS, nC * sizeof(float));
             ck += nS + nC;
         }
     }
@@ -871,8 +875,8 @@ pic_prefix_cache_snap_layer(const pic_prefix_cache *pc, const pic_state *s, int 
             ck += nS + nC;
         }
     }
-    memcpy(ck, s->S[layer], nS * sizeof(float));
-    memcpy(ck + nS, s->conv[layer], nC * sizeof(float));
+    s->be->mem_download(ck, s->S[layer], nS * sizeof(float));
+    s->be->mem_download(ck + nS, s->conv[layer], nC * sizeof(float));
 }
 
 /* A new node under parent for tokens tb (nt of them) ending at end, its KV

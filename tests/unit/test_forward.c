@@ -691,10 +691,16 @@ test_device_memory_path_equals_cpu(void **unused)
         assert_int_equal(pic_forward_batch(dm, dev, sb, bt, 2, lb, err, sizeof(err)), 0);
         assert_memory_equal(la, lb, 2 * (size_t) V * sizeof(float));
 
-        /* the state is the backend's: a CPU forward on it is refused */
+        /* be NULL is the state's backend; weights or states on another
+         * backend than the forward's are refused */
+        assert_int_equal(pic_forward(dm, NULL, b2, tok, 1, b2->pos, PIC_LOGITS_LAST, lb,
+                                     NULL, err, sizeof(err)), 0);
         assert_int_equal(pic_forward(m, NULL, b, tok, 1, b->pos, PIC_LOGITS_LAST, la,
                                      NULL, err, sizeof(err)), -1);
-        assert_non_null(strstr(err, "backend"));
+        assert_non_null(strstr(err, "weights on backend cpu"));
+        assert_int_equal(pic_forward(dm, dev, a, tok, 1, a->pos, PIC_LOGITS_LAST, la,
+                                     NULL, err, sizeof(err)), -1);
+        assert_non_null(strstr(err, "state on backend cpu"));
 
         pic_state_free(a); pic_state_free(a2); pic_state_free(b); pic_state_free(b2);
         pic_state_free(h);
