@@ -263,6 +263,10 @@ def test_one_budget_evicts_across_tree_and_pool(procs, policy):
             # all exact or recomputed: must be the oracle's answer
             assert got.choices[0].message.content == want.choices[0].message.content
         assert got.usage.prompt_tokens == want.usage.prompt_tokens
+    # the keeper builds deferred entries after the replies; each build holds the
+    # budget right after its insert, so read the memory once none is pending
+    harness.wait_for(lambda: status(e.url)["prefix"]["deferred_builds"]["pending"] == 0,
+                     timeout=60, what="no deferred build pending", proc=e)
     st = status(e.url)
     mem = st["memory"]
     print("memory:", mem, "pool evictions:", st["cache"]["evictions"],
