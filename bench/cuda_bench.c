@@ -327,12 +327,13 @@ main(int argc, char **argv)
         }
     }
 
-    /* Gated DeltaNet, one layer (16 × 128 heads): decode step and prefill */
-    double gdn_step = 0, gdn_prefill = 0;
-    for (int pass = 0; pass < 2; pass++) {
+    /* Gated DeltaNet, one layer (16 × 128 heads): decode step, then the
+     * prefill by the recurrent and by the chunked (WY) kernel side by side */
+    double gdn_step = 0, gdn_prefill = 0, gdn_prefill_rec = 0;
+    for (int pass = 0; pass < 3; pass++) {
         int     n = pass == 0 ? 1 : 2048, Hk = 16, Hv = 16, dk = 128, ds = 128;
         int     ld = 2 * Hk * dk + Hv * ds;
-        gdn_ctx c = { .be = be, .chunked = pass };
+        gdn_ctx c = { .be = be, .chunked = pass == 2 };
         float  *qkv = dev_rand((size_t) n * ld, 0.08f);
         float  *g = dev_rand((size_t) n * Hv, 0.0f), *beta = dev_rand((size_t) n * Hv, 0.0f);
         float  *S = dev_rand((size_t) Hv * dk * ds, 0.01f);
@@ -347,10 +348,13 @@ main(int argc, char **argv)
                                .S = S, .o = o, .ldo = Hv * ds };
         double sec = bench_time(gdn_call, &c);
         snprintf(shape, sizeof(shape), "n=%d 16x128 heads", n);
-        row_add(pass ? "gdn_chunked_prefill" : "gdn_recurrent_step", shape, sec,
-                n / sec, "tok/s");
-        if (pass) {
+        row_add(pass == 2 ? "gdn_chunked_prefill"
+                : pass == 1 ? "gdn_recurrent_prefill" : "gdn_recurrent_step",
+                shape, sec, n / sec, "tok/s");
+        if (pass == 2) {
             gdn_prefill = n / sec;
+        } else if (pass == 1) {
+            gdn_prefill_rec = n / sec;
         } else {
             gdn_step = n / sec;
         }
@@ -414,6 +418,7 @@ main(int argc, char **argv)
         fprintf(f, "    \"copy_d2d_gbs\": %.1f,\n", copy_gbs);
         fprintf(f, "    \"gemv_bf16_lm_head_vs_copy\": %.4f,\n", gemv_lm / copy_gbs);
         fprintf(f, "    \"gdn_recurrent_step_tok_s_per_layer\": %.1f,\n", gdn_step);
+        fprintf(f, "    \"gdn_recurrent_prefill_tok_s_per_layer\": %.1f,\n", gdn_prefill_rec);
         fprintf(f, "    \"gdn_chunked_prefill_tok_s_per_layer\": %.1f,\n", gdn_prefill);
         fprintf(f, "    \"attention_prefill_tok_s_per_layer\": %.1f,\n", attn_prefill);
         fprintf(f, "    \"attention_decode_tok_s_per_layer\": %.1f\n", attn_decode);

@@ -158,10 +158,14 @@ int pic_cuda_attention(float *o, const float *q, const int *qpos, int n,
 /* Gated DeltaNet token by token (pic_kernels.h); dk <= 256. */
 int pic_cuda_gdn_recurrent(const pic_gdn_args *a);
 
-/* Gated DeltaNet over a->n tokens.  For now the recurrent kernel (one
- * block per value head and 16 state columns, 4 threads a column, tokens in
- * order), not the chunked WY form: equal to gdn_chunked up to rounding,
- * slower in prefill. */
+/* Gated DeltaNet over a->n tokens, the chunked WY form (chunk
+ * PIC_GDN_CHUNK; gdn.cu): per window of up to 64 chunks, one kernel builds
+ * every chunk's decayed K Kᵀ / Q Kᵀ and solves the unit-lower system
+ * (blocks per chunk and value head), a second carries the state through
+ * the chunks in order (blocks per value head and 16 state columns).  v ==
+ * NULL (transition operators) works.  Device scratch: Hv · min(chunks,
+ * 64) · 64 · (65 + ds + dk) floats.  $PIC_CUDA_GDN_CHUNKED=0 runs the
+ * recurrent kernel instead (equal up to rounding). */
 int pic_cuda_gdn_chunked(const pic_gdn_args *a);
 
 /* --- the forward's glue (device pointers; contracts: pic_kernels.h) --- */

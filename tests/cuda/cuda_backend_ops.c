@@ -145,9 +145,20 @@ static const cuda_case cases[] = {
     { "gdn_recurrent", 7, 16, 16, 128, 128, 0, F32, 1e-10 },
     { "gdn_recurrent", 5, 2, 4, 64, 48, 0, F32, 1e-10 },
     { "gdn_recurrent", 3, 16, 16, 128, 128, 1, F32, 1e-10 }, /* T: ds = dk, v = 0 */
+    /* chunked (WY form, chunk 64) vs the CPU's chunked: partial chunks,
+     * Hk != Hv, ds not a multiple of 16, every dk template, T (v = NULL),
+     * more tokens than one scratch window (64 chunks); S enters non-zero */
+    { "gdn_chunked", 1, 16, 16, 128, 128, 0, F32, 1e-8 },
+    { "gdn_chunked", 63, 16, 16, 128, 128, 0, F32, 1e-8 },
     { "gdn_chunked", 64, 16, 16, 128, 128, 0, F32, 1e-8 },
+    { "gdn_chunked", 65, 16, 16, 128, 128, 0, F32, 1e-8 },
     { "gdn_chunked", 200, 16, 16, 128, 128, 0, F32, 1e-8 },
+    { "gdn_chunked", 2048, 16, 16, 128, 128, 0, F32, 1e-8 }, /* Qwen3.5-0.8B */
+    { "gdn_chunked", 130, 2, 4, 64, 40, 0, F32, 1e-8 },
+    { "gdn_chunked", 70, 1, 2, 256, 64, 0, F32, 1e-8 },
     { "gdn_chunked", 100, 2, 4, 32, 32, 1, F32, 1e-8 },
+    { "gdn_chunked", 150, 16, 16, 128, 128, 1, F32, 1e-8 }, /* T: ds = dk */
+    { "gdn_chunked", 4200, 1, 2, 32, 32, 0, F32, 1e-8 },
 
     /* the forward's glue */
     { "mul", 64 * 3584, 0, 0, 0, 0, 0, F32, 0 },
