@@ -346,14 +346,16 @@ gdn_state_smem(int DK)
 }
 
 /* Block (column tile, head h): chunks of the window in order.  Thread t
- * takes column t % 16 and rows t / 16 + 16m of each product. */
+ * takes column t % 16 and chunk rows t / 16 + 16m (state rows
+ * (t / 16)·DK/16 .. +DK/16−1) of each product; staged rows are read 4
+ * (2) floats at a time. */
 template <int DK>
 static __global__ void __launch_bounds__(PIC_GDN_THREADS)
 gdn_chunk_state_kernel(pic_gdn_args a, gdn_win w)
 {
     const int C = PIC_GDN_C, NC = PIC_GDN_COLS, RG = PIC_GDN_THREADS / NC;
     const int RO = C / RG, RS = DK / RG;   /* chunk rows, state rows a thread */
-    extern __shared__ float smem[];
+    extern __shared__ __align__(16) float smem[];
     float *sX = smem;                       /* (C, DK) staged W, Q∘e^G, K∘e^.. */
     float *sP = sX + C * DK;                /* (C, C) */
     float *sS = sP + C * C;                 /* (DK, NC) the state tile */
@@ -392,12 +394,15 @@ gdn_chunk_state_kernel(pic_gdn_args a, gdn_win w)
 
             acc[m] = live ? w.U[(cb * C + r) * ds + j] : 0.0f;
         }
-        for (int d = 0; d < DK; d++) {
-            float s = sS[d * NC + jc];
+        for (int d = 0; d < DK; d += 4) {
+            float s0 = sS[d * NC + jc], s1 = sS[(d + 1) * NC + jc];
+            float s2 = sS[(d + 2) * NC + jc], s3 = sS[(d + 3) * NC + jc];
 
             #pragma unroll
             for (int m = 0; m < RO; m++) {
-                acc[m] -= sX[(rg + RG * m) * DK + d] * s;
+                float4 x = *(const float4 *) &sX[(rg + RG * m) * DK + d];
+
+                acc[m] -= x.x * s0 + x.y * s1 + x.z * s2 + x.w * s3;
             }
         }
         #pragma unroll
@@ -424,20 +429,26 @@ gdn_chunk_state_kernel(pic_gdn_args a, gdn_win w)
             for (int m = 0; m < RO; m++) {
                 acc[m] = 0.0f;
             }
-            for (int d = 0; d < DK; d++) {
-                float s = sS[d * NC + jc];
+            for (int d = 0; d < DK; d += 4) {
+                float s0 = sS[d * NC + jc], s1 = sS[(d + 1) * NC + jc];
+                float s2 = sS[(d + 2) * NC + jc], s3 = sS[(d + 3) * NC + jc];
 
                 #pragma unroll
                 for (int m = 0; m < RO; m++) {
-                    acc[m] += sX[(rg + RG * m) * DK + d] * s;
+                    float4 x = *(const float4 *) &sX[(rg + RG * m) * DK + d];
+
+                    acc[m] += x.x * s0 + x.y * s1 + x.z * s2 + x.w * s3;
                 }
             }
-            for (int l = 0; l < C; l++) {
-                float v = sV[l * NC + jc];
+            for (int l = 0; l < C; l += 4) {
+                float v0 = sV[l * NC + jc], v1 = sV[(l + 1) * NC + jc];
+                float v2 = sV[(l + 2) * NC + jc], v3 = sV[(l + 3) * NC + jc];
 
                 #pragma unroll
                 for (int m = 0; m < RO; m++) {
-                    acc[m] += sP[(rg + RG * m) * C + l] * v;
+                    float4 p = *(const float4 *) &sP[(rg + RG * m) * C + l];
+
+                    acc[m] += p.x * v0 + p.y * v1 + p.z * v2 + p.w * v3;
                 }
             }
             #pragma unroll
@@ -470,17 +481,20 @@ gdn_chunk_state_kernel(pic_gdn_args a, gdn_win w)
         for (int m = 0; m < RS; m++) {
             st[m] = 0.0f;
         }
-        for (int l = 0; l < C; l++) {
+        for (int l = 0; l < C; l++) {          /* rows rg·RS .. rg·RS+RS−1 */
             float v = sV[l * NC + jc];
 
             #pragma unroll
-            for (int m = 0; m < RS; m++) {
-                st[m] += sX[l * DK + rg + RG * m] * v;
+            for (int m = 0; m < RS; m += 2) {
+                float2 x = *(const float2 *) &sX[l * DK + rg * RS + m];
+
+                st[m] += x.x * v;
+                st[m + 1] += x.y * v;
             }
         }
         #pragma unroll
         for (int m = 0; m < RS; m++) {
-            int r = rg + RG * m;
+            int r = rg * RS + m;
 
             sS[r * NC + jc] = sS[r * NC + jc] * el + st[m];
         }
