@@ -581,7 +581,13 @@ gdn_chunked_launch(const pic_gdn_args *a)
     return 0;
 }
 
-/* $PIC_CUDA_GDN_CHUNKED=0 keeps gdn_chunked on the recurrent kernel. */
+/* Whether gdn_chunked runs the WY kernels: $PIC_CUDA_GDN_CHUNKED=1 / =0,
+ * else PIC_CUDA_GDN_CHUNKED_DEFAULT (off until checked on a GPU: then the
+ * recurrent kernel, equal up to rounding, serves gdn_chunked). */
+#ifndef PIC_CUDA_GDN_CHUNKED_DEFAULT
+#define PIC_CUDA_GDN_CHUNKED_DEFAULT 0
+#endif
+
 static int
 gdn_chunked_on(void)
 {
@@ -590,7 +596,7 @@ gdn_chunked_on(void)
     if (on < 0) {
         const char *e = getenv("PIC_CUDA_GDN_CHUNKED");
 
-        on = !(e != NULL && e[0] == '0');
+        on = e != NULL && e[0] != '\0' ? e[0] != '0' : PIC_CUDA_GDN_CHUNKED_DEFAULT;
     }
     return on;
 }

@@ -871,6 +871,8 @@ test_table_complete_and_memory_round_trips(void **state)
 int
 main(void)
 {
+    setenv("PIC_CUDA_GDN_CHUNKED", "1", 0);     /* test the WY kernels, default or not */
+
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_matches_cpu),
         cmocka_unit_test(test_matmul_w_matches_cpu),
