@@ -164,8 +164,8 @@ int pic_cuda_gdn_recurrent(const pic_gdn_args *a);
  * (blocks per chunk and value head), a second carries the state through
  * the chunks in order (blocks per value head and 16 state columns).  v ==
  * NULL (transition operators) works.  Device scratch: Hv · min(chunks,
- * 64) · 64 · (65 + ds + dk) floats.  On when $PIC_CUDA_GDN_CHUNKED=1 (or
- * by default where gdn.cu's PIC_CUDA_GDN_CHUNKED_DEFAULT says so); off,
+ * 64) · 64 · (65 + ds + dk) floats.  On by default (gdn.cu's
+ * PIC_CUDA_GDN_CHUNKED_DEFAULT); $PIC_CUDA_GDN_CHUNKED=0 turns it off, and
  * the recurrent kernel (equal up to rounding) serves. */
 int pic_cuda_gdn_chunked(const pic_gdn_args *a);
 
