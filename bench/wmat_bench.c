@@ -25,7 +25,7 @@
 #include "pic_kernels.h"
 #include "pic_time.h"
 
-static const char *paths[] = { "avx512vnni", "avx512", "avx2", "scalar" };
+static const char *paths[] = { "avx512bf16", "avx512vnni", "avx512", "avx2", "scalar" };
 
 int
 main(int argc, char **argv)

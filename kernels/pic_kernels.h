@@ -77,6 +77,11 @@ typedef struct {
     int             rows, cols;
     const void     *data;       /* F32 float / BF16 uint16_t / Q8 int8_t: (rows, cols) */
     const uint16_t *scale;      /* Q8: fp16 (rows, cols/32); else NULL */
+    int             xbf16;      /* BF16: 1 = x rounded to bf16 (nearest even,
+                                 * subnormals to 0) before the dot, products
+                                 * summed in fp32: bf16 dot products, what
+                                 * llama.cpp's BF16 computes (--weights
+                                 * bf16dot); 0 = x as fp32 (exact products) */
 } pic_wmat;
 
 typedef struct pic_backend {
@@ -275,6 +280,11 @@ const char *pic_wtype_name(pic_wtype t);
 /* dst(n) = src rounded to bfloat16 (nearest even; NaN stays NaN). */
 void pic_bf16_from_f32(uint16_t *dst, const float *src, size_t n);
 
+/* dst(n) = x(n) as a bf16dot matmul (pic_wmat.xbf16) multiplies it: rounded
+ * to bfloat16 (nearest even, subnormals to signed zero, NaN quiet), back to
+ * fp32 (dst may be src). */
+void pic_bf16_act_round(float *dst, const float *src, size_t n);
+
 /* Quantise src(n), n % PIC_Q8_BLOCK == 0, into qs(n) and fp16 scale(n/32):
  * per block d = max|x|/127 (rounded to fp16), q = round(x/d). */
 void pic_q8_from_f32(int8_t *qs, uint16_t *scale, const float *src, size_t n);
@@ -288,7 +298,7 @@ float    pic_half_to_f32(uint16_t h);
 uint16_t pic_f32_to_half(float f);
 
 /* SIMD path of the compact-weight kernels, chosen at run time: the best the
- * CPU supports ("avx512vnni", "avx512", "avx2", "scalar"), or $PIC_SIMD when it names one
+ * CPU supports ("avx512bf16", "avx512vnni", "avx512", "avx2", "scalar"), or $PIC_SIMD when it names one
  * the CPU has.  The binary itself only assumes the build baseline. */
 const char *pic_kernels_simd(void);
 

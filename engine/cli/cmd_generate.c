@@ -42,7 +42,8 @@ pic_generate_usage(FILE *f)
         "                tools, chat_template_kwargs), rendered with the model's template\n"
         "  --tokens IDS  prompt as comma-separated token ids\n"
         "  --ids         print generated token ids instead of text\n"
-        "  --weights F   big matrices as auto (default), f32, bf16 or q8\n"
+        "  --weights F   big matrices as auto (default), f32, bf16,\n"
+        "                bf16dot (x rounded to bf16 too) or q8\n"
         "  --device D    cpu (default), cuda (build/libpic_cuda.so; bf16 weights\n"
         "                unless --weights) or cpu-dev (tests)\n"
         "  temperature 0 (default) is greedy; stop tokens come from the config\n");
@@ -177,7 +178,8 @@ pic_cmd_generate(int argc, char **argv)
             pic_weights_format wf;
 
             if (pic_weights_parse(v, &wf) != 0) {
-                fprintf(stderr, "pic-engine generate: --weights must be auto, f32, bf16 or q8\n");
+                fprintf(stderr, "pic-engine generate: --weights must be "
+                        PIC_WEIGHTS_NAMES "\n");
                 return 2;
             }
             weights = v;

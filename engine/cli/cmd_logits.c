@@ -4,7 +4,7 @@
  *
  *   pic-engine logits --model DIR --tokens ID,ID,... --out FILE
  *                     [--decode-from N | --split-at N] [--threads N]
- *                     [--weights auto|f32|bf16|q8] [--device cpu|cuda]
+ *                     [--weights auto|f32|bf16|bf16dot|q8] [--device cpu|cuda]
  *
  * With --decode-from N the first N tokens are one prefill and the rest are
  * fed one at a time as decode steps; with --split-at N they are two
@@ -32,7 +32,7 @@ pic_logits_usage(FILE *f)
 {
     fprintf(f, "usage: pic-engine logits --model DIR --tokens ID,ID,... --out FILE\n"
                "                         [--decode-from N | --split-at N] [--threads N]\n"
-               "                         [--weights auto|f32|bf16|q8] [--device cpu|cuda]\n");
+               "                         [--weights auto|f32|bf16|bf16dot|q8] [--device cpu|cuda]\n");
 }
 
 int
@@ -77,7 +77,8 @@ pic_cmd_logits(int argc, char **argv)
             pic_weights_format wf;
 
             if (pic_weights_parse(v, &wf) != 0) {
-                fprintf(stderr, "pic-engine logits: --weights must be auto, f32, bf16 or q8\n");
+                fprintf(stderr, "pic-engine logits: --weights must be "
+                        PIC_WEIGHTS_NAMES "\n");
                 return 2;
             }
             weights = v;

@@ -133,6 +133,8 @@ typedef struct pic_model {
     uint64_t    fingerprint;    /* xxh64 over config + tensor bytes + tokenizer */
     size_t      weight_bytes;   /* bytes held for weights (all formats) */
     pic_wtype   wtype;          /* storage of the big matrices */
+    int         xbf16;          /* --weights bf16dot: every BF16 matrix has
+                                 * pic_wmat.xbf16 (x rounded to bf16) */
     void       *priv;           /* loader-owned storage (mmaps, buffers) */
     const pic_backend *be;      /* NULL: weights in host memory (the loader's);
                                  * else every weight pointer is be's memory
@@ -147,10 +149,20 @@ typedef enum {
     PIC_WEIGHTS_F32,
     PIC_WEIGHTS_BF16,
     PIC_WEIGHTS_Q8,             /* 8-bit blocks made at load (PIC_WTYPE_Q8) */
+    PIC_WEIGHTS_BF16DOT,        /* bf16, and x rounded to bf16 at each of their
+                                   matmuls (bf16 dot products, fp32 sums: what
+                                   llama.cpp's BF16 computes; pic_wmat.xbf16) */
 } pic_weights_format;
 
-/* "auto", "f32", "bf16" or "q8" into *f; -1 for anything else. */
+/* The --weights values, for messages: "auto, f32, bf16, bf16dot or q8". */
+#define PIC_WEIGHTS_NAMES "auto, f32, bf16, bf16dot or q8"
+
+/* "auto", "f32", "bf16", "q8" or "bf16dot" into *f; -1 for anything else. */
 int pic_weights_parse(const char *s, pic_weights_format *f);
+
+/* The format m's big matrices were loaded as ("f32", "bf16", "bf16dot",
+ * "q8"). */
+const char *pic_model_weights_name(const pic_model *m);
 
 /* Load a checkpoint directory with format $PIC_WEIGHTS (auto when unset);
  * NULL on error with a message

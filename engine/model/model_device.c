@@ -3,7 +3,8 @@
  * backend's memory (model.h, pic_model_to_backend): every weight pointer of
  * the copy is device memory, so the same forward (engine/compute) runs on
  * it with that backend's ops.  Matrices go up as the loader holds them
- * (f32, bf16 or q8 blocks + fp16 scales); vectors as fp32.
+ * (f32, bf16 or q8 blocks + fp16 scales; bf16dot only on a CPU backend);
+ * vectors as fp32.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,11 @@ pic_model_to_backend(const pic_model *m, const pic_backend *be, char *err,
     if (be == NULL || be->host) {
         snprintf(err, errlen, "%s: backend %s holds host memory: use the model as "
                  "loaded", __func__, be ? be->name : "(null)");
+        return NULL;
+    }
+    if (m->xbf16 && strncmp(be->name, "cpu", 3) != 0) {
+        snprintf(err, errlen, "--weights bf16dot rounds x in the CPU kernels; "
+                 "on %s use --weights bf16", be->name);
         return NULL;
     }
     dm = malloc(sizeof(*dm));

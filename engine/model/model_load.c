@@ -57,6 +57,7 @@ typedef struct {
     int64_t        t0, t_line;      /* load start, last progress line (ns) */
     pic_load_progress *prog;        /* shared counters, or NULL */
     pic_wtype      wt;              /* storage of the big matrices */
+    int            xbf16;           /* bf16dot: BF16 matrices get xbf16 */
     float         *chunk;           /* (LD_CHUNK) conversion buffer */
     char          *err;
     size_t         errlen;
@@ -311,6 +312,7 @@ ld_wmat_alloc(ld_ctx *L, int64_t rows, int64_t cols, pic_wmat *w)
     }
     memset(w, 0, sizeof(*w));
     w->type = t;
+    w->xbf16 = t == PIC_WTYPE_BF16 && L->xbf16;
     w->rows = (int) rows;
     w->cols = (int) cols;
     if (t == PIC_WTYPE_F32) {
@@ -853,15 +855,22 @@ ld_warn_unused(ld_ctx *L)
 int
 pic_weights_parse(const char *s, pic_weights_format *f)
 {
-    static const char *names[] = { "auto", "f32", "bf16", "q8" };
+    static const char *names[] = { "auto", "f32", "bf16", "q8", "bf16dot" };
 
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         if (s != NULL && strcmp(s, names[i]) == 0) {
             *f = (pic_weights_format) i;
             return 0;
         }
     }
     return -1;
+}
+
+
+const char *
+pic_model_weights_name(const pic_model *m)
+{
+    return m->xbf16 ? "bf16dot" : pic_wtype_name(m->wtype);
 }
 
 
@@ -876,6 +885,7 @@ ld_pick_wtype(ld_ctx *L, pic_weights_format f)
     case PIC_WEIGHTS_F32:
         return PIC_WTYPE_F32;
     case PIC_WEIGHTS_BF16:
+    case PIC_WEIGHTS_BF16DOT:
         return PIC_WTYPE_BF16;
     case PIC_WEIGHTS_Q8:
         return PIC_WTYPE_Q8;
@@ -906,8 +916,8 @@ pic_model_load(const char *dir, char *err, size_t errlen)
     const char        *env = getenv("PIC_WEIGHTS");
 
     if (env != NULL && env[0] != '\0' && pic_weights_parse(env, &f) != 0) {
-        fprintf(stderr, "pic_model_load: PIC_WEIGHTS=%s is not auto, f32, "
-                "bf16 or q8; using auto\n", env);
+        fprintf(stderr, "pic_model_load: PIC_WEIGHTS=%s is not "
+                PIC_WEIGHTS_NAMES "; using auto\n", env);
     }
     return pic_model_load_as(dir, f, err, errlen);
 }
@@ -1060,10 +1070,12 @@ pic_model_load_progress(const char *dir, pic_weights_format f,
         __atomic_store_n(&p->phase, PIC_LOAD_TENSORS, __ATOMIC_RELAXED);
     }
     L.wt = ld_pick_wtype(&L, f);
+    L.xbf16 = f == PIC_WEIGHTS_BF16DOT;
     m->wtype = L.wt;
-    if (L.wt != ld_pick_wtype(&L, PIC_WEIGHTS_AUTO)) {
+    m->xbf16 = L.xbf16;
+    if (L.wt != ld_pick_wtype(&L, PIC_WEIGHTS_AUTO) || L.xbf16) {
         /* a lossy format is another model for cached entries (DESIGN §4.1) */
-        uint64_t mix[2] = { m->fingerprint, (uint64_t) L.wt };
+        uint64_t mix[2] = { m->fingerprint, (uint64_t) L.wt | (uint64_t) L.xbf16 << 8 };
 
         m->fingerprint = XXH3_64bits(mix, sizeof(mix));
     }
@@ -1114,7 +1126,7 @@ pic_model_load_progress(const char *dir, pic_weights_format f,
     if (L.report) {
         ld_line(&L, "loaded");
         fprintf(stderr, "pic_model_load: %s: %.2f GB held (%s), fingerprint "
-                "%016llx\n", dir, m->weight_bytes / 1e9, pic_wtype_name(L.wt),
+                "%016llx\n", dir, m->weight_bytes / 1e9, pic_model_weights_name(m),
                 (unsigned long long) m->fingerprint);
     }
     pic_st_close(L.st);

@@ -319,7 +319,7 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         snprintf(fp, sizeof(fp), "%016llx", (unsigned long long) srv->model->fingerprint);
         cJSON_AddStringToObject(o, "weights_fingerprint", fp);
         cJSON_AddNumberToObject(o, "layers", srv->model->cfg.n_layers);
-        cJSON_AddStringToObject(o, "weights", pic_wtype_name(srv->model->wtype));
+        cJSON_AddStringToObject(o, "weights", pic_model_weights_name(srv->model));
         cJSON_AddNumberToObject(o, "weight_bytes", (double) srv->model->weight_bytes);
         cJSON_AddNumberToObject(o, "context", srv->max_ctx);
         cJSON_AddStringToObject(o, "template", pic_template_dialect_name(srv->dialect));
@@ -859,12 +859,12 @@ pic_server_load_model(pic_server *srv)
 
     if (wname != NULL && wname[0] != '\0' && pic_weights_parse(wname, &wf) != 0) {
         if (o->weights != NULL) {
-            fprintf(stderr, "pic-engine[%s]: --weights must be auto, f32, bf16 "
-                    "or q8\n", o->id);
+            fprintf(stderr, "pic-engine[%s]: --weights must be "
+                    PIC_WEIGHTS_NAMES "\n", o->id);
             return -1;
         }
-        fprintf(stderr, "pic-engine[%s]: PIC_WEIGHTS=%s is not auto, f32, bf16 or q8; "
-                "using auto\n", o->id, wname);
+        fprintf(stderr, "pic-engine[%s]: PIC_WEIGHTS=%s is not " PIC_WEIGHTS_NAMES
+                "; using auto\n", o->id, wname);
     }
     srv->load.hold = o->load_hold;
     srv->model = pic_model_load_progress(o->model_dir, wf, &srv->load, err, sizeof(err));

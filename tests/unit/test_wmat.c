@@ -75,7 +75,27 @@ make_wmat(pic_wtype t, const float *w, int rows, int cols, void **store)
     return m;
 }
 
-static const char *simd_paths[] = { "avx512vnni", "avx512", "avx2", "scalar" };
+/* A loop index over the formats: the pic_wtype values, then BF16 with xbf16. */
+#define T_BF16DOT (PIC_WTYPE_Q8 + 1)
+
+/* make_wmat of the format t (a pic_wtype or T_BF16DOT). */
+static pic_wmat
+make_fmt(int t, const float *w, int rows, int cols, void **store)
+{
+    pic_wmat m = make_wmat(t == T_BF16DOT ? PIC_WTYPE_BF16 : (pic_wtype) t, w, rows, cols,
+                           store);
+
+    m.xbf16 = t == T_BF16DOT;
+    return m;
+}
+
+static const char *
+fmt_name(int t)
+{
+    return t == T_BF16DOT ? "bf16dot" : pic_wtype_name((pic_wtype) t);
+}
+
+static const char *simd_paths[] = { "avx512bf16", "avx512vnni", "avx512", "avx2", "scalar" };
 
 /* x(n) as the q8 matmul sees it: quantised per block and back. */
 static void
@@ -91,9 +111,10 @@ q8_act_round(float *dst, const float *x, size_t n)
     free(q); free(d);
 }
 
-/* matmul_w == double reference over the dequantised W, on every path. */
+/* matmul_w == double reference over the dequantised W (xbf16: and x
+ * rounded as pic_bf16_act_round rounds it), on every path. */
 static void
-check_matmul(pic_wtype t, int rows, int cols)
+check_matmul_x(pic_wtype t, int xbf16, int rows, int cols)
 {
     const pic_backend *be = pic_backend_cpu();
     float             *w = frand_vec((size_t) rows * cols, 0.5f);
@@ -102,6 +123,7 @@ check_matmul(pic_wtype t, int rows, int cols)
     pic_wmat           m = make_wmat(t, w, rows, cols, &store);
     const char        *saved = pic_kernels_simd();
 
+    m.xbf16 = xbf16;
     be->wmat_rows(wd, &m, 0, rows);
     for (size_t p = 0; p < sizeof(simd_paths) / sizeof(simd_paths[0]); p++) {
         if (pic_kernels_set_simd(simd_paths[p]) != 0) {
@@ -122,6 +144,8 @@ check_matmul(pic_wtype t, int rows, int cols)
                 memcpy(xr, x, (size_t) n * cols * sizeof(float));
                 if (t == PIC_WTYPE_Q8) {
                     q8_act_round(xr, x, (size_t) n * cols);
+                } else if (xbf16) {
+                    pic_bf16_act_round(xr, x, (size_t) n * cols);
                 }
                 be->matmul_w(y, x, &m, n, acc);
                 for (int r = 0; r < n; r++) {
@@ -134,8 +158,9 @@ check_matmul(pic_wtype t, int rows, int cols)
                             mag += fabs(q);
                         }
                         if (fabs(y[r * rows + o] - s) > 2e-6 * mag + 1e-30) {
-                            fail_msg("%s %s (%d, %d) n=%d acc=%d: y[%d][%d] = %g, want %g",
-                                     simd_paths[p], pic_wtype_name(t), rows, cols, n,
+                            fail_msg("%s %s%s (%d, %d) n=%d acc=%d: y[%d][%d] = %g, want %g",
+                                     simd_paths[p], pic_wtype_name(t), xbf16 ? " xbf16" : "",
+                                     rows, cols, n,
                                      acc, r, o, y[r * rows + o], s);
                         }
                     }
@@ -146,6 +171,12 @@ check_matmul(pic_wtype t, int rows, int cols)
     }
     assert_int_equal(pic_kernels_set_simd(saved), 0);
     free(w); free(wd); free(store);
+}
+
+static void
+check_matmul(pic_wtype t, int rows, int cols)
+{
+    check_matmul_x(t, 0, rows, cols);
 }
 
 static void
@@ -165,6 +196,70 @@ test_bf16_matmul_odd_shapes(void **unused)
     check_matmul(PIC_WTYPE_BF16, 301, 133);     /* threaded, tails of 16/32 */
     check_matmul(PIC_WTYPE_BF16, 700, 1024);    /* several GEMM tiles */
     check_matmul(PIC_WTYPE_BF16, 37, 1100);     /* two K-blocks, a 12-wide tail */
+}
+
+/* bf16dot: the dot GEMM (AVX-512 BF16) and the rounded-x fallback of every
+ * other path, GEMV and GEMM rows alike. */
+static void
+test_bf16dot_matmul_odd_shapes(void **unused)
+{
+    check_matmul_x(PIC_WTYPE_BF16, 1, 1, 7);
+    check_matmul_x(PIC_WTYPE_BF16, 1, 37, 19);
+    check_matmul_x(PIC_WTYPE_BF16, 1, 301, 133);    /* threaded, a last group of 5 rows */
+    check_matmul_x(PIC_WTYPE_BF16, 1, 700, 1024);
+    check_matmul_x(PIC_WTYPE_BF16, 1, 37, 1100);    /* a 12-wide tail */
+    check_matmul_x(PIC_WTYPE_BF16, 1, 21, 4100);    /* three K-blocks of the dot GEMM */
+}
+
+/* bf16dot rounds x exactly as pic_bf16_act_round does, on every path and
+ * row count: through W = I, y is the rounded x itself (ties to even,
+ * subnormals to zero, large and negative values). */
+static void
+test_bf16dot_rounds_x_as_documented(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    const char        *saved = pic_kernels_simd();
+    int                d = 64, tried = 0;
+    float             *eye = calloc((size_t) d * d, sizeof(float));
+    float             *x = frand_vec((size_t) 40 * d, 3.0f);
+    float             *want = malloc((size_t) 40 * d * sizeof(float));
+    float             *y = malloc((size_t) 40 * d * sizeof(float));
+    void              *store;
+    pic_wmat           m;
+
+    for (int i = 0; i < d; i++) {
+        eye[i * d + i] = 1.0f;
+    }
+    x[0] = 1.0f + 0x1p-8f;              /* tie: to 1 */
+    x[1] = 1.0f + 3 * 0x1p-8f;          /* tie: to 1 + 2^-6 */
+    x[2] = 0x1p-130f;                   /* subnormal: to 0 */
+    x[3] = -0x1p-127f;
+    x[4] = 0x1p-126f;                   /* the smallest normal stays */
+    x[5] = -3.0e38f;
+    x[d + 7] = 1.0f + 0x1p-7f + 0x1p-20f;
+    m = make_wmat(PIC_WTYPE_BF16, eye, d, d, &store);
+    m.xbf16 = 1;
+    pic_bf16_act_round(want, x, (size_t) 40 * d);
+    assert_true(want[0] == 1.0f && want[1] == 1.0f + 0x1p-6f);
+    assert_true(want[2] == 0.0f && want[3] == 0.0f && want[4] == 0x1p-126f);
+    for (size_t p = 0; p < sizeof(simd_paths) / sizeof(simd_paths[0]); p++) {
+        if (pic_kernels_set_simd(simd_paths[p]) != 0) {
+            continue;
+        }
+        tried++;
+        for (int n = 2; n <= 40; n += 38) {     /* GEMV, then GEMM rows */
+            be->matmul_w(y, x, &m, n, 0);
+            for (int i = 0; i < n * d; i++) {
+                if (!(y[i] == want[i])) {
+                    fail_msg("%s n=%d: y[%d] = %a, want %a (x %a)", simd_paths[p], n, i,
+                             y[i], want[i], x[i]);
+                }
+            }
+        }
+    }
+    assert_true(tried >= 1);
+    assert_int_equal(pic_kernels_set_simd(saved), 0);
+    free(eye); free(x); free(want); free(y); free(store);
 }
 
 static void
@@ -223,10 +318,11 @@ test_simd_paths_match_scalar(void **unused)
     free(w); free(x);
 }
 
-/* The small GEMM (AVX-512, BF16 / Q8, 5..64 rows) gives each row the same
- * bits whatever n and the row's place among them: rows 7..11 of a 64-row
- * call equal a 5-row call on those rows, and a 7-row one (groups of
- * three cut differently), threaded or not. */
+/* The small GEMM (AVX-512, BF16 / Q8, 5..64 rows) and the bf16 dot GEMM
+ * (any n past the GEMV) give each row the same bits whatever n and the
+ * row's place among them: rows 7..11 of a 64-row call equal a 5-row call
+ * on those rows, and a 7-row one (groups of three cut differently),
+ * threaded or not. */
 static void
 test_small_gemm_rows_independent_of_n(void **unused)
 {
@@ -238,13 +334,13 @@ test_small_gemm_rows_independent_of_n(void **unused)
     float             *y64 = malloc((size_t) 64 * rows * sizeof(float));
     float             *y5 = malloc((size_t) 7 * rows * sizeof(float));
 
-    for (size_t p = 0; p < 2; p++) {            /* the AVX-512 paths */
+    for (size_t p = 0; p < 3; p++) {            /* the AVX-512 paths */
         if (pic_kernels_set_simd(simd_paths[p]) != 0) {
             continue;
         }
-        for (int t = PIC_WTYPE_BF16; t <= PIC_WTYPE_Q8; t++) {
+        for (int t = PIC_WTYPE_BF16; t <= T_BF16DOT; t++) {
             void     *store;
-            pic_wmat  m = make_wmat((pic_wtype) t, w, rows, cols, &store);
+            pic_wmat  m = make_fmt(t, w, rows, cols, &store);
 
             be->matmul_w(y64, x, &m, 64, 0);
             be->matmul_w(y5, x + (size_t) 7 * cols, &m, 5, 0);
@@ -269,7 +365,7 @@ test_multi_matmul_is_matmul_of_each(void **unused)
     const char        *saved = pic_kernels_simd();
     int                cols = 256, rows[3] = { 1201, 16, 77 };  /* past the serial cut */
 
-    for (int t = PIC_WTYPE_F32; t <= PIC_WTYPE_Q8; t++) {
+    for (int t = PIC_WTYPE_F32; t <= T_BF16DOT; t++) {
         void           *store[3];
         float          *w[3];
         pic_wmat        m[3];
@@ -277,8 +373,7 @@ test_multi_matmul_is_matmul_of_each(void **unused)
 
         for (int i = 0; i < 3; i++) {
             w[i] = frand_vec((size_t) rows[i] * cols, 0.5f);
-            m[i] = make_wmat(i == 1 ? PIC_WTYPE_F32 : (pic_wtype) t, w[i], rows[i], cols,
-                             &store[i]);
+            m[i] = make_fmt(i == 1 ? PIC_WTYPE_F32 : t, w[i], rows[i], cols, &store[i]);
             ws[i] = &m[i];
         }
         for (size_t p = 0; p < sizeof(simd_paths) / sizeof(simd_paths[0]); p++) {
@@ -300,7 +395,7 @@ test_multi_matmul_is_matmul_of_each(void **unused)
                     be->matmul_w(want, x, &m[i], n, 0);
                     if (memcmp(want, ys[i], (size_t) n * rows[i] * sizeof(float)) != 0) {
                         fail_msg("%s %s n=%d: matrix %d differs from matmul_w",
-                                 simd_paths[p], pic_wtype_name((pic_wtype) t), n, i);
+                                 simd_paths[p], fmt_name(t), n, i);
                     }
                     free(want);
                     free(ys[i]);
@@ -422,6 +517,8 @@ main(void)
         cmocka_unit_test(test_f32_matmul_odd_shapes),
         cmocka_unit_test(test_bf16_matmul_odd_shapes),
         cmocka_unit_test(test_q8_matmul_odd_shapes),
+        cmocka_unit_test(test_bf16dot_matmul_odd_shapes),
+        cmocka_unit_test(test_bf16dot_rounds_x_as_documented),
         cmocka_unit_test(test_simd_paths_match_scalar),
         cmocka_unit_test(test_small_gemm_rows_independent_of_n),
         cmocka_unit_test(test_multi_matmul_is_matmul_of_each),
