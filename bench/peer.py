@@ -14,7 +14,11 @@ versions scripts/fixtures.sh uses, and the sdist's gguf-py).
 The benchmark checkpoint models/mid (tests/tools/make_models.py --preset
 mid, made here when missing) is converted to GGUF F32, BF16 and Q8_0; each
 format is then run by both engines with THREADS threads (default: all
-cores), matched as pic-engine --weights f32 / bf16 / q8:
+cores), matched as pic-engine --weights f32 / bf16 / q8, and BF16 a second
+time as --weights bf16dot, the arithmetic llama.cpp's BF16 does (the
+activations rounded to bf16 at each weight matmul; --weights bf16 keeps
+them fp32, exact products); llama-bench runs once per GGUF, both bf16 rows
+divide by that run (the warm chunk's rounds alternate per row):
 
   * prefill tok/s at 512, 2k, 8k tokens (QUICK=1: 512, 2k): llama-bench
     pp<N>; pic-engine bench/warm_bench.c `MODEL 0 N THREADS 2 pp` on N
@@ -42,7 +46,8 @@ cores), matched as pic-engine --weights f32 / bf16 / q8:
     between runs of the benchmark); the per-round ratios go in the JSON.
 
 Then the agentic TTFT through both servers' OpenAI endpoints
-(/v1/chat/completions), on one format (PEER_AGENT_FORMAT, default bf16):
+(/v1/chat/completions), on one format (PEER_AGENT_FORMAT, default bf16dot:
+llama-server's BF16 arithmetic):
 `pic-engine serve` (default cache mode, exact first) and `llama-server`
 (its prompt cache on, as it ships: cache_prompt, --cache-ram; a slot per
 session; --cache-reuse 256, which it disables itself for this model) side by
@@ -85,9 +90,9 @@ theirs), and the lowest of each over formats; agent_ttft_ratio_vs_llamacpp
 each session / once every pooled document has an entry).  Writes
 bench/results/peer.json.
 
-Env: QUICK=1, THREADS=N, PEER_FORMATS=f32,bf16,q8 (a subset), PEER_LENS=512,2048
+Env: QUICK=1, THREADS=N, PEER_FORMATS=f32,bf16,bf16dot,q8 (a subset), PEER_LENS=512,2048
 (prefill lengths), PEER_REBUILD=1, PEER_AGENT=0 (skip the agentic part),
-PEER_AGENT_FORMAT=bf16, PEER_WARM=2048:570 (warm chunk: depth:new tokens; 0 skips it),
+PEER_AGENT_FORMAT=bf16dot, PEER_WARM=2048:570 (warm chunk: depth:new tokens; 0 skips it),
 PEER_WARM_ROUNDS=2 / PEER_WARM_REPS=3 (the warm chunk's alternating rounds, timed runs per call),
 PEER_TURNS / PEER_SHIFTED (agent-loop turns, shifted-docs requests),
 PEER_MANY / PEER_MANY_TURNS / PEER_MANY_SPS (agent_loop_many's sessions, turns, llama-server's
@@ -127,7 +132,7 @@ MODEL = os.path.join(ROOT, "models", "mid")
 CONVERT_REQS = ["torch==2.15.0", "transformers==5.23.0", "numpy", "sentencepiece",
                 "protobuf<5", "setuptools", "setuptools-scm", "wheel"]
 # our --weights name -> GGUF outtype, llama-bench type name
-FORMATS = {"f32": "f32", "bf16": "bf16", "q8": "q8_0"}
+FORMATS = {"f32": "f32", "bf16": "bf16", "bf16dot": "bf16", "q8": "q8_0"}
 THREADS = int(os.environ.get("THREADS", "0") or 0) or os.cpu_count()
 LENS = [int(x) for x in os.environ["PEER_LENS"].split(",")] if os.environ.get("PEER_LENS") \
     else [512, 2048] if QUICK else [512, 2048, 8192]
@@ -525,7 +530,8 @@ def agentic(src, fmt):
 def main():
     need_binary(ENGINE)
     need_binary(WARM_BENCH)
-    formats = [f for f in os.environ.get("PEER_FORMATS", "f32,bf16,q8").split(",") if f]
+    formats = [f for f in os.environ.get("PEER_FORMATS", "f32,bf16,bf16dot,q8").split(",")
+               if f]
     for f in formats:
         if f not in FORMATS:
             sys.exit("peer.py: PEER_FORMATS: %s is not one of %s" % (f, ",".join(FORMATS)))
@@ -534,11 +540,13 @@ def main():
     src = ensure_source()
     bench = ensure_build(src)
     ensure_model(MODEL)
-    rows, per = [], {}
+    rows, per, by_gguf = [], {}, {}
     for f in formats:
         gguf = ensure_gguf(src, f)
-        log("%s: llama-bench" % f)
-        theirs = llama_bench(bench, gguf)
+        if gguf not in by_gguf:
+            log("%s: llama-bench" % f)
+            by_gguf[gguf] = llama_bench(bench, gguf)
+        theirs = dict(by_gguf[gguf])
         log("%s: pic-engine" % f)
         ours = pic_engine(f)
         if WARM:
@@ -616,7 +624,7 @@ def main():
               "wall_s": round(time.time() - t0, 1)}
     agent = None
     if os.environ.get("PEER_AGENT", "1") != "0":
-        fmt = os.environ.get("PEER_AGENT_FORMAT", "bf16")
+        fmt = os.environ.get("PEER_AGENT_FORMAT", "bf16dot")
         log("agentic TTFT (%s): pic-engine serve and llama-server" % fmt)
         agent = agentic(src, fmt)
         arows = []

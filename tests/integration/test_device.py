@@ -42,7 +42,7 @@ def _logits(tmp_path, preset, device, extra, env=None):
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("how", [[], ["--decode-from", "100"], ["--split-at", "70"]],
                          ids=["prefill", "decode", "split"])
-@pytest.mark.parametrize("weights", ["auto", "bf16"])
+@pytest.mark.parametrize("weights", ["auto", "bf16", "bf16dot"])
 def test_device_path_equals_cpu_bit_for_bit(tmp_path, preset, how, weights):
     extra = ["--weights", weights] + how
     rd, dev = _logits(tmp_path, preset, "cpu-dev", extra)

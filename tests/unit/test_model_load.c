@@ -1071,6 +1071,15 @@ test_fingerprint_tracks_every_input(void **state)
     cJSON_AddStringToObject(c.cfg, "comment", "x");    /* config bytes */
     m = load_ok(&c);
     assert_true(m->fingerprint != fp);
+    fp = m->fingerprint;
+    pic_model_free(m);
+
+    /* another arithmetic on the same bytes is another model for entries */
+    m = pic_model_load_as(c.dir, PIC_WEIGHTS_BF16DOT, err, sizeof(err));
+    assert_non_null(m);
+    assert_true(m->fingerprint != fp && m->xbf16 && m->wtype == PIC_WTYPE_BF16);
+    assert_true(m->w.lm_head.xbf16 && m->w.lm_head.type == PIC_WTYPE_BF16);
+    assert_string_equal(pic_model_weights_name(m), "bf16dot");
     pic_model_free(m);
     ckpt_free(&c);
 }
