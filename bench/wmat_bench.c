@@ -72,13 +72,15 @@ main(int argc, char **argv)
            "\"read_gbps\": %.3f, \"cases\": [",
            pic_kernels_threads(), rows, cols, n, best_path,
            bench_read_bw(w, nw * sizeof(float), reps) / 1e9);
-    for (int t = PIC_WTYPE_F32; t <= PIC_WTYPE_Q8; t++) {
+    for (int t = PIC_WTYPE_F32; t <= PIC_WTYPE_Q8 + 1; t++) {   /* + 1: bf16dot */
         void    *store = NULL;
-        pic_wmat m = { .type = (pic_wtype) t, .rows = rows, .cols = cols };
+        int      dot = t == PIC_WTYPE_Q8 + 1;
+        pic_wmat m = { .type = dot ? PIC_WTYPE_BF16 : (pic_wtype) t, .rows = rows,
+                       .cols = cols, .xbf16 = dot };
 
         if (t == PIC_WTYPE_F32) {
             m.data = w;
-        } else if (t == PIC_WTYPE_BF16) {
+        } else if (m.type == PIC_WTYPE_BF16) {
             store = malloc(nw * 2);
             pic_bf16_from_f32(store, w, nw);
             m.data = store;
@@ -109,7 +111,7 @@ main(int argc, char **argv)
             }
             printf("%s{\"weights\": \"%s\", \"path\": \"%s\", \"seconds\": %.6f, "
                    "\"gbps\": %.3f, \"gbps_cpu\": %.3f, \"y0\": %.6g}",
-                   first ? "" : ", ", pic_wtype_name(m.type),
+                   first ? "" : ", ", dot ? "bf16dot" : pic_wtype_name(m.type),
                    t == PIC_WTYPE_F32 && strcmp(paths[p], "scalar") == 0
                    ? "openblas" : paths[p], best,
                    pic_wmat_bytes(&m) / best / 1e9,

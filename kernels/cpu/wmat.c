@@ -66,6 +66,18 @@
 #ifndef PIC_WMAT_PF_BYTES
 #define PIC_WMAT_PF_BYTES 16384
 #endif
+
+/* GEMV weight rows per tile: 1 streams W in order, one row after the next
+ * (the rows are contiguous: one sequential stream per thread); 0 means the
+ * kernel's own several rows at a time (four, interleaved streams 2-4 KiB
+ * apart, each activation load shared by the four).  Picked at run time
+ * (pic_wmat_pick): 1 on AMD, 0 elsewhere; $PIC_GEMV_TILE=1|0 overrides.
+ * AMD EPYC Zen 4, wmat_bench (65536, 1024) n = 1, GB/s, one thread, two
+ * runs, quiet (read anchor 23.9-24.8): f32 16.6 -> 20.4-21.7, bf16 11.8-12.7
+ * -> 19.1-20.3, q8 9.1-10.8 -> 24.0-25.1, bf16dot 13.3-14.7 -> 23.1-25.0.
+ * The Intel Xeons of earlier sessions were tuned with four rows and are
+ * kept on them until measured. */
+static int pic_wmat_gemv_tile;
 #define PIC_WMAT_PF(p)                                                        \
     _mm_prefetch((const char *) (p) + PIC_WMAT_PF_BYTES, _MM_HINT_T0)
 
@@ -284,6 +296,8 @@ typedef struct {
     const float  *d;        /* Q8: (n, cols/32) their block scales */
     const uint16_t *xb;     /* BF16 xbf16 past the GEMV rows on a path with
                              * gemm_dot: (n, cols) x in bf16; else NULL */
+    const uint16_t *xh;     /* BF16 xbf16 GEMV rows on that path: (n, cp) x
+                             * in bf16, zeros past cols; else NULL */
 } pic_wmat_act;
 
 void
@@ -339,9 +353,11 @@ pic_wmat_act_buf(size_t bytes)
     return pic_cpu_thread_buf(PIC_CPU_BUF_ACT, bytes);
 }
 
-/* Prepare n rows of x (n, w->cols) for the GEMV of w. */
+/* Prepare n rows of x (n, w->cols) for the GEMV of w; x_bf16: the path's
+ * bf16 conversion when it has a bf16 dot GEMV (pic_wmat_impl), else NULL. */
 static void
-pic_wmat_act_prep(pic_wmat_act *a, const float *x, int n, const pic_wmat *w)
+pic_wmat_act_prep(pic_wmat_act *a, const float *x, int n, const pic_wmat *w,
+                  void (*x_bf16)(uint16_t *, const float *, size_t))
 {
     int cols = w->cols;
 
@@ -350,8 +366,19 @@ pic_wmat_act_prep(pic_wmat_act *a, const float *x, int n, const pic_wmat *w)
     if (w->type == PIC_WTYPE_BF16) {
         int    cp = (cols + 31) & ~31;
         size_t nx = w->xbf16 ? (size_t) n * cols : 0;       /* rounded x behind */
-        float *xp = pic_wmat_act_buf(((size_t) n * cp + nx) * sizeof(float));
+        size_t nh = w->xbf16 && x_bf16 ? (size_t) n * cp : 0;   /* then bf16 x */
+        float *xp = pic_wmat_act_buf(((size_t) n * cp + nx) * sizeof(float)
+                                     + nh * sizeof(uint16_t));
 
+        if (nh > 0) {
+            uint16_t *xh = (uint16_t *) (xp + (size_t) n * cp + nx);
+
+            memset(xh, 0, nh * sizeof(uint16_t));
+            for (int r = 0; r < n; r++) {
+                x_bf16(xh + (size_t) r * cp, x + (size_t) r * cols, (size_t) cols);
+            }
+            a->xh = xh;
+        }
         if (w->xbf16) {
             float *xr = xp + (size_t) n * cp;
 
@@ -723,7 +750,7 @@ pic_avx2_f32(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
 /* One R×N tile of a type's kernel, then its stores. */
 #define PIC_WMAT_TILE(kern, R, N)                                             \
     do {                                                                      \
-        float acc_[4 * PIC_WMAT_GEMV_ROWS];                                   \
+        float acc_[8 * PIC_WMAT_GEMV_ROWS];                                   \
         kern(acc_, w, o, a, R, N);                                            \
         for (int r_ = 0; r_ < R; r_++) {                                      \
             for (int n_ = 0; n_ < N; n_++) {                                  \
@@ -745,10 +772,20 @@ pic_avx2_f32(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
         }                                                                     \
     } while (0)
 
-/* The n switch: 4 weight rows at a time for one or two activation rows, 2
- * for three or four (the accumulators fit the 16 ymm registers). */
+/* The n switch: RA weight rows at a time for one or two activation rows,
+ * RB for three or four (the accumulators fit the registers); or one row
+ * at a time when pic_wmat_gemv_tile says so (see there). */
 #define PIC_WMAT_BY_N(kern, RA, RB)                                           \
     do {                                                                      \
+        if (pic_wmat_gemv_tile == 1) {                                        \
+            switch (n) {                                                      \
+            case 1:  PIC_WMAT_ROWS(kern, 1, 1); break;                        \
+            case 2:  PIC_WMAT_ROWS(kern, 1, 2); break;                        \
+            case 3:  PIC_WMAT_ROWS(kern, 1, 3); break;                        \
+            default: PIC_WMAT_ROWS(kern, 1, 4); break;                        \
+            }                                                                 \
+            break;                                                            \
+        }                                                                     \
         switch (n) {                                                          \
         case 1:  PIC_WMAT_ROWS(kern, RA, 1); break;                           \
         case 2:  PIC_WMAT_ROWS(kern, RA, 2); break;                           \
@@ -1333,6 +1370,83 @@ pic_dot_tile(float *y, int ldy, const uint16_t *x, int ldx, const uint16_t *b,
     }
 }
 
+/* BF16 xbf16 GEMV: 32 columns (one 64-byte line of each W row) a step, one
+ * vdpbf16ps per activation row on W as stored; the last partial step
+ * masked (xh is zero past cols). */
+PIC_AVX512BF16 static inline __attribute__((always_inline)) void
+pic_avx512bf16_dot(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
+                   int R, int N)
+{
+    int             cols = w->cols;
+    const uint16_t *W = (const uint16_t *) w->data + (size_t) o * cols;
+    __m512          A[8][PIC_WMAT_GEMV_ROWS];
+    int             c = 0;
+
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            A[r][n] = _mm512_setzero_ps();
+        }
+    }
+    if (R == 1) {                   /* a second chain of sums per row */
+        __m512 B[PIC_WMAT_GEMV_ROWS];
+
+        for (int n = 0; n < N; n++) {
+            B[n] = _mm512_setzero_ps();
+        }
+        for (; c + 64 <= cols; c += 64) {
+            __m512bh v0 = (__m512bh) _mm512_loadu_si512(W + c);
+            __m512bh v1 = (__m512bh) _mm512_loadu_si512(W + c + 32);
+
+            PIC_WMAT_PF(W + c);
+            PIC_WMAT_PF(W + c + 32);
+            for (int n = 0; n < N; n++) {
+                const uint16_t *xr = a->xh + (size_t) n * a->cp + c;
+
+                A[0][n] = _mm512_dpbf16_ps(A[0][n], (__m512bh) _mm512_loadu_si512(xr), v0);
+                B[n] = _mm512_dpbf16_ps(B[n], (__m512bh) _mm512_loadu_si512(xr + 32), v1);
+            }
+        }
+        for (int n = 0; n < N; n++) {
+            A[0][n] = _mm512_add_ps(A[0][n], B[n]);
+        }
+    }
+    for (; c < cols; c += 32) {
+        __mmask32 m = cols - c >= 32 ? 0xffffffffu
+                                     : (__mmask32) ((1u << (cols - c)) - 1);
+        __m512bh  xv[PIC_WMAT_GEMV_ROWS];
+
+        for (int n = 0; n < N; n++) {
+            xv[n] = (__m512bh) _mm512_loadu_si512(a->xh + (size_t) n * a->cp + c);
+        }
+        for (int r = 0; r < R; r++) {
+            __m512bh v = (__m512bh) _mm512_maskz_loadu_epi16(m, W + (size_t) r * cols + c);
+
+            PIC_WMAT_PF(W + (size_t) r * cols + c);
+            for (int n = 0; n < N; n++) {
+                A[r][n] = _mm512_dpbf16_ps(A[r][n], xv[n], v);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        for (int n = 0; n < N; n++) {
+            acc[r * PIC_WMAT_GEMV_ROWS + n] = _mm512_reduce_add_ps(A[r][n]);
+        }
+    }
+}
+
+/* The avx512bf16 path's GEMV: bf16 dots for BF16 xbf16 (a->xh), the
+ * avx512vnni path's kernels for everything else. */
+PIC_AVX512BF16 static void
+pic_wmat_gemv_avx512bf16(float *y, int ldy, const pic_wmat_act *a, int n,
+                         const pic_wmat *w, int r0, int r1, float beta)
+{
+    if (w->type == PIC_WTYPE_BF16 && a->xh != NULL) {
+        PIC_WMAT_BY_N(pic_avx512bf16_dot, 8, 4);
+    } else {
+        pic_wmat_gemv_avx512vnni(y, ldy, a, n, w, r0, r1, beta);
+    }
+}
+
 /* dst(n) = src(n) in bf16 as pic_bf16_act_bits makes it (vcvtneps2bf16:
  * nearest even, subnormals to zero; the tail through the scalar). */
 PIC_AVX512BF16 static void
@@ -1400,7 +1514,7 @@ pic_wmat_gemm_dot_avx512bf16(float *y, int ldy, const uint16_t *xb, int n,
 
 static const pic_wmat_impl pic_wmat_impls[] = {
 #if PIC_WMAT_X86
-    { "avx512bf16", pic_wmat_rows_avx512, pic_wmat_gemv_avx512vnni, 1,
+    { "avx512bf16", pic_wmat_rows_avx512, pic_wmat_gemv_avx512bf16, 1,
       pic_wmat_gemm_avx512, pic_wmat_gemm_dot_avx512bf16,
       pic_wmat_x_bf16_avx512bf16 },
     { "avx512vnni", pic_wmat_rows_avx512, pic_wmat_gemv_avx512vnni, 1,
@@ -1458,7 +1572,16 @@ static void
 pic_wmat_pick(void)
 {
     const char *env = getenv("PIC_SIMD");
+    const char *tile = getenv("PIC_GEMV_TILE");
     size_t      i;
+
+#if PIC_WMAT_X86
+    __builtin_cpu_init();
+    pic_wmat_gemv_tile = __builtin_cpu_is("amd") ? 1 : 0;
+#endif
+    if (tile != NULL && tile[0] != '\0') {
+        pic_wmat_gemv_tile = atoi(tile) == 1 ? 1 : 0;
+    }
 
     for (i = 0; env != NULL && i < PIC_WMAT_N_IMPLS; i++) {
         if (strcmp(env, pic_wmat_impls[i].name) == 0
@@ -1610,7 +1733,7 @@ pic_wmat_matmul(float *y, const float *x, const pic_wmat *w, int n,
         return;
     }
     if (n <= PIC_WMAT_GEMV_ROWS) {
-        pic_wmat_act_prep(&a, x, n, w);
+        pic_wmat_act_prep(&a, x, n, w, im->x_bf16);
     } else if (w->type == PIC_WTYPE_BF16 && w->xbf16 && im->gemm_dot != NULL) {
         uint16_t *xb = pic_wmat_act_buf((size_t) n * w->cols * sizeof(uint16_t));
 
@@ -1696,7 +1819,7 @@ pic_cpu_matmul_w_multi(float *const *ys, const float *x,
         }
         return;
     }
-    pic_wmat_act_prep(&a, x, n, cw != NULL ? cw : ws[0]);
+    pic_wmat_act_prep(&a, x, n, cw != NULL ? cw : ws[0], im->x_bf16);
     #pragma omp parallel num_threads(nt)
     {
         int t = omp_get_thread_num(), T = omp_get_num_threads();
