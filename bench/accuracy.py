@@ -43,7 +43,8 @@ engine answers the same second request (the reference).  Configurations:
 Exact match of the shifted request per task, the share of its prompt served from PIC
 entries, and the answers equal to the full engine's.  PIC_ACC_GATEWAY=0 skips them.
 
-Usage: make bench-accuracy [QUICK=1]   (PIC_ACC_MODEL=DIR, PIC_ACC_N=items per task)
+Usage: make bench-accuracy [QUICK=1]   (PIC_ACC_MODEL=DIR, PIC_ACC_N=items per task;
+PIC_WEIGHTS=FORMAT: every mode's weight format, recorded as config.weights)
 """
 import http.client
 import json
@@ -329,6 +330,7 @@ def main():
                 gw[("gw full", t)] - gw[(name, t)] for t in ("single", "distract", "tool")) / 3
     config = {"model": os.path.relpath(MODEL, ROOT), "items_per_task": N, "level": LEVEL,
               "heldout_seeds": [0, N], "ws": WS, "dtypes": DTYPES, "default_w": DEFAULT_W,
+              "weights": os.environ.get("PIC_WEIGHTS") or "auto",
               "seconds": round(time.time() - t0, 1)}
     if GATEWAY:
         config["gateway"] = {"engine": "defaults (seam 8, bf16 entries), --threads 1",
