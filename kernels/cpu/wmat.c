@@ -1132,33 +1132,35 @@ pic_avx512_sum8(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 a4,
     return _mm512_castps512_ps256(v);
 }
 
-#define PIC_GEMM_FMA3(j)                                                      \
+/* One K step of a tile: x rows 0..mr-1 and the 8 rows of b, vectors of
+ * type T read by LD, into the accumulators c<t><j> by MAC(c, x, w). */
+#define PIC_TILE_MAC3(MAC, j)                                                 \
     do {                                                                      \
-        c0##j = _mm512_fmadd_ps(x0, wv, c0##j);                               \
-        if (mr > 1) c1##j = _mm512_fmadd_ps(x1, wv, c1##j);                   \
-        if (mr > 2) c2##j = _mm512_fmadd_ps(x2, wv, c2##j);                   \
+        c0##j = MAC(c0##j, x0, wv);                                           \
+        if (mr > 1) c1##j = MAC(c1##j, x1, wv);                               \
+        if (mr > 2) c2##j = MAC(c2##j, x2, wv);                               \
     } while (0)
 
-#define PIC_GEMM_STEP(LD)                                                     \
+#define PIC_TILE_STEP(T, LD, MAC)                                             \
     do {                                                                      \
-        __m512 x0 = LD(x + k), x1 = mr > 1 ? LD(x + ldx + k) : x0, wv;        \
-        __m512 x2 = mr > 2 ? LD(x + 2 * (size_t) ldx + k) : x0;               \
+        T x0 = LD(x + k), x1 = mr > 1 ? LD(x + ldx + k) : x0, wv;             \
+        T x2 = mr > 2 ? LD(x + 2 * (size_t) ldx + k) : x0;                    \
         wv = LD(b + 0 * (size_t) ldb + k);                                    \
-        PIC_GEMM_FMA3(0);                                                     \
+        PIC_TILE_MAC3(MAC, 0);                                                \
         wv = LD(b + 1 * (size_t) ldb + k);                                    \
-        PIC_GEMM_FMA3(1);                                                     \
+        PIC_TILE_MAC3(MAC, 1);                                                \
         wv = LD(b + 2 * (size_t) ldb + k);                                    \
-        PIC_GEMM_FMA3(2);                                                     \
+        PIC_TILE_MAC3(MAC, 2);                                                \
         wv = LD(b + 3 * (size_t) ldb + k);                                    \
-        PIC_GEMM_FMA3(3);                                                     \
+        PIC_TILE_MAC3(MAC, 3);                                                \
         wv = LD(b + 4 * (size_t) ldb + k);                                    \
-        PIC_GEMM_FMA3(4);                                                     \
+        PIC_TILE_MAC3(MAC, 4);                                                \
         wv = LD(b + 5 * (size_t) ldb + k);                                    \
-        PIC_GEMM_FMA3(5);                                                     \
+        PIC_TILE_MAC3(MAC, 5);                                                \
         wv = LD(b + 6 * (size_t) ldb + k);                                    \
-        PIC_GEMM_FMA3(6);                                                     \
+        PIC_TILE_MAC3(MAC, 6);                                                \
         wv = LD(b + 7 * (size_t) ldb + k);                                    \
-        PIC_GEMM_FMA3(7);                                                     \
+        PIC_TILE_MAC3(MAC, 7);                                                \
     } while (0)
 
 #define PIC_GEMM_PUT(t)                                                       \
@@ -1177,6 +1179,37 @@ pic_avx512_sum8(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 a4,
 
 #define PIC_LD(p) _mm512_loadu_ps(p)
 #define PIC_LDM(p) _mm512_maskz_loadu_ps(m, p)
+#define PIC_FMA(c, x, w) _mm512_fmadd_ps(x, w, c)
+
+/* The body of a tile function: VW columns of K a step (T vectors, LD / LDM
+ * full and masked loads, MASK_T the mask type), then y (+)= the sums. */
+#define PIC_TILE_BODY(T, VW, MASK_T, LD, LDM, MAC)                            \
+    do {                                                                      \
+        __m512   c00, c01, c02, c03, c04, c05, c06, c07;                      \
+        __m512   c10, c11, c12, c13, c14, c15, c16, c17;                      \
+        __m512   c20, c21, c22, c23, c24, c25, c26, c27;                      \
+        __mmask8 om = (__mmask8) ((1u << nr) - 1);                            \
+        int      k = 0;                                                       \
+                                                                              \
+        c00 = c01 = c02 = c03 = c04 = c05 = c06 = c07 = _mm512_setzero_ps();  \
+        c10 = c11 = c12 = c13 = c14 = c15 = c16 = c17 = c00;                  \
+        c20 = c21 = c22 = c23 = c24 = c25 = c26 = c27 = c00;                  \
+        for (; k + VW <= kc; k += VW) {                                       \
+            PIC_TILE_STEP(T, LD, MAC);                                        \
+        }                                                                     \
+        if (k < kc) {                                                         \
+            MASK_T m = (MASK_T) ((1ull << (kc - k)) - 1);                     \
+                                                                              \
+            PIC_TILE_STEP(T, LDM, MAC);                                       \
+        }                                                                     \
+        PIC_GEMM_PUT(0);                                                      \
+        if (mr > 1) {                                                         \
+            PIC_GEMM_PUT(1);                                                  \
+        }                                                                     \
+        if (mr > 2) {                                                         \
+            PIC_GEMM_PUT(2);                                                  \
+        }                                                                     \
+    } while (0)
 
 /* y[t][0..nr) (+)= x[t][0..kc) . b[j][0..kc) for t < mr (1..3), j < nr
  * (1..8; b has 8 rows, ldb apart, zero past nr): add 1 adds to y (a later
@@ -1185,30 +1218,7 @@ PIC_AVX512 static inline __attribute__((always_inline)) void
 pic_gemm_tile(float *y, int ldy, const float *x, int ldx, const float *b,
               int ldb, int kc, int mr, int nr, int add, float beta)
 {
-    __m512   c00, c01, c02, c03, c04, c05, c06, c07;
-    __m512   c10, c11, c12, c13, c14, c15, c16, c17;
-    __m512   c20, c21, c22, c23, c24, c25, c26, c27;
-    __mmask8 om = (__mmask8) ((1u << nr) - 1);
-    int      k = 0;
-
-    c00 = c01 = c02 = c03 = c04 = c05 = c06 = c07 = _mm512_setzero_ps();
-    c10 = c11 = c12 = c13 = c14 = c15 = c16 = c17 = c00;
-    c20 = c21 = c22 = c23 = c24 = c25 = c26 = c27 = c00;
-    for (; k + 16 <= kc; k += 16) {
-        PIC_GEMM_STEP(PIC_LD);
-    }
-    if (k < kc) {
-        __mmask16 m = (__mmask16) ((1u << (kc - k)) - 1);
-
-        PIC_GEMM_STEP(PIC_LDM);
-    }
-    PIC_GEMM_PUT(0);
-    if (mr > 1) {
-        PIC_GEMM_PUT(1);
-    }
-    if (mr > 2) {
-        PIC_GEMM_PUT(2);
-    }
+    PIC_TILE_BODY(__m512, 16, __mmask16, PIC_LD, PIC_LDM, PIC_FMA);
 }
 
 /* Rows [o, o+nr) of W, columns [k0, k0+kc), as fp32 into b (8, ldb); rows
@@ -1305,35 +1315,6 @@ pic_wmat_gemm_avx512(float *y, int ldy, const float *x, int n,
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512bf16," \
                           "avx2,fma,f16c")))
 
-#define PIC_DOT3(j)                                                           \
-    do {                                                                      \
-        c0##j = _mm512_dpbf16_ps(c0##j, x0, wv);                              \
-        if (mr > 1) c1##j = _mm512_dpbf16_ps(c1##j, x1, wv);                  \
-        if (mr > 2) c2##j = _mm512_dpbf16_ps(c2##j, x2, wv);                  \
-    } while (0)
-
-#define PIC_DOT_STEP(LD)                                                      \
-    do {                                                                      \
-        __m512bh x0 = LD(x + k), x1 = mr > 1 ? LD(x + ldx + k) : x0, wv;      \
-        __m512bh x2 = mr > 2 ? LD(x + 2 * (size_t) ldx + k) : x0;             \
-        wv = LD(b + 0 * (size_t) ldb + k);                                    \
-        PIC_DOT3(0);                                                          \
-        wv = LD(b + 1 * (size_t) ldb + k);                                    \
-        PIC_DOT3(1);                                                          \
-        wv = LD(b + 2 * (size_t) ldb + k);                                    \
-        PIC_DOT3(2);                                                          \
-        wv = LD(b + 3 * (size_t) ldb + k);                                    \
-        PIC_DOT3(3);                                                          \
-        wv = LD(b + 4 * (size_t) ldb + k);                                    \
-        PIC_DOT3(4);                                                          \
-        wv = LD(b + 5 * (size_t) ldb + k);                                    \
-        PIC_DOT3(5);                                                          \
-        wv = LD(b + 6 * (size_t) ldb + k);                                    \
-        PIC_DOT3(6);                                                          \
-        wv = LD(b + 7 * (size_t) ldb + k);                                    \
-        PIC_DOT3(7);                                                          \
-    } while (0)
-
 #define PIC_LDH(p) ((__m512bh) _mm512_loadu_si512(p))
 #define PIC_LDHM(p) ((__m512bh) _mm512_maskz_loadu_epi16(m, p))
 
@@ -1344,30 +1325,7 @@ PIC_AVX512BF16 static inline __attribute__((always_inline)) void
 pic_dot_tile(float *y, int ldy, const uint16_t *x, int ldx, const uint16_t *b,
              int ldb, int kc, int mr, int nr, int add, float beta)
 {
-    __m512   c00, c01, c02, c03, c04, c05, c06, c07;
-    __m512   c10, c11, c12, c13, c14, c15, c16, c17;
-    __m512   c20, c21, c22, c23, c24, c25, c26, c27;
-    __mmask8 om = (__mmask8) ((1u << nr) - 1);
-    int      k = 0;
-
-    c00 = c01 = c02 = c03 = c04 = c05 = c06 = c07 = _mm512_setzero_ps();
-    c10 = c11 = c12 = c13 = c14 = c15 = c16 = c17 = c00;
-    c20 = c21 = c22 = c23 = c24 = c25 = c26 = c27 = c00;
-    for (; k + 32 <= kc; k += 32) {
-        PIC_DOT_STEP(PIC_LDH);
-    }
-    if (k < kc) {
-        __mmask32 m = (__mmask32) ((1ull << (kc - k)) - 1);
-
-        PIC_DOT_STEP(PIC_LDHM);
-    }
-    PIC_GEMM_PUT(0);
-    if (mr > 1) {
-        PIC_GEMM_PUT(1);
-    }
-    if (mr > 2) {
-        PIC_GEMM_PUT(2);
-    }
+    PIC_TILE_BODY(__m512bh, 32, __mmask32, PIC_LDH, PIC_LDHM, _mm512_dpbf16_ps);
 }
 
 /* BF16 xbf16 GEMV: 32 columns (one 64-byte line of each W row) a step, one
