@@ -332,16 +332,18 @@ pic_plan_build_later(const pic_plan_ctx *ctx)
 }
 
 int
-pic_plan_idle(const pic_plan_ctx *ctx)
+pic_plan_idle(const pic_plan_ctx *ctx, int busy)
 {
     if (ctx->prefix != NULL && pic_prefix_cache_due(ctx->prefix)) {
         pic_prefix_cache_maintain(ctx->prefix);
         return 1;
     }
-    if (ctx->door != NULL && ctx->door->model != NULL && ctx->pool != NULL) {
-        return pic_plan_build_later(ctx);
+    if (ctx->door != NULL && ctx->door->model != NULL && ctx->pool != NULL
+        && pic_plan_build_later(ctx))
+    {
+        return 1;
     }
-    return 0;
+    return !busy && ctx->prefix != NULL && pic_prefix_cache_prefault(ctx->prefix);
 }
 
 /* A pooled entry for g that fits (tokens, and T when required), or NULL. */

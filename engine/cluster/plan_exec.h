@@ -259,9 +259,11 @@ void pic_plan_keep_session(const pic_plan_ctx *ctx, const pic_plan_job *pj,
 
 /* Cache upkeep off the request path (the scheduler's keeper thread): the
  * prefix tree's checkpoint re-solve when it is due, else one deferred
- * client-document entry (pic_plan_door).  1 if it did work, 0 if nothing
- * was pending. */
-int pic_plan_idle(const pic_plan_ctx *ctx);
+ * client-document entry (pic_plan_door), else, when not busy (no request
+ * queued or running), one more pre-faulted checkpoint buffer
+ * (pic_prefix_cache_prefault).  1 if it did work, 0 if nothing was
+ * pending. */
+int pic_plan_idle(const pic_plan_ctx *ctx, int busy);
 
 /* Worker side of a remote prefill (POST /v1/pic/prefill): resolve the
  * next segment (pool hit or build: whole entry for PREFIX, seam entry for

@@ -43,8 +43,28 @@ typedef struct pic_pnode {
                                                  * when last solved (0: never) */
 } pic_pnode;
 
+/* Checkpoint buffers faulted in ahead of need.  A new checkpoint is fresh
+ * memory, and its first touch costs a page fault per 4 KiB: in a request's
+ * exact forward the copies of three checkpoints of models/mid (6.4 MB
+ * each) took 52-92 ms of a 560 ms turn (PIC_TRACE snap=; AMD EPYC VM,
+ * first touch 2.1-3.9 us a page against 0.16 once mapped).  The keeper
+ * faults up to PIC_PC_SPARES of them in while no request runs
+ * (pic_prefix_cache_prefault; while one runs, its faults on two cores
+ * stalled the forward's threads: turns went 560 -> 700 ms); a request
+ * takes one instead of malloc, and a checkpoint the placement or the
+ * budget drops goes back to the stock.  With it the snaps of a turn took
+ * 1.7-3.3 ms and its insert 1-2 ms (was ~20). */
+#define PIC_PC_SPARES 6
+
+typedef struct {
+    pthread_mutex_t mu;                         /* after the tree's mu, never before */
+    float          *buf[PIC_PC_SPARES];         /* (ck_floats) each, written once */
+    int             n;
+} pic_pc_spares;
+
 struct pic_prefix_cache {
     const pic_model  *m;
+    pic_pc_spares    *spares;                   /* mutable through a const cache */
     pthread_mutex_t   mu;
     pthread_mutex_t   maint_mu;                 /* one maintain at a time */
     int               block;
@@ -72,6 +92,39 @@ struct pic_prefix_cache {
 };
 
 static __thread int pic_pc_in_request;          /* pic_prefix_cache_mark_request */
+
+/* A checkpoint buffer: a spare when one is ready, else malloc (NULL on OOM). */
+static float *
+pic_pc_ck_alloc(const pic_prefix_cache *pc)
+{
+    pic_pc_spares *sp = pc->spares;
+    float         *ck = NULL;
+
+    pthread_mutex_lock(&sp->mu);
+    if (sp->n > 0) {
+        ck = sp->buf[--sp->n];
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return ck != NULL ? ck : malloc(pc->ck_floats * sizeof(float));
+}
+
+/* ck back to the stock, or freed when the stock is full. */
+static void
+pic_pc_ck_recycle(const pic_prefix_cache *pc, float *ck)
+{
+    pic_pc_spares *sp = pc->spares;
+
+    if (ck == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&sp->mu);
+    if (sp->n < PIC_PC_SPARES) {
+        sp->buf[sp->n++] = ck;
+        ck = NULL;
+    }
+    pthread_mutex_unlock(&sp->mu);
+    free(ck);
+}
 
 /* --- nodes --- */
 
@@ -319,7 +372,7 @@ pic_pc_edge_heads_locked(const pic_prefix_cache *pc, pic_pnode ***heads)
 static void
 pic_pc_ck_drop_locked(pic_prefix_cache *pc, pic_pnode *n)
 {
-    free(n->ck);
+    pic_pc_ck_recycle(pc, n->ck);
     n->ck = NULL;
     n->bytes -= pc->ck_floats * sizeof(float);
     pc->st.bytes -= pc->ck_floats * sizeof(float);
@@ -449,6 +502,13 @@ pic_prefix_cache_init(const pic_model *m, const pic_prefix_opts *o, char *err,
             pc->kv_floats += 2 * (size_t) c->n_kv_heads * pc->block * c->head_dim;
         }
     }
+    pc->spares = calloc(1, sizeof(*pc->spares));
+    if (pc->spares == NULL) {
+        snprintf(err, errlen, "%s: out of memory", __func__);
+        free(pc);
+        return NULL;
+    }
+    pthread_mutex_init(&pc->spares->mu, NULL);
     pthread_mutex_init(&pc->mu, NULL);
     pthread_mutex_init(&pc->maint_mu, NULL);
     return pc;
@@ -466,6 +526,11 @@ pic_prefix_cache_free(pic_prefix_cache *pc)
     }
     free(pc->chain);
     pic_gds_free(&pc->heap);
+    for (int i = 0; i < pc->spares->n; i++) {
+        free(pc->spares->buf[i]);
+    }
+    pthread_mutex_destroy(&pc->spares->mu);
+    free(pc->spares);
     pthread_mutex_destroy(&pc->mu);
     pthread_mutex_destroy(&pc->maint_mu);
     free(pc);
@@ -528,7 +593,7 @@ static float *
 pic_pc_ck_take(const pic_prefix_cache *pc, const pic_state *s)
 {
     const pic_config *c = &pc->m->cfg;
-    float            *ck = malloc(pc->ck_floats * sizeof(float)), *d = ck;
+    float            *ck = pic_pc_ck_alloc(pc), *d = ck;
     size_t            nS = (size_t) s->Hv * s->dk * s->dv;
     size_t            nC = (size_t) s->conv_ch * s->conv_k1;
 
@@ -855,7 +920,40 @@ pic_prefix_cache_snap(const pic_prefix_cache *pc, const pic_state *s)
 float *
 pic_prefix_cache_ck_new(const pic_prefix_cache *pc)
 {
-    return malloc(pc->ck_floats * sizeof(float));
+    return pic_pc_ck_alloc(pc);
+}
+
+int
+pic_prefix_cache_prefault(pic_prefix_cache *pc)
+{
+    pic_pc_spares *sp = pc->spares;
+    float         *ck;
+    int            need;
+
+    pthread_mutex_lock(&sp->mu);
+    need = sp->n < PIC_PC_SPARES;
+    pthread_mutex_unlock(&sp->mu);
+    if (!need || (ck = malloc(pc->ck_floats * sizeof(float))) == NULL) {
+        return 0;
+    }
+    /* the faults, here: a write to every page (not memset 0, which the
+     * compiler may fold with the malloc into a calloc that touches none) */
+    for (size_t i = 0; i < pc->ck_floats; i += 1024) {
+        ((volatile float *) ck)[i] = 0.0f;
+    }
+    pic_pc_ck_recycle(pc, ck);
+    return 1;
+}
+
+int
+pic_prefix_cache_spares(pic_prefix_cache *pc)
+{
+    int n;
+
+    pthread_mutex_lock(&pc->spares->mu);
+    n = pc->spares->n;
+    pthread_mutex_unlock(&pc->spares->mu);
+    return n;
 }
 
 void

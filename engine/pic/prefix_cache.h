@@ -180,6 +180,15 @@ float *pic_prefix_cache_snap(const pic_prefix_cache *pc, const pic_state *s);
  * wrote it at one position it equals pic_prefix_cache_snap there; give it
  * to insert. */
 float *pic_prefix_cache_ck_new(const pic_prefix_cache *pc);
+
+/* Fault one more checkpoint buffer into the stock ck_new and snap take
+ * from (at most 6 held beyond the byte budget, each a checkpoint's size);
+ * 1 if it added one, 0 when the stock is full.  For the keeper, while no
+ * request runs. */
+int pic_prefix_cache_prefault(pic_prefix_cache *pc);
+
+/* Checkpoint buffers in that stock now. */
+int pic_prefix_cache_spares(pic_prefix_cache *pc);
 void pic_prefix_cache_snap_layer(const pic_prefix_cache *pc, const pic_state *s, int layer,
                                  float *ck);
 

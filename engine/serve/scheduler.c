@@ -1240,13 +1240,16 @@ pic_keeper_main(void *arg)
     for (;;) {
         struct timespec ts;
 
+        int busy;
+
         pthread_mutex_lock(&s->qmu);
         if (s->stopping) {
             pthread_mutex_unlock(&s->qmu);
             break;
         }
+        busy = s->running > 0 || s->qlen > 0;
         pthread_mutex_unlock(&s->qmu);
-        if (pic_plan_idle(s->o.plan_ctx)) {
+        if (pic_plan_idle(s->o.plan_ctx, busy)) {
             continue;
         }
         clock_gettime(CLOCK_REALTIME, &ts);

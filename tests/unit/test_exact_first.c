@@ -536,7 +536,7 @@ test_client_documents_are_built_by_the_keeper_after_an_exact_first_sighting(void
             assert_int_equal(ls.pending, 2);
             assert_false(pic_pool_contains(f.pool, pj->segs[1].key, pj->segs[1].len));
             assert_false(pic_pool_contains(f.pool, pj->segs[3].key, pj->segs[3].len));
-            while (pic_plan_idle(&f.ctx)) {
+            while (pic_plan_idle(&f.ctx, 1)) {
                 work++;
             }
             pic_plan_door_stats(&f.door, &ls);
@@ -611,7 +611,7 @@ test_a_full_keeper_queue_drops_the_rest_and_the_door_still_builds(void **unused)
     assert_int_equal(ls.queued, PIC_PLAN_LATER);
     assert_int_equal(ls.dropped, n_pic - PIC_PLAN_LATER);
     assert_int_equal(ls.pending, PIC_PLAN_LATER);
-    while (pic_plan_idle(&f.ctx)) {
+    while (pic_plan_idle(&f.ctx, 1)) {
         work++;
     }
     pic_plan_door_stats(&f.door, &ls);
@@ -678,7 +678,7 @@ test_keeper_resolves_between_requests(void **unused)
         pic_plan_job_free(serve(&f, req, cut, 2));
         pic_prefix_cache_stats_get(f.pc, &st);
         assert_int_equal(st.resolves_in_request, 0);
-        while (pic_plan_idle(&f.ctx)) {
+        while (pic_plan_idle(&f.ctx, 1)) {
             work++;
         }
     }

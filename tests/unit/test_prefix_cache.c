@@ -139,6 +139,56 @@ test_resume_from_checkpoint_equals_full(void **unused)
     pic_model_free(m);
 }
 
+/* The keeper's stock of pre-faulted checkpoint buffers: prefault fills it
+ * to its cap and stops; a request's checkpoints come out of it (the stock
+ * shrinks by as many), and resuming from one equals a full prefill. */
+static void
+test_checkpoints_come_from_the_prefaulted_stock(void **unused)
+{
+    pic_model *m = fixture_load("tiny-qwen3next");
+    if (m == NULL) {
+        skip();
+    }
+    char              err[256];
+    pic_prefix_opts   o = { .budget = 64u << 20,
+                            .ckpt = { .block = 64, .m = 4, .min_history = 1000 } };
+    pic_prefix_cache *pc = pic_prefix_cache_init(m, &o, err, sizeof(err));
+    pic_state        *s = pic_state_init(&m->cfg, 0, err, sizeof(err));
+    float            *lg = malloc((size_t) m->cfg.vocab * sizeof(float));
+    pic_prefix_result r;
+    int               filled = 0;
+
+    assert_int_equal(pic_prefix_cache_spares(pc), 0);
+    while (pic_prefix_cache_prefault(pc)) {
+        filled++;
+    }
+    assert_int_equal(filled, 6);
+    assert_int_equal(pic_prefix_cache_spares(pc), 6);
+
+    int *a = prompt(300, 300, 1, m->cfg.vocab);
+    assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, a, 300, lg, &r, err,
+                                              sizeof(err)), 0);
+    assert_int_equal(r.new_checkpoints, 4);
+    assert_int_equal(pic_prefix_cache_spares(pc), 2);
+
+    int *b = prompt(400, 200, 7, m->cfg.vocab);
+    assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, b, 400, lg, &r, err,
+                                              sizeof(err)), 0);
+    assert_int_equal(r.resume, 192);            /* from a checkpoint of the stock */
+    assert_int_equal(pic_prefix_cache_spares(pc), 0);
+    check_vs_full(m, s, lg, b, 400);
+    assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, b, 400, lg, &r, err,
+                                              sizeof(err)), 0);
+    assert_int_equal(r.resume, 384);            /* a malloc'd one: the stock ran out */
+    check_vs_full(m, s, lg, b, 400);
+    free(a);
+    free(b);
+    free(lg);
+    pic_state_free(s);
+    pic_prefix_cache_free(pc);
+    pic_model_free(m);
+}
+
 /* After enough history the new edges' checkpoints sit where requests
  * stop sharing (here: 5 blocks + 20 tokens → a checkpoint at 320). */
 static void
@@ -672,6 +722,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_from_checkpoint_equals_full),
+        cmocka_unit_test(test_checkpoints_come_from_the_prefaulted_stock),
         cmocka_unit_test(test_checkpoints_follow_observed_depths),
         cmocka_unit_test(test_budget_evicts_lru_leaves),
         cmocka_unit_test(test_threads_share_the_tree),
