@@ -1140,9 +1140,9 @@ pic_prefix_cache_insert(pic_prefix_cache *pc, uint64_t scope, const pic_state *s
     if (new_checkpoints != NULL) {
         *new_checkpoints = nck;
     }
-    free(tck);
+    pic_pc_ck_recycle(pc, tck);
     for (int k = 0; k < n_ck; k++) {
-        free(ck[k]);
+        pic_pc_ck_recycle(pc, ck[k]);           /* not taken: back to the stock */
         ck[k] = NULL;
     }
     return 0;
@@ -1211,7 +1211,7 @@ pic_prefix_cache_prefill(pic_prefix_cache *pc, const pic_backend *be, pic_state 
 
 done:
     for (int k = 0; snap != NULL && k <= 2 * pc->mmax; k++) {
-        free(snap[k]);
+        pic_pc_ck_recycle(pc, snap[k]);
     }
     free(snap);
     free(cuts);
