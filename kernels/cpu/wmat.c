@@ -9,7 +9,9 @@
  * BF16 rows split into even and odd columns so a 32-bit load of W is two
  * fp32 values after a shift and a mask, Q8 rows quantised per 32-block so
  * a block's dot is an int8 one (VNNI vpdpbusd, or AVX2 maddubs, as
- * llama.cpp's Q8_0) — and accumulates in fp32.  Small GEMM (5 to
+ * llama.cpp's Q8_0) — and accumulates in fp32.  Q8 past the GEMV rows on
+ * a CPU with AVX-512 VNNI: an int8 GEMM of vpdpbusd on W packed per call
+ * (see its section), the GEMV's arithmetic.  Small GEMM (5 to
  * PIC_WMAT_GEMM_ROWS rows, BF16 / Q8, AVX-512): W read as stored, eight
  * rows converted at a time into an L1 buffer and dotted with three rows of
  * x at a time (no repack; see the section).  GEMM (prefill): each
@@ -298,6 +300,9 @@ typedef struct {
                              * gemm_dot: (n, cols) x in bf16; else NULL */
     const uint16_t *xh;     /* BF16 xbf16 GEMV rows on that path: (n, cp) x
                              * in bf16, zeros past cols; else NULL */
+    const int32_t *xs;      /* Q8 past the GEMV rows on a path with gemm_q8:
+                             * (n, cols/32) 128 x the sum of each block's
+                             * quantised x (.q, .d as above); else NULL */
 } pic_wmat_act;
 
 void
@@ -351,6 +356,38 @@ static void *
 pic_wmat_act_buf(size_t bytes)
 {
     return pic_cpu_thread_buf(PIC_CPU_BUF_ACT, bytes);
+}
+
+/* Quantise n rows of x (n, cols) for gemm_q8 into the calling thread's
+ * activation buffer: a->q, a->d as the GEMV's, a->xs their block sums
+ * times 128.  Blocks are independent: split over the OpenMP team as
+ * pic_q8_act_round splits them. */
+static void
+pic_wmat_q8_prep(pic_wmat_act *a, const float *x, int n, int cols)
+{
+    size_t  nq = (size_t) n * cols;
+    long    nb = (long) (nq / PIC_Q8_BLOCK);
+    char   *buf = pic_wmat_act_buf((size_t) nb * (sizeof(float) + sizeof(int32_t)) + nq);
+    float  *d = (float *) buf;
+    int32_t *xs = (int32_t *) (d + nb);
+    int8_t *q = (int8_t *) (xs + nb);
+
+    memset(a, 0, sizeof(*a));
+    a->x = a->xw = x;
+    #pragma omp parallel for schedule(static) if (nb >= 2048 && !omp_in_parallel())
+    for (long b = 0; b < nb; b++) {
+        int8_t *qb = q + b * PIC_Q8_BLOCK;
+        int32_t sum = 0;
+
+        pic_q8_act_from_f32(qb, d + b, x + b * PIC_Q8_BLOCK, PIC_Q8_BLOCK);
+        for (int i = 0; i < PIC_Q8_BLOCK; i++) {
+            sum += qb[i];
+        }
+        xs[b] = 128 * sum;
+    }
+    a->q = q;
+    a->d = d;
+    a->xs = xs;
 }
 
 /* Prepare n rows of x (n, w->cols) for the GEMV of w; x_bf16: the path's
@@ -440,6 +477,11 @@ typedef struct {
     void (*gemm_dot)(float *y, int ldy, const uint16_t *xb, int n,
                      const pic_wmat *w, int o0, int o1, float beta);
     void (*x_bf16)(uint16_t *dst, const float *src, size_t n);
+    /* gemm_q8(y, ldy, a, n, w, o0, o1, beta): as gemm for a Q8 W on the
+     * quantised rows a->q, a->d, a->xs, any n > PIC_WMAT_GEMV_ROWS.  NULL:
+     * the rounded x through gemm / sgemm. */
+    void (*gemm_q8)(float *y, int ldy, const pic_wmat_act *a, int n,
+                    const pic_wmat *w, int o0, int o1, float beta);
 } pic_wmat_impl;
 
 static float *pic_wmat_tile(size_t floats);
@@ -1468,22 +1510,184 @@ pic_wmat_gemm_dot_avx512bf16(float *y, int ldy, const uint16_t *xb, int n,
     }
 }
 
+
+/* --- Q8 int8 GEMM (AVX-512 VNNI): Q8 W, n > GEMV rows ---
+ *
+ * The arithmetic of the Q8 GEMV (and of llama.cpp's Q8_0): x quantised per
+ * 32-block, each block's integer dot exact, scaled by dw · dx and summed in
+ * fp32 — here as an outer product.  W is packed per call, 32 output rows
+ * (a panel) at a time, into the operand layout of vpdpbusd with the
+ * outputs across the lanes: for every four columns, 32 lanes of four bytes
+ * (row o+j's columns 4c..4c+3 in lane j), stored as w + 128 (vpdpbusd
+ * wants one operand unsigned), and the panel's block scales as fp32 beside
+ * it (32 K + 128 K/32 bytes: in L2 for every x row).  Four x rows at a
+ * time take the panel: per block, eight vpdpbusd per row and vector of 16
+ * outputs, x's four bytes broadcast from memory, then the int32 sums less
+ * 128 Σx (x's block sums, made with the quantisation), to fp32, times
+ * dx · dw, added.  Each y[r][o] is the same sum whatever n and the row's
+ * place among them.  It takes every n past the GEMV rows (the small GEMM
+ * and the tiles + sgemm are for CPUs without VNNI).  AMD EPYC Zen 4,
+ * models/mid q8, warm_bench pp N, 2 threads, tok/s, PIC_SIMD=avx512 (tiles
+ * + sgemm, small GEMM to 64) against this: N = 512 465-487 -> 1175-1195,
+ * 128 422 -> 1056, 64 217 -> 668, 40 203 -> 493, 16 206 -> 242, 8 183 ->
+ * 179 (bf16dot at 512 on the same run: 848). */
+
+#define PIC_Q8G_NR 32                   /* outputs per panel: two vectors */
+#define PIC_Q8G_MR 4                    /* x rows per tile */
+
+/* Rows [o, o+nr) of Q8 W packed for the tile: pw (cols/4, 32, 4) bytes of
+ * w + 128 (rows past nr: 128, i.e. w = 0), dw (cols/32, 32) their block
+ * scales (0 past nr). */
+PIC_AVX512VNNI static void
+pic_q8g_pack(uint8_t *pw, float *dw, const pic_wmat *w, int o, int nr)
+{
+    int           K = w->cols, nb = K / PIC_Q8_BLOCK;
+    const int8_t *Q = (const int8_t *) w->data + (size_t) o * K;
+
+    for (int j = 0; j < PIC_Q8G_NR; j++) {
+        const int8_t   *q = Q + (size_t) j * K;
+        const uint16_t *sc = w->scale + (size_t) (o + j) * nb;
+        uint32_t       *dst = (uint32_t *) pw + j;
+
+        if (j >= nr) {
+            for (int c = 0; c < K / 4; c++) {
+                dst[(size_t) c * PIC_Q8G_NR] = 0x80808080u;
+            }
+            for (int b = 0; b < nb; b++) {
+                dw[(size_t) b * PIC_Q8G_NR + j] = 0.0f;
+            }
+            continue;
+        }
+        for (int c = 0; c < K / 4; c++) {
+            uint32_t v;
+
+            memcpy(&v, q + 4 * c, 4);
+            dst[(size_t) c * PIC_Q8G_NR] = v ^ 0x80808080u;
+        }
+        for (int b = 0; b < nb; b++) {
+            dw[(size_t) b * PIC_Q8G_NR + j] = _cvtsh_ss(sc[b]);
+        }
+    }
+}
+
+/* y[t][0..32) (masks m0, m1 on the two halves) = x rows t < mr (1..4) .
+ * the packed panel (+ beta * y; beta 0: y not read). */
+PIC_AVX512VNNI static inline __attribute__((always_inline)) void
+pic_q8g_tile(float *y, int ldy, const pic_wmat_act *a, int t, int K,
+             const uint8_t *pw, const float *dw, int mr, __mmask16 m0,
+             __mmask16 m1, float beta)
+{
+    int           nb = K / PIC_Q8_BLOCK;
+    const int8_t *xq = a->q + (size_t) t * K;
+    const float  *xd = a->d + (size_t) t * nb;
+    const int32_t *xs = a->xs + (size_t) t * nb;
+    __m512        f[PIC_Q8G_MR][2];
+
+    for (int r = 0; r < mr; r++) {
+        f[r][0] = f[r][1] = _mm512_setzero_ps();
+    }
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *pb = pw + (size_t) b * PIC_Q8_BLOCK * PIC_Q8G_NR;
+        __m512i        s[PIC_Q8G_MR][2];
+        __m512         d0, d1;
+
+        for (int r = 0; r < mr; r++) {
+            s[r][0] = s[r][1] = _mm512_setzero_si512();
+        }
+        for (int c = 0; c < PIC_Q8_BLOCK / 4; c++) {
+            __m512i w0 = _mm512_loadu_si512(pb + c * 4 * PIC_Q8G_NR);
+            __m512i w1 = _mm512_loadu_si512(pb + c * 4 * PIC_Q8G_NR + 64);
+
+            for (int r = 0; r < mr; r++) {
+                int32_t xv;
+
+                memcpy(&xv, xq + (size_t) r * K + b * PIC_Q8_BLOCK + 4 * c, 4);
+                s[r][0] = _mm512_dpbusd_epi32(s[r][0], w0, _mm512_set1_epi32(xv));
+                s[r][1] = _mm512_dpbusd_epi32(s[r][1], w1, _mm512_set1_epi32(xv));
+            }
+        }
+        d0 = _mm512_loadu_ps(dw + (size_t) b * PIC_Q8G_NR);
+        d1 = _mm512_loadu_ps(dw + (size_t) b * PIC_Q8G_NR + 16);
+        for (int r = 0; r < mr; r++) {
+            __m512i c = _mm512_set1_epi32(xs[(size_t) r * nb + b]);
+            __m512  dx = _mm512_set1_ps(xd[(size_t) r * nb + b]);
+
+            f[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s[r][0], c)),
+                                      _mm512_mul_ps(d0, dx), f[r][0]);
+            f[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s[r][1], c)),
+                                      _mm512_mul_ps(d1, dx), f[r][1]);
+        }
+    }
+    for (int r = 0; r < mr; r++) {
+        float *yr = y + (size_t) r * ldy;
+
+        if (beta != 0.0f) {
+            f[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(beta),
+                                      _mm512_maskz_loadu_ps(m0, yr), f[r][0]);
+            f[r][1] = _mm512_fmadd_ps(_mm512_set1_ps(beta),
+                                      _mm512_maskz_loadu_ps(m1, yr + 16), f[r][1]);
+        }
+        _mm512_mask_storeu_ps(yr, m0, f[r][0]);
+        _mm512_mask_storeu_ps(yr + 16, m1, f[r][1]);
+    }
+}
+
+/* y(n, ldy)[., o0..o1) = the quantised x rows of a (n) . W[o0..o1)^T
+ * (+ beta * y), W Q8, n any. */
+PIC_AVX512VNNI static void
+pic_wmat_gemm_q8_vnni(float *y, int ldy, const pic_wmat_act *a, int n,
+                      const pic_wmat *w, int o0, int o1, float beta)
+{
+    int      K = w->cols, nb = K / PIC_Q8_BLOCK;
+    size_t   pwb = (size_t) PIC_Q8G_NR * K;
+    uint8_t *pw = (uint8_t *) pic_wmat_tile((pwb + (size_t) PIC_Q8G_NR * nb
+                                             * sizeof(float)) / sizeof(float));
+    float   *dw = (float *) (pw + pwb);
+
+    for (int o = o0; o < o1; o += PIC_Q8G_NR) {
+        int       nr = o1 - o < PIC_Q8G_NR ? o1 - o : PIC_Q8G_NR;
+        __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16) ((1u << nr) - 1);
+        __mmask16 m1 = nr >= 32 ? 0xffff
+                       : nr > 16 ? (__mmask16) ((1u << (nr - 16)) - 1) : 0;
+
+        pic_q8g_pack(pw, dw, w, o, nr);
+        for (int t = 0; t < n; t += PIC_Q8G_MR) {
+            float *yt = y + (size_t) t * ldy + o;
+
+            switch (n - t < PIC_Q8G_MR ? n - t : PIC_Q8G_MR) {
+            case 4:
+                pic_q8g_tile(yt, ldy, a, t, K, pw, dw, 4, m0, m1, beta);
+                break;
+            case 3:
+                pic_q8g_tile(yt, ldy, a, t, K, pw, dw, 3, m0, m1, beta);
+                break;
+            case 2:
+                pic_q8g_tile(yt, ldy, a, t, K, pw, dw, 2, m0, m1, beta);
+                break;
+            default:
+                pic_q8g_tile(yt, ldy, a, t, K, pw, dw, 1, m0, m1, beta);
+                break;
+            }
+        }
+    }
+}
+
 #endif /* PIC_WMAT_X86 */
 
 static const pic_wmat_impl pic_wmat_impls[] = {
 #if PIC_WMAT_X86
     { "avx512bf16", pic_wmat_rows_avx512, pic_wmat_gemv_avx512bf16, 1,
       pic_wmat_gemm_avx512, pic_wmat_gemm_dot_avx512bf16,
-      pic_wmat_x_bf16_avx512bf16 },
+      pic_wmat_x_bf16_avx512bf16, pic_wmat_gemm_q8_vnni },
     { "avx512vnni", pic_wmat_rows_avx512, pic_wmat_gemv_avx512vnni, 1,
-      pic_wmat_gemm_avx512, NULL, NULL },
+      pic_wmat_gemm_avx512, NULL, NULL, pic_wmat_gemm_q8_vnni },
     { "avx512",     pic_wmat_rows_avx512, pic_wmat_gemv_avx512,     1,
-      pic_wmat_gemm_avx512, NULL, NULL },
+      pic_wmat_gemm_avx512, NULL, NULL, NULL },
     { "avx2",       pic_wmat_rows_avx2,   pic_wmat_gemv_avx2,       1, NULL,
-      NULL, NULL },
+      NULL, NULL, NULL },
 #endif
     { "scalar",     pic_wmat_rows_scalar, pic_wmat_gemv_scalar,     0, NULL,
-      NULL, NULL },
+      NULL, NULL, NULL },
 };
 
 #define PIC_WMAT_N_IMPLS (sizeof(pic_wmat_impls) / sizeof(pic_wmat_impls[0]))
@@ -1629,6 +1833,10 @@ pic_wmat_slice(const pic_wmat_impl *im, float *y, const float *x,
         im->gemm_dot(y, out, a->xb, n, w, o0, o1, beta);
         return;
     }
+    if (a->xs != NULL) {
+        im->gemm_q8(y, out, a, n, w, o0, o1, beta);
+        return;
+    }
     if (n <= PIC_WMAT_GEMV_ROWS) {
         im->gemv(y, out, a, n, w, o0, o1, beta);
         return;
@@ -1665,12 +1873,12 @@ pic_wmat_slice(const pic_wmat_impl *im, float *y, const float *x,
     }
 }
 
-/* pic_cpu_matmul_w; rounded 1: x is already what pic_q8_act_round makes
- * of it (a Q8 W past the GEMV rows: the caller rounded it once for several
- * matrices). */
+/* pic_cpu_matmul_w; pre: a Q8 W past the GEMV rows, x already prepared
+ * by the caller once for several matrices (pre->xs set: quantised for
+ * gemm_q8; else pre->xw is x as pic_q8_act_round makes it), else NULL. */
 static void
 pic_wmat_matmul(float *y, const float *x, const pic_wmat *w, int n,
-                int accumulate, int rounded)
+                int accumulate, const pic_wmat_act *pre)
 {
     const pic_wmat_impl *im;
     pic_wmat_act         a = { 0 };
@@ -1702,7 +1910,12 @@ pic_wmat_matmul(float *y, const float *x, const pic_wmat *w, int n,
 
         pic_bf16_act_round(xr, x, (size_t) n * w->cols);
         x = xr;
-    } else if (w->type == PIC_WTYPE_Q8 && !rounded) {
+    } else if (w->type == PIC_WTYPE_Q8 && pre != NULL) {
+        a = *pre;
+        x = a.xw;
+    } else if (w->type == PIC_WTYPE_Q8 && im->gemm_q8 != NULL) {
+        pic_wmat_q8_prep(&a, x, n, w->cols);
+    } else if (w->type == PIC_WTYPE_Q8) {
         float *xr = pic_wmat_act_buf((size_t) n * w->cols * sizeof(float));
 
         pic_q8_act_round(xr, x, (size_t) n * w->cols);
@@ -1729,7 +1942,7 @@ void
 pic_cpu_matmul_w(float *y, const float *x, const pic_wmat *w, int n,
                  int accumulate)
 {
-    pic_wmat_matmul(y, x, w, n, accumulate, 0);
+    pic_wmat_matmul(y, x, w, n, accumulate, NULL);
 }
 
 /* The k matrices as one: thread t takes its share of the rows of all of
@@ -1762,18 +1975,22 @@ pic_cpu_matmul_w_multi(float *const *ys, const float *x,
     if (n > PIC_WMAT_GEMV_ROWS || !im->gemv_f32 || nt <= 1
         || (double) n * ws[0]->cols * total < 262144.0)
     {
-        const float *xq = NULL;     /* (n, cols) x rounded once for the Q8 ones */
+        pic_wmat_act pre = { 0 };   /* x prepared once for the Q8 ones */
+        int          q8 = n > PIC_WMAT_GEMV_ROWS && cw != NULL
+                          && cw->type == PIC_WTYPE_Q8;
 
-        if (n > PIC_WMAT_GEMV_ROWS && cw != NULL && cw->type == PIC_WTYPE_Q8) {
+        if (q8 && im->gemm_q8 != NULL) {
+            pic_wmat_q8_prep(&pre, x, n, cw->cols);
+        } else if (q8) {
             float *xr = pic_wmat_act_buf((size_t) n * cw->cols * sizeof(float));
 
             pic_q8_act_round(xr, x, (size_t) n * cw->cols);
-            xq = xr;
+            pre.x = pre.xw = xr;
         }
         for (int i = 0; i < k; i++) {
-            int q = xq != NULL && ws[i]->type == PIC_WTYPE_Q8;
+            int q = q8 && ws[i]->type == PIC_WTYPE_Q8;
 
-            pic_wmat_matmul(ys[i], q ? xq : x, ws[i], n, 0, q);
+            pic_wmat_matmul(ys[i], x, ws[i], n, 0, q ? &pre : NULL);
         }
         return;
     }

@@ -129,7 +129,7 @@ check_matmul_x(pic_wtype t, int xbf16, int rows, int cols)
         if (pic_kernels_set_simd(simd_paths[p]) != 0) {
             continue;                           /* not on this CPU */
         }
-        static const int ns[] = { 1, 2, 3, 4, 5, 9, 37, 64, 65 };
+        static const int ns[] = { 1, 2, 3, 4, 5, 9, 37, 64, 65, 130 };
 
         for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
             int n = ns[ni];
