@@ -80,7 +80,7 @@ pic_plan_job_free(pic_plan_job *pj)
         free(pj->segs[i].frame);
     }
     for (int k = 0; pj->snap != NULL && k < pj->n_cut; k++) {
-        free(pj->snap[k]);
+        pic_prefix_cache_ck_free(pj->snap_pc, pj->snap[k]);
     }
     free(pj->snap);
     free(pj->cuts);
@@ -709,6 +709,7 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
         }
         pj->cuts = malloc((size_t) (pic_prefix_cache_max_cuts(pc) + 4) * sizeof(int));
         pj->snap = calloc((size_t) (pic_prefix_cache_max_cuts(pc) + 4), sizeof(float *));
+        pj->snap_pc = pc;
         if (pj->cuts == NULL || pj->snap == NULL) {
             snprintf(err, errlen, "out of memory");
             return PIC_PLAN_ERROR;

@@ -132,6 +132,7 @@ typedef struct pic_plan_job {
     int       pos;                      /* exact run: next position */
     int      *cuts;                     /* (n_cut) checkpoint positions in (resume, xend] */
     float   **snap;                     /* (n_cut) states captured there */
+    const pic_prefix_cache *snap_pc;    /* the tree snap's buffers go back to */
     int       n_cut, next_cut;
     int       n_fwd;                    /* forward calls of the exact run */
     int       exact_all;                /* [0, n_prompt) computed exactly */

@@ -181,6 +181,11 @@ float *pic_prefix_cache_snap(const pic_prefix_cache *pc, const pic_state *s);
  * to insert. */
 float *pic_prefix_cache_ck_new(const pic_prefix_cache *pc);
 
+/* Give back a buffer of ck_new / snap that insert did not take (to the
+ * stock, or unmapped when it is full); NULL does nothing.  Checkpoint
+ * buffers are not malloc's: never free() one. */
+void pic_prefix_cache_ck_free(const pic_prefix_cache *pc, float *ck);
+
 /* Fault one more checkpoint buffer into the stock ck_new and snap take
  * from (at most 6 held beyond the byte budget, each a checkpoint's size);
  * 1 if it added one, 0 when the stock is full.  For the keeper, while no
