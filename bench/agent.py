@@ -216,14 +216,22 @@ def engine_bytes(st):
         st.get("prefix", {}).get("bytes", 0) + st.get("cache", {}).get("bytes", 0)))
 
 
+def _keeper_busy(eng):
+    """The engine's keeper still has work a request left it: deferred entry builds, or
+    checkpoint buffers to fault into its stock."""
+    p = eng.status().get("prefix", {})
+    return (p.get("deferred_builds", {}).get("pending", 0)
+            or p.get("spare_checkpoints", 0) < p.get("spare_checkpoints_max", 0))
+
+
 def settle(engines, timeout=120):
-    """Wait until no engine has deferred entry builds pending (exact first builds the
-    entries of client-delimited documents on its keeper thread after a request): every
-    timed request then finds the machine as idle as the others do."""
+    """Wait until no engine's keeper has work left from the last request (exact first
+    builds the entries of client-delimited documents on its keeper thread after a request,
+    and faults a few checkpoint buffers in while idle): every timed request then finds the
+    machine as idle as the others do, whichever engine ran before it."""
     t0 = time.time()
     for eng in engines.values():
-        while (eng.status().get("prefix", {}).get("deferred_builds", {}).get("pending", 0)
-               and time.time() - t0 < timeout):
+        while _keeper_busy(eng) and time.time() - t0 < timeout:
             time.sleep(0.01)
 
 

@@ -59,7 +59,7 @@ typedef struct pic_pnode {
  * (turns back to back, no idle spell between them), a replay of the mid
  * agent loop with one engine and no gaps took 541-599 ms a turn against
  * 580-899 with malloc's (snap 1.3-2.8 ms against 34-104). */
-#define PIC_PC_SPARES 6
+#define PIC_PC_SPARES PIC_PREFIX_SPARES
 
 typedef struct {
     pthread_mutex_t mu;                         /* after the tree's mu, never before */

@@ -192,6 +192,8 @@ void pic_prefix_cache_ck_free(const pic_prefix_cache *pc, float *ck);
  * request runs. */
 int pic_prefix_cache_prefault(pic_prefix_cache *pc);
 
+#define PIC_PREFIX_SPARES 6             /* the stock's size */
+
 /* Checkpoint buffers in that stock now. */
 int pic_prefix_cache_spares(pic_prefix_cache *pc);
 void pic_prefix_cache_snap_layer(const pic_prefix_cache *pc, const pic_state *s, int layer,

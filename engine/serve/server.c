@@ -458,6 +458,8 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         cJSON_AddNumberToObject(d, "dropped", (double) ls.dropped);
         cJSON_AddNumberToObject(d, "pending", ls.pending);
         cJSON_AddNumberToObject(o, "budget", (double) px.budget);
+        cJSON_AddNumberToObject(o, "spare_checkpoints", pic_prefix_cache_spares(srv->prefix));
+        cJSON_AddNumberToObject(o, "spare_checkpoints_max", PIC_PREFIX_SPARES);
     }
 
     cJSON_AddItemToObject(doc, "requests_in_flight", pic_server_live_doc(srv));
