@@ -129,6 +129,23 @@ def test_session_continuation_and_status(procs):
     assert st["prefix"]["hits"] >= 1
 
 
+def test_checkpoint_stock_fills_while_idle(procs):
+    """The keeper maps the checkpoint stock while no request runs (/status
+    prefix.spare_checkpoints up to spare_checkpoints_max); a request's checkpoints
+    come out of it, and it is full again once the engine is idle."""
+    e = engine(procs, "stock")
+
+    def full():
+        p = status(e.url)["prefix"]
+        return p["spare_checkpoints"] == p["spare_checkpoints_max"]
+
+    harness.wait_for(full, what="the stock filled while idle")
+    assert status(e.url)["prefix"]["spare_checkpoints_max"] == 6
+    ask(client(e.url), turn_messages(0, 2))
+    assert status(e.url)["prefix"]["checkpoints"] >= 1
+    harness.wait_for(full, what="the stock filled again after the request")
+
+
 def test_trace_prints_each_requests_timeline(procs):
     """PIC_TRACE=1: per request, a `pic-trace: request ID` line with its
     wall-clock marks in the order the request passes them (the loop's read,
