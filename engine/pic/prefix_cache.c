@@ -1070,15 +1070,14 @@ pic_prefix_cache_insert(pic_prefix_cache *pc, uint64_t scope, const pic_state *s
 {
     int        B = pc->block, full = n / B, nb = 0, nck = 0, nt = 0;
     pic_pnode *cur, *last = NULL, *touched[8];
+    pic_pnode *tail_par = NULL, *tail_at = NULL;    /* where s's own checkpoint goes */
     float     *tck = NULL;
 
     if (new_blocks == NULL) {
         new_blocks = &nb;
     }
     *new_blocks = 0;
-    if (tail && s->pos == n && n > 0) {
-        tck = pic_pc_ck_take(pc, s);
-    }
+    tail = tail && s->pos == n && n > 0;
     pthread_mutex_lock(&pc->mu);
     cur = pic_pc_scope_locked(pc, scope, 1);
     for (int b = 0; cur != NULL && b <= full; b++) {
@@ -1088,8 +1087,8 @@ pic_prefix_cache_insert(pic_prefix_cache *pc, uint64_t scope, const pic_state *s
                 pic_pc_tail_put_locked(pc, cur, tokens, cpos[k], s, &ck[k], &nck);
             }
         }
-        if (tck != NULL && n > b * B && n < (b + 1) * B) {
-            last = pic_pc_tail_put_locked(pc, cur, tokens, n, s, &tck, &nck);
+        if (tail && n > b * B && n < (b + 1) * B) {
+            tail_par = cur;
         }
         if (b == full) {
             break;
@@ -1115,8 +1114,8 @@ pic_prefix_cache_insert(pic_prefix_cache *pc, uint64_t scope, const pic_state *s
                 c->plan |= fresh;       /* a new block's balanced position */
             }
         }
-        if (tck != NULL && c->end == n) {
-            pic_pc_attach_ck_locked(pc, c, &tck, &nck);
+        if (tail && c->end == n) {
+            tail_at = c;
         }
         if (!had && c->ck != NULL) {
             /* one per edge is enough to trim it */
@@ -1133,6 +1132,22 @@ pic_prefix_cache_insert(pic_prefix_cache *pc, uint64_t scope, const pic_state *s
     for (int i = 0; i < nt; i++) {
         pic_pc_trim_locked(pc, touched[i]);
     }
+    for (int k = 0; k < n_ck; k++) {
+        pic_pc_ck_recycle(pc, ck[k]);           /* not taken: back to the stock */
+        ck[k] = NULL;
+    }
+    /* s's own checkpoint last, so that it takes a buffer the trims and the
+     * untaken cuts just gave back instead of mapping a new one (10-15 ms of
+     * fresh pages on models/mid in a VM when the stock ran dry) */
+    if ((tail_par != NULL || (tail_at != NULL && tail_at->ck == NULL))
+        && (tck = pic_pc_ck_take(pc, s)) != NULL) {
+        if (tail_par != NULL) {
+            last = pic_pc_tail_put_locked(pc, tail_par, tokens, n, s, &tck, &nck);
+        } else {
+            pic_pc_attach_ck_locked(pc, tail_at, &tck, &nck);
+            pic_pc_trim_locked(pc, tail_at);
+        }
+    }
     if (*new_blocks > 0 || nck > 0) {
         pc->dirty = 1;
     }
@@ -1147,10 +1162,6 @@ pic_prefix_cache_insert(pic_prefix_cache *pc, uint64_t scope, const pic_state *s
         *new_checkpoints = nck;
     }
     pic_pc_ck_recycle(pc, tck);
-    for (int k = 0; k < n_ck; k++) {
-        pic_pc_ck_recycle(pc, ck[k]);           /* not taken: back to the stock */
-        ck[k] = NULL;
-    }
     return 0;
 }
 
