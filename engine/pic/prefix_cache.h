@@ -201,11 +201,12 @@ void pic_prefix_cache_snap_layer(const pic_prefix_cache *pc, const pic_state *s,
 
 /* The second half: add under scope what s holds exactly for tokens[0, n)
  * (s holds their KV at positions [0, n)): the full blocks not held yet,
- * the checkpoints ck[k] captured at positions cpos[k] <= n (n_ck; the
- * buffers are taken and freed, NULL entries skipped; a position inside a
- * block becomes a tail node) and, when tail and s->pos == n, s's states as
- * a checkpoint at n.  Then evicts to the budget.  Counts into *new_blocks and
- * *new_checkpoints (either may be NULL); 0. */
+ * the checkpoints ck[k] captured at positions cpos[k] <= n (n_ck; each
+ * buffer is taken or given back to the stock, NULL entries skipped; a
+ * position inside a block becomes a tail node) and, when tail and s->pos
+ * == n, s's states as a checkpoint at n (copied last, into a buffer the
+ * others gave back where one did).  Then evicts to the budget.  Counts into
+ * *new_blocks and *new_checkpoints (either may be NULL); 0. */
 int pic_prefix_cache_insert(pic_prefix_cache *pc, uint64_t scope, const pic_state *s,
                             const int *tokens, int n, const int *cpos, float **ck,
                             int n_ck, int tail, int *new_blocks, int *new_checkpoints);
