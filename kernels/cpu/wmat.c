@@ -802,6 +802,17 @@ pic_avx2_f32(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
         }                                                                     \
     } while (0)
 
+/* An AVX-512 GEMV kernel's end: acc[r][n] (rows PIC_WMAT_GEMV_ROWS apart)
+ * = the sum of the 16 lanes of A[r][n], r < R, n < N. */
+#define PIC_GEMV_SUMS(acc, A, R, N)                                           \
+    do {                                                                      \
+        for (int r_ = 0; r_ < (R); r_++) {                                    \
+            for (int n_ = 0; n_ < (N); n_++) {                                \
+                (acc)[r_ * PIC_WMAT_GEMV_ROWS + n_] = _mm512_reduce_add_ps((A)[r_][n_]); \
+            }                                                                 \
+        }                                                                     \
+    } while (0)
+
 /* Rows [r0, r1) with kern, R rows at a time and the rest one by one. */
 #define PIC_WMAT_ROWS(kern, R, N)                                             \
     do {                                                                      \
@@ -1004,11 +1015,7 @@ pic_avx512_f32(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
             }
         }
     }
-    for (int r = 0; r < R; r++) {
-        for (int n = 0; n < N; n++) {
-            acc[r * PIC_WMAT_GEMV_ROWS + n] = _mm512_reduce_add_ps(A[r][n]);
-        }
-    }
+    PIC_GEMV_SUMS(acc, A, R, N);
 }
 
 /* Q8 with VNNI: vpdpbusd wants unsigned × signed bytes, so x goes in as
@@ -1079,11 +1086,7 @@ pic_vnni_q8(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
             }
         }
     }
-    for (int r = 0; r < R; r++) {
-        for (int n = 0; n < N; n++) {
-            acc[r * PIC_WMAT_GEMV_ROWS + n] = _mm512_reduce_add_ps(A[r][n]);
-        }
-    }
+    PIC_GEMV_SUMS(acc, A, R, N);
 }
 
 PIC_AVX512 static void
@@ -1427,11 +1430,7 @@ pic_avx512bf16_dot(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
             }
         }
     }
-    for (int r = 0; r < R; r++) {
-        for (int n = 0; n < N; n++) {
-            acc[r * PIC_WMAT_GEMV_ROWS + n] = _mm512_reduce_add_ps(A[r][n]);
-        }
-    }
+    PIC_GEMV_SUMS(acc, A, R, N);
 }
 
 /* The avx512bf16 path's GEMV: bf16 dots for BF16 xbf16 (a->xh), the
