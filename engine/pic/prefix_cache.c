@@ -49,7 +49,7 @@ typedef struct pic_pnode {
  * exact forward the copies of three checkpoints of models/mid (6.4 MB
  * each) took 52-92 ms of a 560 ms turn (PIC_TRACE snap=; AMD EPYC VM,
  * first touch 2.1-3.9 us a page against 0.16 once mapped).  The keeper
- * faults up to PIC_PC_SPARES of them in while no request runs
+ * faults up to PIC_PREFIX_SPARES of them in while no request runs
  * (pic_prefix_cache_prefault; while one runs, its faults on two cores
  * stalled the forward's threads: turns went 560 -> 700 ms); a request
  * takes one instead of malloc, and a checkpoint the placement or the
@@ -59,11 +59,9 @@ typedef struct pic_pnode {
  * (turns back to back, no idle spell between them), a replay of the mid
  * agent loop with one engine and no gaps took 541-599 ms a turn against
  * 580-899 with malloc's (snap 1.3-2.8 ms against 34-104). */
-#define PIC_PC_SPARES PIC_PREFIX_SPARES
-
 typedef struct {
     pthread_mutex_t mu;                         /* after the tree's mu, never before */
-    float          *buf[PIC_PC_SPARES];         /* (ck_floats) each, written once */
+    float          *buf[PIC_PREFIX_SPARES];     /* (ck_floats) each, written once */
     int             n;
 } pic_pc_spares;
 
@@ -123,7 +121,7 @@ pic_pc_ck_recycle(const pic_prefix_cache *pc, float *ck)
         return;
     }
     pthread_mutex_lock(&sp->mu);
-    if (sp->n < PIC_PC_SPARES) {
+    if (sp->n < PIC_PREFIX_SPARES) {
         sp->buf[sp->n++] = ck;
         ck = NULL;
     }
@@ -942,7 +940,7 @@ pic_prefix_cache_prefault(pic_prefix_cache *pc)
     int            need;
 
     pthread_mutex_lock(&sp->mu);
-    need = sp->n < PIC_PC_SPARES;
+    need = sp->n < PIC_PREFIX_SPARES;
     pthread_mutex_unlock(&sp->mu);
     if (!need || (ck = pic_pages_alloc(pc->ck_floats * sizeof(float))) == NULL) {
         return 0;

@@ -300,9 +300,9 @@ typedef struct {
                              * gemm_dot: (n, cols) x in bf16; else NULL */
     const uint16_t *xh;     /* BF16 xbf16 GEMV rows on that path: (n, cp) x
                              * in bf16, zeros past cols; else NULL */
-    const int32_t *xs;      /* Q8 past the GEMV rows on a path with gemm_q8:
-                             * (n, cols/32) 128 x the sum of each block's
-                             * quantised x (.q, .d as above); else NULL */
+    const int32_t *xs;      /* Q8: (n, cols/32) 128 x the sum of each block's
+                             * quantised x (gemm_q8's correction for x + 128;
+                             * made with .q, .d); else NULL */
 } pic_wmat_act;
 
 void
@@ -439,14 +439,7 @@ pic_wmat_act_prep(pic_wmat_act *a, const float *x, int n, const pic_wmat *w,
         a->xp = xp;
         a->cp = cp;
     } else if (w->type == PIC_WTYPE_Q8) {
-        size_t  nq = (size_t) n * cols, nd = nq / PIC_Q8_BLOCK;
-        char   *buf = pic_wmat_act_buf(nd * sizeof(float) + nq);
-        float  *d = (float *) buf;
-        int8_t *q = (int8_t *) (buf + nd * sizeof(float));
-
-        pic_q8_act_from_f32(q, d, x, nq);
-        a->q = q;
-        a->d = d;
+        pic_wmat_q8_prep(a, x, n, cols);
     }
 }
 
@@ -1832,7 +1825,7 @@ pic_wmat_slice(const pic_wmat_impl *im, float *y, const float *x,
         im->gemm_dot(y, out, a->xb, n, w, o0, o1, beta);
         return;
     }
-    if (a->xs != NULL) {
+    if (a->xs != NULL && n > PIC_WMAT_GEMV_ROWS) {
         im->gemm_q8(y, out, a, n, w, o0, o1, beta);
         return;
     }
