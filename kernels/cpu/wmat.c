@@ -929,7 +929,11 @@ pic_wmat_rows_avx512(float *dst, const pic_wmat *w, int r0, int nr)
 
 /* BF16: 32 columns a step as 16 even (shifted up) and 16 odd (masked)
  * against a->xp, each into its own sum; the last partial step masked
- * (a->xp is zero there). */
+ * (a->xp is zero there).  One row at a time (R = 1, the AMD tile): 64
+ * columns a step into four chains, as the bf16 dot does, so the FMA
+ * latency is not what a 2 KiB row waits on (models/mid decode, bf16,
+ * warm_bench tg 64, 2 threads, Zen 4, four alternated runs: 33.1-39.0 ->
+ * 35.4-46.8 tok/s, each run ahead). */
 PIC_AVX512 static inline __attribute__((always_inline)) void
 pic_avx512_bf16(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
                 int R, int N)
@@ -938,6 +942,7 @@ pic_avx512_bf16(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
     const uint16_t *W = (const uint16_t *) w->data + (size_t) o * cols;
     const __m512i   hi = _mm512_set1_epi32((int) 0xffff0000u);
     __m512          A[4][PIC_WMAT_GEMV_ROWS], B[4][PIC_WMAT_GEMV_ROWS];
+    int             c = 0;
 
     for (int r = 0; r < R; r++) {
         for (int n = 0; n < N; n++) {
@@ -945,7 +950,38 @@ pic_avx512_bf16(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
             B[r][n] = _mm512_setzero_ps();
         }
     }
-    for (int c = 0; c < cols; c += 32) {
+    if (R == 1) {                   /* 64 columns a step, four chains */
+        __m512 C[PIC_WMAT_GEMV_ROWS], D[PIC_WMAT_GEMV_ROWS];
+
+        for (int n = 0; n < N; n++) {
+            C[n] = _mm512_setzero_ps();
+            D[n] = _mm512_setzero_ps();
+        }
+        for (; c + 64 <= cols; c += 64) {
+            __m512i v0 = _mm512_loadu_si512(W + c);
+            __m512i v1 = _mm512_loadu_si512(W + c + 32);
+            __m512  e0 = _mm512_castsi512_ps(_mm512_slli_epi32(v0, 16));
+            __m512  o0 = _mm512_castsi512_ps(_mm512_and_si512(v0, hi));
+            __m512  e1 = _mm512_castsi512_ps(_mm512_slli_epi32(v1, 16));
+            __m512  o1 = _mm512_castsi512_ps(_mm512_and_si512(v1, hi));
+
+            PIC_WMAT_PF(W + c);
+            PIC_WMAT_PF(W + c + 32);
+            for (int n = 0; n < N; n++) {
+                const float *xr = a->xp + (size_t) n * a->cp + c;
+
+                A[0][n] = _mm512_fmadd_ps(e0, _mm512_loadu_ps(xr), A[0][n]);
+                B[0][n] = _mm512_fmadd_ps(o0, _mm512_loadu_ps(xr + 16), B[0][n]);
+                C[n] = _mm512_fmadd_ps(e1, _mm512_loadu_ps(xr + 32), C[n]);
+                D[n] = _mm512_fmadd_ps(o1, _mm512_loadu_ps(xr + 48), D[n]);
+            }
+        }
+        for (int n = 0; n < N; n++) {
+            A[0][n] = _mm512_add_ps(A[0][n], C[n]);
+            B[0][n] = _mm512_add_ps(B[0][n], D[n]);
+        }
+    }
+    for (; c < cols; c += 32) {
         __mmask32 m = cols - c >= 32 ? 0xffffffffu
                                      : (__mmask32) ((1u << (cols - c)) - 1);
         __m512    xe[PIC_WMAT_GEMV_ROWS], xo[PIC_WMAT_GEMV_ROWS];
@@ -977,7 +1013,7 @@ pic_avx512_bf16(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
 }
 
 /* F32: 16 columns (one 64-byte line of each row) a step; the last partial
- * step masked. */
+ * step masked.  R = 1: 64 columns a step into four chains, as BF16. */
 PIC_AVX512 static inline __attribute__((always_inline)) void
 pic_avx512_f32(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
                int R, int N)
@@ -985,13 +1021,42 @@ pic_avx512_f32(float *acc, const pic_wmat *w, int o, const pic_wmat_act *a,
     int          cols = w->cols;
     const float *W = (const float *) w->data + (size_t) o * cols;
     __m512       A[4][PIC_WMAT_GEMV_ROWS];
+    int          c = 0;
 
     for (int r = 0; r < R; r++) {
         for (int n = 0; n < N; n++) {
             A[r][n] = _mm512_setzero_ps();
         }
     }
-    for (int c = 0; c < cols; c += 16) {
+    if (R == 1) {                   /* 64 columns a step, four chains */
+        __m512 B[3][PIC_WMAT_GEMV_ROWS];
+
+        for (int n = 0; n < N; n++) {
+            B[0][n] = B[1][n] = B[2][n] = _mm512_setzero_ps();
+        }
+        for (; c + 64 <= cols; c += 64) {
+            __m512 v0 = _mm512_loadu_ps(W + c), v1 = _mm512_loadu_ps(W + c + 16);
+            __m512 v2 = _mm512_loadu_ps(W + c + 32), v3 = _mm512_loadu_ps(W + c + 48);
+
+            PIC_WMAT_PF(W + c);
+            PIC_WMAT_PF(W + c + 16);
+            PIC_WMAT_PF(W + c + 32);
+            PIC_WMAT_PF(W + c + 48);
+            for (int n = 0; n < N; n++) {
+                const float *xr = a->x + (size_t) n * cols + c;
+
+                A[0][n] = _mm512_fmadd_ps(v0, _mm512_loadu_ps(xr), A[0][n]);
+                B[0][n] = _mm512_fmadd_ps(v1, _mm512_loadu_ps(xr + 16), B[0][n]);
+                B[1][n] = _mm512_fmadd_ps(v2, _mm512_loadu_ps(xr + 32), B[1][n]);
+                B[2][n] = _mm512_fmadd_ps(v3, _mm512_loadu_ps(xr + 48), B[2][n]);
+            }
+        }
+        for (int n = 0; n < N; n++) {
+            A[0][n] = _mm512_add_ps(_mm512_add_ps(A[0][n], B[0][n]),
+                                    _mm512_add_ps(B[1][n], B[2][n]));
+        }
+    }
+    for (; c < cols; c += 16) {
         __mmask16 m = cols - c >= 16 ? 0xffff : (__mmask16) ((1u << (cols - c)) - 1);
         __m512    xv[PIC_WMAT_GEMV_ROWS];
 
