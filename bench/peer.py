@@ -17,15 +17,20 @@ format is then run by both engines with THREADS threads (default: all
 cores), matched as pic-engine --weights f32 / bf16 / q8, and BF16 a second
 time as --weights bf16dot, the arithmetic llama.cpp's BF16 does (the
 activations rounded to bf16 at each weight matmul; --weights bf16 keeps
-them fp32, exact products); llama-bench runs once per GGUF, both bf16 rows
-divide by that run (the warm chunk's rounds alternate per row):
+them fp32, exact products); llama-bench's prefill runs once per GGUF, both
+bf16 rows divide by that run (the decode and warm chunk rounds alternate the
+engines per row):
 
   * prefill tok/s at 512, 2k, 8k tokens (QUICK=1: 512, 2k): llama-bench
     pp<N>; pic-engine bench/warm_bench.c `MODEL 0 N THREADS 2 pp` on N
     random ids (one forward, logits of the last position);
   * decode tok/s: llama-bench tg32 (from an empty context, one token a
     step, logits every step); pic-engine warm_bench `MODEL 0 32 THREADS 2
-    tg` (the same: 32 one-token forwards from position 0);
+    tg` (the same: 32 one-token forwards from position 0); PEER_DECODE_ROUNDS
+    (default 3) rounds alternating the engines, the figure the mean over the
+    rounds (decode is bound by the VM's memory bandwidth, which moved
+    +-25% between minutes: one call each, minutes apart, decided a 10%
+    goal by chance); the per-round ratios go in the JSON;
     both sides are timed alike (llama-bench's own procedure, read from its
     source, tools/llama-bench/llama-bench.cpp): one untimed warm-up (pp: a
     whole N-token run, tg: one step), then 2 timed runs on a fresh context,
@@ -144,6 +149,7 @@ WARM = tuple(int(v) for v in _WARM.split(":")) if _WARM not in ("", "0") else No
 WARM_BENCH = os.path.join(BUILD, "bench", "warm_bench")
 WARM_ROUNDS = int(os.environ.get("PEER_WARM_ROUNDS", 0) or 2)
 WARM_REPS = int(os.environ.get("PEER_WARM_REPS", 0) or 3)
+DECODE_ROUNDS = int(os.environ.get("PEER_DECODE_ROUNDS", 0) or 3)
 
 
 def log(msg):
@@ -245,15 +251,24 @@ def timed(argv, env=None):
 
 
 def llama_bench(bench, gguf):
+    """llama-bench's pp N rows: prefill tok/s per N, peak RSS."""
     out, _, rss = timed([bench, "-m", gguf, "-t", str(THREADS), "-p", ",".join(map(str, LENS)),
-                         "-n", str(DECODE), "-r", str(REPS), "-o", "json"])
+                         "-n", "0", "-r", str(REPS), "-o", "json"])
     res = {"prefill": {}, "decode": None, "rss": rss}
     for row in json.loads(out):
         if row.get("n_prompt", 0) > 0 and row.get("n_gen", 0) == 0:
             res["prefill"][row["n_prompt"]] = row["avg_ts"]
-        elif row.get("n_gen", 0) > 0 and row.get("n_prompt", 0) == 0:
-            res["decode"] = row["avg_ts"]
     return res
+
+
+def llama_decode(bench, gguf):
+    """llama-bench's tg DECODE: (tok/s, peak RSS)."""
+    out, _, rss = timed([bench, "-m", gguf, "-t", str(THREADS), "-p", "0", "-n", str(DECODE),
+                         "-r", str(REPS), "-o", "json"])
+    for row in json.loads(out):
+        if row.get("n_gen", 0) == DECODE and row.get("n_prompt", 0) == 0:
+            return row["avg_ts"], rss
+    sys.exit("peer.py: no tg%d row in llama-bench's output:\n%s" % (DECODE, out[-2000:]))
 
 
 def llama_warm(bench, gguf):
@@ -296,18 +311,34 @@ def warm_rounds(bench, gguf, fmt):
 
 
 def pic_engine(fmt):
-    """Prefill pp N and decode tg DECODE as llama-bench's rows (warm_bench
-    at depth 0); peak RSS the largest over these processes."""
+    """Prefill pp N as llama-bench's rows (warm_bench at depth 0); peak RSS
+    the largest over these processes."""
     res = {"prefill": {}, "decode": None, "rss": 0, "runs": []}
-    for n, mode in [(n, "pp") for n in LENS] + [(DECODE, "tg")]:
-        run, rss = warm_bench(fmt, 0, n, mode)
-        if mode == "pp":
-            res["prefill"][n] = run["mean_tok_s"]
-        else:
-            res["decode"] = run["mean_tok_s"]
+    for n in LENS:
+        run, rss = warm_bench(fmt, 0, n, "pp")
+        res["prefill"][n] = run["mean_tok_s"]
         res["runs"].append(run)
         res["rss"] = max(res["rss"], rss)
     return res
+
+
+def decode_rounds(bench, gguf, fmt, theirs, ours):
+    """DECODE_ROUNDS rounds, llama-bench tg then warm_bench tg in each (the
+    same DECODE one-token steps from position 0, REPS runs after a warm-up
+    each): theirs / ours["decode"] the means over every round, the rounds'
+    figures in ours["decode_rounds"], peak RSS folded into both."""
+    rounds = []
+    for _ in range(DECODE_ROUNDS):
+        b, rss = llama_decode(bench, gguf)
+        theirs["rss"] = max(theirs["rss"], rss)
+        run, rss = warm_bench(fmt, 0, DECODE, "tg")
+        ours["rss"] = max(ours["rss"], rss)
+        ours["runs"].append(run)
+        a = run["mean_tok_s"]
+        rounds.append({"pic_engine": a, "llama_cpp": b, "ratio": round(a / b, 3)})
+    theirs["decode"] = sum(r["llama_cpp"] for r in rounds) / len(rounds)
+    ours["decode"] = sum(r["pic_engine"] for r in rounds) / len(rounds)
+    ours["decode_rounds"] = rounds
 
 
 # --- agentic TTFT through both servers ---
@@ -549,6 +580,8 @@ def main():
         theirs = dict(by_gguf[gguf])
         log("%s: pic-engine" % f)
         ours = pic_engine(f)
+        log("%s: decode, %d rounds alternating the engines" % (f, DECODE_ROUNDS))
+        decode_rounds(bench, gguf, f, theirs, ours)
         if WARM:
             log("%s: warm chunk, %d tokens after %d (llama-bench -d, warm_bench)" % (f, WARM[1],
                                                                                   WARM[0]))
@@ -572,8 +605,9 @@ def main():
           "pic-engine vs llama.cpp on models/mid, %d threads each (ratio = ours / theirs); "
           "every tok/s row timed alike on both sides, as llama-bench times its own: one "
           "warm-up, then the mean tok/s of %d runs (llama-bench pp N / tg %d / pp N @ d "
-          "DEPTH against bench/warm_bench MODEL DEPTH N pp|tg; the warm row: %d alternating "
-          "rounds of %d runs)" % (THREADS, REPS, DECODE, WARM_ROUNDS, WARM_REPS))
+          "DEPTH against bench/warm_bench MODEL DEPTH N pp|tg; decode: the mean over %d "
+          "rounds alternating the engines; the warm row: %d alternating rounds of %d runs)"
+          % (THREADS, REPS, DECODE, DECODE_ROUNDS, WARM_ROUNDS, WARM_REPS))
 
     def ratio(f, key, n=None):
         a = per[f]["pic_engine"][key] if n is None else per[f]["pic_engine"][key].get(n)
@@ -599,7 +633,7 @@ def main():
         vals = [v for v in summary["warm_chunk_ratio_vs_llamacpp"].values() if v]
         summary["warm_chunk_ratio_min"] = min(vals) if vals else None
     config = {"model": "models/mid", "threads": THREADS, "prefill_tokens": LENS,
-              "decode_tokens": DECODE,
+              "decode_tokens": DECODE, "decode_rounds": DECODE_ROUNDS,
               "warm_chunk": {"depth": WARM[0], "tokens": WARM[1],
                              "llama_cpp": "llama-bench -p %d -d %d -n 0 -r %d" % (WARM[1], WARM[0],
                                                                                   WARM_REPS),
