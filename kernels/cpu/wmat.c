@@ -415,6 +415,8 @@ pic_wmat_act_prep(pic_wmat_act *a, const float *x, int n, const pic_wmat *w,
                 x_bf16(xh + (size_t) r * cp, x + (size_t) r * cols, (size_t) cols);
             }
             a->xh = xh;
+            a->cp = cp;
+            return;                 /* the bf16 dot reads nothing else */
         }
         if (w->xbf16) {
             float *xr = xp + (size_t) n * cp;
@@ -426,8 +428,15 @@ pic_wmat_act_prep(pic_wmat_act *a, const float *x, int n, const pic_wmat *w,
         for (int r = 0; r < n; r++) {
             const float *xr = x + (size_t) r * cols;
             float       *pr = xp + (size_t) r * cp;
+            int          c = 0;
 
-            for (int c = 0; c < cp; c += 32) {
+            for (; c + 32 <= cols; c += 32) {       /* branch-free: vectorised */
+                for (int j = 0; j < 16; j++) {
+                    pr[c + j] = xr[c + 2 * j];
+                    pr[c + 16 + j] = xr[c + 2 * j + 1];
+                }
+            }
+            for (; c < cp; c += 32) {
                 for (int j = 0; j < 16; j++) {
                     int e = c + 2 * j, o = e + 1;
 
