@@ -292,7 +292,7 @@ typedef struct {
                              * rounded to bf16 (xbf16) */
     const float  *xp;       /* BF16: (n, cp) cp = cols rounded up to 32; per
                              * 32-chunk its 16 even then 16 odd columns, zeros
-                             * past cols; else NULL */
+                             * past cols; else (and when xh is set) NULL */
     int           cp;
     const int8_t *q;        /* Q8: (n, cols) quantised activations */
     const float  *d;        /* Q8: (n, cols/32) their block scales */
@@ -939,7 +939,7 @@ pic_wmat_rows_avx512(float *dst, const pic_wmat *w, int r0, int nr)
 /* BF16: 32 columns a step as 16 even (shifted up) and 16 odd (masked)
  * against a->xp, each into its own sum; the last partial step masked
  * (a->xp is zero there).  One row at a time (R = 1, the AMD tile): 64
- * columns a step into four chains, as the bf16 dot does, so the FMA
+ * columns a step into four chains (the bf16 dot's two), so the FMA
  * latency is not what a 2 KiB row waits on (models/mid decode, bf16,
  * warm_bench tg 64, 2 threads, Zen 4, four alternated runs: 33.1-39.0 ->
  * 35.4-46.8 tok/s, each run ahead). */
