@@ -17,25 +17,25 @@ format is then run by both engines with THREADS threads (default: all
 cores), matched as pic-engine --weights f32 / bf16 / q8, and BF16 a second
 time as --weights bf16dot, the arithmetic llama.cpp's BF16 does (the
 activations rounded to bf16 at each weight matmul; --weights bf16 keeps
-them fp32, exact products); llama-bench's prefill runs once per GGUF, both
-bf16 rows divide by that run (the decode and warm chunk rounds alternate the
-engines per row):
+them fp32, exact products).  Every tok/s row alternates the engines:
+PEER_ROUNDS (default 3) rounds of one llama-bench call (every pp N and tg)
+then our runs of the same rows, the figure the mean over the rounds and
+each round's ratios in the JSON (the VM's memory bandwidth and clock moved
++-25% from one minute to the next: one call of each engine, minutes apart,
+decided a 10% goal by chance; llama.cpp's BF16 tg read 33-41 tok/s in calls
+of one session):
 
   * prefill tok/s at 512, 2k, 8k tokens (QUICK=1: 512, 2k): llama-bench
     pp<N>; pic-engine bench/warm_bench.c `MODEL 0 N THREADS 2 pp` on N
     random ids (one forward, logits of the last position);
   * decode tok/s: llama-bench tg32 (from an empty context, one token a
     step, logits every step); pic-engine warm_bench `MODEL 0 32 THREADS 2
-    tg` (the same: 32 one-token forwards from position 0); PEER_DECODE_ROUNDS
-    (default 3) rounds alternating the engines, the figure the mean over the
-    rounds (decode is bound by the VM's memory bandwidth, which moved
-    +-25% between minutes: one call each, minutes apart, decided a 10%
-    goal by chance); the per-round ratios go in the JSON;
+    tg` (the same: 32 one-token forwards from position 0);
     both sides are timed alike (llama-bench's own procedure, read from its
     source, tools/llama-bench/llama-bench.cpp): one untimed warm-up (pp: a
     whole N-token run, tg: one step), then 2 timed runs on a fresh context,
-    the figure the mean of the runs' tok/s (its avg_ts, warm_bench's
-    mean_tok_s);
+    the figure of a round the mean of the runs' tok/s (its avg_ts,
+    warm_bench's mean_tok_s);
   * peak RSS of each process (/usr/bin/time %M): for llama-bench the largest
     over its runs, for pic-engine the largest over its warm_bench runs;
   * warm chunk tok/s (PEER_WARM=DEPTH:N, default 2048:570, the size of an
@@ -96,7 +96,8 @@ each session / once every pooled document has an entry).  Writes
 bench/results/peer.json.
 
 Env: QUICK=1, THREADS=N, PEER_FORMATS=f32,bf16,bf16dot,q8 (a subset), PEER_LENS=512,2048
-(prefill lengths), PEER_REBUILD=1, PEER_AGENT=0 (skip the agentic part),
+(prefill lengths), PEER_ROUNDS=3 (prefill and decode rounds alternating the engines),
+PEER_REBUILD=1, PEER_AGENT=0 (skip the agentic part),
 PEER_AGENT_FORMAT=bf16dot, PEER_WARM=2048:570 (warm chunk: depth:new tokens; 0 skips it),
 PEER_WARM_ROUNDS=2 / PEER_WARM_REPS=3 (the warm chunk's alternating rounds, timed runs per call),
 PEER_TURNS / PEER_SHIFTED (agent-loop turns, shifted-docs requests),
@@ -149,7 +150,7 @@ WARM = tuple(int(v) for v in _WARM.split(":")) if _WARM not in ("", "0") else No
 WARM_BENCH = os.path.join(BUILD, "bench", "warm_bench")
 WARM_ROUNDS = int(os.environ.get("PEER_WARM_ROUNDS", 0) or 2)
 WARM_REPS = int(os.environ.get("PEER_WARM_REPS", 0) or 3)
-DECODE_ROUNDS = int(os.environ.get("PEER_DECODE_ROUNDS", 0) or 3)
+ROUNDS = int(os.environ.get("PEER_ROUNDS", 0) or 3)
 
 
 def log(msg):
@@ -251,24 +252,19 @@ def timed(argv, env=None):
 
 
 def llama_bench(bench, gguf):
-    """llama-bench's pp N rows: prefill tok/s per N, peak RSS."""
+    """llama-bench's pp N rows and tg DECODE in one call: ({N: tok/s}, tok/s,
+    peak RSS)."""
     out, _, rss = timed([bench, "-m", gguf, "-t", str(THREADS), "-p", ",".join(map(str, LENS)),
-                         "-n", "0", "-r", str(REPS), "-o", "json"])
-    res = {"prefill": {}, "decode": None, "rss": rss}
+                         "-n", str(DECODE), "-r", str(REPS), "-o", "json"])
+    prefill, decode = {}, None
     for row in json.loads(out):
         if row.get("n_prompt", 0) > 0 and row.get("n_gen", 0) == 0:
-            res["prefill"][row["n_prompt"]] = row["avg_ts"]
-    return res
-
-
-def llama_decode(bench, gguf):
-    """llama-bench's tg DECODE: (tok/s, peak RSS)."""
-    out, _, rss = timed([bench, "-m", gguf, "-t", str(THREADS), "-p", "0", "-n", str(DECODE),
-                         "-r", str(REPS), "-o", "json"])
-    for row in json.loads(out):
-        if row.get("n_gen", 0) == DECODE and row.get("n_prompt", 0) == 0:
-            return row["avg_ts"], rss
-    sys.exit("peer.py: no tg%d row in llama-bench's output:\n%s" % (DECODE, out[-2000:]))
+            prefill[row["n_prompt"]] = row["avg_ts"]
+        elif row.get("n_gen", 0) == DECODE and row.get("n_prompt", 0) == 0:
+            decode = row["avg_ts"]
+    if decode is None or set(prefill) != set(LENS):
+        sys.exit("peer.py: llama-bench's output lacks a row:\n%s" % out[-2000:])
+    return prefill, decode, rss
 
 
 def llama_warm(bench, gguf):
@@ -311,34 +307,44 @@ def warm_rounds(bench, gguf, fmt):
 
 
 def pic_engine(fmt):
-    """Prefill pp N as llama-bench's rows (warm_bench at depth 0); peak RSS
-    the largest over these processes."""
-    res = {"prefill": {}, "decode": None, "rss": 0, "runs": []}
-    for n in LENS:
-        run, rss = warm_bench(fmt, 0, n, "pp")
-        res["prefill"][n] = run["mean_tok_s"]
-        res["runs"].append(run)
-        res["rss"] = max(res["rss"], rss)
-    return res
+    """warm_bench as llama-bench's rows (depth 0): ({N: pp tok/s}, tg
+    DECODE tok/s, peak RSS, the runs' JSON)."""
+    prefill, rss, runs = {}, 0, []
+    for n, mode in [(n, "pp") for n in LENS] + [(DECODE, "tg")]:
+        run, r = warm_bench(fmt, 0, n, mode)
+        runs.append(run)
+        rss = max(rss, r)
+        if mode == "pp":
+            prefill[n] = run["mean_tok_s"]
+    return prefill, runs[-1]["mean_tok_s"], rss, runs
 
 
-def decode_rounds(bench, gguf, fmt, theirs, ours):
-    """DECODE_ROUNDS rounds, llama-bench tg then warm_bench tg in each (the
-    same DECODE one-token steps from position 0, REPS runs after a warm-up
-    each): theirs / ours["decode"] the means over every round, the rounds'
-    figures in ours["decode_rounds"], peak RSS folded into both."""
-    rounds = []
-    for _ in range(DECODE_ROUNDS):
-        b, rss = llama_decode(bench, gguf)
-        theirs["rss"] = max(theirs["rss"], rss)
-        run, rss = warm_bench(fmt, 0, DECODE, "tg")
-        ours["rss"] = max(ours["rss"], rss)
-        ours["runs"].append(run)
-        a = run["mean_tok_s"]
-        rounds.append({"pic_engine": a, "llama_cpp": b, "ratio": round(a / b, 3)})
-    theirs["decode"] = sum(r["llama_cpp"] for r in rounds) / len(rounds)
-    ours["decode"] = sum(r["pic_engine"] for r in rounds) / len(rounds)
-    ours["decode_rounds"] = rounds
+def rounds(bench, gguf, fmt):
+    """ROUNDS rounds, llama-bench then warm_bench in each (prefill at every N
+    and decode, REPS runs after a warm-up per row on both sides): (theirs,
+    ours), each {"prefill": {N: mean over the rounds}, "decode": mean, "rss":
+    the largest}; ours["rounds"] lists every round's figures and ratios."""
+    theirs = {"prefill": {n: 0.0 for n in LENS}, "decode": 0.0, "rss": 0}
+    ours = {"prefill": {n: 0.0 for n in LENS}, "decode": 0.0, "rss": 0, "runs": [],
+            "rounds": []}
+    for _ in range(ROUNDS):
+        bp, bd, brss = llama_bench(bench, gguf)
+        ap, ad, arss, runs = pic_engine(fmt)
+        theirs["rss"], ours["rss"] = max(theirs["rss"], brss), max(ours["rss"], arss)
+        ours["runs"] += runs
+        for n in LENS:
+            theirs["prefill"][n] += bp[n] / ROUNDS
+            ours["prefill"][n] += ap[n] / ROUNDS
+        theirs["decode"] += bd / ROUNDS
+        ours["decode"] += ad / ROUNDS
+        ours["rounds"].append({
+            "pic_engine": {"prefill": ap, "decode": ad}, "llama_cpp": {"prefill": bp, "decode": bd},
+            "ratio": {"prefill": {n: round(ap[n] / bp[n], 3) for n in LENS},
+                      "decode": round(ad / bd, 3)}})
+    for side in (theirs, ours):
+        side["prefill"] = {n: round(v, 3) for n, v in side["prefill"].items()}
+        side["decode"] = round(side["decode"], 3)
+    return theirs, ours
 
 
 # --- agentic TTFT through both servers ---
@@ -571,17 +577,12 @@ def main():
     src = ensure_source()
     bench = ensure_build(src)
     ensure_model(MODEL)
-    rows, per, by_gguf = [], {}, {}
+    rows, per = [], {}
     for f in formats:
         gguf = ensure_gguf(src, f)
-        if gguf not in by_gguf:
-            log("%s: llama-bench" % f)
-            by_gguf[gguf] = llama_bench(bench, gguf)
-        theirs = dict(by_gguf[gguf])
-        log("%s: pic-engine" % f)
-        ours = pic_engine(f)
-        log("%s: decode, %d rounds alternating the engines" % (f, DECODE_ROUNDS))
-        decode_rounds(bench, gguf, f, theirs, ours)
+        log("%s: prefill and decode, %d rounds alternating llama-bench and warm_bench"
+            % (f, ROUNDS))
+        theirs, ours = rounds(bench, gguf, f)
         if WARM:
             log("%s: warm chunk, %d tokens after %d (llama-bench -d, warm_bench)" % (f, WARM[1],
                                                                                   WARM[0]))
@@ -605,9 +606,9 @@ def main():
           "pic-engine vs llama.cpp on models/mid, %d threads each (ratio = ours / theirs); "
           "every tok/s row timed alike on both sides, as llama-bench times its own: one "
           "warm-up, then the mean tok/s of %d runs (llama-bench pp N / tg %d / pp N @ d "
-          "DEPTH against bench/warm_bench MODEL DEPTH N pp|tg; decode: the mean over %d "
-          "rounds alternating the engines; the warm row: %d alternating rounds of %d runs)"
-          % (THREADS, REPS, DECODE, DECODE_ROUNDS, WARM_ROUNDS, WARM_REPS))
+          "DEPTH against bench/warm_bench MODEL DEPTH N pp|tg), the mean over %d rounds "
+          "alternating the engines (the warm row: %d rounds of %d runs)"
+          % (THREADS, REPS, DECODE, ROUNDS, WARM_ROUNDS, WARM_REPS))
 
     def ratio(f, key, n=None):
         a = per[f]["pic_engine"][key] if n is None else per[f]["pic_engine"][key].get(n)
@@ -633,7 +634,7 @@ def main():
         vals = [v for v in summary["warm_chunk_ratio_vs_llamacpp"].values() if v]
         summary["warm_chunk_ratio_min"] = min(vals) if vals else None
     config = {"model": "models/mid", "threads": THREADS, "prefill_tokens": LENS,
-              "decode_tokens": DECODE, "decode_rounds": DECODE_ROUNDS,
+              "decode_tokens": DECODE, "rounds": ROUNDS,
               "warm_chunk": {"depth": WARM[0], "tokens": WARM[1],
                              "llama_cpp": "llama-bench -p %d -d %d -n 0 -r %d" % (WARM[1], WARM[0],
                                                                                   WARM_REPS),
