@@ -403,12 +403,11 @@ pic_wmat_act_prep(pic_wmat_act *a, const float *x, int n, const pic_wmat *w,
     if (w->type == PIC_WTYPE_BF16) {
         int    cp = (cols + 31) & ~31;
         size_t nx = w->xbf16 ? (size_t) n * cols : 0;       /* rounded x behind */
-        size_t nh = w->xbf16 && x_bf16 ? (size_t) n * cp : 0;   /* then bf16 x */
-        float *xp = pic_wmat_act_buf(((size_t) n * cp + nx) * sizeof(float)
-                                     + nh * sizeof(uint16_t));
+        size_t nh = w->xbf16 && x_bf16 ? (size_t) n * cp : 0;   /* or bf16 x alone */
+        float *xp;
 
         if (nh > 0) {
-            uint16_t *xh = (uint16_t *) (xp + (size_t) n * cp + nx);
+            uint16_t *xh = pic_wmat_act_buf(nh * sizeof(uint16_t));
 
             memset(xh, 0, nh * sizeof(uint16_t));
             for (int r = 0; r < n; r++) {
@@ -418,6 +417,7 @@ pic_wmat_act_prep(pic_wmat_act *a, const float *x, int n, const pic_wmat *w,
             a->cp = cp;
             return;                 /* the bf16 dot reads nothing else */
         }
+        xp = pic_wmat_act_buf(((size_t) n * cp + nx) * sizeof(float));
         if (w->xbf16) {
             float *xr = xp + (size_t) n * cp;
 
