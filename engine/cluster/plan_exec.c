@@ -14,6 +14,19 @@
 #include "pic_time.h"
 #include "plan_exec.h"
 
+/* The exact part's insertion, held back past the first token. */
+struct pic_plan_insert {
+    uint64_t  scope;
+    int      *ids;                      /* (n) the exact part's ids */
+    int       n;
+    int      *cuts;                     /* (n_cut) taken from the job */
+    float   **snap;                     /* (n_cut) taken from the job */
+    int       n_cut;
+    int       tail;                     /* the end state too: s->pos == n then */
+};
+
+static pic_plan_insert *pic_plan_insert_new(pic_plan_job *pj, const pic_state *s, int n);
+
 enum { PIC_PH_TOKENIZE = 0, PIC_PH_RESTORE, PIC_PH_RESOLVE, PIC_PH_EXACT, PIC_PH_ASSEMBLE,
        PIC_PH_INSERT, PIC_PH_SNAP };
 
@@ -81,6 +94,15 @@ pic_plan_job_free(pic_plan_job *pj)
     }
     for (int k = 0; pj->snap != NULL && k < pj->n_cut; k++) {
         pic_prefix_cache_ck_free(pj->snap_pc, pj->snap[k]);
+    }
+    if (pj->insert != NULL) {                   /* never taken: its buffers back */
+        for (int k = 0; pj->insert->snap != NULL && k < pj->insert->n_cut; k++) {
+            pic_prefix_cache_ck_free(pj->snap_pc, pj->insert->snap[k]);
+        }
+        free(pj->insert->snap);
+        free(pj->insert->cuts);
+        free(pj->insert->ids);
+        free(pj->insert);
     }
     free(pj->snap);
     free(pj->cuts);
@@ -830,15 +852,79 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
         pic_plan_clock(pj, PIC_PH_ASSEMBLE, &t0);
     }
     /* the exact part into the tree: blocks, checkpoints, and the prompt's
-     * end state when all of it is exact */
+     * end state when all of it is exact (now, or after the first token) */
     pj->exact_all = pj->xend == n;
-    pic_prefix_cache_insert(pc, pj->scope, s, pj->ids, pj->xend, pj->cuts, pj->snap,
-                            pj->n_cut, pj->exact_all && s->pos == n, NULL, NULL);
-    pic_cache_budget_enforce(ctx->budget);
+    if (!pj->defer_insert || (pj->insert = pic_plan_insert_new(pj, s, n)) == NULL) {
+        pic_prefix_cache_insert(pc, pj->scope, s, pj->ids, pj->xend, pj->cuts, pj->snap,
+                                pj->n_cut, pj->exact_all && s->pos == n, NULL, NULL);
+        pic_cache_budget_enforce(ctx->budget);
+    }
     pic_plan_clock(pj, PIC_PH_INSERT, &t0);
     pic_plan_count(pj, pj->resume);
     *why = PIC_JOB_ERROR_NONE;
     return PIC_PLAN_DONE;
+}
+
+/* --- the exact part's insertion, held back past the first token --- */
+
+
+/* pj's insertion as it stands at DONE (s holds the prompt, n tokens);
+ * takes pj's cuts and snaps; NULL on OOM (pj unchanged). */
+static pic_plan_insert *
+pic_plan_insert_new(pic_plan_job *pj, const pic_state *s, int n)
+{
+    pic_plan_insert *ins = calloc(1, sizeof(*ins));
+
+    if (ins == NULL || (ins->ids = malloc((size_t) (pj->xend > 0 ? pj->xend : 1)
+                                          * sizeof(int))) == NULL) {
+        free(ins);
+        return NULL;
+    }
+    memcpy(ins->ids, pj->ids, (size_t) pj->xend * sizeof(int));
+    ins->scope = pj->scope;
+    ins->n = pj->xend;
+    ins->cuts = pj->cuts;
+    ins->snap = pj->snap;
+    ins->n_cut = pj->n_cut;
+    ins->tail = pj->exact_all && s->pos == n;
+    pj->cuts = NULL;
+    pj->snap = NULL;
+    pj->n_cut = pj->next_cut = 0;
+    return ins;
+}
+
+pic_plan_insert *
+pic_plan_take_insert(pic_plan_job *pj)
+{
+    pic_plan_insert *ins = pj->insert;
+
+    pj->insert = NULL;
+    return ins;
+}
+
+void
+pic_plan_run_insert(const pic_plan_ctx *ctx, pic_plan_insert *ins, const pic_state *s)
+{
+    static int on = -1;
+    int64_t    t0 = pic_now_ns();
+
+    if (ins == NULL) {
+        return;
+    }
+    pic_prefix_cache_insert(ctx->prefix, ins->scope, s, ins->ids, ins->n, ins->cuts,
+                            ins->snap, ins->n_cut, ins->tail, NULL, NULL);
+    pic_cache_budget_enforce(ctx->budget);
+    if (on < 0) {
+        on = getenv("PIC_TRACE") != NULL;
+    }
+    if (on) {
+        fprintf(stderr, "pic-trace: insert n=%d cuts=%d tail=%d after the first token "
+                "%.1fms\n", ins->n, ins->n_cut, ins->tail, 1e-6 * (double) (pic_now_ns() - t0));
+    }
+    free(ins->snap);
+    free(ins->cuts);
+    free(ins->ids);
+    free(ins);
 }
 
 /* With PIC_TRACE set in the environment, one stderr line per finished job:

@@ -136,6 +136,10 @@ typedef struct pic_plan_job {
     int       n_cut, next_cut;
     int       n_fwd;                    /* forward calls of the exact run */
     int       exact_all;                /* [0, n_prompt) computed exactly */
+    int       defer_insert;             /* set by the caller: DONE leaves the
+                                         * exact part's insertion to
+                                         * pic_plan_take_insert */
+    struct pic_plan_insert *insert;     /* that insertion, until taken */
     /* results, valid once the step reports DONE */
     int       n_prompt;                 /* Σ n_ids = the whole text's ids */
     int       n_cached;                 /* exact + composed from entries older than the request */
@@ -236,6 +240,20 @@ int pic_plan_step(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m,
                   const pic_tokenizer *tok, const char *text, size_t text_len,
                   pic_state *s, float *logits, pic_job_error *why, char *err,
                   size_t errlen);
+
+/* The exact part's insertion into the prefix tree (blocks, checkpoints
+ * captured in the run, the prompt's end state), held back by a job with
+ * defer_insert so that it runs after the first token went out. */
+typedef struct pic_plan_insert pic_plan_insert;
+
+/* After DONE of a job with defer_insert: its insertion, now the caller's
+ * (NULL: none, or it ran already for want of memory). */
+pic_plan_insert *pic_plan_take_insert(pic_plan_job *pj);
+
+/* Run ins (NULL: nothing) on s, the state its job's DONE left, before any
+ * other forward on s, then free it; the time goes to the "insert" line of
+ * PIC_TRACE. */
+void pic_plan_run_insert(const pic_plan_ctx *ctx, pic_plan_insert *ins, const pic_state *s);
 
 /* After DONE: the segments of pj whose entry ctx's pool holds now (hits,
  * builds and peers' entries the pool admitted and kept), as the

@@ -101,33 +101,34 @@ int
 pic_ws_get(const pic_config *cfg, pic_state *s, int nb, int lg_rows, pic_ws *w)
 {
     const pic_backend *be = s->be;
+    pic_workspace     *b = s->shared != NULL ? s->shared : &s->own;
     size_t             need;
 
     lg_rows = be->host ? 0 : lg_rows;
     need = pic_ws_layout(cfg, nb, lg_rows, NULL, w);
-    if (need > s->ws_cap) {
+    if (need > b->ws_cap) {
         float *p = be->mem_alloc(need * sizeof(float));
         if (p == NULL) {
             return -1;
         }
-        be->mem_free(s->ws);
-        s->ws = p;
-        s->ws_cap = need;
+        be->mem_free(b->ws);
+        b->ws = p;
+        b->ws_cap = need;
     }
-    pic_ws_layout(cfg, nb, lg_rows, s->ws, w);
+    pic_ws_layout(cfg, nb, lg_rows, b->ws, w);
     if (!be->host) {
         size_t hneed = pic_ws_host_layout(cfg, nb, NULL, w);
 
-        if (hneed > s->hws_cap) {
+        if (hneed > b->hws_cap) {
             void *p = malloc(hneed);
             if (p == NULL) {
                 return -1;
             }
-            free(s->hws);
-            s->hws = p;
-            s->hws_cap = hneed;
+            free(b->hws);
+            b->hws = p;
+            b->hws_cap = hneed;
         }
-        pic_ws_host_layout(cfg, nb, s->hws, w);
+        pic_ws_host_layout(cfg, nb, b->hws, w);
         /* the expert offsets live on the host only */
         return 0;
     }
@@ -137,16 +138,16 @@ pic_ws_get(const pic_config *cfg, pic_state *s, int nb, int lg_rows, pic_ws *w)
     w->h_selw = w->selw;
     w->h_rows = w->rows;
     w->h_roww = w->roww;
-    w->h_off = s->hws_cap >= ((size_t) cfg->n_experts + 1) * sizeof(int)
-               ? s->hws : NULL;
+    w->h_off = b->hws_cap >= ((size_t) cfg->n_experts + 1) * sizeof(int)
+               ? b->hws : NULL;
     if (w->h_off == NULL) {
         void *p = malloc(((size_t) cfg->n_experts + 1) * sizeof(int));
         if (p == NULL) {
             return -1;
         }
-        free(s->hws);
-        s->hws = w->h_off = p;
-        s->hws_cap = ((size_t) cfg->n_experts + 1) * sizeof(int);
+        free(b->hws);
+        b->hws = w->h_off = p;
+        b->hws_cap = ((size_t) cfg->n_experts + 1) * sizeof(int);
     }
     return 0;
 }

@@ -8,7 +8,9 @@
  *   forward(A at 0) ; forward(B at |A|)  ==  forward(A‖B at 0)
  * and a prefill followed by N one-token steps equals one long prefill.
  * Long inputs are processed in micro-batches of PIC_UBATCH tokens (the
- * state carries, so this changes nothing but the peak memory).
+ * state carries, so this changes nothing but the peak memory and the
+ * speed: every pass converts and packs each weight matrix once for its
+ * GEMMs, a fixed ~55 ms a pass on models/mid).
  *
  * Projections are OpenBLAS GEMMs over the batch rows; the GDN prefill is
  * the chunked WY kernel (kernels/pic_kernels.h) and decode the recurrent
@@ -41,7 +43,14 @@
 #include "pic_kernels.h"
 #include "state.h"
 
-#define PIC_UBATCH 512              /* tokens per micro-batch */
+/* Tokens per micro-batch.  1024 rather than 512: an agent turn's new
+ * tokens (a tool result, ~700) go in one pass instead of 512 + the rest,
+ * whose fixed cost per token was 15% above a full pass's (PIC_TRACE: 2.46
+ * against 2.82 ms a token at depth 5k); warm_bench models/mid 5090 718,
+ * alternated three times: 1.81-1.87 -> 1.74-1.83 s.  The activations of
+ * a pass (~148 KB a token on models/mid) are one workspace per scheduler
+ * worker (pic_state_share_workspace), not one per slot. */
+#define PIC_UBATCH 1024
 
 typedef enum {
     PIC_LOGITS_NONE = 0,            /* no logits (prefill of a prefix) */

@@ -69,8 +69,9 @@ typedef struct {
 } pic_fwd_span;
 
 /* Lay a workspace for nb rows (and lg_rows rows of device logits when
- * s's backend is not host memory) out in s->ws and its host staging in
- * s->hws, growing them in s->be's memory; -1 on OOM. */
+ * s's backend is not host memory) out in s's workspace (its own or the
+ * shared one) and its host staging, growing them in s->be's memory; -1 on
+ * OOM. */
 int pic_ws_get(const pic_config *cfg, pic_state *s, int nb, int lg_rows,
                pic_ws *w);
 

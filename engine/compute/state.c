@@ -77,9 +77,26 @@ pic_state_free(pic_state *s)
         s->be->mem_free(s->kc[l]);
         s->be->mem_free(s->vc[l]);
     }
-    s->be->mem_free(s->ws);
-    free(s->hws);
+    pic_workspace_free(s->be, &s->own);
     free(s);
+}
+
+void
+pic_workspace_free(const pic_backend *be, pic_workspace *w)
+{
+    if (w == NULL) {
+        return;
+    }
+    be->mem_free(w->ws);
+    free(w->hws);
+    *w = (pic_workspace) { 0 };
+}
+
+void
+pic_state_share_workspace(pic_state *s, pic_workspace *w)
+{
+    pic_workspace_free(s->be, &s->own);
+    s->shared = w;
 }
 
 void
@@ -166,10 +183,8 @@ pic_state_copy_to(const pic_state *src, const pic_backend *be)
     }
     *s = *src;
     s->be = be;
-    s->ws = NULL;
-    s->ws_cap = 0;
-    s->hws = NULL;
-    s->hws_cap = 0;
+    s->own = (pic_workspace) { 0 };
+    s->shared = NULL;
     for (int l = 0; l < src->n_layers; l++) {
         s->S[l] = s->conv[l] = s->kc[l] = s->vc[l] = NULL;
     }

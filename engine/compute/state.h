@@ -15,6 +15,16 @@
 #include "model.h"
 #include "pic_kernels.h"
 
+/* The scratch of a forward: activations of one micro-batch (ws, ws_cap
+ * floats, in the backend's memory) and the host staging of its ids (hws,
+ * hws_cap bytes; device backends only), grown to the largest pass asked. */
+typedef struct pic_workspace {
+    float  *ws;
+    size_t  ws_cap;
+    void   *hws;
+    size_t  hws_cap;
+} pic_workspace;
+
 typedef struct pic_state {
     int     n_layers;
     int     pos;                    /* next position = tokens consumed */
@@ -26,13 +36,11 @@ typedef struct pic_state {
     float  *conv[PIC_MAX_LAYERS];   /* (C, K−1) linear layers, else NULL */
     float  *kc[PIC_MAX_LAYERS];     /* (Hkv, cap, hd) post-norm, RoPE'd K; full layers */
     float  *vc[PIC_MAX_LAYERS];     /* (Hkv, cap, hd) V; full layers */
-    float  *ws;                     /* forward workspace (ws_cap floats) */
-    size_t  ws_cap;
-    void   *hws;                    /* host staging of the workspace's ids
-                                     * (hws_cap bytes; device backends only) */
-    size_t  hws_cap;
-    const pic_backend *be;          /* where S, conv, KV and ws live (every
-                                     * buffer above is its memory) */
+    pic_workspace  own;             /* the forward workspace, unless shared */
+    pic_workspace *shared;          /* NULL, or the one its forwards use
+                                     * (pic_state_share_workspace) */
+    const pic_backend *be;          /* where S, conv, KV and the workspace
+                                     * live (every buffer above is its memory) */
 } pic_state;
 
 /* Allocate a zero state for cfg (max_ctx <= 0: cfg->max_position, or 1<<20
@@ -55,6 +63,15 @@ void pic_state_reset(pic_state *s);
 /* Make KV slots [0, n_pos) available (grow by doubling, preserving
  * contents); -1 + err if n_pos > max_ctx or memory runs out. */
 int pic_state_reserve(pic_state *s, int n_pos, char *err, size_t errlen);
+
+/* From now on s's forwards use w's workspace instead of their own (freed),
+ * NULL: their own again.  States that share one run one forward at a time
+ * (a scheduler worker's slots: one pass's activations, not one per slot);
+ * w outlives them, freed by pic_workspace_free(be, w). */
+void pic_state_share_workspace(pic_state *s, pic_workspace *w);
+
+/* Release w's buffers (in be's memory) and zero it; w itself is the caller's. */
+void pic_workspace_free(const pic_backend *be, pic_workspace *w);
 
 /* Deep copy of src (positions [0, src->pos) of the KV), or NULL. */
 pic_state *pic_state_clone(const pic_state *src);

@@ -61,6 +61,8 @@ typedef struct {
     int               started;
     pic_job         **run;      /* [max_batch] running jobs or NULL */
     pic_state       **st;       /* [max_batch] states, allocated on first use */
+    pic_workspace     ws;       /* the one forward workspace of its states
+                                 * (a worker runs one pass at a time) */
     float            *logits;   /* (max_batch, V); row 0 for single steps */
     int              *dslot;    /* [max_batch] slots decoding this round */
     pic_state       **dst;      /* [max_batch] their states */
@@ -712,6 +714,7 @@ pic_seq_plan_step(pic_sched *s, pic_worker *w, pic_job *j, int *progress)
     char         *held;
 
     int64_t t0 = pic_now_ns();
+    pj->defer_insert = 1;               /* pic_seq_step runs it after the first token */
     rc = pic_plan_step(s->o.plan_ctx, pj, s->o.model, s->o.tok, j->text, j->text_len, q->st,
                        w->logits, &why, err, sizeof(err));
     pic_job_mark(j, !was_tokenized ? "tokenize" : rc == PIC_PLAN_WAIT ? "wait"
@@ -896,10 +899,11 @@ pic_seq_decoding(const pic_job *j)
 static int
 pic_seq_step(pic_sched *s, pic_worker *w, int k)
 {
-    pic_job *j = w->run[k];
-    pic_seq *q = j->seq;
-    char     err[256];
-    int      rc, id;
+    pic_job         *j = w->run[k];
+    pic_seq         *q = j->seq;
+    pic_plan_insert *ins = NULL;        /* the prompt's insertion into the tree */
+    char             err[256];
+    int              rc, id;
 
     if (pic_seq_expired(s, j)) {
         goto released;
@@ -923,6 +927,7 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
         if (rc == 0) {
             return progress;
         }
+        ins = pic_plan_take_insert(j->plan);
     } else if (q->n_fed < j->n_prompt) {
         int n = j->n_prompt - q->n_fed, last;
 
@@ -957,7 +962,12 @@ pic_seq_step(pic_sched *s, pic_worker *w, int k)
         }
     }
     id = pic_seq_choose(s, j, w->logits, s->o.model->cfg.vocab);
-    if (pic_seq_emit(s, j, id)) {
+    rc = pic_seq_emit(s, j, id);
+    /* the first token is out (the whole reply, when it was the last): now
+     * the tree takes the prompt's blocks and states from the slot's state,
+     * which nothing has advanced since (j may be gone: ins is ours) */
+    pic_plan_run_insert(s->o.plan_ctx, ins, w->st[k]);
+    if (rc) {
         goto released;
     }
     return 1;
@@ -1143,6 +1153,7 @@ pic_worker_main(void *arg)
                 if (w->st[k] == NULL) {
                     break;              /* no memory for a slot: wait for one */
                 }
+                pic_state_share_workspace(w->st[k], &w->ws);
             }
             j = s->qhead;
             pic_queue_remove_locked(s, NULL, j);
@@ -1365,6 +1376,7 @@ pic_sched_free(pic_sched *s)
         for (int k = 0; w->st != NULL && k < s->o.max_batch; k++) {
             pic_state_free(w->st[k]);
         }
+        pic_workspace_free(s->o.be != NULL ? s->o.be : pic_backend_cpu(), &w->ws);
         free(w->st);
         free(w->run);
         free(w->logits);

@@ -108,6 +108,11 @@ job(const char *text, const size_t *cut, int nc)
     return pj;
 }
 
+/* 1: jobs hold their insertion back past DONE, as the scheduler's do (it
+ * runs it once the first token is out): serve_job checks that the tree
+ * took nothing before pic_plan_run_insert and the prompt's blocks after. */
+static int defer_insert;
+
 /* Run job pj for text through the plan steps to DONE; returns pj. */
 static pic_plan_job *
 serve_job(fx *f, pic_plan_job *pj, const char *text)
@@ -116,6 +121,7 @@ serve_job(fx *f, pic_plan_job *pj, const char *text)
     int           rc, steps = 0;
     pic_job_error why;
 
+    pj->defer_insert = defer_insert;
     do {
         rc = pic_plan_step(&f->ctx, pj, f->m, f->tok, text, strlen(text), f->s, f->lg,
                            &why, err, sizeof(err));
@@ -124,6 +130,19 @@ serve_job(fx *f, pic_plan_job *pj, const char *text)
         }
         assert_true(++steps < 10000);
     } while (rc != PIC_PLAN_DONE);
+    if (defer_insert) {
+        pic_prefix_stats a, b;
+        pic_plan_insert *ins = pic_plan_take_insert(pj);
+
+        assert_non_null(ins);
+        assert_null(pic_plan_take_insert(pj));          /* taken once */
+        pic_prefix_cache_stats_get(f->pc, &a);
+        pic_plan_run_insert(&f->ctx, ins, f->s);
+        pic_prefix_cache_stats_get(f->pc, &b);
+        if (pj->xend >= 16 + pj->resume) {              /* a new block at least */
+            assert_true(b.bytes > a.bytes || b.evictions > a.evictions);
+        }
+    }
     return pj;
 }
 
@@ -292,6 +311,16 @@ static void
 test_agent_loop_resumes_every_turn_exactly(void **unused)
 {
     agent_loop(64u << 20, 0);
+}
+
+/* The same with the insertion run after DONE (the scheduler's order): the
+ * next turn finds the whole previous prompt all the same. */
+static void
+test_agent_loop_resumes_with_the_insertion_after_the_first_token(void **unused)
+{
+    defer_insert = 1;
+    agent_loop(64u << 20, 0);
+    defer_insert = 0;
 }
 
 static void
@@ -857,6 +886,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_agent_loop_resumes_every_turn_exactly),
+        cmocka_unit_test(test_agent_loop_resumes_with_the_insertion_after_the_first_token),
         cmocka_unit_test(test_agent_loop_is_exact_under_a_tight_budget),
         cmocka_unit_test(test_generated_answer_is_resumed_next_turn),
         cmocka_unit_test(test_shifted_documents_after_a_shared_prefix_use_pic),

@@ -311,6 +311,53 @@ test_microbatch_edge_invisible(void **unused)
     pic_state_free(s);
 }
 
+/* Two states sharing one workspace (a scheduler worker's slots), their
+ * forwards interleaved, a long pass growing it between a short one's
+ * steps, give bit for bit what states with their own give; freeing the
+ * states leaves the shared workspace to its owner. */
+static void
+test_shared_workspace_changes_nothing(void **unused)
+{
+    pic_model    *m = tiny_model();
+    int           n = PIC_UBATCH + 77, V = m->cfg.vocab, a = 50;
+    int          *ids = tokens(n, V);
+    float        *lg[4];                /* (V) each: s1, s2 shared; s3, s4 own */
+    char          err[256];
+    pic_workspace ws = { 0 };
+    pic_state    *s[4];
+
+    for (int i = 0; i < 4; i++) {
+        lg[i] = malloc((size_t) V * sizeof(float));
+        s[i] = pic_state_init(&m->cfg, 0, err, sizeof(err));
+        assert_non_null(s[i]);
+    }
+    pic_state_share_workspace(s[0], &ws);
+    pic_state_share_workspace(s[1], &ws);
+    /* s1: a tokens, then the rest after s2's whole prompt grew the workspace */
+    for (int i = 0; i < 4; i += 2) {
+        assert_int_equal(pic_forward(m, NULL, s[i], ids, a, 0, PIC_LOGITS_NONE, NULL,
+                                     NULL, err, sizeof(err)), 0);
+        assert_int_equal(pic_forward(m, NULL, s[i + 1], ids, n, 0, PIC_LOGITS_LAST,
+                                     lg[i + 1], NULL, err, sizeof(err)), 0);
+        assert_int_equal(pic_forward(m, NULL, s[i], ids + a, n - a, a, PIC_LOGITS_LAST,
+                                     lg[i], NULL, err, sizeof(err)), 0);
+    }
+    assert_memory_equal(lg[0], lg[2], (size_t) V * sizeof(float));
+    assert_memory_equal(lg[1], lg[3], (size_t) V * sizeof(float));
+    assert_non_null(ws.ws);                     /* the shared one was used ... */
+    assert_null(s[0]->own.ws);                  /* ... and no own one */
+    assert_null(s[1]->own.ws);
+    assert_non_null(s[2]->own.ws);
+    for (int i = 0; i < 4; i++) {
+        pic_state_free(s[i]);
+        free(lg[i]);
+    }
+    assert_non_null(ws.ws);                     /* the owner's to free */
+    pic_workspace_free(pic_backend_cpu(), &ws);
+    assert_null(ws.ws);
+    free(ids);
+}
+
 /* --- checkpoints inside one forward (pic_forward_cuts) --- */
 
 typedef struct {
@@ -718,6 +765,7 @@ main(void)
         cmocka_unit_test(test_prefill_then_decode_equals_one_prefill),
         cmocka_unit_test(test_decode_step_is_the_span_path),
         cmocka_unit_test(test_microbatch_edge_invisible),
+        cmocka_unit_test(test_shared_workspace_changes_nothing),
         cmocka_unit_test(test_cuts_inside_one_forward_equal_cut_forwards),
         cmocka_unit_test(test_bad_cuts_are_an_error),
         cmocka_unit_test(test_bad_input_is_an_error),
