@@ -76,14 +76,20 @@ pic_attn_softmax_avx2(float *r, int lim, float *sum)
     }
     vmx = _mm256_set1_ps(s[0]);
 
-    for (j = 0; j < lim; j += 8) {
-        int     m = lim - j < 8 ? lim - j : 8;
-        __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(m),
-                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        __m256  x = _mm256_maskload_ps(r + j, mask);
-        __m256  p;
+    /* whole vectors plainly, the tail masked: a masked store is microcoded
+     * on AMD Zen (~7% of a deep warm chunk's attention when every vector
+     * took one); the lanes add the same values in the same order */
+    for (j = 0; j + 8 <= lim; j += 8) {
+        __m256 p = pic_exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(r + j), vmx));
 
-        p = pic_exp_avx2(_mm256_sub_ps(x, vmx));
+        _mm256_storeu_ps(r + j, p);
+        acc = _mm256_add_ps(acc, p);
+    }
+    if (j < lim) {
+        __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(lim - j),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        __m256  p = pic_exp_avx2(_mm256_sub_ps(_mm256_maskload_ps(r + j, mask), vmx));
+
         p = _mm256_and_ps(p, _mm256_castsi256_ps(mask));    /* 0 past lim */
         _mm256_maskstore_ps(r + j, mask, p);
         acc = _mm256_add_ps(acc, p);
