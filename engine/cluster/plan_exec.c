@@ -27,6 +27,22 @@ struct pic_plan_insert {
 
 static pic_plan_insert *pic_plan_insert_new(pic_plan_job *pj, const pic_state *s, int n);
 
+/* Free ins (NULL is fine), its snapshots not taken by the tree back to pc's stock. */
+static void
+pic_plan_insert_free(pic_plan_insert *ins, const pic_prefix_cache *pc)
+{
+    if (ins == NULL) {
+        return;
+    }
+    for (int k = 0; ins->snap != NULL && k < ins->n_cut; k++) {
+        pic_prefix_cache_ck_free(pc, ins->snap[k]);
+    }
+    free(ins->snap);
+    free(ins->cuts);
+    free(ins->ids);
+    free(ins);
+}
+
 enum { PIC_PH_TOKENIZE = 0, PIC_PH_RESTORE, PIC_PH_RESOLVE, PIC_PH_EXACT, PIC_PH_ASSEMBLE,
        PIC_PH_INSERT, PIC_PH_SNAP };
 
@@ -95,15 +111,7 @@ pic_plan_job_free(pic_plan_job *pj)
     for (int k = 0; pj->snap != NULL && k < pj->n_cut; k++) {
         pic_prefix_cache_ck_free(pj->snap_pc, pj->snap[k]);
     }
-    if (pj->insert != NULL) {                   /* never taken: its buffers back */
-        for (int k = 0; pj->insert->snap != NULL && k < pj->insert->n_cut; k++) {
-            pic_prefix_cache_ck_free(pj->snap_pc, pj->insert->snap[k]);
-        }
-        free(pj->insert->snap);
-        free(pj->insert->cuts);
-        free(pj->insert->ids);
-        free(pj->insert);
-    }
+    pic_plan_insert_free(pj->insert, pj->snap_pc);  /* never taken: its buffers back */
     free(pj->snap);
     free(pj->cuts);
     free(pj->ids);
@@ -867,7 +875,6 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
 
 /* --- the exact part's insertion, held back past the first token --- */
 
-
 /* pj's insertion as it stands at DONE (s holds the prompt, n tokens);
  * takes pj's cuts and snaps; NULL on OOM (pj unchanged). */
 static pic_plan_insert *
@@ -921,10 +928,7 @@ pic_plan_run_insert(const pic_plan_ctx *ctx, pic_plan_insert *ins, const pic_sta
         fprintf(stderr, "pic-trace: insert n=%d cuts=%d tail=%d after the first token "
                 "%.1fms\n", ins->n, ins->n_cut, ins->tail, 1e-6 * (double) (pic_now_ns() - t0));
     }
-    free(ins->snap);
-    free(ins->cuts);
-    free(ins->ids);
-    free(ins);
+    pic_plan_insert_free(ins, ctx->prefix);     /* the tree took or gave back every snap */
 }
 
 /* With PIC_TRACE set in the environment, one stderr line per finished job:
