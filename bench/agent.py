@@ -63,7 +63,7 @@ Sets (AGENT_SET, named in the JSON's config.set):
              model within one quiet window)
              -> bench/results/agent_mid-short.json;
   full       (default without QUICK) the mid model, 5 sessions x 6 turns, long texts
-             (38 minutes on two idle Zen 4 cores) -> bench/results/agent.json.
+             (38-45 minutes on two idle Zen 4 cores) -> bench/results/agent.json.
 """
 import json
 import os
