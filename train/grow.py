@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Grow a train.py state to a deeper preset without changing what it computes.
+"""Grow a train.py state to a deeper or wider preset without changing what it computes.
 
-Usage:  grow.py STATE_IN STATE_OUT [--preset h128x8] [--tok models/pic-qa]
+Usage:  grow.py STATE_IN STATE_OUT [--preset h128x8] [--tok models/pic-qa] [--seed 0]
+
+STATE_IN is a train.py state (state.pt) or a release checkpoint directory
+(models/pic-qa: its weights and train_state.json counters, no AdamW moments).
 
 Run L10 (session 9): L9's step-7,400 state (h128x4) grown to h128x8 and resumed
 with train.py (train/README.md):
@@ -17,9 +20,28 @@ accuracy with the new layers' capacity (a second attention layer: one to find
 the key, one to read the value).  AdamW moments of the old parameters carry
 over; the added ones start at zero.  The state's step, item and schedule
 continue; its preset becomes the new one.
+
+Wider (same layer types, larger H / heads / I; the step 11,353 release grown
+from h128x8 to h256x8 for a lent GPU, train/README.md):
+
+    .venv-oracle/bin/python train/grow.py models/pic-qa train/run/W1/state.pt --preset h256x8
+
+The old weights become the leading block of every new tensor (old heads first,
+old residual and MLP units first); the new residual units start at zero: the
+embedding's new columns and every residual output's new rows are zero, as are
+the residual outputs' columns of the new heads and MLP units, so nothing new
+reaches the residual stream yet.  The new units' inputs (new columns of every
+projection that reads the residual stream, the new heads' and units' rows) are
+a fresh model's initialisation: they see zeros now and carry the gradient that
+grows the new units.  The zero-centred RMSNorms over H keep their outputs: the
+mean of x^2 over twice the units, half of them zero, is half the old one, so
+(1 + w) is scaled by sqrt(H_old / H_new).  AdamW moments restart (their shapes
+changed); the logits equal the old ones up to the norms' eps (checked).
 """
 import argparse
 import copy
+import json
+import math
 import os
 import re
 import sys
@@ -52,6 +74,115 @@ def grow_state_dict(old_sd, n_old, n_new):
     return new
 
 
+# which axis of a (per-layer) tensor is which dimension; "H" the residual stream.
+# Axes not named here keep their size.  WRITES are the residual outputs.
+WIDTH_AXES = {
+    "embed_tokens.weight": ("V", "H"),
+    "norm.weight": ("Hnorm",),
+    "input_layernorm.weight": ("Hnorm",),
+    "post_attention_layernorm.weight": ("Hnorm",),
+    "linear_attn.in_proj_qkv.weight": ("gdn_qkv", "H"),
+    "linear_attn.in_proj_z.weight": ("gdn_v", "H"),
+    "linear_attn.in_proj_b.weight": ("gdn_h", "H"),
+    "linear_attn.in_proj_a.weight": ("gdn_h", "H"),
+    "linear_attn.conv1d.weight": ("gdn_qkv", "-", "-"),
+    "linear_attn.dt_bias": ("gdn_h",),
+    "linear_attn.A_log": ("gdn_h",),
+    "linear_attn.norm.weight": ("-",),
+    "linear_attn.out_proj.weight": ("H", "gdn_v"),
+    "self_attn.q_proj.weight": ("attn_q", "H"),
+    "self_attn.k_proj.weight": ("attn_kv", "H"),
+    "self_attn.v_proj.weight": ("attn_kv", "H"),
+    "self_attn.o_proj.weight": ("H", "attn_o"),
+    "self_attn.q_norm.weight": ("-",),
+    "self_attn.k_norm.weight": ("-",),
+    "mlp.gate_proj.weight": ("I", "H"),
+    "mlp.up_proj.weight": ("I", "H"),
+    "mlp.down_proj.weight": ("H", "I"),
+}
+WIDTH_ZERO_NEW = ("embed_tokens.weight",) + ZEROED     # everything outside the old block is 0
+
+
+def width_index(axis, o, n):
+    """New indices of the old entries along axis (o, n: old and new preset dims);
+    None: the axis keeps its size."""
+    import torch
+    ar = torch.arange
+    if axis in ("H", "Hnorm"):
+        return ar(o["H"])
+    if axis == "attn_q":                 # per head [query hd | gate hd], head-major
+        return ar(o["Hq"] * o["hd"] * 2)
+    if axis == "attn_kv":
+        return ar(o["Hkv"] * o["hd"])
+    if axis == "attn_o":
+        return ar(o["Hq"] * o["hd"])
+    if axis == "gdn_qkv":                # [q Hk*dk | k Hk*dk | v Hv*dv], each head-major
+        qk = o["Hk"] * o["dk"]
+        return torch.cat([ar(qk), n["Hk"] * n["dk"] + ar(qk),
+                          2 * n["Hk"] * n["dk"] + ar(o["Hv"] * o["dv"])])
+    if axis == "gdn_v":
+        return ar(o["Hv"] * o["dv"])
+    if axis == "gdn_h":
+        return ar(o["Hv"])
+    if axis == "I":
+        return ar(o["I"])
+    return None
+
+
+def widen_state_dict(old_sd, fresh_sd, o, n):
+    """old_sd of preset dims o -> a state dict of the wider dims n (same layer
+    types); fresh_sd a fresh model of dims n (the new entries' initialisation)."""
+    import torch
+    s = math.sqrt(o["H"] / n["H"])
+    new = {}
+    for k, fresh in fresh_sd.items():
+        rest = re.sub(r"^model\.(layers\.\d+\.)?", "", k)
+        if k == "lm_head.weight":
+            continue
+        axes = WIDTH_AXES.get(rest)
+        if axes is None or k not in old_sd:
+            sys.exit("grow: no width rule for %s" % k)
+        old = old_sd[k].float()
+        if "Hnorm" in axes:                  # zero-centred: (1 + w) * s - 1
+            x = torch.full_like(fresh, s - 1.0)
+            x[:old.shape[0]] = (1.0 + old) * s - 1.0
+            new[k] = x
+            continue
+        x = torch.zeros_like(fresh) if rest in WIDTH_ZERO_NEW else fresh.clone().float()
+        # the old block, scattered axis by axis into the new size, with its mask
+        block, mask = old, torch.ones(old.shape, dtype=torch.bool)
+        for d, axis in enumerate(axes):
+            ix = width_index(axis, o, n)
+            if ix is None:
+                if old.shape[d] != x.shape[d]:
+                    sys.exit("grow: %s axis %d changes size without a rule" % (k, d))
+                continue
+            shp = list(block.shape)
+            shp[d] = x.shape[d]
+            block = torch.zeros(shp, dtype=block.dtype).index_copy_(d, ix, block)
+            mask = torch.zeros(shp, dtype=torch.bool).index_copy_(d, ix, mask)
+        new[k] = torch.where(mask, block, x)
+    return new
+
+
+def load_any(path, tok):
+    """(model state dict, st counters, opt state or None) of a train.py state or a
+    release checkpoint directory."""
+    import torch
+    import train
+    if os.path.isdir(path):
+        with open(os.path.join(path, "train_state.json")) as f:
+            rel = json.load(f)
+        st = dict(rel["state"])
+        st.setdefault("level", rel.get("level", 0))
+        ckpt.use_preset(st.get("preset", ckpt.LEGACY_PRESET))
+        m = train.make_model(ckpt.text_config_dict(tok), 0)
+        ckpt.load_weights(m, path)
+        return m.state_dict(), st, None
+    s = torch.load(path, weights_only=False, map_location="cpu")
+    return s["model"], s["st"], s["opt"]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("state_in")
@@ -59,28 +190,41 @@ def main(argv=None):
     ap.add_argument("--preset", default="h128x8")
     ap.add_argument("--tok", default=os.path.join(ckpt.ROOT, "models", "pic-qa"),
                     help="a release whose tokenizer the state's model uses")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="initialisation of the new entries when widening")
     a = ap.parse_args(argv)
 
     import torch
     import train
-    s = torch.load(a.state_in, weights_only=False, map_location="cpu")
-    old_preset = s["st"].get("preset", ckpt.LEGACY_PRESET)
+    old_sd, old_st, old_opt = load_any(a.state_in, a.tok)
+    old_preset = old_st.get("preset", ckpt.LEGACY_PRESET)
     ckpt.use_preset(old_preset)
+    o = dict(ckpt.PRESET)
     old = train.make_model(ckpt.text_config_dict(a.tok), 0)
-    old.load_state_dict(s["model"])
-    n_old = len(ckpt.PRESET["layer_types"])
-    old_types = list(ckpt.PRESET["layer_types"])
+    old.load_state_dict(old_sd)
+    n_old = len(o["layer_types"])
+    old_types = list(o["layer_types"])
 
     ckpt.use_preset(a.preset)
-    new_types = list(ckpt.PRESET["layer_types"])
+    n = dict(ckpt.PRESET)
+    new_types = list(n["layer_types"])
     n_new = len(new_types)
-    if n_new % n_old or new_types != old_types * (n_new // n_old):
-        sys.exit("grow: %s's layer types are not %s's repeated" % (a.preset, old_preset))
-    for k in ("H", "Hq", "Hkv", "hd", "Hk", "Hv", "dk", "dv", "I"):
-        if ckpt.PRESETS[old_preset][k] != ckpt.PRESET[k]:
-            sys.exit("grow: %s differs from %s in %s" % (a.preset, old_preset, k))
-    new = train.make_model(ckpt.text_config_dict(a.tok), 0)
-    new.load_state_dict(grow_state_dict(s["model"], n_old, n_new), strict=True)
+    widths = ("H", "Hq", "Hkv", "hd", "Hk", "Hv", "dk", "dv", "I")
+    wider = [k for k in widths if o[k] != n[k]]
+    new = train.make_model(ckpt.text_config_dict(a.tok), a.seed)
+    if wider:
+        if new_types != old_types:
+            sys.exit("grow: widening keeps the layer types (%s has other ones)" % a.preset)
+        if any(n[k] < o[k] for k in wider) or n["hd"] != o["hd"] or n["dk"] != o["dk"] \
+                or n["dv"] != o["dv"] or n["Hq"] // n["Hkv"] != o["Hq"] // o["Hkv"] \
+                or n["Hv"] // n["Hk"] != o["Hv"] // o["Hk"]:
+            sys.exit("grow: %s is not a widening of %s (more heads of the same size, "
+                     "the same grouping, larger H and I)" % (a.preset, old_preset))
+        new.load_state_dict(widen_state_dict(old_sd, new.state_dict(), o, n), strict=False)
+    else:
+        if n_new % n_old or new_types != old_types * (n_new // n_old):
+            sys.exit("grow: %s's layer types are not %s's repeated" % (a.preset, old_preset))
+        new.load_state_dict(grow_state_dict(old_sd, n_old, n_new), strict=True)
     new.tie_weights()
 
     # the grown model computes what the old one did
@@ -88,26 +232,30 @@ def main(argv=None):
     with torch.no_grad():
         lo, ln = old(ids).logits, new(ids).logits
     err = (lo - ln).abs().max().item()
-    print("grow: %s (%d layers) -> %s (%d layers): max |logit diff| %.2e"
-          % (old_preset, n_old, a.preset, n_new, err))
-    if err > 1e-4:
+    # widening moves the norms' eps against a halved mean square: relative 1e-4
+    tol = 1e-4 * (lo.abs().max().item() if wider else 1.0)
+    print("grow: %s (%d layers) -> %s (%d layers): max |logit diff| %.2e (max |logit| %.1f)"
+          % (old_preset, n_old, a.preset, n_new, err, lo.abs().max().item()), flush=True)
+    if err > tol:
         sys.exit("grow: the grown model does not compute the old one's logits")
 
     # AdamW moments by parameter name: old ones carry over, new ones start empty
     old_names = [n for n, _ in old.named_parameters()]
     new_names = [n for n, _ in new.named_parameters()]
-    opt = torch.optim.AdamW(new.parameters(), lr=s["opt"]["param_groups"][0]["lr"],
-                            betas=(0.9, 0.95), weight_decay=s["opt"]["param_groups"][0]["weight_decay"])
+    pg = old_opt["param_groups"][0] if old_opt else {"lr": 1e-3, "weight_decay": 0.01}
+    opt = torch.optim.AdamW(new.parameters(), lr=pg["lr"], betas=(0.9, 0.95),
+                            weight_decay=pg["weight_decay"])
     osd = opt.state_dict()
-    idx = {n: i for i, n in enumerate(old_names)}
+    idx = {nm: i for i, nm in enumerate(old_names)}
     carried = 0
-    for j, n in enumerate(new_names):
-        i = idx.get(n)
-        if i is not None and i in s["opt"]["state"]:
-            osd["state"][j] = copy.deepcopy(s["opt"]["state"][i])
+    for j, nm in enumerate(new_names):
+        i = idx.get(nm)
+        if old_opt and not wider and i is not None and i in old_opt["state"]:
+            osd["state"][j] = copy.deepcopy(old_opt["state"][i])
             carried += 1
     opt.load_state_dict(osd)
-    st = dict(s["st"], preset=a.preset, grown_from=old_preset, grown_at=s["st"]["step"])
+    st = dict(old_st, preset=a.preset, grown_from=old_preset, grown_at=old_st["step"])
+    os.makedirs(os.path.dirname(os.path.abspath(a.state_out)), exist_ok=True)
     torch.save({"model": new.state_dict(), "opt": opt.state_dict(), "st": st}, a.state_out)
     print("grow: wrote %s (step %d; AdamW moments of %d of %d parameters carried)"
           % (a.state_out, st["step"], carried, len(new_names)))
