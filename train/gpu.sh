@@ -53,7 +53,7 @@ fi
 GPU_ARGS=(--device "$DEVICE" --workers 12 --threads 4 --level 1 --max-level 1
   --promote-on digits --promote 0.85 --mix single,distract,single,tool --follow 8
   --q-w 0.5 --lm-w 0 --dense-frac 0.25 --dense-shape line,sep --raw-eval-n 0
-  --batch-tokens 65536 --lr 2e-3 --lr-min 1e-4 --warmup 100
+  --batch-tokens 65536 --lr 1.5e-3 --lr-min 1e-4 --warmup 100
   --decay-minutes "$(awk "BEGIN { print $MIN * 0.9 }")"
   --eval-level 0 --eval-tasks single,distract,tool --eval-n 100
   --eval-every "$(awk "BEGIN { print $MIN / 3.2 }")" --log-every 40 --seed 1234)
