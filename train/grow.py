@@ -75,7 +75,7 @@ def grow_state_dict(old_sd, n_old, n_new):
 
 
 # which axis of a (per-layer) tensor is which dimension; "H" the residual stream.
-# Axes not named here keep their size.  WRITES are the residual outputs.
+# "-": an axis that keeps its size.  ZEROED (above) are the residual outputs.
 WIDTH_AXES = {
     "embed_tokens.weight": ("V", "H"),
     "norm.weight": ("Hnorm",),
