@@ -59,7 +59,7 @@ PRESETS = {
                   Hq=2, Hkv=1, hd=32, Hk=2, Hv=2, dk=32, dv=32, I=192,
                   tied=True, dtype="bf16-mixed"),
 }
-PRESET_NAME = "h128x8"
+PRESET_NAME = "h256x8"
 LEGACY_PRESET = "h256x8"    # states written before the preset was recorded (step 641)
 PRESET = dict(PRESETS[PRESET_NAME])
 
