@@ -35,8 +35,12 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
 fi
 [ -f .gpu/prose.txt ] || { echo "gpu.sh: .gpu/prose.txt missing (carry it)" >&2; exit 2; }
 export PIC_PROSE=$PWD/.gpu/prose.txt PYTHONUNBUFFERED=1
-# h256x8 at 65,536-token batches ran out of the H100's 80 GB (63 GiB allocated in the
-# backward of transformers' torch GDN); 32,768 fit, at ~125 k tokens/s (session 15)
+# h256x8 at 65,536-token batches of consecutive items (~150 k right-padded positions)
+# ran out of the H100's 80 GB; 32,768 (~75 k positions) fit: ~125 k tokens/s at 3.8
+# steps/s (h128x8 at 65,536 ran 3.2: the step time hardly follows the batch; session
+# 15).  --group 8 batches items of near-equal length (~1.1 positions per token), so
+# 65,536 tokens are ~75 k positions again; a step that runs out of memory splits into
+# micro-batches (train.py --micro) instead of failing.
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 
 mkdir -p "$RUN/release" "$OUT"
@@ -56,7 +60,7 @@ fi
 GPU_ARGS=(--device "$DEVICE" --workers 12 --threads 4 --level 1 --max-level 1
   --promote-on digits --promote 0.85 --mix single,distract,single,tool --follow 8
   --q-w 0.5 --lm-w 0 --dense-frac 0.25 --dense-shape line,sep --raw-eval-n 0
-  --batch-tokens 32768 --lr 1.5e-3 --lr-min 1e-4 --warmup 100
+  --batch-tokens 65536 --group 8 --lr 1.5e-3 --lr-min 1e-4 --warmup 100
   --decay-minutes "$(awk "BEGIN { print $MIN * 0.9 }")"
   --eval-level 0 --eval-tasks single,distract,tool --eval-n 100
   --eval-every "$(awk "BEGIN { print $MIN / 3.2 }")" --log-every 40 --seed 1234)

@@ -224,10 +224,10 @@ def make_model(text_cfg, seed, gdn_init="fla"):
     return m
 
 
-def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu"):
-    """(loss, answer loss) of a right-padded batch of (ids, answer spans, question
-    spans): mean cross-entropy over answer tokens + q_w * mean over follow-up
-    question tokens + lm_w * mean over the other tokens."""
+def _targets(seqs):
+    """(ids [B, n] right-padded with 0, and the answer / follow-up question / other
+    target masks, each [B*(n-1)] over the next-token positions) of sequences
+    [(ids, answer spans, question spans), ...]."""
     import torch
     n = max(len(s[0]) for s in seqs)
     ids = torch.zeros(len(seqs), n, dtype=torch.long)
@@ -243,8 +243,24 @@ def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu"):
         for s0, s1 in qspans:
             qst[b, s0:s1] = 1.0
             oth[b, s0:s1] = 0.0
-    ids, ans, qst, oth = ids.to(device), ans.to(device), qst.to(device), oth.to(device)
-    ans, qst, oth = (x[:, 1:].reshape(-1) for x in (ans, qst, oth))
+    return ids, *(x[:, 1:].reshape(-1) for x in (ans, qst, oth))
+
+
+def target_counts(seqs):
+    """(answer, follow-up question, other) target counts of a batch: the
+    denominators of batch_loss's means."""
+    _, ans, qst, oth = _targets(seqs)
+    return float(ans.sum()), float(qst.sum()), float(oth.sum())
+
+
+def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu", counts=None):
+    """(loss, answer loss) of a right-padded batch of (ids, answer spans, question
+    spans): mean cross-entropy over answer tokens + q_w * mean over follow-up
+    question tokens + lm_w * mean over the other tokens.  counts (target_counts of
+    a whole batch this is part of) divides the sums instead of this part's own
+    counts, so the parts' losses add up to the whole batch's."""
+    import torch
+    ids, ans, qst, oth = (x.to(device) for x in _targets(seqs))
     if lm_w == 0:
         oth = torch.zeros_like(oth)
     # the vocabulary projection only at the positions that carry a loss (a tiny
@@ -256,10 +272,63 @@ def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu"):
     ce = torch.nn.functional.cross_entropy(logits, ids[:, 1:].reshape(-1).index_select(0, keep),
                                            reduction="none")
     ans, qst, oth = (x.index_select(0, keep) for x in (ans, qst, oth))
-    la = (ce * ans).sum() / ans.sum().clamp(min=1)
-    lq = (ce * qst).sum() / qst.sum().clamp(min=1)
-    lo = (ce * oth).sum() / oth.sum().clamp(min=1)
+    na, nq, no = counts or (float(ans.sum()), float(qst.sum()), float(oth.sum()))
+    la = (ce * ans).sum() / max(na, 1.0)
+    lq = (ce * qst).sum() / max(nq, 1.0)
+    lo = (ce * oth).sum() / max(no, 1.0) if lm_w else ce.new_zeros(())
     return la + q_w * lq + lm_w * lo, la
+
+
+def backward_batch(model, seqs, lm_w, q_w, device, micro=1):
+    """Accumulate into the parameters' .grad the gradient of batch_loss over seqs,
+    run as `micro` micro-batches of consecutive sequences (the same loss: each part
+    divided by the whole batch's counts); returns (loss, answer loss, padded
+    positions) of the batch."""
+    counts = target_counts(seqs)
+    if not counts[2] or lm_w == 0:
+        counts = (counts[0], counts[1], 0.0)
+    loss, la, padded = 0.0, 0.0, 0
+    for k in range(micro):
+        part = seqs[k * len(seqs) // micro:(k + 1) * len(seqs) // micro]
+        if not part:
+            continue
+        lk, lak = batch_loss(model, part, lm_w, q_w, device, counts)
+        lk.backward()
+        loss, la = loss + lk.detach(), la + lak.detach()
+        padded += len(part) * max(len(s[0]) for s in part)
+    return loss, la, padded
+
+
+def pool_batches(items, start, lv, batch_tokens, group):
+    """([(sequences, tokens)] batches, the item after them) of the pool of training
+    items from `start` at level lv (a pure function of those and the arguments):
+    the items until group * batch_tokens tokens, sorted by length (then by index), cut
+    into consecutive runs of at least batch_tokens tokens (a last run under half
+    of that joins the one before), in an order shuffled by random.Random(start).
+    A right-padded batch of near-equal lengths computes ~its tokens, where one of
+    consecutive items computes ~2.3x them (level 1)."""
+    import random
+    seqs, ntok, i = [], 0, start
+    while ntok < group * batch_tokens:
+        sq = items.get(i, lv)
+        seqs.append((len(sq[0]), i, sq))
+        ntok += len(sq[0])
+        i += 1
+    seqs.sort(key=lambda t: (t[0], t[1]))
+    runs, cur, n = [], [], 0
+    for ln, _, sq in seqs:
+        cur.append(sq)
+        n += ln
+        if n >= batch_tokens:
+            runs.append((cur, n))
+            cur, n = [], 0
+    if cur:
+        if runs and n < batch_tokens // 2:
+            runs[-1] = (runs[-1][0] + cur, runs[-1][1] + n)
+        else:
+            runs.append((cur, n))
+    random.Random(start).shuffle(runs)
+    return runs, i
 
 
 def greedy_text(model, tok, ids, eos, n, device="cpu"):
@@ -362,6 +431,13 @@ def main(argv=None):
                     help="processes making the training items (a GPU outruns one; same items)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--batch-tokens", type=int, default=1024)
+    ap.add_argument("--group", type=int, default=0,
+                    help="batches of near-equal lengths: sort pools of GROUP batches' "
+                         "items by length (pool_batches; 0: consecutive items, as before; "
+                         "evaluations and the end wait for a pool's last batch)")
+    ap.add_argument("--micro", type=int, default=1,
+                    help="micro-batches per batch (gradients accumulated; doubled on "
+                         "running out of GPU memory)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--lr-min", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=20)
@@ -564,20 +640,42 @@ def main(argv=None):
     step0 = st["step"]
     model.train()
     run_loss, run_ans, run_tok, n_run, t_log = 0.0, 0.0, 0, 0, time.time()
-    while time.time() < t_end and not (a.until_step and st["step"] >= a.until_step):
+    oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+    queue, pool_end, eval_due, run_pad = [], st["item"], False, 0
+    while True:
         t0 = time.time()
+        if not queue:
+            st["item"] = pool_end
+            if time.time() >= t_end or (a.until_step and st["step"] >= a.until_step):
+                break
+            if a.group:
+                queue, pool_end = pool_batches(items, st["item"], st["level"],
+                                               a.batch_tokens, a.group)
+            else:
+                seqs, ntok, pool_end = [], 0, st["item"]
+                while ntok < a.batch_tokens:
+                    sq = items.get(pool_end, st["level"])
+                    seqs.append(sq)
+                    ntok += len(sq[0])
+                    pool_end += 1
+                queue = [(seqs, ntok)]
         lv = st["level"]
-        seqs, ntok = [], 0
-        while ntok < a.batch_tokens:
-            s = items.get(st["item"], lv)
-            seqs.append(s)
-            ntok += len(s[0])
-            st["item"] += 1
+        seqs, ntok = queue.pop(0)
         for g in opt.param_groups:
             g["lr"] = lr_sched(st["step"] - step0, st["step"], a)
-        loss, aloss = batch_loss(model, seqs, a.lm_w, a.q_w, device)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        while True:
+            opt.zero_grad(set_to_none=True)
+            try:
+                loss, aloss, padded = backward_batch(model, seqs, a.lm_w, a.q_w, device,
+                                                     a.micro)
+                break
+            except oom:
+                if a.micro >= len(seqs):
+                    raise
+            opt.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+            a.micro *= 2
+            log({"step": st["step"], "micro": a.micro, "reason": "out of memory"})
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         if not (torch.isfinite(loss) and torch.isfinite(gn)):
             # skip the batch rather than poison the weights and the moments
@@ -600,17 +698,22 @@ def main(argv=None):
         run_loss += loss.item()
         run_ans += aloss.item()
         run_tok += ntok
+        run_pad += padded
         n_run += 1
         if st["step"] % a.log_every == 0:
             dt = time.time() - t_log
             log({"step": st["step"], "tokens": st["tokens"], "level": lv,
                  "loss": round(run_loss / n_run, 4), "answer_loss": round(run_ans / n_run, 4),
-                 "tok_per_s": round(run_tok / dt, 1),
+                 "tok_per_s": round(run_tok / dt, 1), "padded": round(run_pad / run_tok, 2),
                  "lr": round(lr_sched(st["step"] - 1 - step0, st["step"] - 1, a), 6)})
             run_loss, run_ans, run_tok, n_run, t_log = 0.0, 0.0, 0, 0, time.time()
-        if (st["step"] % a.eval_steps == 0 if a.eval_steps else time.time() >= t_eval):
+            run_pad = 0
+        eval_due |= (st["step"] % a.eval_steps == 0 if a.eval_steps else time.time() >= t_eval)
+        if eval_due and not queue:
+            st["item"] = pool_end
             eval_and_save()
             t_eval = time.time() + a.eval_every * 60
+            eval_due = False
     eval_and_save(final=True)
     return 0
 
