@@ -285,8 +285,6 @@ def backward_batch(model, seqs, lm_w, q_w, device, micro=1):
     divided by the whole batch's counts); returns (loss, answer loss, padded
     positions) of the batch."""
     counts = target_counts(seqs)
-    if not counts[2] or lm_w == 0:
-        counts = (counts[0], counts[1], 0.0)
     loss, la, padded = 0.0, 0.0, 0
     for k in range(micro):
         part = seqs[k * len(seqs) // micro:(k + 1) * len(seqs) // micro]
