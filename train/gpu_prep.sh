@@ -20,7 +20,7 @@ fi
 mkdir -p .gpu
 python3 train/tasks.py --dump-prose .gpu/prose.txt
 ls -la .whl .gpu/prose.txt
-tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+tree=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)   # one du: one total
 carry=$(du -cb .whl .gpu/prose.txt | tail -1 | cut -f1)
 awk -v t="$tree" -v c="$carry" 'BEGIN { printf "gpu_prep: tracked %.1f MiB + carried %.1f MiB = %.1f of the 64 MiB a device call takes\n", t/2^20, c/2^20, (t+c)/2^20 }'
 echo "gpu_prep: carry .whl and .gpu/prose.txt; run: bash train/gpu.sh MINUTES"
