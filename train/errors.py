@@ -3,9 +3,11 @@
 for every failure (teacher-forced argmax != the answer's ids; counted right, class
 right_greedy, when greedy decoding gives the answer's text: tasks.answer_ok), where
 it failed (context length, position of the fact in the context, answer token
-position, value kind) and what it answered greedily (a value of another fact of the
-context = wrong lookup; same length within 2 characters of the answer = slip; else
-other).
+position, value kind) and what it answered greedily: a value of another fact of the
+context = wrong lookup (lookup_both / _attr / _entity / _other: what that fact shares
+with the question); such a value cut or run on at the asked kind's length, or taken
+up after the answer's own first characters = the same wrong lookup (class suffix
+_cut); same length within 2 characters of the answer = slip; else other.
 
     .venv-oracle/bin/python train/errors.py models/pic-qa --level 0 --n 100 --tasks single,distract,tool
 
@@ -48,6 +50,35 @@ def fact_sentence(text, value):
     e = min([x for x in (text.find(". ", k), text.find("\n", k), text.find("}", k)) if x >= 0]
             or [len(text)])
     return text[s:e]
+
+
+def lookup_kind(q, sent):
+    """Which fact a wrong lookup copied, against question q: "both" (same attribute
+    and entity), "attr" (same attribute, another entity), "entity" (same entity,
+    another attribute) or "other"."""
+    attr = [x for x, _ in tasks.ATTRS if x in q]
+    same_a = bool(attr) and attr[0] in sent
+    ents = re.findall(r"\b[A-Z][a-z]+\b", q)
+    same_e = bool(ents) and ents[-1] in sent
+    return ("both" if same_a and same_e else "attr" if same_a
+            else "entity" if same_e else "other")
+
+
+def copied_prefix(g, ans, vals):
+    """The context value (not the answer) that greedy answer g copies from where it
+    leaves the answer: g agrees with the answer up to its first differing character
+    w, and with that value up to w and at least two characters beyond, or to the
+    value's end (g cut or run on); the value sharing the longest prefix with g, or
+    None."""
+    w = next((i for i, (x, y) in enumerate(zip(g, ans)) if x != y), min(len(g), len(ans)))
+    best, blen = None, 0
+    for c in vals:
+        if c == ans or len(c) <= w or c[:w] != ans[:w]:
+            continue
+        n = next((i for i, (x, y) in enumerate(zip(g, c)) if x != y), min(len(g), len(c)))
+        if n >= min(w + 2, len(c), len(g)) and n > blen:
+            best, blen = c, n
+    return best
 
 
 def kind(ans):
@@ -94,14 +125,15 @@ def analyse(model, tok, eos, task, seed, level):
             rec["ok"] = True
         elif g in ctx_vals:
             sent = fact_sentence(prompt, g)
-            # which fact it copied: same attribute (another entity), same entity
-            # (another attribute), neither
-            attr = [x for x, _ in tasks.ATTRS if x in q]
-            same_a = bool(attr) and attr[0] in sent
-            ents = re.findall(r"\b[A-Z][a-z]+\b", q)
-            same_e = bool(ents) and ents[-1] in sent
-            cls = "lookup_" + ("both" if same_a and same_e else "attr" if same_a
-                               else "entity" if same_e else "other")
+            cls = "lookup_" + lookup_kind(q, sent)
+            rec["copied_fact"] = sent
+        elif copied_prefix(g, ans, ctx_vals):
+            # a copy of another value, cut or run on at the asked kind's length
+            # ("966305" answered as "96630"; "76380" as "7638" after the answer's own
+            # first digit "7"): the same wrong lookup
+            c = copied_prefix(g, ans, ctx_vals)
+            sent = fact_sentence(prompt, c)
+            cls = "lookup_" + lookup_kind(q, sent) + "_cut"
             rec["copied_fact"] = sent
         elif len(g) == len(ans) and lev(g, ans) <= 2:
             cls = "slip"
