@@ -97,21 +97,45 @@ def encode_raw(shape, seed, voc):
     return ids, spans, []
 
 
+def _unit(i, salt):
+    """A uniform number in [0, 1) that is a pure function of (i, salt) (splitmix64)."""
+    z = (i * 0x9E3779B97F4A7C15 + salt) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
+
+
 def train_item(i, lv, mix, tok, eos, voc, a):
     """Training sequence of global item i at level lv (a pure function of i and the
     arguments): a raw-token item at the raw levels (tasks.RAW_LEVELS) and, with
     --dense-frac f, for a fraction f of the items at the other levels (shape
-    --dense-shape: keeps the recall circuit trained); else the task mix[i % len]
-    item, a quarter of them from the level below at levels > 0."""
+    --dense-shape: keeps the recall circuit trained; a shape "L<level>" is the
+    mix[i % len] chat item at that level); else the task mix[i % len] item, a
+    quarter of them from the level below at levels > 0.
+    --stream 1 (the committed lineage's) picks the dense items and that quarter by
+    i's place in the mix's cycle, so with a mix of 4 and f = 0.25 the dense items
+    replace every mix[3] item and the quarter is never drawn; --stream 2 draws both
+    by a hash of i, independent of the task."""
     import random
     seed = tasks.TRAIN_SEEDS_FROM + i
     if lv in tasks.RAW_LEVELS:
         shapes = tasks.RAW_LEVELS[lv]
         return encode_raw(shapes[i % len(shapes)], seed, voc)
-    if a.dense_frac and int((i + 1) * a.dense_frac) > int(i * a.dense_frac):
+    if getattr(a, "stream", 1) >= 2:
+        dense = _unit(i, 1) < a.dense_frac
+        k = int(_unit(i, 2) * 1e9)
+        below = lv > 0 and _unit(i, 3) < 0.25
+    else:
+        dense = bool(a.dense_frac) and int((i + 1) * a.dense_frac) > int(i * a.dense_frac)
+        k = int(i * a.dense_frac)
+        below = lv > 0 and i % 4 == 3
+    li = lv - 1 if below else lv
+    if dense:
         shapes = a.dense_shape.split(",")
-        return encode_raw(shapes[int(i * a.dense_frac) % len(shapes)], seed, voc)
-    li = lv - 1 if (lv > 0 and i % 4 == 3) else lv
+        shape = shapes[k % len(shapes)]
+        if not shape.startswith("L"):
+            return encode_raw(shape, seed, voc)
+        li = int(shape[1:])             # "L-2": the mix's chat item at level -2
     it = tasks.item(mix[i % len(mix)], seed, li)
     return encode_train(tok, it, eos, a.follow, random.Random(i))
 
@@ -452,7 +476,14 @@ def main(argv=None):
                     help="share of the items that are raw-token recall (--dense-shape) at the "
                          "chat levels (keeps the circuit)")
     ap.add_argument("--dense-shape", default="line",
-                    help="tasks.RAW_SHAPES names the --dense-frac items cycle through")
+                    help="tasks.RAW_SHAPES names the --dense-frac items cycle through, or "
+                         "L<level> (e.g. L-2: the mix's chat item at that level; the dense "
+                         "fact lists of level -2)")
+    ap.add_argument("--stream", type=int, default=1, choices=[1, 2],
+                    help="item stream: 1 the committed lineage's (dense items and the level-below "
+                         "quarter by the place in the mix's cycle: with the 4-task mix and "
+                         "--dense-frac 0.25 no mix[3] item is trained), 2 both by a hash of the "
+                         "item (train_item)")
     ap.add_argument("--wd", type=float, default=0.01)
     ap.add_argument("--lm-w", type=float, default=0.1,
                     help="weight of the mean loss over non-answer tokens")
@@ -614,7 +645,8 @@ def main(argv=None):
                  "heldout": lacc, "answer_token_acc": tacc, "digit_acc": ldacc,
                  "answer_loss": aloss, "n": a.eval_n})
         if a.raw_eval_n and st["level"] not in tasks.RAW_LEVELS:
-            racc, rtacc, raloss = evaluate_raw(model, voc, a.dense_shape.split(","),
+            racc, rtacc, raloss = evaluate_raw(model, voc, [x for x in a.dense_shape.split(",")
+                                                            if not x.startswith("L")],
                                                a.raw_eval_n, device=device)
             log({"step": st["step"], "tokens": st["tokens"], "raw": a.dense_shape,
                  "heldout": racc, "digit_acc": rtacc, "answer_loss": raloss,
