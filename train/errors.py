@@ -127,11 +127,10 @@ def analyse(model, tok, eos, task, seed, level):
             sent = fact_sentence(prompt, g)
             cls = "lookup_" + lookup_kind(q, sent)
             rec["copied_fact"] = sent
-        elif copied_prefix(g, ans, ctx_vals):
+        elif (c := copied_prefix(g, ans, ctx_vals)) is not None:
             # a copy of another value, cut or run on at the asked kind's length
             # ("966305" answered as "96630"; "76380" as "7638" after the answer's own
             # first digit "7"): the same wrong lookup
-            c = copied_prefix(g, ans, ctx_vals)
             sent = fact_sentence(prompt, c)
             cls = "lookup_" + lookup_kind(q, sent) + "_cut"
             rec["copied_fact"] = sent
