@@ -2,7 +2,10 @@
 """train.py — train the small Qwen3.5 model on train/tasks.py (issue 11).
 
 Seeded and resumable.  The run directory (--run, default train/run/) holds:
-  state.pt        fp32 weights + AdamW state + counters (resume point; not committed)
+  state.pt        fp32 weights + AdamW state + counters (resume point; not committed),
+                  written at every evaluation, every --save-every minutes and at the end;
+                  SIGTERM / SIGINT (Ctrl-C) end the run at the next batch group with
+                  the final evaluation and save (a second one kills it at once)
   log.jsonl       one line per log step (loss) and per evaluation (held-out accuracy);
                   copied to OUT/train_log.jsonl with every release checkpoint
 The release checkpoint (--out, default models/pic-qa/) is written at every
@@ -36,6 +39,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
 import time
 
@@ -510,6 +514,8 @@ def main(argv=None):
     ap.add_argument("--eval-steps", type=int, default=0,
                     help="evaluate every this many steps instead (0: --eval-every minutes)")
     ap.add_argument("--eval-n", type=int, default=50)
+    ap.add_argument("--save-every", type=float, default=10.0,
+                    help="minutes between saves of state.pt alone (no evaluation); 0: never")
     ap.add_argument("--eval-tasks", default=None,
                     help="tasks of the --eval-level evaluation (default: all)")
     ap.add_argument("--preset", default=None, choices=sorted(ckpt.PRESETS),
@@ -609,10 +615,13 @@ def main(argv=None):
     log({"step": st["step"], "tokens": st["tokens"], "item": st["item"],
          "level": st["level"], "start": args})
 
-    def save(acc):
+    def save_state():
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "st": st},
                    state_path + ".tmp")
         os.replace(state_path + ".tmp", state_path)
+
+    def save(acc):
+        save_state()
         mean = sum(acc.values()) / len(acc)
         if mean >= st["best"]:
             st["best"] = mean
@@ -667,7 +676,17 @@ def main(argv=None):
     t_start = time.time()
     t_end = t_start + a.minutes * 60
     t_eval = time.time() + a.eval_every * 60
+    t_save = time.time() + a.save_every * 60
     step0 = st["step"]
+    stop = []
+
+    def ask_stop(signum, frame):
+        stop.append(signum)
+        signal.signal(signum, signal.SIG_DFL)       # a second one kills at once
+        print("train: signal %d: stopping after this batch group" % signum, flush=True)
+
+    signal.signal(signal.SIGTERM, ask_stop)
+    signal.signal(signal.SIGINT, ask_stop)
     model.train()
     run_loss, run_ans, run_tok, n_run, t_log = 0.0, 0.0, 0, 0, time.time()
     oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
@@ -676,8 +695,13 @@ def main(argv=None):
         t0 = time.time()
         if not queue:
             st["item"] = pool_end
-            if time.time() >= t_end or (a.until_step and st["step"] >= a.until_step):
+            if (time.time() >= t_end or stop
+                    or (a.until_step and st["step"] >= a.until_step)):
                 break
+            if a.save_every and time.time() >= t_save and st["step"] > step0:
+                save_state()                        # st["item"] is the next group's start
+                log({"step": st["step"], "tokens": st["tokens"], "saved": "state"})
+                t_save = time.time() + a.save_every * 60
             if a.group:
                 queue, pool_end = pool_batches(items, st["item"], st["level"],
                                                a.batch_tokens, a.group)
