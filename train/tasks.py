@@ -42,7 +42,10 @@ import sys
 import unicodedata
 import warnings
 
-TASKS = ["single", "distract", "tool", "multihop", "shift"]
+TASKS = ["single", "distract", "tool", "multihop", "shift"]      # the benchmark's
+# training-only tasks (train.py --mix): `hard` is single-hop whose other facts'
+# attributes share the asked one's head word or value kind (_hard_attrs)
+TRAIN_TASKS = TASKS + ["hard"]
 HELDOUT_SEEDS = 100000          # seeds [0, HELDOUT_SEEDS) are held out
 TRAIN_SEEDS_FROM = 1000000
 
@@ -243,12 +246,29 @@ def _ask(known, skip):
     return out
 
 
-def _rag(r, level, n_extra_same=0):
-    """Shared body of single / distract: returns (docs, question, answer, qa)."""
+def _hard_attrs(r):
+    """Four attributes for a hard single-hop item: the asked one first, then
+    those sharing its head word ("ticket number" / "badge number"), then those
+    of its value kind's family (digits, codes), then any: the confusions the
+    trained model makes (train/README "Session 18")."""
+    t = r.choice(ATTRS)
+    fam = lambda a: "n" if a[1][0] == "n" else a[1]   # noqa: E731
+    same = [a for a in ATTRS if a != t and a[0].split()[-1] == t[0].split()[-1]]
+    kin = [a for a in ATTRS if a != t and a not in same and fam(a) == fam(t)]
+    rest = [a for a in ATTRS if a != t and a not in same and a not in kin]
+    r.shuffle(same)
+    r.shuffle(kin)
+    r.shuffle(rest)
+    return [t] + (same + kin + rest)[:3]
+
+
+def _rag(r, level, n_extra_same=0, hard=False):
+    """Shared body of single / distract / hard: returns (docs, question, answer, qa).
+    hard: the attributes from _hard_attrs and one to two more facts per document."""
     (dlo, dhi), (plo, phi) = LEVELS[level]
     k = r.randint(dlo, dhi)
     ents = _entities(r, 2 * k + 2)
-    attrs = r.sample(ATTRS, 4)
+    attrs = _hard_attrs(r) if hard else r.sample(ATTRS, 4)
     target_e, target_a = ents[0], attrs[0]
     answer = _value(r, target_a[1])
     facts = [[] for _ in range(k)]
@@ -267,7 +287,7 @@ def _rag(r, level, n_extra_same=0):
         known += [(target_e, a2[0], v2), (ents[1], target_a[0], v3)]
     used = set()
     for i in range(k):
-        for _ in range(r.randint(0, 1) + (1 if i != gold else 0)):
+        for _ in range(r.randint(0, 1) + (1 if i != gold else 0) + (r.randint(1, 2) if hard else 0)):
             e = r.choice(ents[2:])
             a = r.choice(attrs[1:])
             if (e, a) in used:          # one value per (entity, attribute)
@@ -280,8 +300,8 @@ def _rag(r, level, n_extra_same=0):
     return docs, _question(r, target_e, target_a[0]), answer, _ask(known, None)
 
 
-def _rag_item(r, level, distract):
-    docs, q, ans, qa = _rag(r, level, n_extra_same=1 if distract else 0)
+def _rag_item(r, level, distract, hard=False):
+    docs, q, ans, qa = _rag(r, level, n_extra_same=1 if distract else 0, hard=hard)
     msgs = []
     h = _header(r)
     if h:
@@ -558,13 +578,15 @@ def _make(task, seed, level):
     if level == -7 and task == "single":
         return _list_item(r)
     if level <= -2:
-        if task in ("single", "distract"):
+        if task in ("single", "distract", "hard"):
             return _recall_item(r, task == "distract", RECALL_SHAPES.get(level))
         level = -1
     if task == "single":
         return _rag_item(r, level, False)
     if task == "distract":
         return _rag_item(r, level, True)
+    if task == "hard":
+        return _rag_item(r, level, False, hard=True)
     if task == "tool":
         return _tool_item(r, level)
     if task == "multihop":
@@ -839,7 +861,7 @@ def request_json(it):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--task", default="single", choices=TASKS)
+    ap.add_argument("--task", default="single", choices=TRAIN_TASKS)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n", type=int, default=1)
     ap.add_argument("--level", type=int, default=2, choices=sorted(LEVELS))

@@ -496,7 +496,9 @@ def main(argv=None):
     ap.add_argument("--follow", type=int, default=4,
                     help="follow-up question turns appended to a training item (at most)")
     ap.add_argument("--mix", default="single,distract,tool,multihop,shift",
-                    help="training tasks, in the order item i cycles through")
+                    help="training tasks, in the order item i cycles through (tasks.TRAIN_TASKS: "
+                         "the benchmark's and `hard`, single-hop among the asked "
+                         "attribute's confusions)")
     ap.add_argument("--level", type=int, default=None,
                     help="set the curriculum level (else the state's; 0 on a fresh start)")
     ap.add_argument("--promote", type=float, default=0.9,
@@ -535,7 +537,7 @@ def main(argv=None):
     os.makedirs(a.run, exist_ok=True)
     mix = a.mix.split(",")
     for t in mix:
-        if t not in tasks.TASKS:
+        if t not in tasks.TRAIN_TASKS:
             sys.exit("train: unknown task %r in --mix" % t)
 
     state_path = os.path.join(a.run, "state.pt")

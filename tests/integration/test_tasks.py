@@ -1,0 +1,60 @@
+"""test_tasks.py — train/tasks.py, the task generator of issue 11 (training is
+not run in CI; its items are what the benchmark and the trained-model tests read).
+
+* an item is a pure function of (task, seed, level), and its answer is in the
+  rendered prompt (the task is answerable from the context);
+* `hard` (training only): the other facts' attributes are the asked one's
+  confusions — its head word ("ticket number" / "badge number") or value kind —
+  and the benchmark's tasks do not include it.
+"""
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "train"))
+
+import tasks  # noqa: E402
+
+
+@pytest.mark.parametrize("task", tasks.TRAIN_TASKS)
+@pytest.mark.parametrize("level", [0, 1])
+def test_items_are_deterministic_and_answerable(task, level):
+    for seed in range(20):
+        a, b = tasks.item(task, seed, level), tasks.item(task, seed, level)
+        assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+        ctx = tasks.prompt_text(a)
+        assert a["answer"] and a["answer"] in ctx, (task, seed)
+
+
+def _attrs(text):
+    return {a for a, _ in tasks.ATTRS if a in text}
+
+
+def test_hard_items_hold_the_asked_attributes_confusions():
+    assert "hard" not in tasks.TASKS        # not a benchmark task
+    shared = with_siblings = 0
+    for seed in range(200):
+        it = tasks.item("hard", seed, 0)
+        q = it["messages"][-1]["content"].rsplit("Question: ", 1)[1]
+        asked = [a for a, _ in tasks.ATTRS if a in q]
+        assert len(asked) == 1, q
+        head = asked[0].split()[-1]
+        others = _attrs("\n".join(it["docs"])) - set(asked)
+        siblings = [a for a, _ in tasks.ATTRS if a != asked[0] and a.split()[-1] == head]
+        if siblings:                        # "number" has 5, "code" 2
+            with_siblings += 1
+            shared += bool(others & set(siblings))
+    # a same-head confusion is planted in nearly every item that has one to plant
+    # (151 of 153 on these seeds; single, a random sample of attributes: 97 of 147)
+    assert with_siblings > 100 and shared >= 0.9 * with_siblings, (shared, with_siblings)
+
+
+def test_single_items_are_unchanged_by_the_hard_task():
+    """`hard` draws its own stream: single's items keep their text (the
+    committed held-out figures stay comparable)."""
+    it = tasks.item("single", 1003, 0)
+    assert it["answer"] == "92228"
+    assert "Project Fulo has the ticket number 92228." in it["docs"][0]
