@@ -7,9 +7,14 @@ position, value kind) and what it answered greedily: a value of another fact of 
 context = wrong lookup (lookup_both / _attr / _entity / _other: what that fact shares
 with the question); such a value cut or run on at the asked kind's length, or taken
 up after the answer's own first characters = the same wrong lookup (class suffix
-_cut); same length within 2 characters of the answer = slip; else other.
+_cut); same length within 2 characters of the answer = slip; else other.  The
+summary also breaks exact match down by the asked attribute and by the fact
+template that planted the answer (tasks.FACT_TEMPLATES index), and counts the
+wrong lookups that copied an attribute of the asked one's head word
+(`copied_same_head`: "badge number" for "ticket number").
 
     .venv-oracle/bin/python train/errors.py models/pic-qa --level 0 --n 100 --tasks single,distract,tool
+    .venv-oracle/bin/python train/errors.py models/pic-qa --level 0 --first 1000 --n 400 --tasks single
 
 Prints a JSON summary (one line per task) and, with --items FILE, every item's record.
 """
@@ -81,6 +86,22 @@ def copied_prefix(g, ans, vals):
     return best
 
 
+def asked_attr(q):
+    """The tasks.ATTRS attribute a question asks (None: a tool / multihop question)."""
+    a = [x for x, _ in tasks.ATTRS if x in q]
+    return max(a, key=len) if a else None
+
+
+def fact_template(prompt, attr, value):
+    """The index in tasks.FACT_TEMPLATES of the sentence planting (attr, value), or -1."""
+    for i, t in enumerate(tasks.FACT_TEMPLATES):
+        pat = (re.escape(t).replace(r"\{a\}", re.escape(attr)).replace(r"\{v\}", re.escape(value))
+               .replace(r"\{e\}", ".+?").replace(r"\{E\}", ".+?"))
+        if re.search(pat, prompt):
+            return i
+    return -1
+
+
 def kind(ans):
     if ans.isdigit():
         return "n%d" % len(ans)
@@ -113,8 +134,11 @@ def analyse(model, tok, eos, task, seed, level):
     gdoc = [i for i, d in enumerate(docs) if re.search(r"\b%s\b" % re.escape(ans), d)]
     cpos = prompt.rfind(ans)
     dist = a0 - len(tok.encode(prompt[:cpos]).ids) if cpos >= 0 else -1
+    attr = asked_attr(q)
     rec = {"task": task, "seed": seed, "ctx": a0, "answer": ans, "kind": kind(ans),
            "n_docs": len(docs), "doc": gdoc[0] if gdoc else -1, "dist": dist,
+           "attr": attr or "-",
+           "template": fact_template(prompt, attr, ans) if attr else -1,
            "n_ans_tok": len(gold), "wrong_pos": wrong, "p_gold": p_gold, "ok": not wrong}
     if wrong:
         g = train.greedy_text(model, tok, ids[:a0], eos, len(gold) + 4).strip()
@@ -127,6 +151,7 @@ def analyse(model, tok, eos, task, seed, level):
             sent = fact_sentence(prompt, g)
             cls = "lookup_" + lookup_kind(q, sent)
             rec["copied_fact"] = sent
+            rec["copied_attr"] = asked_attr(sent)
         elif (c := copied_prefix(g, ans, ctx_vals)) is not None:
             # a copy of another value, cut or run on at the asked kind's length
             # ("966305" answered as "96630"; "76380" as "7638" after the answer's own
@@ -134,6 +159,7 @@ def analyse(model, tok, eos, task, seed, level):
             sent = fact_sentence(prompt, c)
             cls = "lookup_" + lookup_kind(q, sent) + "_cut"
             rec["copied_fact"] = sent
+            rec["copied_attr"] = asked_attr(sent)
         elif len(g) == len(ans) and lev(g, ans) <= 2:
             cls = "slip"
         elif lev(g, ans) <= 2:
@@ -181,6 +207,14 @@ def summary(recs):
     out["by_fact_dist"] = by("dist", (1 / 3, 2 / 3))
     out["by_doc_index"] = by("doc")
     out["by_kind"] = by("kind")
+    # which attribute was asked, which fact template planted it (tasks.FACT_TEMPLATES
+    # index), and how many wrong lookups copied an attribute of the asked one's head
+    # word ("badge number" for "ticket number")
+    out["by_attr"] = by("attr")
+    out["by_template"] = by("template")
+    cp = [r for r in fail if r.get("copied_attr") and r["attr"] != "-"]
+    out["copied_same_head"] = "%d/%d" % (
+        sum(r["copied_attr"].split()[-1] == r["attr"].split()[-1] for r in cp), len(cp))
     # answer token position: first miss, and teacher-forced accuracy per position
     first, acc = {}, {}
     for r in recs:
@@ -202,6 +236,7 @@ def main(argv=None):
     ap.add_argument("ckpt")
     ap.add_argument("--level", type=int, default=0)
     ap.add_argument("--n", type=int, default=100)
+    ap.add_argument("--first", type=int, default=0, help="first seed (held-out: < 100000)")
     ap.add_argument("--tasks", default="single,distract,tool")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--items", help="write every item's record here (jsonl)")
@@ -210,7 +245,7 @@ def main(argv=None):
     model, tok, eos = heldout.load(a.ckpt, a.threads)
     fo = open(a.items, "w") if a.items else None
     for task in a.tasks.split(","):
-        recs = [analyse(model, tok, eos, task, s, a.level) for s in range(a.n)]
+        recs = [analyse(model, tok, eos, task, s, a.level) for s in range(a.first, a.first + a.n)]
         if fo:
             for r in recs:
                 fo.write(json.dumps(r) + "\n")
