@@ -61,8 +61,8 @@ def lookup_kind(q, sent):
     """Which fact a wrong lookup copied, against question q: "both" (same attribute
     and entity), "attr" (same attribute, another entity), "entity" (same entity,
     another attribute) or "other"."""
-    attr = [x for x, _ in tasks.ATTRS if x in q]
-    same_a = bool(attr) and attr[0] in sent
+    attr = asked_attr(q)
+    same_a = attr is not None and attr in sent
     ents = re.findall(r"\b[A-Z][a-z]+\b", q)
     same_e = bool(ents) and ents[-1] in sent
     return ("both" if same_a and same_e else "attr" if same_a

@@ -287,7 +287,8 @@ def _rag(r, level, n_extra_same=0, hard=False):
         known += [(target_e, a2[0], v2), (ents[1], target_a[0], v3)]
     used = set()
     for i in range(k):
-        for _ in range(r.randint(0, 1) + (1 if i != gold else 0) + (r.randint(1, 2) if hard else 0)):
+        n_fill = r.randint(0, 1) + (1 if i != gold else 0) + (r.randint(1, 2) if hard else 0)
+        for _ in range(n_fill):
             e = r.choice(ents[2:])
             a = r.choice(attrs[1:])
             if (e, a) in used:          # one value per (entity, attribute)
