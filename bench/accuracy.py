@@ -44,7 +44,10 @@ Exact match of the shifted request per task, the share of its prompt served from
 entries, and the answers equal to the full engine's.  PIC_ACC_GATEWAY=0 skips them.
 
 Usage: make bench-accuracy [QUICK=1]   (PIC_ACC_MODEL=DIR, PIC_ACC_N=items per task;
-PIC_WEIGHTS=FORMAT: every mode's weight format, recorded as config.weights)
+PIC_ACC_FIRST=S: seeds [S, S + N); PIC_ACC_WS=8,16: seam widths (8 always kept: the
+summary's default); PIC_ACC_DTYPES=f32: entry dtypes (f32 always kept); PIC_ACC_GATEWAY=0;
+PIC_ACC_NAME=NAME: bench/results/NAME.json; PIC_WEIGHTS=FORMAT: every mode's weight
+format, recorded as config.weights)
 """
 import http.client
 import json
@@ -65,9 +68,13 @@ from tokenizers import Tokenizer  # noqa: E402
 MODEL = os.environ.get("PIC_ACC_MODEL", os.path.join(ROOT, "models", "pic-qa"))
 N = int(os.environ.get("PIC_ACC_N", "10" if QUICK else "50"))
 LEVEL = int(os.environ.get("PIC_ACC_LEVEL", "0"))
-WS = [8] if QUICK else [0, 4, 8, 16, 32]
-DTYPES = ["f32"] if QUICK else ["f32", "bf16"]
+FIRST = int(os.environ.get("PIC_ACC_FIRST", "0"))
 DEFAULT_W = 8
+WS = sorted({DEFAULT_W} | {int(w) for w in os.environ.get(
+    "PIC_ACC_WS", "8" if QUICK else "0,4,8,16,32").split(",")})
+DTYPES = ["f32"] + [d for d in os.environ.get(
+    "PIC_ACC_DTYPES", "f32" if QUICK else "f32,bf16").split(",") if d not in ("f32", "")]
+NAME = os.environ.get("PIC_ACC_NAME", "accuracy")
 GATEWAY = os.environ.get("PIC_ACC_GATEWAY", "1") != "0"
 MARK = "<|pic_sep|>"
 GW_TASKS = ["single", "distract", "tool", "multihop"]
@@ -119,7 +126,7 @@ def wilson(k, n, z=1.96):
 def run_task(tok, eos, task, dtype):
     """pic-lab over N held-out items of one task: {mode key: [per-item result]}."""
     docs, reqs, golds = [], [], []
-    for s in range(N):
+    for s in range(FIRST, FIRST + N):
         it = tasks.item(task, s, LEVEL)
         segs = [tok.encode(x).ids for x in segments(it)]
         gold = tok.encode(it["answer"]).ids + [eos]
@@ -227,7 +234,7 @@ def run_gateway():
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     import harness          # the processes of the integration tests
     tmp = tempfile.mkdtemp(prefix="pic-acc-")
-    items = {t: [tasks.item(t, s, LEVEL) for s in range(N)] for t in GW_TASKS}
+    items = {t: [tasks.item(t, s, LEVEL) for s in range(FIRST, FIRST + N)] for t in GW_TASKS}
     full = ServeEngine("full", MODEL, tmp, extra=["--cache-mode", "full", "--threads", "1"])
     ref = {t: [post(full.port, gw_bodies(it, False)[1])[0] for it in items[t]]
            for t in GW_TASKS}
@@ -273,6 +280,9 @@ def run_gateway():
 
 def main():
     need_binary(PIC_LAB)
+    if FIRST + N > tasks.HELDOUT_SEEDS:
+        sys.exit("seeds [%d, %d) are not all held out (< %d)" % (FIRST, FIRST + N,
+                                                               tasks.HELDOUT_SEEDS))
     if not os.path.exists(os.path.join(MODEL, "model.safetensors")):
         sys.exit("%s missing (the committed model: models/pic-qa)" % MODEL)
     tok = Tokenizer.from_file(os.path.join(MODEL, "tokenizer.json"))
@@ -329,7 +339,7 @@ def main():
             summary["gw_%s_points_below_full" % key] = 100.0 * sum(
                 gw[("gw full", t)] - gw[(name, t)] for t in ("single", "distract", "tool")) / 3
     config = {"model": os.path.relpath(MODEL, ROOT), "items_per_task": N, "level": LEVEL,
-              "heldout_seeds": [0, N], "ws": WS, "dtypes": DTYPES, "default_w": DEFAULT_W,
+              "heldout_seeds": [FIRST, FIRST + N], "ws": WS, "dtypes": DTYPES, "default_w": DEFAULT_W,
               "weights": os.environ.get("PIC_WEIGHTS") or "auto",
               "seconds": round(time.time() - t0, 1)}
     if GATEWAY:
@@ -338,7 +348,7 @@ def main():
                                              "engine": " ".join(o) or "defaults"}
                                          for n, m, e, o in GW_CONFIGS},
                              "tasks": GW_TASKS}
-    write_results("accuracy", summary, config, info, rows=rows, gw_rows=gw_rows)
+    write_results(NAME, summary, config, info, rows=rows, gw_rows=gw_rows)
 
 
 if __name__ == "__main__":

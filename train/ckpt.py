@@ -30,6 +30,10 @@ PRESETS = {
     "h256x8": dict(family="qwen3_5", H=256, layer_types=[L, L, L, F, L, L, L, F],
                    Hq=4, Hkv=2, hd=64, Hk=4, Hv=4, dk=64, dv=64, I=512,
                    tied=True, dtype="bf16-mixed"),          # 7.2 M parameters (steps 0-641)
+    # h256x8 one 3:1 group deeper: a third attention layer (grown from h256x8, session 19)
+    "h256x12": dict(family="qwen3_5", H=256, layer_types=[L, L, L, F] * 3,
+                    Hq=4, Hkv=2, hd=64, Hk=4, Hv=4, dk=64, dv=64, I=512,
+                    tied=True, dtype="bf16-mixed"),
     "h128x4": dict(family="qwen3_5", H=128, layer_types=[L, L, L, F],
                    Hq=2, Hkv=1, hd=64, Hk=2, Hv=2, dk=64, dv=64, I=384,
                    tied=True, dtype="bf16-mixed"),          # 1.7 M: the committed one (session 6)

@@ -13,13 +13,18 @@ with train.py (train/README.md):
 
 The new preset's first layers take the old state's layers as they are; each
 added layer is a copy of the old layer of the same type at the same position in
-its 3:1 group (its weights a trained starting point) with its residual outputs
+the old model's last 3:1 group (its weights a trained starting point, trained on
+the residual stream that high up) with its residual outputs
 zeroed (GDN out_proj, attention o_proj, MLP down_proj), so the grown model's
 logits equal the old model's (checked here) and training starts from the old
 accuracy with the new layers' capacity (a second attention layer: one to find
 the key, one to read the value).  AdamW moments of the old parameters carry
 over; the added ones start at zero.  The state's step, item and schedule
 continue; its preset becomes the new one.
+
+Deeper by one group (h256x8 -> h256x12, a third attention layer; session 19):
+
+    .venv-oracle/bin/python train/grow.py train/run/W6/state.pt train/run/D1/state.pt --preset h256x12
 
 Wider (same layer types, larger H / heads / I; the step 11,353 release grown
 from h128x8 to h256x8 for a lent GPU, train/README.md):
@@ -54,10 +59,23 @@ import ckpt     # noqa: E402
 ZEROED = ("linear_attn.out_proj.weight", "self_attn.o_proj.weight", "mlp.down_proj.weight")
 
 
-def grow_state_dict(old_sd, n_old, n_new):
-    """old_sd of n_old layers -> a state dict of n_new layers (a multiple of n_old,
-    the layer types repeated): layers < n_old copied, layer j >= n_old a copy of
-    layer j % n_old (same type) with its ZEROED outputs set to zero."""
+def type_period(types):
+    """The length of the shortest group the layer types repeat ([L, L, L, F] x 2: 4)."""
+    n = len(types)
+    return next(p for p in range(1, n + 1) if n % p == 0 and types == types[:p] * (n // p))
+
+
+def grow_source(j, n_old, g):
+    """The old layer whose copy is new layer j: j itself below n_old, else the one of
+    the same place in the old model's last group of g layers (the same type, and
+    weights trained on the residual stream that high up)."""
+    return j if j < n_old else n_old - g + (j - n_old) % g
+
+
+def grow_state_dict(old_sd, n_old, n_new, g):
+    """old_sd of n_old layers (types repeating with period g) -> a state dict of
+    n_new layers (n_old plus whole groups): layers < n_old copied, layer j >= n_old
+    a copy of layer grow_source(j) with its ZEROED outputs set to zero."""
     import torch
     new = {}
     for k, v in old_sd.items():
@@ -66,7 +84,9 @@ def grow_state_dict(old_sd, n_old, n_new):
             new[k] = v.clone()
             continue
         i, rest = int(m.group(1)), m.group(2)
-        for j in range(i, n_new, n_old):
+        for j in range(n_new):
+            if grow_source(j, n_old, g) != i:
+                continue
             x = v.clone()
             if j >= n_old and rest in ZEROED:
                 x = torch.zeros_like(v)
@@ -222,9 +242,12 @@ def main(argv=None):
                      "the same grouping, larger H and I)" % (a.preset, old_preset))
         new.load_state_dict(widen_state_dict(old_sd, new.state_dict(), o, n), strict=False)
     else:
-        if n_new % n_old or new_types != old_types * (n_new // n_old):
-            sys.exit("grow: %s's layer types are not %s's repeated" % (a.preset, old_preset))
-        new.load_state_dict(grow_state_dict(old_sd, n_old, n_new), strict=True)
+        g = type_period(old_types)
+        if n_new <= n_old or (n_new - n_old) % g or \
+                new_types != [old_types[grow_source(j, n_old, g)] for j in range(n_new)]:
+            sys.exit("grow: %s's layer types are not %s's plus whole groups of %s"
+                     % (a.preset, old_preset, old_types[:g]))
+        new.load_state_dict(grow_state_dict(old_sd, n_old, n_new, g), strict=True)
     new.tie_weights()
 
     # the grown model computes what the old one did
