@@ -11,7 +11,8 @@ _cut); same length within 2 characters of the answer = slip; else other.  The
 summary also breaks exact match down by the asked attribute and by the fact
 template that planted the answer (tasks.FACT_TEMPLATES index), and counts the
 wrong lookups that copied an attribute of the asked one's head word
-(`copied_same_head`: "badge number" for "ticket number").
+(`copied_same_head`: "badge number" for "ticket number"), and a tool item's by
+where it asks (`by_asked`: with the request, before the results, or after them).
 
     .venv-oracle/bin/python train/errors.py models/pic-qa --level 0 --n 100 --tasks single,distract,tool
     .venv-oracle/bin/python train/errors.py models/pic-qa --level 0 --first 1000 --n 400 --tasks single
@@ -126,8 +127,7 @@ def analyse(model, tok, eos, task, seed, level):
     wrong = [i for i, (p, g) in enumerate(zip(pred, gold)) if p != g]
     ans = it["answer"]
     prompt = tasks.prompt_text(it)
-    q = it["messages"][-1]["content"]
-    q = q[q.rfind("Question: ") + 10:] if "Question: " in q else q
+    q = question(it)
     # the fact: where the answer value occurs in the context (last occurrence), as a
     # distance in tokens from the end of the prompt, and which document holds it
     docs = it.get("docs") or []
@@ -139,6 +139,7 @@ def analyse(model, tok, eos, task, seed, level):
            "n_docs": len(docs), "doc": gdoc[0] if gdoc else -1, "dist": dist,
            "attr": attr or "-",
            "template": fact_template(prompt, attr, ans) if attr else -1,
+           "asked": asked_where(it),
            "n_ans_tok": len(gold), "wrong_pos": wrong, "p_gold": p_gold, "ok": not wrong}
     if wrong:
         g = train.greedy_text(model, tok, ids[:a0], eos, len(gold) + 4).strip()
@@ -170,6 +171,27 @@ def analyse(model, tok, eos, task, seed, level):
         rec["lev"] = lev(g, ans)
         rec["question"] = q
     return rec
+
+
+def asked_where(it):
+    """Where a tool item asks its question: "first" (with the request, before the
+    tool results: the agent loop's usual shape), "last" (after them); "-" otherwise."""
+    if not it.get("tools"):
+        return "-"
+    return "last" if it["messages"][-1]["role"] == "user" else "first"
+
+
+def question(it):
+    """The question an item asks: after "Question: " in the last user message, or a
+    tool item's last user message (asked after the results), or the last sentence of
+    its request (asked with it)."""
+    i = max(k for k, m in enumerate(it["messages"]) if m["role"] == "user")
+    q = it["messages"][i]["content"]
+    if "Question: " in q:
+        return q[q.rfind("Question: ") + 10:]
+    if it.get("tools") and i < len(it["messages"]) - 1:
+        return q.rsplit(". ", 1)[-1]
+    return q
 
 
 def summary(recs):
@@ -212,6 +234,7 @@ def summary(recs):
     # word ("badge number" for "ticket number")
     out["by_attr"] = by("attr")
     out["by_template"] = by("template")
+    out["by_asked"] = by("asked")
     cp = [r for r in fail if r.get("copied_attr") and r["attr"] != "-"]
     out["copied_same_head"] = "%d/%d" % (
         sum(r["copied_attr"].split()[-1] == r["attr"].split()[-1] for r in cp), len(cp))

@@ -45,7 +45,7 @@ import warnings
 TASKS = ["single", "distract", "tool", "multihop", "shift"]      # the benchmark's
 # training-only tasks (train.py --mix): `hard` is single-hop whose other facts'
 # attributes share the asked one's head word or value kind (_hard_attrs)
-TRAIN_TASKS = TASKS + ["hard"]
+TRAIN_TASKS = TASKS + ["hard", "rounds"]
 HELDOUT_SEEDS = 100000          # seeds [0, HELDOUT_SEEDS) are held out
 TRAIN_SEEDS_FROM = 1000000
 
@@ -545,6 +545,63 @@ def _tool_item(r, level, tool_names=None):
             "docs": results, "qa": qa}
 
 
+def _rounds_item(r, level):
+    """Training only: an agent conversation of 2-3 rounds, each a request (two tool
+    calls in the first, 1-2 in the others from level 1) that asks its question with it, the calls and their results, and the
+    answer; a question asks about a result of its round or an earlier one (not the
+    round's last).  The benchmark's tool items ask with the request half the time,
+    but follow-up turns (train.py --follow) always ask after the results, so one
+    answer in ~17 was of that shape (exact match .34 against .75 asked after them,
+    step 20,238, session 19); here every round's answer is.  The earlier rounds'
+    answers are assistant messages ("turn_answers", the loss spans of train.py);
+    the last round's is the item's answer."""
+    names = list(TOOLS)
+    n_rounds = 2 + r.randint(0, 1)
+    msgs, qas, used, turn_answers = [], [], [], []
+    h = _header(r)
+    if h:
+        msgs.append({"role": "system", "content": h})
+    for k in range(n_rounds):
+        calls = []
+        for _ in range(2 if k == 0 else 1 + r.randint(0, 1 if level > 0 else 0)):
+            name = r.choice(names)
+            args, res, qa = _tool_call(r, name)
+            calls.append((name, args, res))
+            used.append(name)
+            qas.append(qa)
+        # any result so far but the last that has a question left (the first
+        # round has two calls)
+        pick = r.choice([i for i in range(len(qas) - 1) if qas[i]] or [len(qas) - 1])
+        q, ans = r.choice(qas[pick])
+        qas[pick] = [x for x in qas[pick] if x != (q, ans)]
+        msgs.append({"role": "user",
+                     "content": _request_text(r, [(n, a) for n, a, _ in calls]) + " " + q})
+        for name, args, res in calls:
+            msgs.append({"role": "assistant", "content": "",
+                         "tool_calls": [{"type": "function",
+                                         "function": {"name": name, "arguments": args}}]})
+            msgs.append({"role": "tool", "content": res})
+        if k < n_rounds - 1:
+            msgs.append({"role": "assistant", "content": ans})
+            turn_answers.append(ans)
+    pool = sorted(set(used) | set(r.sample(names, r.randint(0, 2))), key=names.index)
+    docs = [m["content"] for m in msgs if m["role"] == "tool"]
+    return {"messages": msgs, "tools": [TOOLS[n] for n in pool], "answer": ans,
+            "docs": docs, "qa": [x for qs in qas for x in qs], "turn_answers": turn_answers}
+
+
+def turn_answer_spans(it, text):
+    """Character spans [start, end) in text (prompt_text(it)) of the item's earlier
+    answers, each with its closing <|im_end|> (rounds items; [] for the others)."""
+    spans, pos = [], 0
+    for ans in it.get("turn_answers") or []:
+        head = "<|im_start|>assistant\n"
+        i = text.index(head + ans + "<|im_end|>", pos) + len(head)
+        spans.append((i, i + len(ans) + len("<|im_end|>")))
+        pos = spans[-1][1]
+    return spans
+
+
 def _shift_item(r, level):
     """A base item re-ordered / re-headed / with another tool subset."""
     base = r.choice(["single", "distract", "tool"])
@@ -590,6 +647,8 @@ def _make(task, seed, level):
         return _rag_item(r, level, False, hard=True)
     if task == "tool":
         return _tool_item(r, level)
+    if task == "rounds":
+        return _rounds_item(r, level)
     if task == "multihop":
         return _multihop_item(r, level)
     if task == "shift":

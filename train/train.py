@@ -60,17 +60,36 @@ def encode_item(tok, it, eos):
     return p + a + [eos], len(p)
 
 
+def encode_turns(tok, it, eos):
+    """(ids, [(start, end)]): encode_item's sequence with the spans of every answer,
+    the earlier rounds' (tasks.turn_answer_spans, each with its <|im_end|>) and the
+    item's; the prompt tokenized piecewise at the answers' edges, as encode_item
+    puts the answer after the prompt."""
+    text = tasks.prompt_text(it)
+    ids, spans, pos = [], [], 0
+    for s, e in tasks.turn_answer_spans(it, text):
+        ids += tok.encode(text[pos:s]).ids
+        s0 = len(ids)
+        ids += tok.encode(text[s:e]).ids
+        spans.append((s0, len(ids)))
+        pos = e
+    ids += tok.encode(text[pos:]).ids
+    s0 = len(ids)
+    ids += tok.encode(it["answer"]).ids + [eos]
+    return ids, spans + [(s0, len(ids))]
+
+
 FOLLOW = ("\n<|im_start|>user\n%s<|im_end|>\n"
           "<|im_start|>assistant\n<think>\n\n</think>\n\n")
 
 
 def encode_train(tok, it, eos, n_follow, rng):
-    """(ids, [(start, end)], [(start, end)]): the item and its answer, then up to
-    n_follow follow-up turns (question, generation prompt, answer, <|im_end|>);
+    """(ids, [(start, end)], [(start, end)]): the item and its answer (and its earlier
+    rounds' answers: encode_turns), then up to n_follow follow-up turns (question, generation prompt, answer, <|im_end|>);
     the first list spans the answer tokens (each closing <|im_end|> included), the
     second the follow-up questions (their entity names are copies from the context)."""
-    ids, a0 = encode_item(tok, it, eos)
-    spans, qspans = [(a0, len(ids))], []
+    ids, spans = encode_turns(tok, it, eos)
+    qspans = []
     qa = list(it.get("qa") or [])
     rng.shuffle(qa)
     head = len(tok.encode("\n<|im_start|>user\n").ids)

@@ -5,7 +5,9 @@ not run in CI; its items are what the benchmark and the trained-model tests read
   rendered prompt (the task is answerable from the context);
 * `hard` (training only): the other facts' attributes are the asked one's
   confusions — its head word ("ticket number" / "badge number") or value kind —
-  and the benchmark's tasks do not include it.
+  and the benchmark's tasks do not include it;
+* `rounds` (training only): agent conversations whose every question is asked
+  with the request, before the tool results that answer it.
 """
 import json
 import os
@@ -58,3 +60,35 @@ def test_single_items_are_unchanged_by_the_hard_task():
     it = tasks.item("single", 1003, 0)
     assert it["answer"] == "92228"
     assert "Project Fulo has the ticket number 92228." in it["docs"][0]
+
+
+def test_rounds_items_ask_with_the_request_and_answer_every_round():
+    """`rounds` (training only): every round's question is in its request, before
+    the tool results that hold its answer, and the earlier rounds' answers are
+    assistant turns whose spans turn_answer_spans finds."""
+    assert "rounds" not in tasks.TASKS and "rounds" in tasks.TRAIN_TASKS
+    for seed in range(100):
+        it = tasks.item("rounds", seed, seed % 3)
+        msgs = it["messages"]
+        answers = it["turn_answers"] + [it["answer"]]
+        users = [i for i, m in enumerate(msgs) if m["role"] == "user"]
+        assert len(users) == len(answers) in (2, 3), seed
+        ends = [i for i, m in enumerate(msgs) if m["role"] == "assistant"
+                and not m.get("tool_calls")] + [len(msgs)]
+        for u, end, ans in zip(users, ends, answers):
+            assert msgs[u]["content"].startswith("Please ")
+            assert msgs[u]["content"].endswith("?") or msgs[u]["content"].endswith(".")
+            # the answer is in a tool result after the first request, before its answer
+            res = [m["content"] for m in msgs[:end] if m["role"] == "tool"]
+            assert any(ans in r for r in res), (seed, ans)
+            assert msgs[u + 1].get("tool_calls"), seed      # results follow the question
+        text = tasks.prompt_text(it)
+        spans = tasks.turn_answer_spans(it, text)
+        assert [text[a:b] for a, b in spans] == [a + "<|im_end|>" for a in it["turn_answers"]]
+        assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_tool_items_are_unchanged_by_the_rounds_task():
+    it = tasks.item("tool", 10, 0)
+    assert it["answer"] == "9076"
+    assert it["messages"][1]["content"].endswith("What was the station code for Lennape?")
