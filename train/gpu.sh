@@ -5,13 +5,17 @@
 #   bash train/gpu.sh MINUTES [train.py arguments ...]
 #
 # Starts from the committed release (models/pic-qa), grown to $PRESET first when
-# that is another size (train/grow.py: same logits), trains MINUTES with the
-# arguments of GPU_ARGS below plus the ones given (later ones win), and leaves
-# under $OUT (at most 8 files, 16 MiB each, the device tool's limits):
-#   final/  the release of the state at the end (config, weights, train_state, log)
-#   best/   model.safetensors + train_state.json of train.py's release (best held-out
-#           evaluation of the run), when one was written
+# that is another size (train/grow.py: same logits; PRESET defaults to the
+# committed model's own: PRESET=h256x12 grows h256x8 one 3:1 group deeper),
+# trains MINUTES with the arguments of GPU_ARGS below plus the ones given (later
+# ones win), and leaves under $OUT (at most 8 files, 16 MiB each, the device
+# tool's limits):
+#   final.tar.part-NN  the release of the state at the end (config, weights,
+#           train_state, log), as final/ in a tar cut into 15 MiB parts
+#   best.tar.part-NN   best/: model.safetensors + train_state.json of train.py's
+#           release (best held-out evaluation of the run), when one was written
 #   train.log  what train.py printed
+# Unpack here: cat FILES_AT/final.tar.part-* | tar -xf - -C DIR (makes DIR/final/).
 # Carried (ignored paths, `carry`): .whl (the transformers wheel of
 # scripts/fixtures.sh's version: the machine's is older) and .gpu/prose.txt (the
 # prose corpus of this machine's Python, `python3 train/tasks.py --dump-prose
@@ -22,7 +26,6 @@ cd "$(dirname "$0")/.."
 
 MIN=${1:?usage: train/gpu.sh MINUTES [train.py arguments]}
 shift
-PRESET=${PRESET:-h256x8}
 DEVICE=${DEVICE:-cuda}
 PY=${PY:-python3}
 RUN=.gpu/run
@@ -46,8 +49,9 @@ export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:Tr
 mkdir -p "$RUN/release" "$OUT"
 cp models/pic-qa/tokenizer.json models/pic-qa/tokenizer_config.json \
    models/pic-qa/train_log.jsonl "$RUN/release/"     # the lineage's log goes on
+have=$("$PY" -c "import json; print(json.load(open('models/pic-qa/train_state.json'))['state'].get('preset', 'h256x8'))")
+PRESET=${PRESET:-$have}
 if [ ! -f "$RUN/state.pt" ]; then
-  have=$("$PY" -c "import json; print(json.load(open('models/pic-qa/train_state.json'))['state'].get('preset', 'h256x8'))")
   if [ "$have" != "$PRESET" ]; then
     "$PY" train/grow.py models/pic-qa "$RUN/state.pt" --preset "$PRESET"
   else
@@ -69,13 +73,21 @@ GPU_ARGS=(--device "$DEVICE" --workers 12 --threads 4 --stream 2 --level 1 --max
 "$PY" train/train.py --run "$RUN" --out "$RUN/release" --minutes "$MIN" \
   "${GPU_ARGS[@]}" ${RESUME:-} "$@" 2>&1 | grep -v "falling back to its reference" | tee "$OUT/train.log"
 
-mkdir -p "$OUT/best" "$OUT/final"
+rm -rf "$RUN/out"
+mkdir -p "$RUN/out/best" "$RUN/out/final"
 if [ -f "$RUN/release/model.safetensors" ]; then
-  cp "$RUN/release/model.safetensors" "$RUN/release/train_state.json" "$OUT/best/"
+  cp "$RUN/release/model.safetensors" "$RUN/release/train_state.json" "$RUN/out/best/"
 fi
 "$PY" train/release.py "$RUN/state.pt" "$RUN/final" --like "$RUN/release" 2>&1 \
   | grep -v "falling back to its reference"
 for f in config.json generation_config.json model.safetensors train_state.json train_log.jsonl; do
-  cp "$RUN/final/$f" "$OUT/final/"
+  cp "$RUN/final/$f" "$RUN/out/final/"
 done
-ls -la "$OUT" "$OUT"/*
+# each folder as one tar cut into 15 MiB parts: a deeper model's weights (h256x12,
+# ~20 MB) are over the 16 MiB a returned file may have, and the parts stay within
+# its 8 files; here: cat final.tar.part-* | tar -xf - -C DIR
+for d in final best; do
+  tar -cf - -C "$RUN/out" "$d" | split -b 15M -d - "$OUT/$d.tar.part-"
+done
+ls -la "$OUT"
+tar -tvf <(cat "$OUT"/final.tar.part-*)
