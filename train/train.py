@@ -55,16 +55,15 @@ MIX = ["single", "distract", "tool", "multihop", "shift", "single", "distract", 
 
 def encode_item(tok, it, eos):
     """(ids, answer_start) with the answer and <|im_end|> at ids[answer_start:]."""
-    p = tok.encode(tasks.prompt_text(it)).ids
-    a = tok.encode(it["answer"]).ids
-    return p + a + [eos], len(p)
+    ids, spans = encode_turns(tok, it, eos)
+    return ids, spans[-1][0]
 
 
 def encode_turns(tok, it, eos):
-    """(ids, [(start, end)]): encode_item's sequence with the spans of every answer,
-    the earlier rounds' (tasks.turn_answer_spans, each with its <|im_end|>) and the
-    item's; the prompt tokenized piecewise at the answers' edges, as encode_item
-    puts the answer after the prompt."""
+    """(ids, [(start, end)]): the prompt, the answer and <|im_end|>, with the spans of
+    every answer, the earlier rounds' (tasks.turn_answer_spans, each with its
+    <|im_end|>) and the item's last; the prompt tokenized piecewise at the answers'
+    edges, as the answer is after the prompt."""
     text = tasks.prompt_text(it)
     ids, spans, pos = [], [], 0
     for s, e in tasks.turn_answer_spans(it, text):
@@ -85,7 +84,8 @@ FOLLOW = ("\n<|im_start|>user\n%s<|im_end|>\n"
 
 def encode_train(tok, it, eos, n_follow, rng):
     """(ids, [(start, end)], [(start, end)]): the item and its answer (and its earlier
-    rounds' answers: encode_turns), then up to n_follow follow-up turns (question, generation prompt, answer, <|im_end|>);
+    rounds' answers: encode_turns), then up to n_follow follow-up turns (question,
+    generation prompt, answer, <|im_end|>);
     the first list spans the answer tokens (each closing <|im_end|> included), the
     second the follow-up questions (their entity names are copies from the context)."""
     ids, spans = encode_turns(tok, it, eos)
