@@ -44,7 +44,8 @@ import warnings
 
 TASKS = ["single", "distract", "tool", "multihop", "shift"]      # the benchmark's
 # training-only tasks (train.py --mix): `hard` is single-hop whose other facts'
-# attributes share the asked one's head word or value kind (_hard_attrs)
+# attributes share the asked one's head word or value kind (_hard_attrs); `rounds`
+# agent conversations that ask every question before its results (_rounds_item)
 TRAIN_TASKS = TASKS + ["hard", "rounds"]
 HELDOUT_SEEDS = 100000          # seeds [0, HELDOUT_SEEDS) are held out
 TRAIN_SEEDS_FROM = 1000000
@@ -507,6 +508,17 @@ def _request_text(r, calls):
     return "Please " + ", then ".join(bits) + "."
 
 
+def _call_messages(calls):
+    """The assistant tool-call turn and the tool result of each (name, args, result)."""
+    msgs = []
+    for name, args, res in calls:
+        msgs.append({"role": "assistant", "content": "",
+                     "tool_calls": [{"type": "function",
+                                     "function": {"name": name, "arguments": args}}]})
+        msgs.append({"role": "tool", "content": res})
+    return msgs
+
+
 def _tool_item(r, level, tool_names=None):
     names = list(TOOLS)
     n_calls = min(2 + level // 2 + r.randint(0, 1), 5)
@@ -533,11 +545,7 @@ def _tool_item(r, level, tool_names=None):
     if not ask_last:
         req += " " + q
     msgs.append({"role": "user", "content": req})
-    for (name, args), res in zip(calls, results):
-        msgs.append({"role": "assistant", "content": "",
-                     "tool_calls": [{"type": "function",
-                                     "function": {"name": name, "arguments": args}}]})
-        msgs.append({"role": "tool", "content": res})
+    msgs += _call_messages([(n, a, res) for (n, a), res in zip(calls, results)])
     if ask_last:
         msgs.append({"role": "user", "content": q})
     qa = [x for qs in qas for x in qs if x != (q, ans)]
@@ -547,8 +555,8 @@ def _tool_item(r, level, tool_names=None):
 
 def _rounds_item(r, level):
     """Training only: an agent conversation of 2-3 rounds, each a request (two tool
-    calls in the first, 1-2 in the others from level 1) that asks its question with it, the calls and their results, and the
-    answer; a question asks about a result of its round or an earlier one (not the
+    calls in the first, 1-2 in the others from level 1) that asks its question with
+    it, the calls and their results, and the answer; a question asks about a result of its round or an earlier one (not the
     round's last).  The benchmark's tool items ask with the request half the time,
     but follow-up turns (train.py --follow) always ask after the results, so one
     answer in ~17 was of that shape (exact match .34 against .75 asked after them,
@@ -576,11 +584,7 @@ def _rounds_item(r, level):
         qas[pick] = [x for x in qas[pick] if x != (q, ans)]
         msgs.append({"role": "user",
                      "content": _request_text(r, [(n, a) for n, a, _ in calls]) + " " + q})
-        for name, args, res in calls:
-            msgs.append({"role": "assistant", "content": "",
-                         "tool_calls": [{"type": "function",
-                                         "function": {"name": name, "arguments": args}}]})
-            msgs.append({"role": "tool", "content": res})
+        msgs += _call_messages(calls)
         if k < n_rounds - 1:
             msgs.append({"role": "assistant", "content": ans})
             turn_answers.append(ans)
