@@ -61,9 +61,10 @@ if [ ! -f "$RUN/state.pt" ]; then
 fi
 
 # run L11's recipe (train/README.md) on item stream 2 (stream 1 never trained the
-# mix's tool items: session 16); the cosine fitted to the measured step rate
+# mix's tool items: session 16), on run R1's mix (hard confusions, agent rounds that
+# ask first: session 20); the cosine fitted to the measured step rate
 GPU_ARGS=(--device "$DEVICE" --workers 12 --threads 4 --stream 2 --level 1 --max-level 1
-  --promote-on digits --promote 0.85 --mix single,distract,single,tool --follow 8
+  --promote-on digits --promote 0.85 --mix hard,rounds,single,tool --follow 8
   --q-w 0.5 --lm-w 0 --dense-frac 0.25 --dense-shape line,sep --raw-eval-n 0
   --batch-tokens 65536 --group 8 --lr 1.5e-3 --lr-min 1e-4 --warmup 100
   --decay-minutes "$(awk "BEGIN { print $MIN * 0.9 }")"
