@@ -556,8 +556,8 @@ def _tool_item(r, level, tool_names=None):
 def _rounds_item(r, level):
     """Training only: an agent conversation of 2-3 rounds, each a request (two tool
     calls in the first, 1-2 in the others from level 1) that asks its question with
-    it, the calls and their results, and the answer; a question asks about a result of its round or an earlier one (not the
-    round's last).  The benchmark's tool items ask with the request half the time,
+    it, the calls and their results, and the answer; a question asks about a result
+    of its round or an earlier one (not the round's last).  The benchmark's tool items ask with the request half the time,
     but follow-up turns (train.py --follow) always ask after the results, so one
     answer in ~17 was of that shape (exact match .34 against .75 asked after them,
     step 20,238, session 19); here every round's answer is.  The earlier rounds'
