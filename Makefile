@@ -80,7 +80,7 @@ PIC_LAB_BIN := $(BUILD)/pic-lab
 BENCH_CSRCS := $(filter-out bench/pic_lab.c bench/cuda_bench.c,$(wildcard bench/*.c))
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_CSRCS))
 
-.PHONY: all deps test test-asan run help clean engine lab benchtools module unit cuda fuzz fuzz-long soak \
+.PHONY: all deps test test-asan run help clean engine lab benchtools module unit cuda fuzz fuzz-long soak calibrate \
         fixtures models distclean layers train
 .DEFAULT_GOAL := all
 
@@ -221,6 +221,12 @@ fixtures: ## regenerate oracle fixtures with transformers (creates .venv-oracle 
 
 train: ## continue training models/pic-qa on train/tasks.py (ARGS="--minutes 60"; creates .venv-oracle; CI never does)
 	@train/train.sh $(ARGS)
+
+CAL_MODEL ?= models/pic-qa
+calibrate: deps engine ## choose the seam width of $(CAL_MODEL) from its drift on sample requests: writes its pic_calibration.json (CAL_PROMPTS=FILE: your own JSON Lines of request bodies; default: 150 held-out task requests)
+	@set -e; p="$(CAL_PROMPTS)"; if [ -z "$$p" ]; then p=$(BUILD)/calibration_prompts.jsonl; \
+	  for t in single distract tool; do $(PY) train/tasks.py --json --marked --task $$t --seed 5000 --n 50 --level 0; done > $$p; fi; \
+	  $(ENGINE_BIN) calibrate --model $(CAL_MODEL) --prompts $$p $(ARGS)
 
 bench-%: all ## run benchmark bench/NAME (QUICK=1 for a short run)
 	@BUILD=$(BUILD) QUICK=$(QUICK) $(PY) bench/$*.py

@@ -76,7 +76,7 @@ DTYPES = ["f32"] + [d for d in os.environ.get(
     "PIC_ACC_DTYPES", "f32" if QUICK else "f32,bf16").split(",") if d not in ("f32", "")]
 NAME = os.environ.get("PIC_ACC_NAME", "accuracy")
 GATEWAY = os.environ.get("PIC_ACC_GATEWAY", "1") != "0"
-MARK = "<|pic_sep|>"
+MARK = tasks.PIC_MARK
 GW_TASKS = ["single", "distract", "tool", "multihop"]
 GW_CONFIGS = [  # (name, markers, gateway conf, engine options)
     ("gw markers", True, "", []), ("gw cdc", False, "", []),
@@ -169,13 +169,7 @@ def gw_bodies(it, marked):
     msgs = body["messages"]
 
     def docs_msg(order):
-        u = msgs[-1]["content"]
-        intro = u[:u.index("\n\n")]
-        q = u[u.rindex("\n\nQuestion: ") + 2:]
-        parts = ["[%d] %s" % (i + 1, it["docs"][i]) for i in order]
-        if marked:
-            return intro + "\n\n" + "".join(MARK + p + "\n\n" for p in parts) + MARK + q
-        return intro + "\n\n" + "\n\n".join(parts) + "\n\n" + q
+        return tasks.docs_message(it, order, MARK if marked else None)
 
     rag = it["tools"] is None
     first = [dict(m) for m in msgs]

@@ -41,6 +41,7 @@
 
 #include "assemble.h"
 #include "checkpoint_dp.h"
+#include "drift.h"
 #include "entry.h"
 #include "forward.h"
 #include "model.h"
@@ -48,6 +49,7 @@
 #include "pic_kernels.h"
 #include "pic_marker.h"
 #include "pic_time.h"
+#include "sample.h"
 #include "state.h"
 #include "tokenizer.h"
 
@@ -142,64 +144,6 @@ pic_vec_diff(const float *a, const float *b, size_t n)
     return d;
 }
 
-/* KL(p_ref ‖ p) of the softmaxes of two logit rows (V). */
-static double
-pic_kl(const float *ref, const float *x, int V)
-{
-    double mr = -DBL_MAX, mx = -DBL_MAX, zr = 0.0, zx = 0.0, kl = 0.0;
-
-    for (int i = 0; i < V; i++) {
-        mr = fmax(mr, ref[i]);
-        mx = fmax(mx, x[i]);
-    }
-    for (int i = 0; i < V; i++) {
-        zr += exp(ref[i] - mr);
-        zx += exp(x[i] - mx);
-    }
-    double lzr = log(zr) + mr, lzx = log(zx) + mx;
-    for (int i = 0; i < V; i++) {
-        double lp = ref[i] - lzr, lq = x[i] - lzx;
-        kl += exp(lp) * (lp - lq);
-    }
-    return kl > 0 ? kl : 0.0;
-}
-
-static int
-pic_argmax(const float *x, int V)
-{
-    int b = 0;
-
-    for (int i = 1; i < V; i++) {
-        b = x[i] > x[b] ? i : b;
-    }
-    return b;
-}
-
-/* Greedy decode of g tokens from s (after a prompt of n tokens whose last
- * logits are last); out (g). */
-static int
-pic_greedy(const pic_model *m, pic_state *s, const float *last, int n, int g,
-           int *out, char *err, size_t errlen)
-{
-    int    V = m->cfg.vocab;
-    float *lg = malloc((size_t) V * sizeof(float));
-
-    if (lg == NULL) {
-        return -1;
-    }
-    memcpy(lg, last, (size_t) V * sizeof(float));
-    for (int t = 0; t < g; t++) {
-        out[t] = pic_argmax(lg, V);
-        if (t + 1 < g && pic_forward(m, NULL, s, &out[t], 1, n + t, PIC_LOGITS_LAST,
-                                     lg, NULL, err, errlen) != 0) {
-            free(lg);
-            return -1;
-        }
-    }
-    free(lg);
-    return 0;
-}
-
 /* The reference: full recompute's state, last logits, teacher logits and
  * greedy continuation. */
 typedef struct {
@@ -267,7 +211,7 @@ pic_compare(const pic_model *m, pic_state *s, const float *last, const pic_ref *
         pic_state *c2 = pic_state_clone(s);
         int       *gs = malloc((size_t) g * sizeof(int));
         if (c2 == NULL || gs == NULL
-            || pic_greedy(m, c2, last, n, g, gs, err, errlen) != 0) {
+            || pic_drift_greedy(m, c2, last, n, g, gs, err, errlen) != 0) {
             pic_state_free(c2);
             free(gs);
             return -1;
@@ -285,8 +229,8 @@ pic_compare(const pic_model *m, pic_state *s, const float *last, const pic_ref *
         pic_state_free(c2);
         free(gs);
     }
-    double kl_sum = pic_kl(ref->last, last, V), kl_max = kl_sum;
-    int    match = pic_argmax(ref->last, V) == pic_argmax(last, V);
+    double kl_sum = pic_drift_kl(ref->last, last, V), kl_max = kl_sum;
+    int    match = pic_sample_argmax(ref->last, V) == pic_sample_argmax(last, V);
     if (nt > 0) {
         float *tl = malloc((size_t) nt * V * sizeof(float));
         if (tl == NULL || pic_forward(m, NULL, s, teacher, nt, n, PIC_LOGITS_ALL, tl,
@@ -295,11 +239,11 @@ pic_compare(const pic_model *m, pic_state *s, const float *last, const pic_ref *
             return -1;
         }
         for (int t = 0; t < nt; t++) {
-            double kl = pic_kl(ref->teacher + (size_t) t * V, tl + (size_t) t * V, V);
+            double kl = pic_drift_kl(ref->teacher + (size_t) t * V, tl + (size_t) t * V, V);
             kl_sum += kl;
             kl_max = fmax(kl_max, kl);
-            match += pic_argmax(ref->teacher + (size_t) t * V, V)
-                     == pic_argmax(tl + (size_t) t * V, V);
+            match += pic_sample_argmax(ref->teacher + (size_t) t * V, V)
+                     == pic_sample_argmax(tl + (size_t) t * V, V);
         }
         free(tl);
     }
@@ -395,7 +339,7 @@ pic_run_mode(pic_run_ctx *R, const char *mode_name, pic_mode mode, int w,
         }
     }
     pic_stats_json(o, &best);
-    cJSON_AddNumberToObject(o, "argmax", pic_argmax(logits, m->cfg.vocab));
+    cJSON_AddNumberToObject(o, "argmax", pic_sample_argmax(logits, m->cfg.vocab));
     char wtag[24] = "";
     if (w >= 0) {
         snprintf(wtag, sizeof(wtag), " w=%d", w);
@@ -522,7 +466,7 @@ pic_run_request(pic_run_ctx *R, const cJSON *rq, cJSON *out_arr, char *err,
         }
         if (g > 0) {
             pic_state *c2 = pic_state_clone(ref.s);
-            if (c2 == NULL || pic_greedy(m, c2, ref.last, n, g, ref.greedy, err,
+            if (c2 == NULL || pic_drift_greedy(m, c2, ref.last, n, g, ref.greedy, err,
                                          errlen) != 0) {
                 pic_state_free(c2);
                 goto done;

@@ -904,6 +904,24 @@ def answer_ok(text, answer):
     return normalise_answer(text) == normalise_answer(answer)
 
 
+PIC_MARK = "<|pic_sep|>"      # the engine's and the gateway's default document marker
+
+
+def docs_message(it, order=None, marker=None):
+    """The last user message of a RAG item with its documents in `order` (default:
+    as generated; each keeps its number); marker: every document between markers,
+    a segment of its own for the gateway and the engine (the rendered prompt is the
+    same text without them)."""
+    u = it["messages"][-1]["content"]
+    intro = u[:u.index("\n\n")]
+    q = u[u.rindex("\n\nQuestion: ") + 2:]
+    parts = ["[%d] %s" % (i + 1, it["docs"][i])
+             for i in (range(len(it["docs"])) if order is None else order)]
+    if marker:
+        return intro + "\n\n" + "".join(marker + p + "\n\n" for p in parts) + marker + q
+    return intro + "\n\n" + "\n\n".join(parts) + "\n\n" + q
+
+
 def request_json(it):
     """The item as an OpenAI chat request body (thinking off; tool-call arguments
     as JSON strings, as the API has them)."""
@@ -930,6 +948,9 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=1)
     ap.add_argument("--level", type=int, default=2, choices=sorted(LEVELS))
     ap.add_argument("--json", action="store_true", help="print OpenAI request bodies")
+    ap.add_argument("--marked", action="store_true",
+                    help="with --json: only the bodies, one a line, every document of a "
+                    "RAG item between <|pic_sep|> markers (pic-engine calibrate --prompts)")
     ap.add_argument("--dump-prose", metavar="FILE",
                     help="write the prose corpus, one paragraph a line (for $PIC_PROSE)")
     args = ap.parse_args(argv)
@@ -940,7 +961,13 @@ def main(argv=None):
         return 0
     for s in range(args.seed, args.seed + args.n):
         it = item(args.task, s, args.level)
-        if args.json:
+        if args.json and args.marked:
+            body = request_json(it)
+            if it["tools"] is None:
+                body["messages"][-1] = dict(body["messages"][-1],
+                                            content=docs_message(it, marker=PIC_MARK))
+            print(json.dumps(body))
+        elif args.json:
             print(json.dumps({"request": request_json(it), "answer": it["answer"]}))
         else:
             print(prompt_text(it) + it["answer"] + "<|im_end|>")

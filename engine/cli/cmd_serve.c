@@ -53,7 +53,10 @@ serve_usage(FILE *f)
         "  --prefix-block N        prefix tree block in tokens (default 64)\n"
         "  --checkpoints M         recurrent checkpoints per prefix-tree edge (path between\n"
         "                          branch points; default 4)\n"
-        "  --seam N                seam width of PIC entries (default 8)\n"
+        "  --seam N                seam width of PIC entries (default: the calibration's,\n"
+        "                          else 8)\n"
+        "  --calibration FILE      seam width from this file of `pic-engine calibrate`\n"
+        "                          (default: DIR/pic_calibration.json when present)\n"
         "  --entry-dtype T         storage of PIC entries: bf16 (default) or f32\n"
         "  --weights F             big matrices as auto (default: bf16 if the checkpoint\n"
         "                          stores bf16, else f32), f32, bf16, bf16dot (bf16 and\n"
@@ -104,7 +107,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_WEIGHTS, OPT_MINSEG,
         OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT, OPT_INSECURE,
         OPT_PBYTES, OPT_PBLOCK, OPT_CKPT, OPT_HOLD, OPT_CBYTES, OPT_RPASS, OPT_RUSER,
-        OPT_EVICT, OPT_TLSCERT, OPT_TLSKEY, OPT_TLSCA, OPT_DEVICE,
+        OPT_EVICT, OPT_TLSCERT, OPT_TLSKEY, OPT_TLSCA, OPT_DEVICE, OPT_CALIB,
     };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -134,6 +137,7 @@ pic_cmd_serve(int argc, char **argv)
         { "cache-evict", required_argument, NULL, OPT_EVICT },
         { "cache-mode", required_argument, NULL, OPT_MODE },
         { "seam", required_argument, NULL, OPT_SEAM },
+        { "calibration", required_argument, NULL, OPT_CALIB },
         { "entry-dtype", required_argument, NULL, OPT_DTYPE },
         { "weights", required_argument, NULL, OPT_WEIGHTS },
         { "device", required_argument, NULL, OPT_DEVICE },
@@ -158,7 +162,7 @@ pic_cmd_serve(int argc, char **argv)
         .host = "127.0.0.1", .port = 8000, .max_queue = -1,
         .request_timeout_ms = 600000, .max_body = 16u << 20,
         .heartbeat_ms = 1000, .registry_ttl_s = 5, .pool_bytes = 256u << 20,
-        .seam = 8, .min_segment = 128, .peer_timeout_ms = 30000,
+        .seam = -1, .min_segment = 128, .peer_timeout_ms = 30000,
         .max_frame_bytes = 256u << 20,
         .prefix_bytes = 512u << 20, .prefix_block = 64, .checkpoints = 4,
     };
@@ -187,6 +191,7 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_MODE: opts.cache_mode = optarg; continue;
         case OPT_EVICT: opts.cache_evict = optarg; continue;
         case OPT_DTYPE: opts.entry_dtype = optarg; continue;
+        case OPT_CALIB: opts.calibration = optarg; continue;
         case OPT_WEIGHTS: opts.weights = optarg; continue;
         case OPT_DEVICE: opts.device = optarg; continue;
         case OPT_NOBATCH: opts.no_batch_decode = 1; continue;

@@ -22,6 +22,7 @@ static const pic_command commands[] = {
     { "generate", pic_cmd_generate, "generate text from --prompt or --chat" },
     { "logits",   pic_cmd_logits,   "write float32 logits [tokens x vocab] for --tokens" },
     { "tokenize", pic_cmd_tokenize, "print token ids for a text" },
+    { "calibrate", pic_cmd_calibrate, "choose the seam width from its drift on sample requests" },
     { "sysinfo",  pic_cmd_sysinfo,  "measure sgemm GFLOP/s and memcpy GB/s (JSON)" },
 };
 

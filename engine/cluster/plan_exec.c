@@ -172,15 +172,7 @@ pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
         size_t           end = g->offset + g->len, t0 = t;
 
         /* tokens whose first byte lies in [offset, end) */
-        while (t < n && (byte < end || i == pj->n_segs - 1)) {
-            size_t bl = 0;
-
-            if (pic_tokenizer_token_bytes(tok, ids[t], &bl) == NULL) {
-                bl = 0;
-            }
-            byte += bl;
-            t++;
-        }
+        pic_tokenizer_advance(tok, ids, n, end, i == pj->n_segs - 1, &t, &byte);
         g->start = (int) t0;
         g->n_ids = (int) (t - t0);
         g->ids = malloc((g->n_ids ? (size_t) g->n_ids : 1) * sizeof(int));

@@ -1786,6 +1786,21 @@ pic_tokenizer_token_bytes(const pic_tokenizer *t, int32_t id, size_t *len)
     return t->blob + t->dec_off[id];
 }
 
+void
+pic_tokenizer_advance(const pic_tokenizer *t, const int32_t *ids, size_t n, size_t end,
+                      int last, size_t *tok, size_t *byte)
+{
+    while (*tok < n && (*byte < end || last)) {
+        size_t bl = 0;
+
+        if (pic_tokenizer_token_bytes(t, ids[*tok], &bl) == NULL) {
+            bl = 0;
+        }
+        *byte += bl;
+        (*tok)++;
+    }
+}
+
 
 /* --- encode: word cache --- */
 

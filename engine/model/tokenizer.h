@@ -92,6 +92,13 @@ const char *pic_tokenizer_token_str(const pic_tokenizer *t, int32_t id);
  * id is unused.  Valid until pic_tokenizer_free. */
 const char *pic_tokenizer_token_bytes(const pic_tokenizer *t, int32_t id, size_t *len);
 
+/* Walk the ids (n) of one encoded text span by span: from token *t, whose
+ * first byte is byte *byte of the text, advance past every token that
+ * begins before byte end (all that remain when last), updating both.  The
+ * tokens passed are the span's: those whose first byte lies in it. */
+void pic_tokenizer_advance(const pic_tokenizer *t, const int32_t *ids, size_t n,
+                           size_t end, int last, size_t *tok, size_t *byte);
+
 /* One-shot decode as tokenizers' decode(): bytes of every id concatenated,
  * invalid UTF-8 replaced by U+FFFD (maximal subparts, as Rust's
  * from_utf8_lossy), unused ids skipped, special ids skipped iff skip_special.

@@ -1696,6 +1696,7 @@ pic_oai_models(pic_server *srv, struct evhttp_request *req)
                                                              : "full");
         if (srv->pool) {
             cJSON_AddNumberToObject(pic, "seam", srv->plan.seam.w);
+            cJSON_AddStringToObject(pic, "seam_source", srv->seam_source);
             cJSON_AddStringToObject(pic, "entry_dtype",
                                     srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32");
             cJSON_AddNumberToObject(pic, "min_segment_bytes",

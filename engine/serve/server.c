@@ -43,6 +43,7 @@
 
 #include "forward.h"
 #include "pic_kernels.h"
+#include "calibrate.h"
 #include "pic_time.h"
 #include "server_impl.h"
 
@@ -382,6 +383,15 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         o = cJSON_AddObjectToObject(doc, "cache");
         cJSON_AddStringToObject(o, "mode", srv->mode_name);
         cJSON_AddNumberToObject(o, "seam", srv->plan.seam.w);
+        cJSON_AddStringToObject(o, "seam_source", srv->seam_source);
+        if (srv->calibration != NULL) {
+            cJSON *c = cJSON_Duplicate(srv->calibration, 1);
+
+            if (c != NULL) {
+                cJSON_AddStringToObject(c, "file", srv->calibration_path);
+                cJSON_AddItemToObject(o, "calibration", c);
+            }
+        }
         cJSON_AddStringToObject(o, "entry_dtype",
                                 srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32");
         cJSON_AddNumberToObject(o, "entries", (double) ps.items);
@@ -704,6 +714,46 @@ pic_server_on_evict(void *user, const char *key, uint64_t len, size_t bytes)
     }
 }
 
+/* The seam width: --seam, else the calibration file's choice (--calibration,
+ * or the model directory's pic_calibration.json when present), else 8.  A
+ * --calibration file that cannot be used stops the start; the model
+ * directory's is then skipped with a warning.  0 or -1. */
+static int
+pic_server_choose_seam(pic_server *srv)
+{
+    const pic_server_opts *o = srv->opts;
+    char                   err[512];
+    int                    w;
+
+    srv->plan.seam.w = 8;
+    srv->seam_source = "default";
+    if (o->seam >= 0) {
+        srv->plan.seam.w = o->seam;
+        srv->seam_source = "--seam";
+        return 0;
+    }
+    if (o->calibration != NULL) {
+        snprintf(srv->calibration_path, sizeof(srv->calibration_path), "%s", o->calibration);
+    } else {
+        snprintf(srv->calibration_path, sizeof(srv->calibration_path),
+                 "%s/pic_calibration.json", o->model_dir);
+        if (access(srv->calibration_path, F_OK) != 0) {
+            srv->calibration_path[0] = '\0';
+            return 0;
+        }
+    }
+    if (pic_calib_load(srv->calibration_path, srv->model, &w, &srv->calibration, err,
+                       sizeof(err)) != 0) {
+        fprintf(stderr, "pic-engine[%s]: %s%s\n", o->id, err,
+                o->calibration != NULL ? "" : "; seam width 8");
+        srv->calibration_path[0] = '\0';
+        return o->calibration != NULL ? -1 : 0;
+    }
+    srv->plan.seam.w = w;
+    srv->seam_source = "calibration";
+    return 0;
+}
+
 /* Cache mode, seam entries, the public pool and the keying context; 0 or -1. */
 static int
 pic_server_init_cache(pic_server *srv)
@@ -722,7 +772,9 @@ pic_server_init_cache(pic_server *srv)
         fprintf(stderr, "pic-engine[%s]: unknown --cache-mode '%s'\n", o->id, o->cache_mode);
         return -1;
     }
-    srv->plan.seam.w = o->seam >= 0 ? o->seam : 8;
+    if (pic_server_choose_seam(srv) != 0) {
+        return -1;
+    }
     if (srv->plan.seam.w > PIC_ENTRY_MAX_W) {
         fprintf(stderr, "pic-engine[%s]: --seam %d is above %d\n", o->id, srv->plan.seam.w,
                 PIC_ENTRY_MAX_W);
@@ -735,6 +787,15 @@ pic_server_init_cache(pic_server *srv)
     } else {
         fprintf(stderr, "pic-engine[%s]: --entry-dtype must be bf16 or f32\n", o->id);
         return -1;
+    }
+    if (srv->calibration != NULL) {
+        const cJSON *cd = cJSON_GetObjectItemCaseSensitive(srv->calibration, "entry_dtype");
+        const char  *dn = srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32";
+
+        if (cJSON_IsString(cd) && strcmp(cd->valuestring, dn) != 0) {
+            fprintf(stderr, "pic-engine[%s]: %s was measured with %s entries, these are %s\n",
+                    o->id, srv->calibration_path, cd->valuestring, dn);
+        }
     }
     /* keys change with the weights, the tokenizer, the seam width and the
      * entry storage (DESIGN §4.1) */
@@ -949,11 +1010,11 @@ pic_server_load_model(pic_server *srv)
         return -1;
     }
     fprintf(stderr, "pic-engine[%s]: model %s (%s, template %s), context %d, "
-            "%d worker(s) x %d thread(s), batch %d, queue %d, cache %s (w=%d, %s), "
+            "%d worker(s) x %d thread(s), batch %d, queue %d, cache %s (w=%d from %s, %s), "
             "device %s\n", o->id,
             srv->model_name, srv->model->cfg.model_type,
             pic_template_dialect_name(srv->dialect), srv->max_ctx, so.workers, so.threads,
-            so.max_batch, so.max_queue, srv->mode_name, srv->plan.seam.w,
+            so.max_batch, so.max_queue, srv->mode_name, srv->plan.seam.w, srv->seam_source,
             srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32", be->name);
     return 0;
 }
@@ -1181,6 +1242,7 @@ done:
     if (srv.have_keys) {
         pic_key_ctx_free(&srv.keys);
     }
+    cJSON_Delete(srv.calibration);
     if (sigint) {
         event_free(sigint);
     }

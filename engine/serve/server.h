@@ -38,7 +38,10 @@ typedef struct {
     uint64_t    prefix_bytes;   /* deprecated (cmd_serve folds it into cache_bytes) */
     int         prefix_block;   /* prefix tree block (tokens); 0: 64 */
     int         checkpoints;    /* checkpoints planned per request (M); 0: 4 */
-    int         seam;           /* seam width w of PIC entries (default 8) */
+    int         seam;           /* seam width w of PIC entries; < 0: the calibration's,
+                                 * else 8 */
+    const char *calibration;    /* calibration file (calibrate.h); NULL: the model
+                                 * directory's pic_calibration.json when there is one */
     const char *entry_dtype;    /* "bf16" (default) or "f32" for PIC entries */
     const char *weights;        /* --weights: auto/f32/bf16/q8; NULL: $PIC_WEIGHTS or auto */
     const char *device;         /* --device: cpu (NULL) or cuda (pic_backend_load) */

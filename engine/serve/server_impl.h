@@ -96,6 +96,9 @@ typedef struct pic_server {
     pic_plan_door          door;            /* second sightings (exact mode) */
     pic_cache_budget       budget;          /* one byte budget over pool and tree */
     const char            *mode_name;       /* --cache-mode as given */
+    const char            *seam_source;     /* "--seam", "calibration" or "default" */
+    cJSON                 *calibration;     /* the calibration file read (calibrate.h), or NULL */
+    char                   calibration_path[4200];
 
     pic_sched             *sched;
     struct event          *wake;            /* job news from the workers */
