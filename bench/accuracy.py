@@ -21,11 +21,13 @@ greedy decoding and, per layer, the median rel-L2 of the prompt's end state
 position).
 
 Summary keys (issue 11 goals): full_accuracy_single_hop, pic_points_below_full
-(at the default seam 8, f32, over single + distract + tool), naive_points_below_full,
-bf16_vs_f32_points (PIC w=8), multihop_full / multihop_pic.
+(at the default seam, f32, over single + distract + tool), naive_points_below_full,
+bf16_vs_f32_points (PIC at the default seam), multihop_full / multihop_pic.  The default
+seam is the one `pic-engine serve` takes for the model: its pic_calibration.json's choice
+(`make calibrate`), else 8.
 
 Through nginx (`gw` rows, the served configuration: one `pic-engine serve` at its
-defaults, seam 8 and bf16 entries, behind a `pic on` location): each item is sent as
+defaults, the default seam and bf16 entries, behind a `pic on` location): each item is sent as
 generated, then as a later agent sends it (another system header; documents of a RAG
 item in reverse order), so its documents and tool results, seen again at another
 place, are composed from PIC entries (usage.pic.pic_tokens); a `--cache-mode full`
@@ -44,8 +46,8 @@ Exact match of the shifted request per task, the share of its prompt served from
 entries, and the answers equal to the full engine's.  PIC_ACC_GATEWAY=0 skips them.
 
 Usage: make bench-accuracy [QUICK=1]   (PIC_ACC_MODEL=DIR, PIC_ACC_N=items per task;
-PIC_ACC_FIRST=S: seeds [S, S + N); PIC_ACC_WS=8,16: seam widths (8 always kept: the
-summary's default); PIC_ACC_DTYPES=f32: entry dtypes (f32 always kept); PIC_ACC_GATEWAY=0;
+PIC_ACC_FIRST=S: seeds [S, S + N); PIC_ACC_WS=8,16: seam widths (the default seam always
+kept: the summary's); PIC_ACC_DTYPES=f32: entry dtypes (f32 always kept); PIC_ACC_GATEWAY=0;
 PIC_ACC_NAME=NAME: bench/results/NAME.json; PIC_WEIGHTS=FORMAT: every mode's weight
 format, recorded as config.weights)
 """
@@ -69,7 +71,18 @@ MODEL = os.environ.get("PIC_ACC_MODEL", os.path.join(ROOT, "models", "pic-qa"))
 N = int(os.environ.get("PIC_ACC_N", "10" if QUICK else "50"))
 LEVEL = int(os.environ.get("PIC_ACC_LEVEL", "0"))
 FIRST = int(os.environ.get("PIC_ACC_FIRST", "0"))
-DEFAULT_W = 8
+
+
+def served_seam(model):
+    """The seam width `pic-engine serve --model MODEL` takes at its defaults."""
+    try:
+        with open(os.path.join(model, "pic_calibration.json")) as f:
+            return int(json.load(f)["chosen"]["w"])
+    except (OSError, ValueError, KeyError):
+        return 8
+
+
+DEFAULT_W = served_seam(MODEL)
 WS = sorted({DEFAULT_W} | {int(w) for w in os.environ.get(
     "PIC_ACC_WS", "8" if QUICK else "0,4,8,16,32").split(",")})
 DTYPES = ["f32"] + [d for d in os.environ.get(
@@ -337,7 +350,7 @@ def main():
               "weights": os.environ.get("PIC_WEIGHTS") or "auto",
               "seconds": round(time.time() - t0, 1)}
     if GATEWAY:
-        config["gateway"] = {"engine": "defaults (seam 8, bf16 entries), --threads 1",
+        config["gateway"] = {"engine": "defaults (seam %d, bf16 entries), --threads 1" % DEFAULT_W,
                              "configs": {n: {"markers": m, "conf": e or "defaults",
                                              "engine": " ".join(o) or "defaults"}
                                          for n, m, e, o in GW_CONFIGS},
