@@ -970,7 +970,7 @@ ngx_http_pic_probe_learn_locked(ngx_http_pic_engine_sh_t *e, cJSON *doc)
     u_char                buf[NGX_HTTP_PIC_ENGINE_ID_LEN + 1];
     size_t                len;
     time_t                started;
-    cJSON                *item, *obj;
+    cJSON                *item, *obj, *sub;
     ngx_uint_t            changed;
     pic_template_dialect  d;
 
@@ -1027,6 +1027,28 @@ ngx_http_pic_probe_learn_locked(ngx_http_pic_engine_sh_t *e, cJSON *doc)
     obj = cJSON_GetObjectItemCaseSensitive(doc, "cache");
     item = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, "mode")
                                : NULL;
+
+    /* its seam width and where it took it (a calibration file or not) */
+
+    if (cJSON_IsObject(obj)) {
+        sub = cJSON_GetObjectItemCaseSensitive(obj, "seam");
+
+        if (cJSON_IsNumber(sub) && sub->valuedouble >= 0
+            && sub->valuedouble <= 1024)
+        {
+            e->seam = (ngx_uint_t) sub->valuedouble + 1;
+        }
+
+        sub = cJSON_GetObjectItemCaseSensitive(obj, "seam_source");
+
+        e->seam_source = !cJSON_IsString(sub) ? NGX_HTTP_PIC_SEAM_UNKNOWN
+                     : ngx_strcmp(sub->valuestring, "calibration") == 0
+                       ? NGX_HTTP_PIC_SEAM_CALIBRATION
+                     : ngx_strcmp(sub->valuestring, "--seam") == 0
+                       ? NGX_HTTP_PIC_SEAM_FLAG
+                     : ngx_strcmp(sub->valuestring, "default") == 0
+                       ? NGX_HTTP_PIC_SEAM_DEFAULT : NGX_HTTP_PIC_SEAM_UNKNOWN;
+    }
 
     /* its break-even length, to size segments (docs/SIZING.md) */
 

@@ -31,6 +31,12 @@
 #define NGX_HTTP_PIC_CACHE_PREFIX     3        /* prefix tree only, no PIC */
 #define NGX_HTTP_PIC_CACHE_FULL       4        /* no cache */
 
+/* where an engine took its seam width (its /status cache.seam_source) */
+#define NGX_HTTP_PIC_SEAM_UNKNOWN     0
+#define NGX_HTTP_PIC_SEAM_DEFAULT     1        /* 8, nothing said */
+#define NGX_HTTP_PIC_SEAM_FLAG        2        /* --seam */
+#define NGX_HTTP_PIC_SEAM_CALIBRATION 3        /* pic-engine calibrate's file */
+
 /* first sightings (ngx_http_pic_index_seen_*): a direct-mapped table, as
  * bounded as an exact-first engine's doorkeeper (plan_exec.h), each entry
  * good for NGX_HTTP_PIC_SEEN_TTL; a hint for routing, never a holder */
@@ -70,6 +76,8 @@ typedef struct {
     ngx_int_t                    dialect;      /* its chat template, or -1 */
     ngx_uint_t                   cache;        /* NGX_HTTP_PIC_CACHE_* */
     ngx_uint_t                   break_even;   /* its L*, tokens; 0: unknown */
+    ngx_uint_t                   seam;         /* its seam width + 1; 0: unknown */
+    ngx_uint_t                   seam_source;  /* NGX_HTTP_PIC_SEAM_* */
     time_t                       started;      /* now - its uptime */
 
     ngx_atomic_t                 inflight;     /* routed here, not finished */

@@ -61,6 +61,12 @@ static u_char *ngx_http_pic_status_history(u_char *p,
     ngx_http_pic_status_snapshot_t *s);
 
 
+/* by NGX_HTTP_PIC_SEAM_* */
+static char  *ngx_http_pic_seam_sources[] = {
+    "unknown", "default", "--seam", "calibration"
+};
+
+
 /* by NGX_HTTP_PIC_CACHE_* */
 static char  *ngx_http_pic_cache_names[] = {
     "unknown", "exact", "pic", "prefix", "full"
@@ -264,7 +270,7 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
 
     size = 4352 + s->zone.len * 6 + s->redis.len * 6
            + NGX_HTTP_PIC_TTFT_BUCKETS * 2 * NGX_ATOMIC_T_LEN
-           + s->nengines * (640 + 6 * NGX_SOCKADDR_STRLEN
+           + s->nengines * (704 + 6 * NGX_SOCKADDR_STRLEN
                             + 6 * NGX_HTTP_PIC_ENGINE_ID_LEN
                             + 16 * NGX_ATOMIC_T_LEN)
            + NGX_HTTP_PIC_HISTORY * (256 + 6 * NGX_SOCKADDR_STRLEN
@@ -396,13 +402,19 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
                         "\"failures\":%uA,\"hit_bytes\":%uA,"
                         "\"exact_requests\":%uA,\"exact_bytes\":%uA,"
                         "\"cache_mode\":\"%s\",\"break_even_tokens\":%ui,"
-                        "\"probes\":%uA,\"probe_failures\":%uA}",
+                        "\"probes\":%uA,\"probe_failures\":%uA,"
+                        "\"seam_source\":\"%s\",\"seam\":",
                         e->healthy ? "true" : "false", e->fails, e->load,
                         e->inflight, e->requests, e->failures, e->hit_bytes,
                         e->exact_requests, e->exact_bytes,
                         ngx_http_pic_cache_names[e->cache <= NGX_HTTP_PIC_CACHE_FULL
                                                  ? e->cache : 0],
-                        e->break_even, e->probes, e->probe_failures);
+                        e->break_even, e->probes, e->probe_failures,
+                        ngx_http_pic_seam_sources[e->seam_source
+                                                  <= NGX_HTTP_PIC_SEAM_CALIBRATION
+                                                  ? e->seam_source : 0]);
+        p = e->seam ? ngx_sprintf(p, "%ui}", e->seam - 1)
+                    : ngx_cpymem(p, "null}", 5);
     }
 
     p = ngx_cpymem(p, "]", 1);

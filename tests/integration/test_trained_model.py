@@ -213,6 +213,7 @@ def test_make_run_example_is_served_from_cache_when_reordered(procs):
     for e in es:
         pic = json.loads(harness.http("GET", e.url + "/v1/models")[2])["data"][0]["pic"]
         assert (pic["seam"], pic["seam_source"]) == (w, "calibration"), pic
+    assert [(e["seam"], e["seam_source"]) for e in pool()["engines"]] == [(w, "calibration")] * 2
     tok = Tokenizer.from_file(os.path.join(MODEL, "tokenizer.json"))
     doc_tokens = [len(tok.encode(d, add_special_tokens=False).ids) for d in docs]
     assert u2["pic"]["pic_tokens"] >= sum(doc_tokens) - 2 * w * len(docs), (u2, doc_tokens)
