@@ -143,6 +143,7 @@ def test_dashboard_shows_the_json_numbers(procs, logdir):
     assert t["redis-address"] == "not configured"
     assert [row[0] for row in p.rows] == [e["name"] for e in doc_json["engines"]]
     assert p.rows[0][2] == "healthy"
+    assert p.rows[0][-1] == "-"         # a fake backend says no seam width
 
     shot = os.path.join(logdir, "dashboard.png")
     r = chromium(ngx.url + "/pic/status?format=html", logdir, f"--screenshot={shot}",
