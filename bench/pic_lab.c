@@ -229,28 +229,15 @@ pic_compare(const pic_model *m, pic_state *s, const float *last, const pic_ref *
         pic_state_free(c2);
         free(gs);
     }
-    double kl_sum = pic_drift_kl(ref->last, last, V), kl_max = kl_sum;
-    int    match = pic_sample_argmax(ref->last, V) == pic_sample_argmax(last, V);
-    if (nt > 0) {
-        float *tl = malloc((size_t) nt * V * sizeof(float));
-        if (tl == NULL || pic_forward(m, NULL, s, teacher, nt, n, PIC_LOGITS_ALL, tl,
-                                      NULL, err, errlen) != 0) {
-            free(tl);
-            return -1;
-        }
-        for (int t = 0; t < nt; t++) {
-            double kl = pic_drift_kl(ref->teacher + (size_t) t * V, tl + (size_t) t * V, V);
-            kl_sum += kl;
-            kl_max = fmax(kl_max, kl);
-            match += pic_sample_argmax(ref->teacher + (size_t) t * V, V)
-                     == pic_sample_argmax(tl + (size_t) t * V, V);
-        }
-        free(tl);
+    pic_drift_stats d;
+    if (pic_drift_teacher(m, s, last, ref->last, ref->teacher, teacher, nt, n, &d, err,
+                          errlen) != 0) {
+        return -1;
     }
-    cJSON_AddNumberToObject(o, "kl_mean", kl_sum / (nt + 1));
-    cJSON_AddNumberToObject(o, "kl_max", kl_max);
-    cJSON_AddNumberToObject(o, "argmax_match", (double) match / (nt + 1));
-    cJSON_AddNumberToObject(o, "teacher_tokens", nt + 1);
+    cJSON_AddNumberToObject(o, "kl_mean", d.kl_sum / d.positions);
+    cJSON_AddNumberToObject(o, "kl_max", d.kl_max);
+    cJSON_AddNumberToObject(o, "argmax_match", (double) d.matched / d.positions);
+    cJSON_AddNumberToObject(o, "teacher_tokens", d.positions);
     return 0;
 }
 

@@ -40,43 +40,28 @@ static int
 pic_calib_compare(const pic_model *m, pic_state *s, const float *last, int n,
                   const pic_calib_ref *ref, pic_calib_sum *sum, char *err, size_t errlen)
 {
-    int        V = m->cfg.vocab, k = ref->k, rc = -1;
-    int       *g = malloc((size_t) k * sizeof(int));                    /* (k) */
-    float     *tl = malloc((size_t) (k > 1 ? k - 1 : 1) * V * sizeof(float)); /* (k−1, V) */
-    pic_state *c = pic_state_clone(s);
+    int              k = ref->k, rc = -1;
+    int             *g = malloc((size_t) k * sizeof(int));     /* (k) */
+    pic_state       *c = pic_state_clone(s);
+    pic_drift_stats  d;
 
-    if (g == NULL || tl == NULL || c == NULL) {
+    if (g == NULL || c == NULL) {
         snprintf(err, errlen, "%s: out of memory", __func__);
         goto done;
     }
-    if (pic_drift_greedy(m, c, last, n, k, g, err, errlen) != 0) {
+    if (pic_drift_greedy(m, c, last, n, k, g, err, errlen) != 0
+        || pic_drift_teacher(m, s, last, ref->last, ref->teacher, ref->answer, k - 1, n, &d,
+                             err, errlen) != 0) {
         goto done;
     }
     sum->same += memcmp(g, ref->answer, (size_t) k * sizeof(int)) == 0;
-
-    double kl = pic_drift_kl(ref->last, last, V), kl_sum = kl;
-    sum->kl_max = fmax(sum->kl_max, kl);
-    sum->matched += pic_sample_argmax(ref->last, V) == pic_sample_argmax(last, V);
-    if (k > 1) {
-        if (pic_forward(m, NULL, s, ref->answer, k - 1, n, PIC_LOGITS_ALL, tl, NULL, err,
-                        errlen) != 0) {
-            goto done;
-        }
-        for (int t = 0; t < k - 1; t++) {
-            const float *r = ref->teacher + (size_t) t * V, *x = tl + (size_t) t * V;
-
-            kl = pic_drift_kl(r, x, V);
-            kl_sum += kl;
-            sum->kl_max = fmax(sum->kl_max, kl);
-            sum->matched += pic_sample_argmax(r, V) == pic_sample_argmax(x, V);
-        }
-    }
-    sum->kl_prompts += kl_sum / k;
+    sum->kl_prompts += d.kl_sum / d.positions;
+    sum->kl_max = fmax(sum->kl_max, d.kl_max);
+    sum->matched += d.matched;
     rc = 0;
 done:
     pic_state_free(c);
     free(g);
-    free(tl);
     return rc;
 }
 

@@ -4,6 +4,7 @@
  */
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,5 +53,42 @@ pic_drift_greedy(const pic_model *m, pic_state *s, const float *last, int n, int
         }
     }
     free(lg);
+    return 0;
+}
+
+int
+pic_drift_teacher(const pic_model *m, pic_state *s, const float *last,
+                  const float *ref_last, const float *ref_teacher, const int *teacher,
+                  int nt, int n, pic_drift_stats *out, char *err, size_t errlen)
+{
+    int    V = m->cfg.vocab;
+    double kl = pic_drift_kl(ref_last, last, V);
+
+    out->kl_sum = kl;
+    out->kl_max = kl;
+    out->matched = pic_sample_argmax(ref_last, V) == pic_sample_argmax(last, V);
+    out->positions = 1 + (nt > 0 ? nt : 0);
+    if (nt <= 0) {
+        return 0;
+    }
+    float *tl = malloc((size_t) nt * V * sizeof(float));   /* (nt, V) */
+    if (tl == NULL) {
+        snprintf(err, errlen, "%s: out of memory", __func__);
+        return -1;
+    }
+    if (pic_forward(m, NULL, s, teacher, nt, n, PIC_LOGITS_ALL, tl, NULL, err,
+                    errlen) != 0) {
+        free(tl);
+        return -1;
+    }
+    for (int t = 0; t < nt; t++) {
+        const float *r = ref_teacher + (size_t) t * V, *x = tl + (size_t) t * V;
+
+        kl = pic_drift_kl(r, x, V);
+        out->kl_sum += kl;
+        out->kl_max = fmax(out->kl_max, kl);
+        out->matched += pic_sample_argmax(r, V) == pic_sample_argmax(x, V);
+    }
+    free(tl);
     return 0;
 }
