@@ -23,6 +23,7 @@
 #include "calibrate.h"
 #include "commands.h"
 #include "model.h"
+#include "model_config.h"
 #include "pic_buf.h"
 #include "pic_kernels.h"
 #include "pic_marker.h"
@@ -397,7 +398,7 @@ pic_cmd_calibrate(int argc, char **argv)
         goto done;
     }
     memset(&cfg, 0, sizeof(cfg));
-    cfg.dialect = m->cfg.arch == PIC_ARCH_QWEN3_5 ? PIC_TEMPLATE_QWEN3_5 : PIC_TEMPLATE_QWEN3;
+    cfg.dialect = pic_config_dialect(m->cfg.arch);
     if (tmpl != NULL && pic_template_dialect_parse(tmpl, &cfg.dialect) != 0) {
         fprintf(stderr, "pic-engine calibrate: unknown chat template '%s'\n", tmpl);
         goto done;
@@ -434,16 +435,8 @@ pic_cmd_calibrate(int argc, char **argv)
         fprintf(stderr, "pic-engine calibrate: no width is within the bound %.2g; chose the "
                 "least drift, w = %d\n", o.kl_bound, rows[chosen].w);
     }
-    const char *name = dir + strlen(dir);
-    while (name > dir && name[-1] == '/') {
-        name--;
-    }
-    const char *e = name;
-    while (name > dir && name[-1] != '/') {
-        name--;
-    }
     char mname[256];
-    snprintf(mname, sizeof(mname), "%.*s", (int) (e - name), name);
+    pic_model_dir_name(dir, mname, sizeof(mname));
     doc = pic_calib_json(m, mname, &o, cs.n, cs.tokens, rows, chosen, met);
     if (doc == NULL) {
         fprintf(stderr, "pic-engine calibrate: out of memory\n");

@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "forward.h"
 #include "model.h"
+#include "model_config.h"
 #include "pic_kernels.h"
 #include "pic_request.h"
 #include "pic_template.h"
@@ -60,9 +61,7 @@ pic_generate_render_chat(const char *json, pic_arch arch, char *err,
     pic_request       req;
     pic_render        r;
     pic_error         e;
-    pic_template_opts opts = { .dialect = arch == PIC_ARCH_QWEN3_5
-                                          ? PIC_TEMPLATE_QWEN3_5
-                                          : PIC_TEMPLATE_QWEN3 };
+    pic_template_opts opts = { .dialect = pic_config_dialect(arch) };
     char             *body = NULL, *out = NULL;
     cJSON            *root = cJSON_Parse(json), *obj;
 

@@ -611,3 +611,10 @@ fail:
     cJSON_Delete(root);
     return -1;
 }
+
+
+pic_template_dialect
+pic_config_dialect(pic_arch arch)
+{
+    return arch == PIC_ARCH_QWEN3_5 ? PIC_TEMPLATE_QWEN3_5 : PIC_TEMPLATE_QWEN3;
+}

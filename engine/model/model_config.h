@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "model.h"
+#include "pic_template.h"
 
 /* Parse config.json text (len bytes, path for messages) into cfg and check
  * every range; -1 + err naming the file and key on error. */
@@ -21,5 +22,9 @@ int pic_config_add_eos(pic_config *cfg, int id);
  * added_tokens; number of ids found, -1 if the text is not JSON. */
 int pic_config_add_tokenizer_eos(pic_config *cfg, const char *json,
                                  size_t len);
+
+/* The chat template of an architecture: qwen3.5 for PIC_ARCH_QWEN3_5, else
+ * qwen3. */
+pic_template_dialect pic_config_dialect(pic_arch arch);
 
 #endif /* PIC_MODEL_CONFIG_H */

@@ -873,6 +873,21 @@ pic_model_weights_name(const pic_model *m)
     return m->xbf16 ? "bf16dot" : pic_wtype_name(m->wtype);
 }
 
+void
+pic_model_dir_name(const char *dir, char *out, size_t n)
+{
+    const char *end = dir + strlen(dir), *base;
+
+    while (end > dir + 1 && end[-1] == '/') {
+        end--;
+    }
+    base = end;
+    while (base > dir && base[-1] != '/') {
+        base--;
+    }
+    snprintf(out, n, "%.*s", (int) (end - base), base);
+}
+
 
 /* auto: bf16 when every text-model matrix (ndim >= 2) is stored in bf16,
  * so that holding them as bf16 loses nothing; else f32. */

@@ -44,6 +44,7 @@
 #include "forward.h"
 #include "pic_kernels.h"
 #include "calibrate.h"
+#include "model_config.h"
 #include "pic_time.h"
 #include "server_impl.h"
 
@@ -905,7 +906,6 @@ pic_server_load_model(pic_server *srv)
     pic_sched_opts         so;
     pic_error              perr;
     char                   err[512], path[4200];
-    const char            *base;
     int                    cores = (int) sysconf(_SC_NPROCESSORS_ONLN);
 
     pic_weights_format     wf = PIC_WEIGHTS_AUTO;
@@ -952,16 +952,7 @@ pic_server_load_model(pic_server *srv)
     if (o->model_name) {
         snprintf(srv->model_name, sizeof(srv->model_name), "%s", o->model_name);
     } else {
-        size_t n = strlen(o->model_dir);
-        while (n > 1 && o->model_dir[n - 1] == '/') {
-            n--;
-        }
-        base = o->model_dir + n;
-        while (base > o->model_dir && base[-1] != '/') {
-            base--;
-        }
-        snprintf(srv->model_name, sizeof(srv->model_name), "%.*s",
-                 (int) (o->model_dir + n - base), base);
+        pic_model_dir_name(o->model_dir, srv->model_name, sizeof(srv->model_name));
     }
     if (o->template_name) {
         if (pic_template_dialect_parse(o->template_name, &srv->dialect) != 0) {
@@ -970,8 +961,7 @@ pic_server_load_model(pic_server *srv)
             return -1;
         }
     } else {
-        srv->dialect = srv->model->cfg.arch == PIC_ARCH_QWEN3_5 ? PIC_TEMPLATE_QWEN3_5
-                                                                : PIC_TEMPLATE_QWEN3;
+        srv->dialect = pic_config_dialect(srv->model->cfg.arch);
     }
     if (pic_marker_init(&srv->marker, o->marker, o->marker ? strlen(o->marker) : 0,
                         &perr) != 0) {
