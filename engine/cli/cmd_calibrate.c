@@ -71,6 +71,7 @@ calib_set_free(calib_set *cs)
         free((void *) p->tokens);
         free((void *) p->n);
         free((void *) p->kind);
+        free((void *) p->doc);
     }
     free(cs->p);
     memset(cs, 0, sizeof(*cs));
@@ -88,12 +89,14 @@ calib_tokenize(const pic_tokenizer *tok, const pic_segmentation *sg, pic_calib_p
     int       **tokens = calloc((size_t) ns + 1, sizeof(*tokens));
     int        *n = calloc((size_t) ns + 1, sizeof(*n));
     pic_seg_kind *kind = calloc((size_t) ns + 1, sizeof(*kind));
+    unsigned char *doc = calloc((size_t) ns + 1, 1);
 
     p->tokens = (const int **) tokens;
     p->n = n;
     p->kind = kind;
+    p->doc = doc;
     p->n_seg = 0;
-    if (tokens == NULL || n == NULL || kind == NULL) {
+    if (tokens == NULL || n == NULL || kind == NULL || doc == NULL) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
@@ -121,6 +124,7 @@ calib_tokenize(const pic_tokenizer *tok, const pic_segmentation *sg, pic_calib_p
         }
         n[k] = (int) (t - t0);
         kind[k] = sg->segs[i].kind;
+        doc[k] = (sg->segs[i].flags & PIC_SEG_FLAG_DOC) != 0;
         p->n_seg = k + 1;
     }
     *total += (long) n_ids;
@@ -287,6 +291,25 @@ calib_write(const char *path, const cJSON *doc)
     return 0;
 }
 
+/* Print class c's figures at every width, row `chosen` marked (-1: none). */
+static void
+calib_table(const char *title, const pic_calib_class *c, const pic_calib_opts *o, int chosen)
+{
+    fprintf(stderr, "%s: %d prompts\n", title, c->prompts);
+    if (c->prompts == 0) {
+        return;
+    }
+    fprintf(stderr, "%5s %10s %10s %8s %12s %13s\n", "w", "KL mean", "KL max", "argmax",
+            "same answer", "from entries");
+    for (int wi = 0; wi < o->n_ws; wi++) {
+        const pic_calib_row *r = &c->rows[wi];
+
+        fprintf(stderr, "%5d %10.2e %10.2e %8.3f %12.3f %13.3f%s\n", r->w, r->kl_mean,
+                r->kl_max, r->argmax_match, r->greedy_same, r->pic_share,
+                wi == chosen ? "  <- chosen" : "");
+    }
+}
+
 int
 pic_cmd_calibrate(int argc, char **argv)
 {
@@ -295,7 +318,7 @@ pic_cmd_calibrate(int argc, char **argv)
     pic_calib_opts     o = { .ws = { 0, 4, 8, 16, 32 }, .n_ws = 5, .dtype = PIC_DTYPE_BF16,
                              .answer_tokens = 8, .kl_bound = PIC_CALIB_KL_BOUND };
     long               min_segment = 128;
-    int                threads = 0, rc = 1, met = 0, chosen;
+    int                threads = 0, rc = 1;
     pic_model         *m = NULL;
     pic_tokenizer     *tok = NULL;
     pic_marker         mk;
@@ -303,7 +326,7 @@ pic_cmd_calibrate(int argc, char **argv)
     pic_segment_cfg    cfg;
     pic_error          perr;
     calib_set          cs = { 0 };
-    pic_calib_row      rows[PIC_CALIB_MAX_WS];
+    pic_calib_result   res;
     cJSON             *doc = NULL;
     char               err[512], path[4200], fp[32];
 
@@ -418,26 +441,29 @@ pic_cmd_calibrate(int argc, char **argv)
     fprintf(stderr, "pic-engine calibrate: %d prompts, %ld tokens, %s entries, %d answer "
             "tokens, bound %.2g\n", cs.n, cs.tokens,
             o.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32", o.answer_tokens, o.kl_bound);
-    chosen = pic_calibrate(m, cs.p, cs.n, &o, rows, &met, calib_progress, NULL, err,
-                           sizeof(err));
-    if (chosen < 0) {
+    if (pic_calibrate(m, cs.p, cs.n, &o, &res, calib_progress, NULL, err, sizeof(err)) != 0) {
         fprintf(stderr, "pic-engine calibrate: %s\n", err);
         goto done;
     }
-    fprintf(stderr, "%5s %10s %10s %8s %12s %13s\n", "w", "KL mean", "KL max", "argmax",
-            "same answer", "from entries");
-    for (int wi = 0; wi < o.n_ws; wi++) {
-        fprintf(stderr, "%5d %10.2e %10.2e %8.3f %12.3f %13.3f%s\n", rows[wi].w,
-                rows[wi].kl_mean, rows[wi].kl_max, rows[wi].argmax_match,
-                rows[wi].greedy_same, rows[wi].pic_share, wi == chosen ? "  <- chosen" : "");
+    calib_table("every PIC segment at w", &res.all, &o, res.chosen);
+    if (!res.met) {
+        fprintf(stderr, "no width is within the bound %.2g; chose the least drift, w = %d\n",
+                o.kl_bound, res.all.rows[res.chosen].w);
     }
-    if (!met) {
-        fprintf(stderr, "pic-engine calibrate: no width is within the bound %.2g; chose the "
-                "least drift, w = %d\n", o.kl_bound, rows[chosen].w);
+    calib_table("client-delimited documents alone at w (the rest recomputed)", &res.doc, &o,
+                -1);
+    calib_table("the other PIC segments alone at w (documents recomputed)", &res.other, &o,
+                -1);
+    if (res.have_split) {
+        fprintf(stderr, "documents w = %d, the others w = %d: KL mean %.2e (estimated %.2e), "
+                "same answer %.3f, from entries %.3f: %s\n", res.split_w_doc, res.split.w,
+                res.split.kl_mean, res.split_estimate, res.split.greedy_same,
+                res.split.pic_share, res.split_met ? "within the bound, served"
+                                                   : "above the bound, not served");
     }
     char mname[256];
     pic_model_dir_name(dir, mname, sizeof(mname));
-    doc = pic_calib_json(m, mname, &o, cs.n, cs.tokens, rows, chosen, met);
+    doc = pic_calib_json(m, mname, &o, cs.n, cs.tokens, &res);
     if (doc == NULL) {
         fprintf(stderr, "pic-engine calibrate: out of memory\n");
         goto done;
@@ -452,7 +478,8 @@ pic_cmd_calibrate(int argc, char **argv)
         goto done;
     }
     if (strcmp(out, "-") != 0) {
-        fprintf(stderr, "pic-engine calibrate: w = %d, written to %s\n", rows[chosen].w, out);
+        fprintf(stderr, "pic-engine calibrate: serve w = %d, documents w = %d, written to "
+                "%s\n", res.w, res.w_doc, out);
     }
     rc = 0;
 done:

@@ -55,7 +55,9 @@ serve_usage(FILE *f)
         "                          branch points; default 4)\n"
         "  --seam N                seam width of PIC entries (default: the calibration's,\n"
         "                          else 8)\n"
-        "  --calibration FILE      seam width from this file of `pic-engine calibrate`\n"
+        "  --seam-doc N            seam width of client-delimited documents (default: the\n"
+        "                          calibration's, else --seam's)\n"
+        "  --calibration FILE      seam widths from this file of `pic-engine calibrate`\n"
         "                          (default: DIR/pic_calibration.json when present)\n"
         "  --entry-dtype T         storage of PIC entries: bf16 (default) or f32\n"
         "  --weights F             big matrices as auto (default: bf16 if the checkpoint\n"
@@ -105,7 +107,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_NAME = 256, OPT_TEMPLATE, OPT_MARKER, OPT_WORKERS, OPT_BATCH, OPT_QUEUE,
         OPT_CTX, OPT_MAXTOK, OPT_TIMEOUT, OPT_MAXBODY, OPT_REDIS, OPT_ADVERTISE,
         OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_WEIGHTS, OPT_MINSEG,
-        OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT, OPT_INSECURE,
+        OPT_SEAMDOC, OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT, OPT_INSECURE,
         OPT_PBYTES, OPT_PBLOCK, OPT_CKPT, OPT_HOLD, OPT_CBYTES, OPT_RPASS, OPT_RUSER,
         OPT_EVICT, OPT_TLSCERT, OPT_TLSKEY, OPT_TLSCA, OPT_DEVICE, OPT_CALIB,
     };
@@ -137,6 +139,7 @@ pic_cmd_serve(int argc, char **argv)
         { "cache-evict", required_argument, NULL, OPT_EVICT },
         { "cache-mode", required_argument, NULL, OPT_MODE },
         { "seam", required_argument, NULL, OPT_SEAM },
+        { "seam-doc", required_argument, NULL, OPT_SEAMDOC },
         { "calibration", required_argument, NULL, OPT_CALIB },
         { "entry-dtype", required_argument, NULL, OPT_DTYPE },
         { "weights", required_argument, NULL, OPT_WEIGHTS },
@@ -162,7 +165,7 @@ pic_cmd_serve(int argc, char **argv)
         .host = "127.0.0.1", .port = 8000, .max_queue = -1,
         .request_timeout_ms = 600000, .max_body = 16u << 20,
         .heartbeat_ms = 1000, .registry_ttl_s = 5, .pool_bytes = 256u << 20,
-        .seam = -1, .min_segment = 128, .peer_timeout_ms = 30000,
+        .seam = -1, .seam_doc = -1, .min_segment = 128, .peer_timeout_ms = 30000,
         .max_frame_bytes = 256u << 20,
         .prefix_bytes = 512u << 20, .prefix_block = 64, .checkpoints = 4,
     };
@@ -205,7 +208,7 @@ pic_cmd_serve(int argc, char **argv)
         case 'h': serve_usage(stdout); return 0;
         case 'p': case 't': case OPT_WORKERS: case OPT_BATCH: case OPT_QUEUE: case OPT_CTX:
         case OPT_MAXTOK: case OPT_TIMEOUT: case OPT_MAXBODY: case OPT_HEARTBEAT:
-        case OPT_TTL: case OPT_POOL: case OPT_SEAM: case OPT_MINSEG:
+        case OPT_TTL: case OPT_POOL: case OPT_SEAM: case OPT_SEAMDOC: case OPT_MINSEG:
         case OPT_PEERTO: case OPT_MAXFRAME: case OPT_PBYTES: case OPT_PBLOCK:
         case OPT_CKPT: case OPT_CBYTES:
             break;
@@ -231,6 +234,7 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_POOL: opts.pool_bytes = (uint64_t) v; old_budget = 1; break;
         case OPT_CBYTES: opts.cache_bytes = (uint64_t) v; break;
         case OPT_SEAM: opts.seam = (int) v; break;
+        case OPT_SEAMDOC: opts.seam_doc = (int) v; break;
         case OPT_MINSEG: opts.min_segment = (size_t) v; break;
         case OPT_PEERTO: opts.peer_timeout_ms = (int) v; break;
         case OPT_MAXFRAME: opts.max_frame_bytes = (uint64_t) v; break;

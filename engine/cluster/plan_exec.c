@@ -262,6 +262,12 @@ pic_plan_after_exact(const pic_plan_job *pj, const pic_job_segment *g, int h)
     return g->start >= pj->resume && g->start + h >= pj->depth;
 }
 
+const pic_entry_opts *
+pic_plan_seam(const pic_plan_ctx *ctx, uint32_t flags)
+{
+    return (flags & PIC_SEG_FLAG_DOC) ? &ctx->seam_doc : &ctx->seam;
+}
+
 void
 pic_plan_defer(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m)
 {
@@ -277,10 +283,10 @@ pic_plan_defer(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m)
         int             *ids;
 
         if (g->kind != PIC_SEG_PIC || !(g->flags & PIC_SEG_FLAG_DOC) || g->entry != NULL
-            || !pic_plan_after_exact(pj, g, pic_entry_head(&m->cfg, ctx->seam.w))
+            || !pic_plan_after_exact(pj, g, pic_entry_head(&m->cfg, ctx->seam_doc.w))
             || g->n_ids == 0
             || __atomic_load_n(&g->remote, __ATOMIC_ACQUIRE) != PIC_REMOTE_NONE
-            || !pic_entry_worth(&m->cfg, g->n_ids, &ctx->seam)
+            || !pic_entry_worth(&m->cfg, g->n_ids, &ctx->seam_doc)
             || pic_pool_contains(ctx->pool, g->key, g->len)) {
             continue;
         }
@@ -328,7 +334,7 @@ pic_plan_build_later(const pic_plan_ctx *ctx)
     pthread_mutex_unlock(&d->mu);
 
     if (!pic_pool_contains(ctx->pool, q.key, q.len)) {
-        if (pic_entry_build(d->model, NULL, q.ids, q.n_ids, &ctx->seam, &e, NULL, err,
+        if (pic_entry_build(d->model, NULL, q.ids, q.n_ids, &ctx->seam_doc, &e, NULL, err,
                             sizeof(err)) != 0 || e == NULL) {
             ok = 0;
         } else {
@@ -521,11 +527,12 @@ pic_plan_resolve(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const pic_mod
             return -1;
         }
     } else {
-        if (!pic_entry_worth(&m->cfg, g->n_ids, &ctx->seam)) {
+        const pic_entry_opts *so = pic_plan_seam(ctx, g->flags);
+
+        if (!pic_entry_worth(&m->cfg, g->n_ids, so)) {
             return 0;               /* too short for a seam entry: recompute */
         }
-        if (pic_entry_build(m, NULL, g->ids, g->n_ids, &ctx->seam, &e, NULL, err,
-                            errlen) != 0) {
+        if (pic_entry_build(m, NULL, g->ids, g->n_ids, so, &e, NULL, err, errlen) != 0) {
             return -1;
         }
     }
@@ -603,12 +610,12 @@ pic_plan_resolve_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const p
         return 0;
     }
     if (remote == PIC_REMOTE_PENDING || remote == PIC_REMOTE_ARRIVED
-        || !pic_entry_worth(&m->cfg, g->n_ids, &ctx->seam)
+        || !pic_entry_worth(&m->cfg, g->n_ids, pic_plan_seam(ctx, g->flags))
         || !pic_plan_door_seen(ctx->door, g->key)) {
         return 0;
     }
-    if (pic_entry_build(m, NULL, g->ids, g->n_ids, &ctx->seam, &e, NULL, err,
-                        errlen) != 0) {
+    if (pic_entry_build(m, NULL, g->ids, g->n_ids, pic_plan_seam(ctx, g->flags), &e, NULL,
+                        err, errlen) != 0) {
         return -1;
     }
     if (e != NULL) {
@@ -698,7 +705,9 @@ pic_plan_step_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *
         }
         pj->next = pj->n_segs;
         for (int i = 0; i < pj->n_segs; i++) {
-            if (pic_plan_after_exact(pj, &pj->segs[i], pic_entry_head(&m->cfg, ctx->seam.w))
+            if (pic_plan_after_exact(pj, &pj->segs[i],
+                                     pic_entry_head(&m->cfg,
+                                                    pic_plan_seam(ctx, pj->segs[i].flags)->w))
                 && pj->segs[i].n_ids > 0) {
                 pj->next = i;
                 break;

@@ -196,6 +196,8 @@ void pic_plan_door_free(pic_plan_door *d);
 typedef struct {
     pic_mode          mode;             /* PIC_MODE_FULL never reaches here */
     pic_entry_opts    seam;             /* PIC segments: w, dtype */
+    pic_entry_opts    seam_doc;         /* those of them that are client-delimited
+                                         * documents (PIC_SEG_FLAG_DOC) */
     pic_pool         *pool;
     pic_registry     *reg;              /* NULL: no index */
     pic_prefix_cache *prefix;           /* NULL: no exact-first (pic-only modes) */
@@ -222,6 +224,10 @@ typedef enum {
     PIC_JOB_ERROR_TIMEOUT,      /* the job ran past its deadline */
     PIC_JOB_ERROR_INTERNAL,     /* out of memory, a failed forward or build */
 } pic_job_error;
+
+/* The seam entry options of a segment with flags (PIC_SEG_FLAG_*) under
+ * ctx: seam_doc for a client-delimited document, else seam. */
+const pic_entry_opts *pic_plan_seam(const pic_plan_ctx *ctx, uint32_t flags);
 
 /* Name of phase i of pic_plan_job.t_ns ("tokenize", "restore", …). */
 const char *pic_plan_phase_name(int i);

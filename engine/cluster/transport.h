@@ -52,6 +52,7 @@ typedef struct {
     const char *key;            /* 32 hex */
     uint64_t    bytes;          /* the segment's byte length */
     const char *kind;           /* "pic" or "prefix" */
+    int         doc;            /* 1: a client-delimited document (the document seam) */
     const char *text;           /* the segment's bytes (UTF-8, bytes long) */
 } pic_remote_segment;
 

@@ -443,6 +443,9 @@ pic_tcp_prefill(pic_transport *t, const char *peer, const pic_remote_segment *se
         cJSON_AddStringToObject(s, "key", segs[i].key);
         cJSON_AddNumberToObject(s, "bytes", (double) segs[i].bytes);
         cJSON_AddStringToObject(s, "kind", segs[i].kind);
+        if (segs[i].doc) {
+            cJSON_AddTrueToObject(s, "doc");
+        }
         cJSON_AddStringToObject(s, "text", segs[i].text);
         cJSON_AddItemToArray(arr, s);
     }

@@ -17,14 +17,25 @@
 #include "sample.h"
 #include "state.h"
 
-/* Per-width sums over the prompts. */
+/* Sums of one variant over the prompts it measured. */
 typedef struct {
     double kl_prompts;      /* Σ over prompts of the prompt's mean KL */
     double kl_max;
     long   matched;         /* answer positions whose argmax agrees */
+    long   positions;       /* answer positions compared */
     long   same;            /* prompts with full recompute's greedy answer */
     long   pic_tokens;      /* tokens served from seam entries */
+    long   tokens;          /* prompt tokens */
+    long   prompts;
 } pic_calib_sum;
+
+/* How a variant serves the PIC segments of each class: a width, or -1
+ * (recomputed).  class_only: a prompt without a segment of the composed
+ * class is not measured (its answer would be full recompute's). */
+typedef struct {
+    int w_doc, w_other;
+    int class_only;
+} pic_calib_variant;
 
 /* The reference of one prompt: full recompute's answer and its logits. */
 typedef struct {
@@ -58,6 +69,8 @@ pic_calib_compare(const pic_model *m, pic_state *s, const float *last, int n,
     sum->kl_prompts += d.kl_sum / d.positions;
     sum->kl_max = fmax(sum->kl_max, d.kl_max);
     sum->matched += d.matched;
+    sum->positions += d.positions;
+    sum->prompts++;
     rc = 0;
 done:
     pic_state_free(c);
@@ -112,14 +125,29 @@ pic_calib_reference(const pic_model *m, pic_state *s, pic_asm_segment *sg, int n
     return 0;
 }
 
-/* One prompt at every width into sums (o->n_ws).  0 or -1 + err. */
+/* The width variant v gives segment i of p (-1: no seam entry). */
+static int
+pic_calib_want(const pic_calib_prompt *p, int i, const pic_calib_variant *v)
+{
+    if (p->kind[i] != PIC_SEG_PIC || p->n[i] == 0) {
+        return -1;
+    }
+    return p->doc != NULL && p->doc[i] ? v->w_doc : v->w_other;
+}
+
+/* One prompt under every variant (n_v) into sums (n_v).  A variant that
+ * gives every segment the widths of an earlier one is not assembled again:
+ * it takes that one's figures.  0 or -1 + err. */
 static int
 pic_calib_one(const pic_model *m, const pic_calib_prompt *p, const pic_calib_opts *o,
-              pic_calib_sum *sums, long *n_tokens, long *n_positions, char *err,
+              const pic_calib_variant *vs, int n_v, pic_calib_sum *sums, char *err,
               size_t errlen)
 {
     int              n = 0, rc = -1;
     int             *toks = NULL;
+    int             *built = calloc((size_t) p->n_seg + 1, sizeof(int));  /* (n_seg) w of seam[i] */
+    int             *want = calloc((size_t) (n_v + 1) * (p->n_seg + 1), sizeof(int)); /* (n_v, n_seg) */
+    pic_calib_sum   *mine = calloc((size_t) n_v + 1, sizeof(*mine));     /* (n_v) this prompt's */
     pic_asm_segment *sg = calloc((size_t) p->n_seg + 1, sizeof(*sg));
     pic_entry      **seam = calloc((size_t) p->n_seg + 1, sizeof(*seam));
     pic_entry       *whole = NULL;
@@ -127,7 +155,8 @@ pic_calib_one(const pic_model *m, const pic_calib_prompt *p, const pic_calib_opt
     float           *last = malloc((size_t) m->cfg.vocab * sizeof(float));   /* (V) */
     pic_calib_ref    ref = { 0 };
 
-    if (sg == NULL || seam == NULL || s == NULL || last == NULL) {
+    if (built == NULL || want == NULL || mine == NULL || sg == NULL || seam == NULL
+        || s == NULL || last == NULL) {
         snprintf(err, errlen, "%s: out of memory", __func__);
         goto done;
     }
@@ -137,6 +166,7 @@ pic_calib_one(const pic_model *m, const pic_calib_prompt *p, const pic_calib_opt
             goto done;
         }
         n += p->n[i];
+        built[i] = -1;
     }
     if (n == 0) {
         snprintf(err, errlen, "an empty prompt");
@@ -156,8 +186,6 @@ pic_calib_one(const pic_model *m, const pic_calib_prompt *p, const pic_calib_opt
                             errlen) != 0) {
         goto done;
     }
-    *n_tokens += n;
-    *n_positions += ref.k;
     if (p->n_seg > 0 && p->kind[0] == PIC_SEG_PREFIX && p->n[0] > 0) {
         /* the exact prefix: stored in f32, as exact as the prefix tree */
         pic_entry_opts eo = { .w = 0, .dtype = PIC_DTYPE_F32 };
@@ -167,29 +195,62 @@ pic_calib_one(const pic_model *m, const pic_calib_prompt *p, const pic_calib_opt
             goto done;
         }
     }
-    for (int wi = 0; wi < o->n_ws; wi++) {
-        pic_entry_opts     eo = { .w = o->ws[wi], .dtype = o->dtype };
+    for (int v = 0; v < n_v; v++) {
+        int               *wv = want + (size_t) v * p->n_seg, composed = 0, same = -1;
         pic_assemble_stats st;
 
         for (int i = 0; i < p->n_seg; i++) {
-            seam[i] = NULL;
-            if (p->kind[i] == PIC_SEG_PIC && p->n[i] > 0
-                && pic_entry_build(m, NULL, p->tokens[i], p->n[i], &eo, &seam[i], NULL,
-                                   err, errlen) != 0) {
-                goto done;
+            wv[i] = pic_calib_want(p, i, &vs[v]);
+            composed += wv[i] >= 0;
+        }
+        if (vs[v].class_only && composed == 0) {
+            continue;           /* no segment of the class: not measured */
+        }
+        for (int u = 0; u < v && same < 0; u++) {
+            if (mine[u].prompts > 0
+                && memcmp(want + (size_t) u * p->n_seg, wv, (size_t) p->n_seg * sizeof(int))
+                   == 0) {
+                same = u;
             }
-            sg[i].entry = p->kind[i] == PIC_SEG_PREFIX ? whole : seam[i];
+        }
+        if (same >= 0) {
+            mine[v] = mine[same];
+            continue;
+        }
+        for (int i = 0; i < p->n_seg; i++) {
+            if (wv[i] >= 0 && built[i] != wv[i]) {
+                pic_entry_opts eo = { .w = wv[i], .dtype = o->dtype };
+
+                pic_entry_unref(seam[i]);
+                seam[i] = NULL;
+                built[i] = -1;
+                if (pic_entry_build(m, NULL, p->tokens[i], p->n[i], &eo, &seam[i], NULL,
+                                    err, errlen) != 0) {
+                    goto done;
+                }
+                built[i] = wv[i];
+            }
+            sg[i].entry = p->kind[i] == PIC_SEG_PREFIX ? whole : wv[i] >= 0 ? seam[i] : NULL;
         }
         if (pic_assemble(m, NULL, s, sg, p->n_seg, PIC_MODE_PIC, last, &st, err,
                          errlen) != 0
-            || pic_calib_compare(m, s, last, n, &ref, &sums[wi], err, errlen) != 0) {
+            || pic_calib_compare(m, s, last, n, &ref, &mine[v], err, errlen) != 0) {
             goto done;
         }
-        sums[wi].pic_tokens += st.n_reused - st.n_prefix;
-        for (int i = 0; i < p->n_seg; i++) {
-            pic_entry_unref(seam[i]);
-            seam[i] = NULL;
-        }
+        mine[v].pic_tokens = st.n_reused - st.n_prefix;
+        mine[v].tokens = n;
+    }
+    for (int v = 0; v < n_v; v++) {
+        pic_calib_sum *a = &sums[v], *b = &mine[v];
+
+        a->kl_prompts += b->kl_prompts;
+        a->kl_max = fmax(a->kl_max, b->kl_max);
+        a->matched += b->matched;
+        a->positions += b->positions;
+        a->same += b->same;
+        a->pic_tokens += b->pic_tokens;
+        a->tokens += b->tokens;
+        a->prompts += b->prompts;
     }
     rc = 0;
 done:
@@ -205,18 +266,109 @@ done:
     free(toks);
     free(seam);
     free(sg);
+    free(mine);
+    free(want);
+    free(built);
     return rc;
+}
+
+/* Row of width w from a variant's sums. */
+static void
+pic_calib_fill(pic_calib_row *r, int w, const pic_calib_sum *a)
+{
+    memset(r, 0, sizeof(*r));
+    r->w = w;
+    if (a->prompts == 0) {
+        return;
+    }
+    r->kl_mean = a->kl_prompts / (double) a->prompts;
+    r->kl_max = a->kl_max;
+    r->argmax_match = (double) a->matched / (double) a->positions;
+    r->greedy_same = (double) a->same / (double) a->prompts;
+    r->pic_share = (double) a->pic_tokens / (double) a->tokens;
+}
+
+/* The rule: the first row within the bound (*met), else the least drift. */
+static int
+pic_calib_choose(const pic_calib_row *rows, int n_ws, double bound, int *met)
+{
+    int chosen = 0;
+
+    for (int wi = 0; wi < n_ws; wi++) {
+        if (rows[wi].kl_mean <= bound) {
+            *met = 1;
+            return wi;
+        }
+    }
+    *met = 0;
+    for (int wi = 1; wi < n_ws; wi++) {
+        chosen = rows[wi].kl_mean < rows[chosen].kl_mean ? wi : chosen;
+    }
+    return chosen;
+}
+
+/* The pair of widths (documents *wd, others *wo; indices into the widths)
+ * with the largest share from entries whose drift, estimated from the
+ * classes' sums (of pic_calibrate's first pass), is within the bound and
+ * whose share beats share0; 0 if there is none. */
+static int
+pic_calib_pair(const pic_calib_sum *sums, int n_ws, int n_prompts, double bound,
+               double share0, int *wd, int *wo, double *estimate)
+{
+    double best = share0;
+    int    found = 0;
+
+    if (sums[1].prompts == 0 || sums[2].prompts == 0) {
+        return 0;
+    }
+    for (int d = 0; d < n_ws; d++) {
+        for (int t = 0; t < n_ws; t++) {
+            const pic_calib_sum *a = &sums[3 * d + 1], *b = &sums[3 * t + 2];
+            double est = (a->kl_prompts + b->kl_prompts) / n_prompts;
+            double share = (double) (a->pic_tokens + b->pic_tokens) / (double) sums[0].tokens;
+
+            if (d != t && est <= bound && share > best) {
+                best = share;
+                *wd = d;
+                *wo = t;
+                *estimate = est;
+                found = 1;
+            }
+        }
+    }
+    return found;
+}
+
+/* One pass of every prompt under vs (n_v) into sums; 0 or -1 + err. */
+static int
+pic_calib_pass(const pic_model *m, const pic_calib_prompt *prompts, int n_prompts,
+               const pic_calib_opts *o, const pic_calib_variant *vs, int n_v,
+               pic_calib_sum *sums, void (*progress)(int done, int total, void *arg),
+               void *arg, char *err, size_t errlen)
+{
+    for (int i = 0; i < n_prompts; i++) {
+        char e2[256];
+
+        if (pic_calib_one(m, &prompts[i], o, vs, n_v, sums, e2, sizeof(e2)) != 0) {
+            snprintf(err, errlen, "prompt %d: %s", i + 1, e2);
+            return -1;
+        }
+        if (progress != NULL) {
+            progress(i + 1, n_prompts, arg);
+        }
+    }
+    return 0;
 }
 
 int
 pic_calibrate(const pic_model *m, const pic_calib_prompt *prompts, int n_prompts,
-              const pic_calib_opts *o, pic_calib_row *rows, int *met,
+              const pic_calib_opts *o, pic_calib_result *r,
               void (*progress)(int done, int total, void *arg), void *arg, char *err,
               size_t errlen)
 {
-    pic_calib_sum sums[PIC_CALIB_MAX_WS];
-    long          n_tokens = 0, n_positions = 0;
-    int           chosen = -1;
+    pic_calib_variant vs[3 * PIC_CALIB_MAX_WS];
+    pic_calib_sum     sums[3 * PIC_CALIB_MAX_WS];
+    int               wd = 0, wo = 0;
 
     if (n_prompts < 1 || o->n_ws < 1 || o->n_ws > PIC_CALIB_MAX_WS || o->answer_tokens < 1
         || !(o->kl_bound > 0)) {
@@ -231,51 +383,89 @@ pic_calibrate(const pic_model *m, const pic_calib_prompt *prompts, int n_prompts
             return -1;
         }
     }
+    memset(r, 0, sizeof(*r));
     memset(sums, 0, sizeof(sums));
-    for (int i = 0; i < n_prompts; i++) {
-        char e2[256];
+    for (int wi = 0; wi < o->n_ws; wi++) {
+        int w = o->ws[wi];
 
-        if (pic_calib_one(m, &prompts[i], o, sums, &n_tokens, &n_positions, e2,
-                          sizeof(e2)) != 0) {
-            snprintf(err, errlen, "prompt %d: %s", i + 1, e2);
+        vs[3 * wi] = (pic_calib_variant) { w, w, 0 };
+        vs[3 * wi + 1] = (pic_calib_variant) { w, -1, 1 };
+        vs[3 * wi + 2] = (pic_calib_variant) { -1, w, 1 };
+    }
+    if (pic_calib_pass(m, prompts, n_prompts, o, vs, 3 * o->n_ws, sums, progress, arg, err,
+                       errlen) != 0) {
+        return -1;
+    }
+    r->all.prompts = n_prompts;
+    r->doc.prompts = (int) sums[1].prompts;
+    r->other.prompts = (int) sums[2].prompts;
+    r->all.tokens = sums[0].tokens;
+    r->doc.tokens = sums[1].tokens;
+    r->other.tokens = sums[2].tokens;
+    for (int wi = 0; wi < o->n_ws; wi++) {
+        pic_calib_fill(&r->all.rows[wi], o->ws[wi], &sums[3 * wi]);
+        pic_calib_fill(&r->doc.rows[wi], o->ws[wi], &sums[3 * wi + 1]);
+        pic_calib_fill(&r->other.rows[wi], o->ws[wi], &sums[3 * wi + 2]);
+    }
+    r->chosen = pic_calib_choose(r->all.rows, o->n_ws, o->kl_bound, &r->met);
+    r->w = r->w_doc = o->ws[r->chosen];
+    if (pic_calib_pair(sums, o->n_ws, n_prompts, o->kl_bound,
+                       r->all.rows[r->chosen].pic_share, &wd, &wo, &r->split_estimate)) {
+        pic_calib_variant sv = { o->ws[wd], o->ws[wo], 0 };
+        pic_calib_sum     ss;
+
+        memset(&ss, 0, sizeof(ss));
+        if (pic_calib_pass(m, prompts, n_prompts, o, &sv, 1, &ss, progress, arg, err,
+                           errlen) != 0) {
             return -1;
         }
-        if (progress != NULL) {
-            progress(i + 1, n_prompts, arg);
+        pic_calib_fill(&r->split, sv.w_other, &ss);
+        r->split_w_doc = sv.w_doc;
+        r->have_split = 1;
+        r->split_met = r->split.kl_mean <= o->kl_bound;
+        if (r->split_met) {
+            r->w = sv.w_other;
+            r->w_doc = sv.w_doc;
         }
     }
-    *met = 0;
-    for (int wi = 0; wi < o->n_ws; wi++) {
-        pic_calib_row *r = &rows[wi];
-
-        r->w = o->ws[wi];
-        r->kl_mean = sums[wi].kl_prompts / n_prompts;
-        r->kl_max = sums[wi].kl_max;
-        r->argmax_match = (double) sums[wi].matched / (double) n_positions;
-        r->greedy_same = (double) sums[wi].same / n_prompts;
-        r->pic_share = (double) sums[wi].pic_tokens / (double) n_tokens;
-        if (chosen < 0 && r->kl_mean <= o->kl_bound) {
-            chosen = wi;
-            *met = 1;
-        }
-    }
-    if (chosen < 0) {
-        chosen = 0;
-        for (int wi = 1; wi < o->n_ws; wi++) {
-            chosen = rows[wi].kl_mean < rows[chosen].kl_mean ? wi : chosen;
-        }
-    }
-    return chosen;
+    return 0;
 }
 
 /* --- the calibration file --- */
 
+/* A row's figures into the object r. */
+static void
+pic_calib_row_json(cJSON *r, const pic_calib_row *row)
+{
+    cJSON_AddNumberToObject(r, "w", row->w);
+    cJSON_AddNumberToObject(r, "kl_mean", row->kl_mean);
+    cJSON_AddNumberToObject(r, "kl_max", row->kl_max);
+    cJSON_AddNumberToObject(r, "argmax_match", row->argmax_match);
+    cJSON_AddNumberToObject(r, "greedy_same", row->greedy_same);
+    cJSON_AddNumberToObject(r, "pic_share", row->pic_share);
+}
+
+/* A class's figures at every width into obj's array "seams". */
+static void
+pic_calib_class_json(cJSON *obj, const pic_calib_class *c, int n_ws)
+{
+    cJSON *a = cJSON_AddArrayToObject(obj, "seams");
+
+    for (int wi = 0; a != NULL && c->prompts > 0 && wi < n_ws; wi++) {
+        cJSON *r = cJSON_CreateObject();
+
+        if (r != NULL) {
+            pic_calib_row_json(r, &c->rows[wi]);
+            cJSON_AddItemToArray(a, r);
+        }
+    }
+}
+
 cJSON *
 pic_calib_json(const pic_model *m, const char *model_name, const pic_calib_opts *o,
-               int n_prompts, long prompt_tokens, const pic_calib_row *rows, int chosen,
-               int met)
+               int n_prompts, long prompt_tokens, const pic_calib_result *r)
 {
-    cJSON *doc = cJSON_CreateObject(), *a, *c;
+    cJSON *doc = cJSON_CreateObject(), *cl, *x;
     char   fp[32];
 
     if (doc == NULL) {
@@ -291,36 +481,54 @@ pic_calib_json(const pic_model *m, const char *model_name, const pic_calib_opts 
     cJSON_AddNumberToObject(doc, "kl_bound", o->kl_bound);
     cJSON_AddNumberToObject(doc, "prompts", n_prompts);
     cJSON_AddNumberToObject(doc, "prompt_tokens", (double) prompt_tokens);
-    a = cJSON_AddArrayToObject(doc, "seams");
-    for (int wi = 0; a != NULL && wi < o->n_ws; wi++) {
-        cJSON *r = cJSON_CreateObject();
-
-        cJSON_AddNumberToObject(r, "w", rows[wi].w);
-        cJSON_AddNumberToObject(r, "kl_mean", rows[wi].kl_mean);
-        cJSON_AddNumberToObject(r, "kl_max", rows[wi].kl_max);
-        cJSON_AddNumberToObject(r, "argmax_match", rows[wi].argmax_match);
-        cJSON_AddNumberToObject(r, "greedy_same", rows[wi].greedy_same);
-        cJSON_AddNumberToObject(r, "pic_share", rows[wi].pic_share);
-        cJSON_AddItemToArray(a, r);
+    pic_calib_class_json(doc, &r->all, o->n_ws);
+    x = cJSON_AddObjectToObject(doc, "chosen");
+    if (x != NULL) {
+        cJSON_AddNumberToObject(x, "w", r->all.rows[r->chosen].w);
+        cJSON_AddNumberToObject(x, "kl_mean", r->all.rows[r->chosen].kl_mean);
+        cJSON_AddBoolToObject(x, "met", r->met);
     }
-    c = cJSON_AddObjectToObject(doc, "chosen");
-    if (c != NULL) {
-        cJSON_AddNumberToObject(c, "w", rows[chosen].w);
-        cJSON_AddNumberToObject(c, "kl_mean", rows[chosen].kl_mean);
-        cJSON_AddBoolToObject(c, "met", met);
+    cl = cJSON_AddObjectToObject(doc, "classes");
+    if (cl != NULL && (x = cJSON_AddObjectToObject(cl, "documents")) != NULL) {
+        cJSON_AddNumberToObject(x, "prompts", r->doc.prompts);
+        cJSON_AddNumberToObject(x, "prompt_tokens", (double) r->doc.tokens);
+        pic_calib_class_json(x, &r->doc, o->n_ws);
+    }
+    if (cl != NULL && (x = cJSON_AddObjectToObject(cl, "other")) != NULL) {
+        cJSON_AddNumberToObject(x, "prompts", r->other.prompts);
+        cJSON_AddNumberToObject(x, "prompt_tokens", (double) r->other.tokens);
+        pic_calib_class_json(x, &r->other, o->n_ws);
+    }
+    if (r->have_split && (x = cJSON_AddObjectToObject(doc, "split")) != NULL) {
+        pic_calib_row_json(x, &r->split);
+        cJSON_AddNumberToObject(x, "w_doc", r->split_w_doc);
+        cJSON_AddNumberToObject(x, "kl_estimate", r->split_estimate);
+        cJSON_AddBoolToObject(x, "met", r->split_met);
+    }
+    if ((x = cJSON_AddObjectToObject(doc, "served")) != NULL) {
+        cJSON_AddNumberToObject(x, "w", r->w);
+        cJSON_AddNumberToObject(x, "w_doc", r->w_doc);
     }
     return doc;
 }
 
+/* 1 if j is an integer width in 0..PIC_ENTRY_MAX_W. */
+static int
+pic_calib_width_ok(const cJSON *j)
+{
+    return cJSON_IsNumber(j) && j->valuedouble >= 0 && j->valuedouble <= PIC_ENTRY_MAX_W
+           && j->valuedouble == (int) j->valuedouble;
+}
+
 int
-pic_calib_load(const char *path, const pic_model *m, int *w, cJSON **doc, char *err,
-               size_t errlen)
+pic_calib_load(const char *path, const pic_model *m, int *w, int *w_doc, cJSON **doc,
+               char *err, size_t errlen)
 {
     FILE        *f = fopen(path, "rb");
     size_t       len = 0;
     char        *text, fp[32];
     cJSON       *d;
-    const cJSON *o, *jfp, *jc, *jw;
+    const cJSON *o, *jfp, *jc, *jw, *js, *jsw, *jsd;
 
     *doc = NULL;
     if (f == NULL) {
@@ -353,14 +561,18 @@ pic_calib_load(const char *path, const pic_model *m, int *w, cJSON **doc, char *
         cJSON_Delete(d);
         return -1;
     }
-    if (jw->valuedouble < 0 || jw->valuedouble > PIC_ENTRY_MAX_W
-        || jw->valuedouble != (int) jw->valuedouble) {
-        snprintf(err, errlen, "%s: chosen.w must be an integer in 0..%d", path,
-                 PIC_ENTRY_MAX_W);
+    js = cJSON_GetObjectItemCaseSensitive(d, "served");
+    jsw = cJSON_GetObjectItemCaseSensitive(js, "w");
+    jsd = cJSON_GetObjectItemCaseSensitive(js, "w_doc");
+    if (!pic_calib_width_ok(jw)
+        || (js != NULL && (!pic_calib_width_ok(jsw) || !pic_calib_width_ok(jsd)))) {
+        snprintf(err, errlen, "%s: chosen.w%s must be an integer in 0..%d", path,
+                 js != NULL ? ", served.w and served.w_doc" : "", PIC_ENTRY_MAX_W);
         cJSON_Delete(d);
         return -1;
     }
-    *w = (int) jw->valuedouble;
+    *w = (int) (js != NULL ? jsw : jw)->valuedouble;
+    *w_doc = (int) (js != NULL ? jsd : jw)->valuedouble;
     *doc = d;
     return 0;
 }

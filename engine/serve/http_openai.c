@@ -1697,6 +1697,8 @@ pic_oai_models(pic_server *srv, struct evhttp_request *req)
         if (srv->pool) {
             cJSON_AddNumberToObject(pic, "seam", srv->plan.seam.w);
             cJSON_AddStringToObject(pic, "seam_source", srv->seam_source);
+            cJSON_AddNumberToObject(pic, "seam_doc", srv->plan.seam_doc.w);
+            cJSON_AddStringToObject(pic, "seam_doc_source", srv->seam_doc_source);
             cJSON_AddStringToObject(pic, "entry_dtype",
                                     srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32");
             cJSON_AddNumberToObject(pic, "min_segment_bytes",

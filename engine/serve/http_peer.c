@@ -22,8 +22,9 @@
  * Holder and worker.  GET /v1/pic/segments/{key}?bytes=N&fingerprint=F
  * answers the pooled entry's frame (404 when not held, or held for another
  * key fingerprint).  POST /v1/pic/prefill takes
- *   {"fingerprint": F, "segments": [{"key", "bytes", "kind", "text"}]}
- * and runs as a scheduler job (build_only) that frames each segment's
+ *   {"fingerprint": F, "segments": [{"key", "bytes", "kind", "text", "doc"}]}
+ * ("doc": true for a client-delimited document, built with the document
+ * seam; optional) and runs as a scheduler job (build_only) that frames each segment's
  * entry into a record as soon as it is built (transport.h).  The entries
  * stay in the worker's pool and are registered in Redis: the worker now
  * holds them.
@@ -277,13 +278,16 @@ pic_peer_prefill(pic_server *srv, struct evhttp_request *req)
         const cJSON *b = cJSON_GetObjectItemCaseSensitive(s, "bytes");
         const cJSON *kd = cJSON_GetObjectItemCaseSensitive(s, "kind");
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "text");
+        const cJSON *dc = cJSON_GetObjectItemCaseSensitive(s, "doc");
         pic_seg_kind kind;
 
         if (!cJSON_IsString(k) || strlen(k->valuestring) != PIC_KEY_HEX || !cJSON_IsString(t)
             || !cJSON_IsNumber(b) || !cJSON_IsString(kd)
             || pic_seg_kind_parse(kd->valuestring, &kind) != 0 || kind == PIC_SEG_DYNAMIC
-            || b->valuedouble != (double) strlen(t->valuestring) || strlen(t->valuestring) == 0) {
-            bad = "a segment needs key (32 hex), kind (pic|prefix), text and its byte length";
+            || b->valuedouble != (double) strlen(t->valuestring) || strlen(t->valuestring) == 0
+            || (dc != NULL && !cJSON_IsBool(dc))) {
+            bad = "a segment needs key (32 hex), kind (pic|prefix), text and its byte length "
+                  "(doc, when given, a boolean)";
             goto fail;
         }
         pic_key_compute(&kc, t->valuestring, strlen(t->valuestring), &want);
@@ -294,6 +298,7 @@ pic_peer_prefill(pic_server *srv, struct evhttp_request *req)
         pj->segs[i].offset = total;
         pj->segs[i].len = strlen(t->valuestring);
         pj->segs[i].kind = kind;
+        pj->segs[i].flags = cJSON_IsTrue(dc) ? PIC_SEG_FLAG_DOC : 0;
         snprintf(pj->segs[i].key, sizeof(pj->segs[i].key), "%s", k->valuestring);
         total += pj->segs[i].len;
         i++;
@@ -527,6 +532,7 @@ pic_remote_dispatch(pic_server *srv, pic_oai_ctx *c, const pic_plan *plan)
             ts[f->n].key = g->key;
             ts[f->n].bytes = g->len;
             ts[f->n].kind = pic_seg_kind_name(g->kind);
+            ts[f->n].doc = (g->flags & PIC_SEG_FLAG_DOC) != 0;
             ts[f->n].text = texts[f->n] ? texts[f->n] : "";
             f->idx[f->n++] = (int) i;
         }

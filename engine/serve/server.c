@@ -385,6 +385,8 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         cJSON_AddStringToObject(o, "mode", srv->mode_name);
         cJSON_AddNumberToObject(o, "seam", srv->plan.seam.w);
         cJSON_AddStringToObject(o, "seam_source", srv->seam_source);
+        cJSON_AddNumberToObject(o, "seam_doc", srv->plan.seam_doc.w);
+        cJSON_AddStringToObject(o, "seam_doc_source", srv->seam_doc_source);
         if (srv->calibration != NULL) {
             cJSON *c = cJSON_Duplicate(srv->calibration, 1);
 
@@ -715,8 +717,9 @@ pic_server_on_evict(void *user, const char *key, uint64_t len, size_t bytes)
     }
 }
 
-/* The seam width: --seam, else the calibration file's choice (--calibration,
- * or the model directory's pic_calibration.json when present), else 8.  A
+/* The seam widths: --seam, else the calibration file's choice (--calibration,
+ * or the model directory's pic_calibration.json when present), else 8; the
+ * documents' (PIC_SEG_FLAG_DOC) --seam-doc, else the same source's.  A
  * --calibration file that cannot be used stops the start; the model
  * directory's is then skipped with a warning.  0 or -1. */
 static int
@@ -724,13 +727,21 @@ pic_server_choose_seam(pic_server *srv)
 {
     const pic_server_opts *o = srv->opts;
     char                   err[512];
-    int                    w;
+    int                    w, w_doc;
 
-    srv->plan.seam.w = 8;
-    srv->seam_source = "default";
+    srv->plan.seam.w = srv->plan.seam_doc.w = 8;
+    srv->seam_source = srv->seam_doc_source = "default";
+    if (o->seam_doc >= 0) {
+        srv->plan.seam_doc.w = o->seam_doc;
+        srv->seam_doc_source = "--seam-doc";
+    }
     if (o->seam >= 0) {
         srv->plan.seam.w = o->seam;
         srv->seam_source = "--seam";
+        if (o->seam_doc < 0) {
+            srv->plan.seam_doc.w = o->seam;
+            srv->seam_doc_source = "--seam";
+        }
         return 0;
     }
     if (o->calibration != NULL) {
@@ -743,7 +754,7 @@ pic_server_choose_seam(pic_server *srv)
             return 0;
         }
     }
-    if (pic_calib_load(srv->calibration_path, srv->model, &w, &srv->calibration, err,
+    if (pic_calib_load(srv->calibration_path, srv->model, &w, &w_doc, &srv->calibration, err,
                        sizeof(err)) != 0) {
         fprintf(stderr, "pic-engine[%s]: %s%s\n", o->id, err,
                 o->calibration != NULL ? "" : "; seam width 8");
@@ -752,6 +763,10 @@ pic_server_choose_seam(pic_server *srv)
     }
     srv->plan.seam.w = w;
     srv->seam_source = "calibration";
+    if (o->seam_doc < 0) {
+        srv->plan.seam_doc.w = w_doc;
+        srv->seam_doc_source = "calibration";
+    }
     return 0;
 }
 
@@ -776,9 +791,9 @@ pic_server_init_cache(pic_server *srv)
     if (pic_server_choose_seam(srv) != 0) {
         return -1;
     }
-    if (srv->plan.seam.w > PIC_ENTRY_MAX_W) {
-        fprintf(stderr, "pic-engine[%s]: --seam %d is above %d\n", o->id, srv->plan.seam.w,
-                PIC_ENTRY_MAX_W);
+    if (srv->plan.seam.w > PIC_ENTRY_MAX_W || srv->plan.seam_doc.w > PIC_ENTRY_MAX_W) {
+        fprintf(stderr, "pic-engine[%s]: --seam %d or --seam-doc %d is above %d\n", o->id,
+                srv->plan.seam.w, srv->plan.seam_doc.w, PIC_ENTRY_MAX_W);
         return -1;
     }
     if (o->entry_dtype == NULL || strcmp(o->entry_dtype, "bf16") == 0) {
@@ -789,6 +804,7 @@ pic_server_init_cache(pic_server *srv)
         fprintf(stderr, "pic-engine[%s]: --entry-dtype must be bf16 or f32\n", o->id);
         return -1;
     }
+    srv->plan.seam_doc.dtype = srv->plan.seam.dtype;
     if (srv->calibration != NULL) {
         const cJSON *cd = cJSON_GetObjectItemCaseSensitive(srv->calibration, "entry_dtype");
         const char  *dn = srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32";
@@ -798,8 +814,9 @@ pic_server_init_cache(pic_server *srv)
                     o->id, srv->calibration_path, cd->valuestring, dn);
         }
     }
-    /* keys change with the weights, the tokenizer, the seam width and the
-     * entry storage (DESIGN §4.1) */
+    /* keys change with the weights, the tokenizer, the seam widths and the
+     * entry storage (DESIGN §4.1); the documents' width only where it is
+     * another (so an engine of one width keys as before) */
     h = XXH64_createState();
     XXH64_reset(h, 0);
     XXH64_update(h, &srv->model->fingerprint, sizeof(srv->model->fingerprint));
@@ -807,6 +824,10 @@ pic_server_init_cache(pic_server *srv)
     XXH64_update(h, &w, sizeof(w));
     w = (uint32_t) srv->plan.seam.dtype;
     XXH64_update(h, &w, sizeof(w));
+    if (srv->plan.seam_doc.w != srv->plan.seam.w) {
+        w = 0x646f6300u | (uint32_t) srv->plan.seam_doc.w;     /* "doc" + w */
+        XXH64_update(h, &w, sizeof(w));
+    }
     snprintf(srv->key_fp, sizeof(srv->key_fp), "%016llx",
              (unsigned long long) XXH64_digest(h));
     XXH64_freeState(h);
@@ -1000,11 +1021,12 @@ pic_server_load_model(pic_server *srv)
         return -1;
     }
     fprintf(stderr, "pic-engine[%s]: model %s (%s, template %s), context %d, "
-            "%d worker(s) x %d thread(s), batch %d, queue %d, cache %s (w=%d from %s, %s), "
-            "device %s\n", o->id,
+            "%d worker(s) x %d thread(s), batch %d, queue %d, cache %s (w=%d from %s, "
+            "documents w=%d from %s, %s), device %s\n", o->id,
             srv->model_name, srv->model->cfg.model_type,
             pic_template_dialect_name(srv->dialect), srv->max_ctx, so.workers, so.threads,
             so.max_batch, so.max_queue, srv->mode_name, srv->plan.seam.w, srv->seam_source,
+            srv->plan.seam_doc.w, srv->seam_doc_source,
             srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32", be->name);
     return 0;
 }

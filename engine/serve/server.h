@@ -40,6 +40,8 @@ typedef struct {
     int         checkpoints;    /* checkpoints planned per request (M); 0: 4 */
     int         seam;           /* seam width w of PIC entries; < 0: the calibration's,
                                  * else 8 */
+    int         seam_doc;       /* that of client-delimited documents; < 0: the
+                                 * calibration's (with seam < 0), else seam's */
     const char *calibration;    /* calibration file (calibrate.h); NULL: the model
                                  * directory's pic_calibration.json when there is one */
     const char *entry_dtype;    /* "bf16" (default) or "f32" for PIC entries */

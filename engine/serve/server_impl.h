@@ -97,6 +97,7 @@ typedef struct pic_server {
     pic_cache_budget       budget;          /* one byte budget over pool and tree */
     const char            *mode_name;       /* --cache-mode as given */
     const char            *seam_source;     /* "--seam", "calibration" or "default" */
+    const char            *seam_doc_source; /* the same, or "--seam-doc", for documents */
     cJSON                 *calibration;     /* the calibration file read (calibrate.h), or NULL */
     char                   calibration_path[4200];
 

@@ -5,14 +5,20 @@ calibrate serves sample requests by full recompute and with PIC entries of each
 candidate seam width, measures the KL on the answer tokens and chooses the
 smallest width within the bound; serve takes the choice from --calibration or the
 model directory's pic_calibration.json, unless --seam says otherwise, and shows it
-in /status and /v1/models.  Checked here: the choice follows the rule from the
-figures written, a width that composes nothing drifts nothing, serve honours the
-file and refuses one of another checkpoint, bad files are refused with the line.
+in /status and /v1/models.  Per class (client-delimited documents, the other
+PIC segments) it measures each alone and serves a pair of widths when the pair
+reuses more within the bound.  Checked here: the choices follow the rules from
+the figures written, a width that composes nothing drifts nothing, the pair's
+drift is the classes' sum where no prompt holds both (full recompute of the
+other class is the oracle), serve honours the file (and --seam / --seam-doc)
+and refuses one of another checkpoint, bad files are refused with the line.
 """
 import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 import harness
 
@@ -50,6 +56,30 @@ def chosen_by_rule(rows, bound):
     return min(rows, key=lambda r: r["kl_mean"])["w"], False
 
 
+def served_by_rule(doc):
+    """(w, w_doc) the file's figures give: the pair of class widths with the most
+    prompt tokens from entries whose estimated drift (the classes' sums over every
+    prompt) is within the bound and beats the one width, when measured within it."""
+    bound, n, tokens = doc["kl_bound"], doc["prompts"], doc["prompt_tokens"]
+    d, o = doc["classes"]["documents"], doc["classes"]["other"]
+    one = next(r for r in doc["seams"] if r["w"] == doc["chosen"]["w"])
+    best, pair = one["pic_share"], None
+    for rd in d["seams"]:
+        for ro in o["seams"]:
+            est = (rd["kl_mean"] * d["prompts"] + ro["kl_mean"] * o["prompts"]) / n
+            share = (rd["pic_share"] * d["prompt_tokens"]
+                     + ro["pic_share"] * o["prompt_tokens"]) / tokens
+            if rd["w"] != ro["w"] and est <= bound and share > best + 1e-12:
+                best, pair = share, (rd["w"], ro["w"], est, share)
+    if pair is None:
+        assert "split" not in doc
+        return one["w"], one["w"]
+    sp = doc["split"]
+    assert (sp["w_doc"], sp["w"]) == pair[:2]
+    assert sp["kl_estimate"] == pytest.approx(pair[2], rel=1e-9)
+    return (pair[1], pair[0]) if sp["met"] else (one["w"], one["w"])
+
+
 def test_the_choice_follows_the_figures(tmp_path):
     p = prompts_file(str(tmp_path / "p.jsonl"))
     out = str(tmp_path / "cal.json")
@@ -69,6 +99,13 @@ def test_the_choice_follows_the_figures(tmp_path):
     w, met = chosen_by_rule(rows, doc["kl_bound"])
     assert doc["chosen"] == {"w": w, "kl_mean": doc["chosen"]["kl_mean"], "met": met}
     assert "<- chosen" in r.stderr
+    # per class: the single items' documents (between markers), the tool results
+    cl = doc["classes"]
+    assert (cl["documents"]["prompts"], cl["other"]["prompts"]) == (2, 3)
+    assert cl["documents"]["prompt_tokens"] + cl["other"]["prompt_tokens"] == doc["prompt_tokens"]
+    assert [x["w"] for x in cl["documents"]["seams"]] == [0, 8, 32]
+    ws = served_by_rule(doc)
+    assert (doc["served"]["w"], doc["served"]["w_doc"]) == ws
 
     # a bound nothing meets: the least drift, said so; a loose one: the narrowest
     r = calibrate("--prompts", p, "--ws", "0,8", "--kl-bound", "1e-12", "--out", "-")
@@ -80,6 +117,35 @@ def test_the_choice_follows_the_figures(tmp_path):
     r = calibrate("--prompts", p, "--ws", "0,8", "--kl-bound", "10", "--out", "-")
     assert json.loads(r.stdout)["chosen"] == {"w": 0, "kl_mean": json.loads(
         r.stdout)["seams"][0]["kl_mean"], "met": True}
+
+
+def test_documents_and_tool_results_get_their_own_widths(tmp_path):
+    """A bound just above the pair (documents w = 0, tool results w = 16)
+    serves that pair: more of the prompts from entries than one width within
+    the bound.  No prompt holds both classes, so the pair measured over every
+    prompt is exactly the classes' figures added up (each class's own run
+    recomputes the other, the oracle)."""
+    p = prompts_file(str(tmp_path / "p.jsonl"))
+    r = calibrate("--prompts", p, "--ws", "0,16", "--kl-bound", "10", "--out", "-")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert "split" not in doc and doc["served"] == {"w": 0, "w_doc": 0}   # w 0 everywhere
+    d, o = doc["classes"]["documents"], doc["classes"]["other"]
+    est = (d["seams"][0]["kl_mean"] * d["prompts"] + o["seams"][1]["kl_mean"] * o["prompts"]) / 5
+    assert est < doc["seams"][0]["kl_mean"], (est, doc["seams"])
+    bound = est * 1.0001
+    r = calibrate("--prompts", p, "--ws", "0,16", "--kl-bound", repr(bound), "--out", "-")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert served_by_rule(doc) == (16, 0)
+    assert doc["served"] == {"w": 16, "w_doc": 0}
+    sp = doc["split"]
+    assert sp["met"] and sp["kl_mean"] == pytest.approx(sp["kl_estimate"], rel=1e-6)
+    share = (d["seams"][0]["pic_share"] * d["prompt_tokens"]
+             + o["seams"][1]["pic_share"] * o["prompt_tokens"]) / doc["prompt_tokens"]
+    assert sp["pic_share"] == pytest.approx(share, rel=1e-6)
+    assert sp["pic_share"] > doc["seams"][1]["pic_share"]
+    assert "documents w = 0, the others w = 16" in r.stderr and "served" in r.stderr
 
 
 def test_a_width_that_composes_nothing_drifts_nothing(tmp_path):
@@ -119,6 +185,28 @@ def test_serve_takes_the_width_from_the_calibration(procs, tmp_path):
     st = json.loads(harness.http("GET", eng.url + "/status")[2])["cache"]
     assert st["seam"] == 4 and st["calibration"]["file"] == cal
     assert st["calibration"]["seams"] == doc["seams"]
+    assert (st["seam_doc"], st["seam_doc_source"]) == (4, "calibration")
+
+    # a pair in the file: documents take theirs; --seam-doc overrides it alone
+    pair = dict(doc, served={"w": 4, "w_doc": 0})
+    cal2 = str(tmp_path / "pair.json")
+    json.dump(pair, open(cal2, "w"))
+    key_fps = {json.loads(harness.http("GET", eng.url + "/status")[2])["model"]["fingerprint"]}
+    for extra, want in (([], (4, "calibration", 0, "calibration")),
+                        (["--seam-doc", "2"], (4, "calibration", 2, "--seam-doc")),
+                        (["--seam", "6"], (6, "--seam", 6, "--seam"))):
+        e = procs.engine(name="pair%d" % len(extra), model=MODEL,
+                         extra=["--threads", "1", "--calibration", cal2] + extra)
+        m = json.loads(harness.http("GET", e.url + "/v1/models")[2])["data"][0]["pic"]
+        assert (m["seam"], m["seam_source"], m["seam_doc"], m["seam_doc_source"]) == want
+        key_fps.add(json.loads(harness.http("GET", e.url + "/status")[2])["model"]["fingerprint"])
+    assert len(key_fps) == 4        # entries of other widths never share a key
+    # a pair outside 0..64 stops the engine
+    json.dump(dict(doc, served={"w": 4, "w_doc": 65}), open(cal2, "w"))
+    pr = subprocess.run([ENGINE, "serve", "--model", MODEL, "--port", "0", "--threads", "1",
+                         "--insecure-pool", "--calibration", cal2],
+                        capture_output=True, text=True, timeout=60)
+    assert pr.returncode != 0 and "served.w_doc" in pr.stderr, pr.stderr[-500:]
 
     # --seam wins over the file
     eng2 = procs.engine(name="seam", model=MODEL,

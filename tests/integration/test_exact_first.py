@@ -251,6 +251,36 @@ def test_client_documents_are_built_after_the_request(procs):
 
 
 
+def test_documents_take_the_document_seam(procs):
+    """--seam-doc: a client-delimited document's entry has the documents'
+    seam width, so the same reordered second sighting composes 2 x (16 + 16 -
+    3) more document tokens at --seam-doc 0 than at --seam 16 (head seam
+    max(w, conv kernel - 1) = 3, no tail seam), and the two engines key their
+    entries apart."""
+    docs = [doc(710 + i, 900) for i in range(2)]
+    got = {}
+    for name, extra in (("w16", []), ("d0", ["--seam-doc", "0"])):
+        e = procs.engine(name=name, model=TINY, extra=["--threads", "1", "--seam", "16"] + extra)
+        c = client(e.url)
+
+        def ask(order, q):
+            content = "<|pic_sep|>".join([docs[i] for i in order] + [f"question {q}?"])
+            return c.chat.completions.create(
+                model="m", max_tokens=3, temperature=0,
+                messages=[{"role": "system", "content": SYSTEM},
+                          {"role": "user", "content": content}]).usage.model_dump()
+        ask([0, 1], 0)
+        harness.wait_for(lambda: status(e.url)["prefix"]["deferred_builds"]["built"] >= 2
+                         and status(e.url)["prefix"]["deferred_builds"]["pending"] == 0,
+                         timeout=60, what="the deferred builds", proc=e)
+        got[name] = (ask([1, 0], 1)["pic"]["pic_tokens"], status(e.url)["model"]["fingerprint"],
+                     status(e.url)["cache"]["seam_doc"])
+    print(got)
+    assert got["w16"][2] == 16 and got["d0"][2] == 0
+    assert got["w16"][0] > 0 and got["d0"][0] - got["w16"][0] == 2 * (16 + 16 - 3)
+    assert got["w16"][1] != got["d0"][1]
+
+
 @pytest.mark.parametrize("policy", ["lru", "cost"])
 def test_one_budget_evicts_across_tree_and_pool(procs, policy):
     """--cache-bytes is one budget for the prefix tree, its session ends and

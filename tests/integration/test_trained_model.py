@@ -208,14 +208,19 @@ def test_make_run_example_is_served_from_cache_when_reordered(procs):
     # both documents composed (each begins like the other, "[": the exact prefix
     # reaches a token into the first, inside its head seam, which does not stop
     # its entry being used); each entry serves all but its two seams, of the width
-    # the engines took from models/pic-qa/pic_calibration.json
-    w = json.load(open(os.path.join(MODEL, "pic_calibration.json")))["chosen"]["w"]
+    # the engines took for documents from models/pic-qa/pic_calibration.json
+    served = json.load(open(os.path.join(MODEL, "pic_calibration.json")))["served"]
+    w = served["w_doc"]
     for e in es:
         pic = json.loads(harness.http("GET", e.url + "/v1/models")[2])["data"][0]["pic"]
-        assert (pic["seam"], pic["seam_source"]) == (w, "calibration"), pic
-    assert [(e["seam"], e["seam_source"]) for e in pool()["engines"]] == [(w, "calibration")] * 2
+        assert (pic["seam"], pic["seam_source"]) == (served["w"], "calibration"), pic
+        assert (pic["seam_doc"], pic["seam_doc_source"]) == (w, "calibration"), pic
+    assert [(e["seam"], e["seam_source"]) for e in pool()["engines"]] \
+        == [(served["w"], "calibration")] * 2
     tok = Tokenizer.from_file(os.path.join(MODEL, "tokenizer.json"))
     doc_tokens = [len(tok.encode(d, add_special_tokens=False).ids) for d in docs]
-    assert u2["pic"]["pic_tokens"] >= sum(doc_tokens) - 2 * w * len(docs), (u2, doc_tokens)
+    k = json.load(open(os.path.join(MODEL, "config.json")))["text_config"]["linear_conv_kernel_dim"]
+    head = max(w, k - 1)                # pic_entry_head: the conv window reaches back
+    assert u2["pic"]["pic_tokens"] >= sum(doc_tokens) - (head + w) * len(docs), (u2, doc_tokens)
     assert u2["prompt_tokens_details"]["cached_tokens"] > u2["pic"]["exact_tokens"], u2
     assert pool()["tokens"]["pic"] >= u2["pic"]["pic_tokens"]

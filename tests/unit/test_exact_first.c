@@ -63,6 +63,7 @@ fx_init(fx *f, size_t prefix_budget)
     f->ctx.mode = PIC_MODE_PIC;
     f->ctx.seam.w = 4;
     f->ctx.seam.dtype = PIC_DTYPE_F32;
+    f->ctx.seam_doc = f->ctx.seam;
     f->ctx.pool = f->pool;
     f->ctx.prefix = f->pc;
     f->ctx.door = &f->door;
