@@ -55,6 +55,12 @@ PRESETS = {
     "h128x4h": dict(family="qwen3_5", H=128, layer_types=[L, L, L, F],
                     Hq=4, Hkv=2, hd=64, Hk=2, Hv=2, dk=64, dv=64, I=384,
                     tied=True, dtype="bf16-mixed"),
+    # h256x8 with a key-value head per query head (4 / 4): the two query heads
+    # that shared a KV head attended almost alike (session 17); grown from h256x8
+    # by copying each KV head to the query heads it served (session 22)
+    "h256x8k": dict(family="qwen3_5", H=256, layer_types=[L, L, L, F, L, L, L, F],
+                    Hq=4, Hkv=4, hd=64, Hk=4, Hv=4, dk=64, dv=64, I=512,
+                    tied=True, dtype="bf16-mixed"),
     # probes (train/README.md): attention only, 2 layers
     "a128x2": dict(family="qwen3_5", H=128, layer_types=[F, F],
                    Hq=2, Hkv=1, hd=64, Hk=2, Hv=2, dk=64, dv=64, I=384,

@@ -26,6 +26,13 @@ Deeper by one group (h256x8 -> h256x12, a third attention layer; session 19):
 
     .venv-oracle/bin/python train/grow.py train/run/W6/state.pt train/run/D1/state.pt --preset h256x12
 
+Ungrouped (more key-value heads, the same query heads: each new KV head a
+copy of the one its query heads shared, so repeat_kv hands every query head
+the same keys and values as before; exact; AdamW moments copied alike; the
+step 22,818 release to h256x8k, session 22):
+
+    .venv-oracle/bin/python train/grow.py models/pic-qa train/run/K1/state.pt --preset h256x8k
+
 Wider (same layer types, larger H / heads / I; the step 11,353 release grown
 from h128x8 to h256x8 for a lent GPU, train/README.md):
 
@@ -185,6 +192,24 @@ def widen_state_dict(old_sd, fresh_sd, o, n):
     return new
 
 
+KV_ROWS = ("self_attn.k_proj.weight", "self_attn.v_proj.weight")
+
+
+def ungroup_index(o, n):
+    """Old rows of each new KV-projection row when Hkv grows from o's to n's
+    (query heads unchanged): new KV head j is old head j // (n_Hkv / o_Hkv)."""
+    import torch
+    r = n["Hkv"] // o["Hkv"]
+    heads = torch.arange(n["Hkv"]) // r
+    return (heads[:, None] * o["hd"] + torch.arange(o["hd"])[None, :]).reshape(-1)
+
+
+def ungroup_tensor(name, t, ix):
+    """t (a parameter or a moment of it) with its KV rows copied by ix."""
+    rest = re.sub(r"^model\.layers\.\d+\.", "", name)
+    return t.index_select(0, ix).clone() if rest in KV_ROWS else t.clone()
+
+
 def load_any(path, tok):
     """(model state dict, st counters, opt state or None) of a train.py state or a
     release checkpoint directory."""
@@ -232,7 +257,12 @@ def main(argv=None):
     widths = ("H", "Hq", "Hkv", "hd", "Hk", "Hv", "dk", "dv", "I")
     wider = [k for k in widths if o[k] != n[k]]
     new = train.make_model(ckpt.text_config_dict(a.tok), a.seed)
-    if wider:
+    ungroup = wider == ["Hkv"] and n["Hkv"] % o["Hkv"] == 0 and new_types == old_types
+    if ungroup:
+        ix = ungroup_index(o, n)
+        new.load_state_dict({k: ungroup_tensor(k, v, ix) for k, v in old_sd.items()},
+                            strict=True)
+    elif wider:
         if new_types != old_types:
             sys.exit("grow: widening keeps the layer types (%s has other ones)" % a.preset)
         if any(n[k] < o[k] for k in wider) or n["hd"] != o["hd"] or n["dk"] != o["dk"] \
@@ -256,7 +286,7 @@ def main(argv=None):
         lo, ln = old(ids).logits, new(ids).logits
     err = (lo - ln).abs().max().item()
     # widening moves the norms' eps against a halved mean square: relative 1e-4
-    tol = 1e-4 * (lo.abs().max().item() if wider else 1.0)
+    tol = 1e-4 * (lo.abs().max().item() if wider and not ungroup else 1.0)
     print("grow: %s (%d layers) -> %s (%d layers): max |logit diff| %.2e (max |logit| %.1f)"
           % (old_preset, n_old, a.preset, n_new, err, lo.abs().max().item()), flush=True)
     if err > tol:
@@ -273,8 +303,12 @@ def main(argv=None):
     carried = 0
     for j, nm in enumerate(new_names):
         i = idx.get(nm)
-        if old_opt and not wider and i is not None and i in old_opt["state"]:
-            osd["state"][j] = copy.deepcopy(old_opt["state"][i])
+        if old_opt and (ungroup or not wider) and i is not None and i in old_opt["state"]:
+            m = copy.deepcopy(old_opt["state"][i])
+            if ungroup:
+                m = {k: ungroup_tensor(nm, v, ix) if torch.is_tensor(v) and v.dim() else v
+                     for k, v in m.items()}
+            osd["state"][j] = m
             carried += 1
     opt.load_state_dict(osd)
     st = dict(old_st, preset=a.preset, grown_from=old_preset, grown_at=old_st["step"])
