@@ -1028,7 +1028,7 @@ ngx_http_pic_probe_learn_locked(ngx_http_pic_engine_sh_t *e, cJSON *doc)
     item = cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, "mode")
                                : NULL;
 
-    /* its seam width and where it took it (a calibration file or not) */
+    /* its seam widths and where it took them (a calibration file or not) */
 
     if (cJSON_IsObject(obj)) {
         sub = cJSON_GetObjectItemCaseSensitive(obj, "seam");
@@ -1038,6 +1038,12 @@ ngx_http_pic_probe_learn_locked(ngx_http_pic_engine_sh_t *e, cJSON *doc)
         {
             e->seam = (ngx_uint_t) sub->valuedouble + 1;
         }
+
+        sub = cJSON_GetObjectItemCaseSensitive(obj, "seam_doc");
+
+        e->seam_doc = (cJSON_IsNumber(sub) && sub->valuedouble >= 0
+                       && sub->valuedouble <= 1024)
+                      ? (ngx_uint_t) sub->valuedouble + 1 : e->seam;
 
         sub = cJSON_GetObjectItemCaseSensitive(obj, "seam_source");
 

@@ -77,6 +77,7 @@ typedef struct {
     ngx_uint_t                   cache;        /* NGX_HTTP_PIC_CACHE_* */
     ngx_uint_t                   break_even;   /* its L*, tokens; 0: unknown */
     ngx_uint_t                   seam;         /* its seam width + 1; 0: unknown */
+    ngx_uint_t                   seam_doc;     /* that of client-delimited documents + 1 */
     ngx_uint_t                   seam_source;  /* NGX_HTTP_PIC_SEAM_* */
     time_t                       started;      /* now - its uptime */
 

@@ -270,9 +270,9 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
 
     size = 4352 + s->zone.len * 6 + s->redis.len * 6
            + NGX_HTTP_PIC_TTFT_BUCKETS * 2 * NGX_ATOMIC_T_LEN
-           + s->nengines * (704 + 6 * NGX_SOCKADDR_STRLEN
+           + s->nengines * (736 + 6 * NGX_SOCKADDR_STRLEN
                             + 6 * NGX_HTTP_PIC_ENGINE_ID_LEN
-                            + 16 * NGX_ATOMIC_T_LEN)
+                            + 17 * NGX_ATOMIC_T_LEN)
            + NGX_HTTP_PIC_HISTORY * (256 + 6 * NGX_SOCKADDR_STRLEN
                                      + 8 * NGX_INT64_LEN);
 
@@ -413,8 +413,11 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
                         ngx_http_pic_seam_sources[e->seam_source
                                                   <= NGX_HTTP_PIC_SEAM_CALIBRATION
                                                   ? e->seam_source : 0]);
-        p = e->seam ? ngx_sprintf(p, "%ui}", e->seam - 1)
-                    : ngx_cpymem(p, "null}", 5);
+        p = e->seam ? ngx_sprintf(p, "%ui", e->seam - 1)
+                    : ngx_cpymem(p, "null", 4);
+        p = ngx_cpymem(p, ",\"seam_doc\":", sizeof(",\"seam_doc\":") - 1);
+        p = e->seam_doc ? ngx_sprintf(p, "%ui}", e->seam_doc - 1)
+                        : ngx_cpymem(p, "null}", 5);
     }
 
     p = ngx_cpymem(p, "]", 1);

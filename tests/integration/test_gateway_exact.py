@@ -530,7 +530,8 @@ def test_segment_sizes_follow_the_engines_break_even(procs):
     harness.wait_for(lambda: [x["break_even_tokens"] for x in status(auto)["engines"]]
                      == [lstar], timeout=5, what="L* learned by the probes")
     # and its seam width, with where it took it (no calibration file, no --seam)
-    assert [(x["seam"], x["seam_source"]) for x in status(auto)["engines"]] == [(8, "default")]
+    assert [(x["seam"], x["seam_source"], x["seam_doc"]) for x in status(auto)["engines"]] \
+        == [(8, "default", 8)]
     bodies = [{"model": "m", "max_tokens": 1, "messages": [
         {"role": "system", "content": fresh(f"sizing system {i}", 2000)},
         {"role": "user", "content": fresh(f"sizing doc {i}", 6000)},

@@ -215,8 +215,8 @@ def test_make_run_example_is_served_from_cache_when_reordered(procs):
         pic = json.loads(harness.http("GET", e.url + "/v1/models")[2])["data"][0]["pic"]
         assert (pic["seam"], pic["seam_source"]) == (served["w"], "calibration"), pic
         assert (pic["seam_doc"], pic["seam_doc_source"]) == (w, "calibration"), pic
-    assert [(e["seam"], e["seam_source"]) for e in pool()["engines"]] \
-        == [(served["w"], "calibration")] * 2
+    assert [(e["seam"], e["seam_source"], e["seam_doc"]) for e in pool()["engines"]] \
+        == [(served["w"], "calibration", w)] * 2
     tok = Tokenizer.from_file(os.path.join(MODEL, "tokenizer.json"))
     doc_tokens = [len(tok.encode(d, add_special_tokens=False).ids) for d in docs]
     k = json.load(open(os.path.join(MODEL, "config.json")))["text_config"]["linear_conv_kernel_dim"]
