@@ -21,10 +21,13 @@ greedy decoding and, per layer, the median rel-L2 of the prompt's end state
 position).
 
 Summary keys (issue 11 goals): full_accuracy_single_hop, pic_points_below_full
-(at the default seam, f32, over single + distract + tool), naive_points_below_full,
-bf16_vs_f32_points (PIC at the default seam), multihop_full / multihop_pic.  The default
-seam is the one `pic-engine serve` takes for the model: its pic_calibration.json's choice
-(`make calibrate`), else 8.
+(at the default seams, f32, over single + distract + tool), naive_points_below_full,
+bf16_vs_f32_points (PIC at the default seams), multihop_full / multihop_pic.  The default
+seams are the ones `pic-engine serve` takes for the model: its pic_calibration.json's
+choice (`make calibrate`: `served.w` for tool turns and other segments, `served.w_doc`
+for client-delimited documents), else 8; a RAG item's segments are its documents (served
+as marked documents are), a tool item's its turns, so "pic default" takes, per item, the
+"pic w=W" run of its class.
 
 Through nginx (`gw` rows, the served configuration: one `pic-engine serve` at its
 defaults, the default seam and bf16 entries, behind a `pic on` location): each item is sent as
@@ -39,7 +42,9 @@ engine answers the same second request (the reference).  Configurations:
                level-0 document, are recomputed: pic_share 0)
   gw cdc       no markers: the gateway's default cuts (structural edges + CDC)
   gw markers64 markers, `pic_min_segment 64;`: every document a PIC segment
-               (w32: the engine with `--seam 32`; f32: `--entry-dtype f32`)
+               (w32: the engine with `--seam 32`, documents too; one width: with
+               `--seam-doc W`, W the served width of the other segments; f32:
+               `--entry-dtype f32`)
   gw cdc64     no markers, `pic_cdc 64 256 1024; pic_min_segment 64;`: CDC cuts
                inside documents
 Exact match of the shifted request per task, the share of its prompt served from PIC
@@ -74,16 +79,20 @@ FIRST = int(os.environ.get("PIC_ACC_FIRST", "0"))
 
 
 def served_seam(model):
-    """The seam width `pic-engine serve --model MODEL` takes at its defaults."""
+    """The seam widths (w, w_doc) `pic-engine serve --model MODEL` takes at its
+    defaults: the other PIC segments', client-delimited documents'."""
     try:
         with open(os.path.join(model, "pic_calibration.json")) as f:
-            return int(json.load(f)["chosen"]["w"])
+            doc = json.load(f)
+        if "served" in doc:
+            return int(doc["served"]["w"]), int(doc["served"]["w_doc"])
+        return int(doc["chosen"]["w"]), int(doc["chosen"]["w"])
     except (OSError, ValueError, KeyError):
-        return 8
+        return 8, 8
 
 
-DEFAULT_W = served_seam(MODEL)
-WS = sorted({DEFAULT_W} | {int(w) for w in os.environ.get(
+DEFAULT_W, DEFAULT_W_DOC = served_seam(MODEL)
+WS = sorted({DEFAULT_W, DEFAULT_W_DOC} | {int(w) for w in os.environ.get(
     "PIC_ACC_WS", "8" if QUICK else "0,4,8,16,32").split(",")})
 DTYPES = ["f32"] + [d for d in os.environ.get(
     "PIC_ACC_DTYPES", "f32" if QUICK else "f32,bf16").split(",") if d not in ("f32", "")]
@@ -95,6 +104,7 @@ GW_CONFIGS = [  # (name, markers, gateway conf, engine options)
     ("gw markers", True, "", []), ("gw cdc", False, "", []),
     ("gw markers64", True, "pic_min_segment 64;", []),
     ("gw markers64 w32", True, "pic_min_segment 64;", ["--seam", "32"]),
+    ("gw markers64 one width", True, "pic_min_segment 64;", ["--seam-doc", str(DEFAULT_W)]),
     ("gw markers64 f32", True, "pic_min_segment 64;", ["--entry-dtype", "f32"]),
     ("gw cdc64", False, "pic_cdc 64 256 1024; pic_min_segment 64;", [])]
 
@@ -138,9 +148,10 @@ def wilson(k, n, z=1.96):
 
 def run_task(tok, eos, task, dtype):
     """pic-lab over N held-out items of one task: {mode key: [per-item result]}."""
-    docs, reqs, golds = [], [], []
+    docs, reqs, golds, rag = [], [], [], []
     for s in range(FIRST, FIRST + N):
         it = tasks.item(task, s, LEVEL)
+        rag.append(it["tools"] is None)
         segs = [tok.encode(x).ids for x in segments(it)]
         gold = tok.encode(it["answer"]).ids + [eos]
         base = len(docs)
@@ -168,6 +179,9 @@ def run_task(tok, eos, task, dtype):
                 "kl": r.get("kl_mean", 0.0), "agree": r.get("argmax_match", 1.0),
                 "first_div": fd if fd < len(gold) else -1,
                 "rel": [la["rel_l2"] for la in r.get("layers", [])]})
+    # the served default: documents at the documents' width, tool turns at the other
+    res["pic default"] = [res["pic w=%d" % (DEFAULT_W_DOC if d else DEFAULT_W)][i]
+                          for i, d in enumerate(rag)]
     return res
 
 
@@ -315,13 +329,14 @@ def main():
                                         zip(*[r["rel"] for r in rs])]}
                 rows.append(row)
                 acc[(dtype, task, key)] = row["accuracy"]
+
     table(rows, ["dtype", "task", "mode", "n", "accuracy", "ci_lo", "ci_hi", "kl_mean",
                  "argmax_agree", "diverged"], title="exact-match accuracy (95% Wilson)")
 
     def pts(mode, dtype="f32", ts=("single", "distract", "tool")):
         return 100.0 * sum(acc[(dtype, t, "full")] - acc[(dtype, t, mode)] for t in ts) / len(ts)
 
-    pic = "pic w=%d" % DEFAULT_W
+    pic = "pic default"
     summary = {
         "full_accuracy_single_hop": acc[("f32", "single", "full")],
         "pic_points_below_full": pts(pic),
@@ -347,10 +362,12 @@ def main():
                 gw[("gw full", t)] - gw[(name, t)] for t in ("single", "distract", "tool")) / 3
     config = {"model": os.path.relpath(MODEL, ROOT), "items_per_task": N, "level": LEVEL,
               "heldout_seeds": [FIRST, FIRST + N], "ws": WS, "dtypes": DTYPES, "default_w": DEFAULT_W,
+              "default_w_doc": DEFAULT_W_DOC,
               "weights": os.environ.get("PIC_WEIGHTS") or "auto",
               "seconds": round(time.time() - t0, 1)}
     if GATEWAY:
-        config["gateway"] = {"engine": "defaults (seam %d, bf16 entries), --threads 1" % DEFAULT_W,
+        config["gateway"] = {"engine": "defaults (seam %d, documents %d, bf16 entries), "
+                                       "--threads 1" % (DEFAULT_W, DEFAULT_W_DOC),
                              "configs": {n: {"markers": m, "conf": e or "defaults",
                                              "engine": " ".join(o) or "defaults"}
                                          for n, m, e, o in GW_CONFIGS},
