@@ -223,7 +223,7 @@ train: ## continue training models/pic-qa on train/tasks.py (ARGS="--minutes 60"
 	@train/train.sh $(ARGS)
 
 CAL_MODEL ?= models/pic-qa
-calibrate: deps engine ## choose the seam width of $(CAL_MODEL) from its drift on sample requests: writes its pic_calibration.json (CAL_PROMPTS=FILE: your own JSON Lines of request bodies; default: 150 held-out task requests)
+calibrate: deps engine ## choose the seam widths of $(CAL_MODEL) (every PIC segment; documents and the rest) from their drift on sample requests: writes its pic_calibration.json (CAL_PROMPTS=FILE: your own JSON Lines of request bodies; default: 150 held-out task requests)
 	@set -e; p="$(CAL_PROMPTS)"; if [ -z "$$p" ]; then p=$(BUILD)/calibration_prompts.jsonl; \
 	  for t in single distract tool; do $(PY) train/tasks.py --json --marked --task $$t --seed 5000 --n 50 --level 0; done > $$p; fi; \
 	  $(ENGINE_BIN) calibrate --model $(CAL_MODEL) --prompts $$p $(ARGS)
