@@ -287,6 +287,35 @@ def test_peer_endpoints_refuse_what_they_cannot_serve(procs):
     assert len(raw) == 16
 
 
+def test_a_prefilled_document_takes_the_document_seam(procs):
+    """A remote prefill's "doc": true (a client-delimited document) builds the
+    entry with the worker's document seam width (the frame's w), the others
+    with its seam; "doc" must be a boolean."""
+    e = procs.engine(model=TINY, name="wd", extra=(
+        "--threads", "1", "--cache-mode", "pic", "--seam", "16", "--seam-doc", "0"))
+    fp = status(e)["model"]["fingerprint"]
+    text = DOC_A * 4
+
+    def frame_w(extra):
+        seg = dict({"key": harness.segment_key(fp, "", text.encode()),
+                    "bytes": len(text.encode()), "kind": "pic", "text": text}, **extra)
+        code, _, raw = harness.http("POST", e.url + "/v1/pic/prefill",
+                                    {"fingerprint": fp, "segments": [seg]})
+        assert code == 200, raw[:200]
+        n = int.from_bytes(raw[8:16], "little")
+        assert raw[:4] == b"PICR" and n > 0 and raw[16:20] == b"PICF"
+        return int.from_bytes(raw[16 + 52:16 + 56], "little"), \
+            int.from_bytes(raw[16 + 56:16 + 60], "little")
+    assert frame_w({"doc": True}) == (3, 0)         # head max(0, conv 4 - 1), no tail
+    text = DOC_B * 4                                 # another key: not the pooled entry
+    assert frame_w({}) == (16, 16)
+    seg = {"key": harness.segment_key(fp, "", b"hello"), "bytes": 5, "kind": "pic",
+           "text": "hello", "doc": "yes"}
+    code, _, raw = harness.http("POST", e.url + "/v1/pic/prefill",
+                                {"fingerprint": fp, "segments": [seg]})
+    assert code == 400 and b"doc" in raw
+
+
 def test_shutdown_with_a_fetch_in_flight(procs):
     """SIGTERM while the combine node waits for a stalled worker: a clean exit
     (no leak or sanitizer report in the log, exit status 0)."""
