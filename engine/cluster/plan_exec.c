@@ -283,10 +283,11 @@ pic_plan_defer(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m)
         int             *ids;
 
         if (g->kind != PIC_SEG_PIC || !(g->flags & PIC_SEG_FLAG_DOC) || g->entry != NULL
-            || !pic_plan_after_exact(pj, g, pic_entry_head(&m->cfg, ctx->seam_doc.w))
+            || !pic_plan_after_exact(pj, g,
+                                     pic_entry_head(&m->cfg, pic_plan_seam(ctx, g->flags)->w))
             || g->n_ids == 0
             || __atomic_load_n(&g->remote, __ATOMIC_ACQUIRE) != PIC_REMOTE_NONE
-            || !pic_entry_worth(&m->cfg, g->n_ids, &ctx->seam_doc)
+            || !pic_entry_worth(&m->cfg, g->n_ids, pic_plan_seam(ctx, g->flags))
             || pic_pool_contains(ctx->pool, g->key, g->len)) {
             continue;
         }
@@ -334,7 +335,9 @@ pic_plan_build_later(const pic_plan_ctx *ctx)
     pthread_mutex_unlock(&d->mu);
 
     if (!pic_pool_contains(ctx->pool, q.key, q.len)) {
-        if (pic_entry_build(d->model, NULL, q.ids, q.n_ids, &ctx->seam_doc, &e, NULL, err,
+        /* the queue holds client documents only (pic_plan_defer) */
+        if (pic_entry_build(d->model, NULL, q.ids, q.n_ids,
+                            pic_plan_seam(ctx, PIC_SEG_FLAG_DOC), &e, NULL, err,
                             sizeof(err)) != 0 || e == NULL) {
             ok = 0;
         } else {
@@ -579,6 +582,7 @@ pic_plan_resolve_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const p
     pic_job_segment *g = &pj->segs[i];
     pic_entry       *e = NULL;
     int              remote, composed = 0;
+    const pic_entry_opts *so = pic_plan_seam(ctx, g->flags);
 
     g->source = PIC_SRC_RECOMPUTE;
     if (g->n_ids == 0 || g->kind != PIC_SEG_PIC || ctx->mode == PIC_MODE_PREFIX) {
@@ -610,12 +614,11 @@ pic_plan_resolve_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const p
         return 0;
     }
     if (remote == PIC_REMOTE_PENDING || remote == PIC_REMOTE_ARRIVED
-        || !pic_entry_worth(&m->cfg, g->n_ids, pic_plan_seam(ctx, g->flags))
+        || !pic_entry_worth(&m->cfg, g->n_ids, so)
         || !pic_plan_door_seen(ctx->door, g->key)) {
         return 0;
     }
-    if (pic_entry_build(m, NULL, g->ids, g->n_ids, pic_plan_seam(ctx, g->flags), &e, NULL,
-                        err, errlen) != 0) {
+    if (pic_entry_build(m, NULL, g->ids, g->n_ids, so, &e, NULL, err, errlen) != 0) {
         return -1;
     }
     if (e != NULL) {

@@ -24,8 +24,8 @@
  * key fingerprint).  POST /v1/pic/prefill takes
  *   {"fingerprint": F, "segments": [{"key", "bytes", "kind", "text", "doc"}]}
  * ("doc": true for a client-delimited document, built with the document
- * seam; optional) and runs as a scheduler job (build_only) that frames each segment's
- * entry into a record as soon as it is built (transport.h).  The entries
+ * seam; optional) and runs as a scheduler job (build_only) that frames
+ * each segment's entry into a record as soon as it is built (transport.h).  The entries
  * stay in the worker's pool and are registered in Redis: the worker now
  * holds them.
  */
