@@ -300,12 +300,57 @@ def target_counts(seqs):
     return float(ans.sum()), float(qst.sum()), float(oth.sum())
 
 
-def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu", counts=None):
+def lookup_targets(ids, spans):
+    """[(query position, value position)] of a training sequence's answers whose value
+    the context holds once: the position that predicts an answer's first token, and
+    where that value starts in the context before the answer (outside earlier answers).
+    The answer's tokens without its <|im_end|> are matched whole, or without their
+    first token (a word or a code starts with another token after a space in the
+    context: " MN" vs "MN"), which then is the token before the match."""
+    out = []
+    for k, (s0, s1) in enumerate(spans):
+        val = ids[s0:s1 - 1]
+        if not val:
+            continue
+        taken = set()
+        for a0, a1 in spans[:k]:
+            taken.update(range(a0, a1))
+        hits = set()
+        for pat, back in ((val, 0), (val[1:], 1)):
+            if len(pat) < 2 and back:
+                continue
+            n = len(pat)
+            for j in range(back, s0 - n + 1):
+                if ids[j:j + n] == pat and j not in taken:
+                    hits.add(j - back)
+            if hits:
+                break
+        if len(hits) == 1:
+            out.append((s0 - 1, hits.pop()))
+    return out
+
+
+def _att_loss(att, seqs):
+    """Mean over the batch's lookup_targets of -log(the largest attention weight any
+    head of `att` [B, heads, n, n] gives the value's first token from the position
+    that predicts the answer's first token): the lookup as one attention pick."""
+    import torch
+    terms = []
+    for b, (s, spans, _) in enumerate(seqs):
+        for p, t in lookup_targets(s, spans):
+            terms.append(att[b, :, p, t].max())
+    if not terms:
+        return att.new_zeros(()), 0
+    return -torch.log(torch.stack(terms) + 1e-6).mean(), len(terms)
+
+
+def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu", counts=None, att_w=0.0, att=None):
     """(loss, answer loss) of a right-padded batch of (ids, answer spans, question
     spans): mean cross-entropy over answer tokens + q_w * mean over follow-up
-    question tokens + lm_w * mean over the other tokens.  counts (target_counts of
-    a whole batch this is part of) divides the sums instead of this part's own
-    counts, so the parts' losses add up to the whole batch's."""
+    question tokens + lm_w * mean over the other tokens (+ att_w * _att_loss of the
+    last full-attention layer; its value goes into the dict `att` when given).
+    counts (target_counts of a whole batch this is part of) divides the sums instead
+    of this part's own counts, so the parts' losses add up to the whole batch's."""
     import torch
     ids, ans, qst, oth = (x.to(device) for x in _targets(seqs))
     if lm_w == 0:
@@ -313,31 +358,43 @@ def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu", counts=None):
     # the vocabulary projection only at the positions that carry a loss (a tiny
     # model spends as much on it as on its layers; with --lm-w 0 that is ~1/5 of them)
     keep = ((ans + qst + oth) > 0).nonzero().squeeze(1)                # [P]
-    h = model.model(input_ids=ids).last_hidden_state[:, :-1]           # [B, n-1, H]
+    out = model.model(input_ids=ids, output_attentions=bool(att_w))
+    lat = None
+    if att_w:
+        full = [x for x in out.attentions if x is not None]            # [B, heads, n, n] each
+        lat, n_att = _att_loss(full[-1], seqs)
+        if att is not None:
+            att["loss"] = att.get("loss", 0.0) + float(lat.detach()) * len(seqs)
+            att["seqs"] = att.get("seqs", 0) + len(seqs)
+    h = out.last_hidden_state[:, :-1]                                  # [B, n-1, H]
     h = h.reshape(-1, h.shape[-1]).index_select(0, keep)               # [P, H]
     logits = model.lm_head(h).float()                                  # [P, V]
     ce = torch.nn.functional.cross_entropy(logits, ids[:, 1:].reshape(-1).index_select(0, keep),
                                            reduction="none")
     ans, qst, oth = (x.index_select(0, keep) for x in (ans, qst, oth))
-    na, nq, no = counts or (float(ans.sum()), float(qst.sum()), float(oth.sum()))
+    na, nq, no = counts[:3] if counts else (float(ans.sum()), float(qst.sum()), float(oth.sum()))
     la = (ce * ans).sum() / max(na, 1.0)
     lq = (ce * qst).sum() / max(nq, 1.0)
     lo = (ce * oth).sum() / max(no, 1.0) if lm_w else ce.new_zeros(())
-    return la + q_w * lq + lm_w * lo, la
+    loss = la + q_w * lq + lm_w * lo
+    if lat is not None:
+        loss = loss + att_w * lat * len(seqs) / (counts[3] if counts and len(counts) > 3
+                                                  else len(seqs))
+    return loss, la
 
 
-def backward_batch(model, seqs, lm_w, q_w, device, micro=1):
+def backward_batch(model, seqs, lm_w, q_w, device, micro=1, att_w=0.0, att=None):
     """Accumulate into the parameters' .grad the gradient of batch_loss over seqs,
     run as `micro` micro-batches of consecutive sequences (the same loss: each part
     divided by the whole batch's counts); returns (loss, answer loss, padded
     positions) of the batch."""
-    counts = target_counts(seqs)
+    counts = target_counts(seqs) + (len(seqs),)
     loss, la, padded = 0.0, 0.0, 0
     for k in range(micro):
         part = seqs[k * len(seqs) // micro:(k + 1) * len(seqs) // micro]
         if not part:
             continue
-        lk, lak = batch_loss(model, part, lm_w, q_w, device, counts)
+        lk, lak = batch_loss(model, part, lm_w, q_w, device, counts, att_w, att)
         lk.backward()
         loss, la = loss + lk.detach(), la + lak.detach()
         padded += len(part) * max(len(s[0]) for s in part)
@@ -543,6 +600,11 @@ def main(argv=None):
                     help="model size (ckpt.PRESETS; else the state's, else ckpt.PRESET_NAME)")
     ap.add_argument("--gdn-init", default="fla", choices=["fla", "hf"],
                     help="GDN decay init of a fresh model (make_model; a resumed one keeps its weights)")
+    ap.add_argument("--att-w", type=float, default=0.0,
+                    help="weight of the lookup-attention loss: -log of the largest weight a "
+                         "head of the last full-attention layer gives the answer's value in "
+                         "the context from the position that predicts its first token "
+                         "(lookup_targets; eager attention); 0: off")
     ap.add_argument("--resume-from-release", action="store_true",
                     help="no state.pt: start from the release checkpoint in --out")
     a = ap.parse_args(argv)
@@ -586,6 +648,8 @@ def main(argv=None):
                  % (a.preset, had))
     ckpt.use_preset(had)
     model = make_model(ckpt.text_config_dict(tok_dir), a.seed, a.gdn_init)
+    if a.att_w:
+        model.set_attn_implementation("eager")     # _att_loss reads the attention weights
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95),
                             weight_decay=a.wd)
     st = {"step": 0, "item": 0, "tokens": 0, "seconds": 0.0, "best": -1.0, "level": 0,
@@ -710,6 +774,7 @@ def main(argv=None):
     signal.signal(signal.SIGINT, ask_stop)
     model.train()
     run_loss, run_ans, run_tok, n_run, t_log = 0.0, 0.0, 0, 0, time.time()
+    att_run = {}
     oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
     queue, pool_end, eval_due, run_pad = [], st["item"], False, 0
     while True:
@@ -742,7 +807,7 @@ def main(argv=None):
             opt.zero_grad(set_to_none=True)
             try:
                 loss, aloss, padded = backward_batch(model, seqs, a.lm_w, a.q_w, device,
-                                                     a.micro)
+                                                     a.micro, a.att_w, att_run)
                 break
             except oom:
                 if a.micro >= len(seqs):
@@ -780,8 +845,11 @@ def main(argv=None):
             log({"step": st["step"], "tokens": st["tokens"], "level": lv,
                  "loss": round(run_loss / n_run, 4), "answer_loss": round(run_ans / n_run, 4),
                  "tok_per_s": round(run_tok / dt, 1), "padded": round(run_pad / run_tok, 2),
-                 "lr": round(lr_sched(st["step"] - 1 - step0, st["step"] - 1, a), 6)})
+                 "lr": round(lr_sched(st["step"] - 1 - step0, st["step"] - 1, a), 6)}
+                | ({"att_loss": round(att_run["loss"] / max(att_run["seqs"], 1), 4)}
+                   if a.att_w else {}))
             run_loss, run_ans, run_tok, n_run, t_log = 0.0, 0.0, 0, 0, time.time()
+            att_run.clear()
             run_pad = 0
         eval_due |= (st["step"] % a.eval_steps == 0 if a.eval_steps else time.time() >= t_eval)
         if eval_due and not queue:

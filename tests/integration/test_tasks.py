@@ -92,3 +92,28 @@ def test_tool_items_are_unchanged_by_the_rounds_task():
     it = tasks.item("tool", 10, 0)
     assert it["answer"] == "9076"
     assert it["messages"][1]["content"].endswith("What was the station code for Lennape?")
+
+
+def test_lookup_targets_find_the_value_the_answer_copies():
+    """train.lookup_targets (the lookup-attention loss, `--att-w`): the position that
+    predicts an answer's first token and where its value starts in the context, only
+    when the context holds it once; earlier answers do not count as the context; a
+    value whose first token differs in the context (" A" "V" vs "AV") is found by its
+    other tokens and points at the token before them."""
+    import train
+    E = 99                                          # <|im_end|>
+    #         0  1  2  3  4  5  6  7  8   9  10 11 12
+    ctx = [5, 1, 2, 3, 9, 4, 6, 7, 8]
+    ids = ctx + [1, 2, 3, E]                       # answer "1 2 3" at 9..12
+    assert train.lookup_targets(ids, [(9, 13)]) == [(8, 1)]
+    # the value twice in the context: no target
+    ids2 = [1, 2, 3] + ctx + [1, 2, 3, E]
+    assert train.lookup_targets(ids2, [(12, 16)]) == []
+    # a follow-up answering 6 7 8: found in the context, not in the first answer's span
+    ids3 = ids + [40, 41] + [6, 7, E]
+    assert train.lookup_targets(ids3, [(9, 13), (15, 18)]) == [(8, 1), (14, 6)]
+    ids4 = ids + [40] + [1, 2, 3, E]                # the first answer's copy is not context
+    assert train.lookup_targets(ids4, [(9, 13), (14, 18)]) == [(8, 1), (13, 1)]
+    # the answer's first token differs from the context's: matched by the rest
+    ids5 = [5, 50, 6, 7, 8, 9] + [51, 6, 7, E]
+    assert train.lookup_targets(ids5, [(6, 10)]) == [(5, 1)]
