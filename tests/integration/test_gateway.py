@@ -47,6 +47,15 @@ def access_lines(ngx):
     return rows
 
 
+def probed(ngx):
+    """Wait until the probes have told the gateway every engine's id (and with
+    it the model fingerprint the keys are made under: a request planned before
+    the first probe answers keys its segments under the model's name, so the
+    next request's keys would not find them)."""
+    harness.wait_for(lambda: all(e["id"] for e in status(ngx)["engines"]), timeout=5,
+                     what="engine ids from probes")
+
+
 def planned_lines(ngx, n):
     """The first n planned log lines, once nginx has written them."""
     harness.wait_for(lambda: len(access_lines(ngx)) >= n, timeout=5, what=f"{n} log lines")
@@ -151,6 +160,7 @@ def tool_conversation(tools):
 def test_sdk_tools_and_tool_results_hit_when_reordered(procs):
     e1, = engines(procs, 1, mode="pic")
     ngx = procs.nginx(gw_conf([f"127.0.0.1:{e1.port}"]))
+    probed(ngx)
     c = client(ngx)
     r = c.chat.completions.create(**tool_conversation(TOOLS))
     assert r.choices[0].finish_reason in ("length", "stop", "tool_calls")
@@ -186,6 +196,7 @@ def test_engines_accept_the_gateways_plans(procs):
 def test_repeated_document_hits_on_the_same_engine(procs):
     e1, e2 = engines(procs, mode="pic")
     ngx = procs.nginx(gw_conf([f"127.0.0.1:{e1.port}", f"127.0.0.1:{e2.port}"]))
+    probed(ngx)
     c = client(ngx)
     big = doc(7, 1500)
     for q in ("first question", "a second, different question"):

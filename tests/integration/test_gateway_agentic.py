@@ -9,7 +9,7 @@ import os
 import pytest
 
 import harness
-from test_gateway import client, doc, engines, gw_conf, planned_lines
+from test_gateway import client, doc, engines, gw_conf, planned_lines, probed
 
 _spec = importlib.util.spec_from_file_location(
     "gateway_workloads", os.path.join(harness.ROOT, "bench", "gateway_workloads.py"))
@@ -35,6 +35,7 @@ def test_shifted_content_is_served_from_cache(procs, name):
     # second sighting on): the gateway recognises what an engine pooled
     e1, e2 = engines(procs, mode="pic")
     ngx = procs.nginx(gw_conf([f"127.0.0.1:{e1.port}", f"127.0.0.1:{e2.port}"]))
+    probed(ngx)
     reqs = wl.pattern(name, marked=True, n=4, size=SIZES[name])
     got = replay(ngx, reqs)
     truth = wl.oracle(reqs)
