@@ -340,8 +340,8 @@ def _att_loss(att, seqs):
         for p, t in lookup_targets(s, spans):
             terms.append(att[b, :, p, t].max())
     if not terms:
-        return att.new_zeros(()), 0
-    return -torch.log(torch.stack(terms) + 1e-6).mean(), len(terms)
+        return att.new_zeros(())
+    return -torch.log(torch.stack(terms) + 1e-6).mean()
 
 
 def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu", counts=None, att_w=0.0, att=None):
@@ -349,9 +349,10 @@ def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu", counts=None, att_w=0.0,
     spans): mean cross-entropy over answer tokens + q_w * mean over follow-up
     question tokens + lm_w * mean over the other tokens (+ att_w * _att_loss of the
     last full-attention layer; its value goes into the dict `att` when given).
-    counts (target_counts of a whole batch this is part of) divides the sums instead
-    of this part's own counts, so the parts' losses add up to the whole batch's (the
-    attention term's parts weigh by their sequences, counts[3]: within ~2% of one piece)."""
+    counts (target_counts of a whole batch this is part of, and its sequence count)
+    divides the sums instead of this part's own counts, so the parts' losses add up to
+    the whole batch's (the attention term's parts weigh by their sequences: within ~2%
+    of one piece)."""
     import torch
     ids, ans, qst, oth = (x.to(device) for x in _targets(seqs))
     if lm_w == 0:
@@ -363,7 +364,7 @@ def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu", counts=None, att_w=0.0,
     lat = None
     if att_w:
         full = [x for x in out.attentions if x is not None]            # [B, heads, n, n] each
-        lat, n_att = _att_loss(full[-1], seqs)
+        lat = _att_loss(full[-1], seqs)
         if att is not None:
             att["loss"] = att.get("loss", 0.0) + float(lat.detach()) * len(seqs)
             att["seqs"] = att.get("seqs", 0) + len(seqs)
@@ -379,8 +380,7 @@ def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu", counts=None, att_w=0.0,
     lo = (ce * oth).sum() / max(no, 1.0) if lm_w else ce.new_zeros(())
     loss = la + q_w * lq + lm_w * lo
     if lat is not None:
-        loss = loss + att_w * lat * len(seqs) / (counts[3] if counts and len(counts) > 3
-                                                  else len(seqs))
+        loss = loss + att_w * lat * len(seqs) / (counts[3] if counts else len(seqs))
     return loss, la
 
 
