@@ -344,11 +344,13 @@ def _att_loss(att, seqs):
     return -torch.log(torch.stack(terms) + 1e-6).mean()
 
 
-def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu", counts=None, att_w=0.0, att=None):
+def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu", counts=None, att_w=0.0, att=None,
+               bind=None):
     """(loss, answer loss) of a right-padded batch of (ids, answer spans, question
     spans): mean cross-entropy over answer tokens + q_w * mean over follow-up
     question tokens + lm_w * mean over the other tokens (+ att_w * _att_loss of the
-    last full-attention layer; its value goes into the dict `att` when given).
+    last full-attention layer; its value goes into the dict `att` when given;
+    + bind.weight * the binding loss of the binding.Binder bind, when given).
     counts (target_counts of a whole batch this is part of, and its sequence count)
     divides the sums instead of this part's own counts, so the parts' losses add up to
     the whole batch's (the attention term's parts weigh by their sequences: within ~2%
@@ -360,7 +362,8 @@ def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu", counts=None, att_w=0.0,
     # the vocabulary projection only at the positions that carry a loss (a tiny
     # model spends as much on it as on its layers; with --lm-w 0 that is ~1/5 of them)
     keep = ((ans + qst + oth) > 0).nonzero().squeeze(1)                # [P]
-    out = model.model(input_ids=ids, output_attentions=bool(att_w))
+    out = model.model(input_ids=ids, output_attentions=bool(att_w),
+                      output_hidden_states=bind is not None)
     lat = None
     if att_w:
         full = [x for x in out.attentions if x is not None]            # [B, heads, n, n] each
@@ -381,10 +384,16 @@ def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu", counts=None, att_w=0.0,
     loss = la + q_w * lq + lm_w * lo
     if lat is not None:
         loss = loss + att_w * lat * len(seqs) / (counts[3] if counts else len(seqs))
+    if bind is not None:
+        lb = bind.loss(out.hidden_states, seqs, [lookup_targets(s, sp) for s, sp, _ in seqs])
+        if att is not None:
+            att["bind"] = att.get("bind", 0.0) + float(lb.detach()) * len(seqs)
+            att["bind_seqs"] = att.get("bind_seqs", 0) + len(seqs)
+        loss = loss + bind.weight * lb * len(seqs) / (counts[3] if counts else len(seqs))
     return loss, la
 
 
-def backward_batch(model, seqs, lm_w, q_w, device, micro=1, att_w=0.0, att=None):
+def backward_batch(model, seqs, lm_w, q_w, device, micro=1, att_w=0.0, att=None, bind=None):
     """Accumulate into the parameters' .grad the gradient of batch_loss over seqs,
     run as `micro` micro-batches of consecutive sequences (the same loss: each part
     divided by the whole batch's counts); returns (loss, answer loss, padded
@@ -395,7 +404,7 @@ def backward_batch(model, seqs, lm_w, q_w, device, micro=1, att_w=0.0, att=None)
         part = seqs[k * len(seqs) // micro:(k + 1) * len(seqs) // micro]
         if not part:
             continue
-        lk, lak = batch_loss(model, part, lm_w, q_w, device, counts, att_w, att)
+        lk, lak = batch_loss(model, part, lm_w, q_w, device, counts, att_w, att, bind)
         lk.backward()
         loss, la = loss + lk.detach(), la + lak.detach()
         padded += len(part) * max(len(s[0]) for s in part)
@@ -606,6 +615,12 @@ def main(argv=None):
                          "head of the last full-attention layer gives the answer's value in "
                          "the context from the position that predicts its first token "
                          "(lookup_targets; eager attention); 0: off")
+    ap.add_argument("--bind-w", type=float, default=0.0,
+                    help="weight of the binding loss (binding.py: training-only heads name a "
+                         "planted value's attribute at its tokens and the copied value's at "
+                         "the answer's query position); 0: off")
+    ap.add_argument("--bind-layers", default="7",
+                    help="the binding heads read the inputs of these layers (comma-separated)")
     ap.add_argument("--resume-from-release", action="store_true",
                     help="no state.pt: start from the release checkpoint in --out")
     a = ap.parse_args(argv)
@@ -653,6 +668,16 @@ def main(argv=None):
         model.set_attn_implementation("eager")     # _att_loss reads the attention weights
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95),
                             weight_decay=a.wd)
+    bind, opt_b = None, None
+    if a.bind_w:            # its heads and their optimizer: training state, not the release
+        import binding
+        bind = binding.Binder(tok, model.config.hidden_size,
+                              [int(x) for x in a.bind_layers.split(",")], a.bind_w)
+        opt_b = torch.optim.AdamW(bind.heads.parameters(), lr=10 * a.lr, betas=(0.9, 0.95),
+                                  weight_decay=a.wd)     # a probe learns faster than the model
+        if s is not None and "bind" in s:
+            bind.heads.load_state_dict(s["bind"])
+            opt_b.load_state_dict(s["bind_opt"])
     st = {"step": 0, "item": 0, "tokens": 0, "seconds": 0.0, "best": -1.0, "level": 0,
           "digest": tasks.corpus_digest(), "preset": had}
     if s is not None:
@@ -678,6 +703,8 @@ def main(argv=None):
               flush=True)
     items = ItemSource(a.workers, mix, tok, eos, voc, a)    # forks before CUDA starts
     model.to(device)
+    if bind:
+        bind.heads.to(device)
     if os.path.exists(state_path):      # moments back onto the model's device
         opt.load_state_dict(opt.state_dict())
     n_params = sum(p.numel() for p in model.parameters())
@@ -702,7 +729,9 @@ def main(argv=None):
          "level": st["level"], "start": args})
 
     def save_state():
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "st": st},
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "st": st}
+                   | ({"bind": bind.heads.state_dict(), "bind_opt": opt_b.state_dict()}
+                      if bind else {}),
                    state_path + ".tmp")
         os.replace(state_path + ".tmp", state_path)
 
@@ -808,7 +837,7 @@ def main(argv=None):
             opt.zero_grad(set_to_none=True)
             try:
                 loss, aloss, padded = backward_batch(model, seqs, a.lm_w, a.q_w, device,
-                                                     a.micro, a.att_w, att_run)
+                                                     a.micro, a.att_w, att_run, bind)
                 break
             except oom:
                 if a.micro >= len(seqs):
@@ -824,6 +853,11 @@ def main(argv=None):
                  "loss": float(loss)})
             continue
         opt.step()
+        if opt_b:
+            for g in opt_b.param_groups:
+                g["lr"] = 10 * opt.param_groups[0]["lr"]
+            opt_b.step()
+            opt_b.zero_grad(set_to_none=True)
         st["step"] += 1
         if a.decay_minutes and st["step"] - step0 == 50:
             t50 = time.time()
@@ -848,7 +882,9 @@ def main(argv=None):
                  "tok_per_s": round(run_tok / dt, 1), "padded": round(run_pad / run_tok, 2),
                  "lr": round(lr_sched(st["step"] - 1 - step0, st["step"] - 1, a), 6)}
                 | ({"att_loss": round(att_run["loss"] / max(att_run["seqs"], 1), 4)}
-                   if a.att_w else {}))
+                   if a.att_w else {})
+                | ({"bind_loss": round(att_run["bind"] / max(att_run["bind_seqs"], 1), 4)}
+                   | bind.report() if bind else {}))
             run_loss, run_ans, run_tok, n_run, t_log = 0.0, 0.0, 0, 0, time.time()
             att_run.clear()
             run_pad = 0

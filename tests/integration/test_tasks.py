@@ -117,3 +117,43 @@ def test_lookup_targets_find_the_value_the_answer_copies():
     # the answer's first token differs from the context's: matched by the rest
     ids5 = [5, 50, 6, 7, 8, 9] + [51, 6, 7, E]
     assert train.lookup_targets(ids5, [(6, 10)]) == [(5, 1)]
+
+
+def test_binding_targets_name_each_planted_value_by_its_attribute():
+    """train/binding.py (the binding loss, `--bind-w`): from a training sequence's
+    token ids alone it finds every fact the generator planted — its value's tokens
+    decode to the value, its class is the attribute the fact's question asks — and
+    names the final answer's query by the asked attribute; a tool item's JSON
+    fields count inside tool results only, never in the tools' schemas."""
+    import random
+    from tokenizers import Tokenizer
+    import binding
+    import ckpt
+    import train
+    d = os.path.join(ROOT, "models", "pic-qa")
+    tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    eos = ckpt.specials(d)["<|im_end|>"]
+    strs = [tok.decode([i], skip_special_tokens=True) for i in range(tok.get_vocab_size())]
+    attrs = [a for a, _ in tasks.ATTRS]
+    for seed in range(12):
+        it = tasks.item("single", seed, 1)
+        ids, spans, _ = train.encode_train(tok, it, eos, 0, random.Random(seed))
+        facts = {("".join(strs[i] for i in ids[j0:j1]).strip(), binding.CLASSES[k])
+                 for j0, j1, k in binding.fact_tokens([strs[i] for i in ids])}
+        asked = [a for a in attrs if a in it["messages"][-1]["content"].split("Question:")[-1]]
+        planted = [(it["answer"], asked[0])]
+        for q, v in it["qa"]:
+            planted.append((v, [a for a in attrs if a in q][0]))
+        assert set(planted) <= facts, (seed, planted, facts)
+        assert len(facts) == len(planted)
+        _, queries = binding.targets(ids, spans, [strs[i] for i in ids],
+                                     train.lookup_targets(ids, spans))
+        assert queries == [(spans[-1][0] - 1, binding.CLASSES.index(asked[0]))]
+    for seed in range(12):
+        it = tasks.item("tool", seed, 1)
+        ids, _, _ = train.encode_train(tok, it, eos, 0, random.Random(seed))
+        text = "".join(strs[i] for i in ids)
+        first = text.index("<tool_response>")
+        at = [len("".join(strs[i] for i in ids[:j0])) for j0, _, _ in
+              binding.fact_tokens([strs[i] for i in ids])]
+        assert all(c > first for c in at)
