@@ -345,12 +345,13 @@ def _att_loss(att, seqs):
 
 
 def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu", counts=None, att_w=0.0, att=None,
-               bind=None):
+               bind=None, route=None):
     """(loss, answer loss) of a right-padded batch of (ids, answer spans, question
     spans): mean cross-entropy over answer tokens + q_w * mean over follow-up
     question tokens + lm_w * mean over the other tokens (+ att_w * _att_loss of the
     last full-attention layer; its value goes into the dict `att` when given;
-    + bind.weight * the binding loss of the binding.Binder bind, when given).
+    + bind.weight * the binding loss of the binding.Binder bind, when given; with a
+    route.RouteDrop, its layers' mixers dropped at a share of the answer positions).
     counts (target_counts of a whole batch this is part of, and its sequence count)
     divides the sums instead of this part's own counts, so the parts' losses add up to
     the whole batch's (the attention term's parts weigh by their sequences: within ~2%
@@ -362,8 +363,14 @@ def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu", counts=None, att_w=0.0,
     # the vocabulary projection only at the positions that carry a loss (a tiny
     # model spends as much on it as on its layers; with --lm-w 0 that is ~1/5 of them)
     keep = ((ans + qst + oth) > 0).nonzero().squeeze(1)                # [P]
-    out = model.model(input_ids=ids, output_attentions=bool(att_w),
-                      output_hidden_states=bind is not None)
+    if route is not None:
+        route.set(ans.reshape(ids.shape[0], -1), device)
+    try:
+        out = model.model(input_ids=ids, output_attentions=bool(att_w),
+                          output_hidden_states=bind is not None)
+    finally:
+        if route is not None:
+            route.clear()
     lat = None
     if att_w:
         full = [x for x in out.attentions if x is not None]            # [B, heads, n, n] each
@@ -393,7 +400,8 @@ def batch_loss(model, seqs, lm_w, q_w=0.0, device="cpu", counts=None, att_w=0.0,
     return loss, la
 
 
-def backward_batch(model, seqs, lm_w, q_w, device, micro=1, att_w=0.0, att=None, bind=None):
+def backward_batch(model, seqs, lm_w, q_w, device, micro=1, att_w=0.0, att=None, bind=None,
+                   route=None):
     """Accumulate into the parameters' .grad the gradient of batch_loss over seqs,
     run as `micro` micro-batches of consecutive sequences (the same loss: each part
     divided by the whole batch's counts); returns (loss, answer loss, padded
@@ -404,7 +412,7 @@ def backward_batch(model, seqs, lm_w, q_w, device, micro=1, att_w=0.0, att=None,
         part = seqs[k * len(seqs) // micro:(k + 1) * len(seqs) // micro]
         if not part:
             continue
-        lk, lak = batch_loss(model, part, lm_w, q_w, device, counts, att_w, att, bind)
+        lk, lak = batch_loss(model, part, lm_w, q_w, device, counts, att_w, att, bind, route)
         lk.backward()
         loss, la = loss + lk.detach(), la + lak.detach()
         padded += len(part) * max(len(s[0]) for s in part)
@@ -621,6 +629,11 @@ def main(argv=None):
                          "the answer's query position); 0: off")
     ap.add_argument("--bind-layers", default="7",
                     help="the binding heads read the inputs of these layers (comma-separated)")
+    ap.add_argument("--route-drop", type=float, default=0.0,
+                    help="share of sequences whose --route-layers mixers are zeroed at the "
+                         "positions that predict answer tokens (route.py); 0: off")
+    ap.add_argument("--route-layers", default="0,1,2",
+                    help="the layers --route-drop zeroes (comma-separated)")
     ap.add_argument("--resume-from-release", action="store_true",
                     help="no state.pt: start from the release checkpoint in --out")
     a = ap.parse_args(argv)
@@ -668,6 +681,11 @@ def main(argv=None):
         model.set_attn_implementation("eager")     # _att_loss reads the attention weights
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95),
                             weight_decay=a.wd)
+    route = None
+    if a.route_drop:
+        import route as route_mod
+        route = route_mod.RouteDrop(model, [int(x) for x in a.route_layers.split(",")],
+                                    a.route_drop, a.seed)
     bind, opt_b = None, None
     if a.bind_w:            # its heads and their optimizer: training state, not the release
         import binding
@@ -837,7 +855,7 @@ def main(argv=None):
             opt.zero_grad(set_to_none=True)
             try:
                 loss, aloss, padded = backward_batch(model, seqs, a.lm_w, a.q_w, device,
-                                                     a.micro, a.att_w, att_run, bind)
+                                                     a.micro, a.att_w, att_run, bind, route)
                 break
             except oom:
                 if a.micro >= len(seqs):
