@@ -362,8 +362,10 @@ def test_dead_holder_falls_back(procs):
     other engine (nginx retries it at once, then plans leave the dead one),
     which then holds the prefix."""
     fa, fb = fakes(procs)
+    # a dead engine refuses at once; a probe of the live one that times out under
+    # load would mark it down (max_fails 1), and its return forgets what it holds
     ngx = procs.nginx(gw_conf([addr(fa), addr(fb)],
-                              http="pic_health_check interval=100ms timeout=300ms;"))
+                              http="pic_health_check interval=100ms timeout=2s;"))
     ready(ngx)
     c = openai.OpenAI(base_url=ngx.url + "/v1", api_key="none", max_retries=0, timeout=30)
     for t in range(2):

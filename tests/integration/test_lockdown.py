@@ -540,7 +540,8 @@ def test_engine_slots_are_reused_through_reloads(procs):
     over the zone's lifetime, more than its 64 slots, and every generation is
     still served by its live engine.  A document the first live engine held
     is not believed of the engine that later takes its slot."""
-    http = "pic_health_check interval=100ms timeout=300ms;"
+    http = "pic_health_check interval=100ms timeout=2s;"   # the dead refuse at once; the live
+                                                            # one must not time out under load
     live = procs._add(harness.FakeBackend("capture", name="live0"))
     used = {live.port}
     dead = fresh_ports(15, used)
