@@ -9,18 +9,22 @@ has a head that puts .97 on the asked value: the lossy memory answers, the exact
 lookup is ignored."""
 
 
+def mixer(layer):
+    """The token mixer of a decoder layer: its attention or its Gated DeltaNet."""
+    return layer.self_attn if hasattr(layer, "self_attn") else layer.linear_attn
+
+
 class RouteDrop:
     """Forward hooks on the mixers of `layers` that zero their output where `mask`
-    ([B, n, 1], 1 = drop) says; `set` draws the mask of a batch, `clear` lifts it."""
+    ([B, n, 1], 1 = drop) says; `set` draws the mask of a batch (or assign `mask`),
+    `clear` lifts it, `remove` takes the hooks off."""
 
     def __init__(self, model, layers, p, seed=0):
         import torch
         self.p, self.layers, self.mask = p, layers, None
         self.gen = torch.Generator().manual_seed(seed)
-        for i in layers:
-            lay = model.model.layers[i]
-            mix = lay.self_attn if hasattr(lay, "self_attn") else lay.linear_attn
-            mix.register_forward_hook(self._hook)
+        self.handles = [mixer(model.model.layers[i]).register_forward_hook(self._hook)
+                        for i in layers]
 
     def _hook(self, mod, args, out):
         if self.mask is None:
@@ -41,3 +45,7 @@ class RouteDrop:
 
     def clear(self):
         self.mask = None
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()

@@ -21,27 +21,20 @@ import tasks   # noqa: E402
 
 def first_tokens(model, tok, items, zero):
     """[argmax of the first answer token] of items with the mixers of the layers in
-    `zero` zeroed at the last prompt position."""
+    `zero` zeroed at the last prompt position (route.RouteDrop's hooks)."""
     import torch
-    hooks = []
-
-    def hook(mod, args, out):
-        o = (out[0] if isinstance(out, tuple) else out).clone()
-        o[:, -1] = 0
-        return (o,) + tuple(out[1:]) if isinstance(out, tuple) else o
-    for i in zero:
-        lay = model.model.layers[i]
-        hooks.append((lay.self_attn if hasattr(lay, "self_attn") else lay.linear_attn)
-                     .register_forward_hook(hook))
+    import route
+    drop = route.RouteDrop(model, zero, 1.0)
     out = []
     try:
         for it in items:
             ids = tok.encode(tasks.prompt_text(it)).ids
+            drop.mask = torch.zeros(1, len(ids), 1)
+            drop.mask[0, -1] = 1.0
             with torch.no_grad():
                 out.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
     finally:
-        for h in hooks:
-            h.remove()
+        drop.remove()
     return out
 
 

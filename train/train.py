@@ -853,6 +853,8 @@ def main(argv=None):
             g["lr"] = lr_sched(st["step"] - step0, st["step"], a)
         while True:
             opt.zero_grad(set_to_none=True)
+            if opt_b:
+                opt_b.zero_grad(set_to_none=True)
             try:
                 loss, aloss, padded = backward_batch(model, seqs, a.lm_w, a.q_w, device,
                                                      a.micro, a.att_w, att_run, bind, route)
@@ -875,7 +877,6 @@ def main(argv=None):
             for g in opt_b.param_groups:
                 g["lr"] = 10 * opt.param_groups[0]["lr"]
             opt_b.step()
-            opt_b.zero_grad(set_to_none=True)
         st["step"] += 1
         if a.decay_minutes and st["step"] - step0 == 50:
             t50 = time.time()
