@@ -585,11 +585,12 @@ static void
 ngx_http_pic_engine_mark(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t slot,
     ngx_uint_t ok, ngx_uint_t max_fails, const char *why, ngx_log_t *log)
 {
-    ngx_uint_t                 up, down;
+    ngx_uint_t                 up, down, forget;
     ngx_http_pic_engine_sh_t  *e;
 
     up = 0;
     down = 0;
+    forget = 0;
 
     ngx_shmtx_lock(&zc->shpool->mutex);
 
@@ -601,6 +602,15 @@ ngx_http_pic_engine_mark(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t slot,
         if (!e->healthy) {
             e->healthy = 1;
             up = 1;
+
+            /*
+             * It may have restarted with an empty cache.  When its probes
+             * tell its start time, a restart is seen there (the probe
+             * forgets it: ngx_http_pic_probe_learn_locked), and a return
+             * after a slow probe or failed requests keeps what it holds;
+             * else the index cannot tell, and forgets.
+             */
+            forget = (e->started == 0);
         }
 
     } else {
@@ -621,10 +631,11 @@ ngx_http_pic_engine_mark(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t slot,
                       e->name_len, e->name, why);
     }
 
-    if (up) {
-        /* it may have restarted with an empty cache */
+    if (forget) {
         ngx_http_pic_index_forget_engine(zc, slot);
+    }
 
+    if (up) {
         ngx_log_error(NGX_LOG_NOTICE, log, 0,
                       "pic: engine %*s is healthy again",
                       e->name_len, e->name);

@@ -409,6 +409,8 @@ class FakeBackend:
         self.mode, self.delay, self.chunks = mode, delay, chunks
         self.load = None           # reported to health probes when set
         self.cache_mode = None     # likewise, as "cache": {"mode"}
+        self.started = None        # likewise, as "uptime_s" (time.time() it "started")
+        self.status_delay = 0.0    # seconds a health probe waits for its answer
         self.hold_end = None       # an Event the end of every stream waits for
         self.bodies, self.headers = [], []
         self.allowed = []
@@ -424,7 +426,11 @@ class FakeBackend:
 
             def do_GET(self):
                 if self.path.startswith(("/healthz", "/status")):
+                    if outer.status_delay:
+                        time.sleep(outer.status_delay)
                     doc = {"status": "ok", "id": outer.name}
+                    if outer.started is not None:
+                        doc["uptime_s"] = int(time.time() - outer.started)
                     if model:
                         doc["model"] = model
                     if outer.load is not None:

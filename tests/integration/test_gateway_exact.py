@@ -12,6 +12,7 @@ import os
 import random
 import subprocess
 import threading
+import time
 
 import openai
 import pytest
@@ -383,6 +384,45 @@ def test_dead_holder_falls_back(procs):
     assert lines[2]["status"] == "200" and lines[3]["status"] == "200"
     assert lines[3]["combine"] == addr(live)
     assert int(lines[3]["exact"]) > 0, "the engine that served turn 2 holds the prefix now"
+
+
+@pytest.mark.allow_log(r"unhealthy|timed out")
+def test_slow_probe_keeps_the_holders_prefix_a_restart_drops_it(procs):
+    """An engine whose probes tell its uptime misses one probe (busy): it is
+    out for a moment, and back it still holds the session's prefix, so the
+    next turn goes to it on its exact prefix.  Its uptime then says it
+    restarted: the index forgets what it held."""
+    fa, fb = fakes(procs)
+    for f in (fa, fb):
+        f.started = time.time() - 3600
+    ngx = procs.nginx(gw_conf([addr(fa), addr(fb)],
+                              http="pic_health_check interval=100ms timeout=300ms;"))
+    ready(ngx)
+    c = openai.OpenAI(base_url=ngx.url + "/v1", api_key="none", max_retries=0, timeout=30)
+
+    def turn(t):
+        c.chat.completions.create(model="m", messages=session(5, t), max_tokens=1)
+        return planned_lines(ngx, t + 1)[t]
+
+    holder = turn(0)["combine"]
+    line = turn(1)
+    assert line["combine"] == holder and int(line["exact"]) > 0, line
+    f = fa if holder == addr(fa) else fb
+
+    def healthy():
+        return [e["healthy"] for e in status(ngx)["engines"] if e["name"] == holder]
+
+    f.status_delay = 1.0                  # a probe times out: out of rotation
+    harness.wait_for(lambda: healthy() == [False], timeout=5, what="the holder marked down")
+    f.status_delay = 0.0
+    harness.wait_for(lambda: healthy() == [True], timeout=5, what="the holder back")
+    line = turn(2)
+    assert line["combine"] == holder and int(line["exact"]) > 0, \
+        "back after a slow probe, it still holds the prefix: %r" % line
+    f.started = time.time()               # the same id, uptime 0: it restarted
+    time.sleep(1.0)                       # ten probes
+    line = turn(3)
+    assert int(line["exact"]) == 0, "a restarted engine's prefix is forgotten: %r" % line
 
 
 def test_next_turn_finds_the_prefix_while_the_answer_is_still_open(procs):
