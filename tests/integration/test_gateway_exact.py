@@ -322,6 +322,16 @@ def test_exact_weight_zero_routes_by_pic_bytes(procs, logdir, weight):
     assert line["combine"] == (holder if weight else addr(other))
 
 
+def turner(ngx, s):
+    """turn(t): session s after t tool calls, through ngx; its access-log line."""
+    c = openai.OpenAI(base_url=ngx.url + "/v1", api_key="none", max_retries=0, timeout=30)
+
+    def turn(t):
+        c.chat.completions.create(model="m", messages=session(s, t), max_tokens=1)
+        return planned_lines(ngx, t + 1)[t]
+    return turn
+
+
 def test_overloaded_holder_is_not_chosen(procs):
     """The prefix holder combines the next turn, until its load exceeds the
     least loaded engine's by more than pic_imbalance; then the other engine
@@ -333,11 +343,7 @@ def test_overloaded_holder_is_not_chosen(procs):
     ngx = procs.nginx(gw_conf([addr(fa), addr(fb)], http="pic_health_check interval=100ms;",
                               loc="pic_imbalance 4;"))
     ready(ngx)
-    c = openai.OpenAI(base_url=ngx.url + "/v1", api_key="none", max_retries=0, timeout=30)
-
-    def turn(t):
-        c.chat.completions.create(model="m", messages=session(0, t), max_tokens=1)
-        return planned_lines(ngx, t + 1)[t]
+    turn = turner(ngx, 0)
 
     first = turn(0)["combine"]
     holder, other = (fa, fb) if first == addr(fa) else (fb, fa)
@@ -398,11 +404,7 @@ def test_slow_probe_keeps_the_holders_prefix_a_restart_drops_it(procs):
     ngx = procs.nginx(gw_conf([addr(fa), addr(fb)],
                               http="pic_health_check interval=100ms timeout=300ms;"))
     ready(ngx)
-    c = openai.OpenAI(base_url=ngx.url + "/v1", api_key="none", max_retries=0, timeout=30)
-
-    def turn(t):
-        c.chat.completions.create(model="m", messages=session(5, t), max_tokens=1)
-        return planned_lines(ngx, t + 1)[t]
+    turn = turner(ngx, 5)
 
     holder = turn(0)["combine"]
     line = turn(1)
