@@ -45,8 +45,9 @@ import warnings
 TASKS = ["single", "distract", "tool", "multihop", "shift"]      # the benchmark's
 # training-only tasks (train.py --mix): `hard` is single-hop whose other facts'
 # attributes share the asked one's head word or value kind (_hard_attrs); `rounds`
-# agent conversations that ask every question before its results (_rounds_item)
-TRAIN_TASKS = TASKS + ["hard", "rounds"]
+# agent conversations that ask every question before its results (_rounds_item);
+# `twin` is hard whose other values begin as the answer does (_twin_value)
+TRAIN_TASKS = TASKS + ["hard", "rounds", "twin"]
 HELDOUT_SEEDS = 100000          # seeds [0, HELDOUT_SEEDS) are held out
 TRAIN_SEEDS_FROM = 1000000
 
@@ -263,9 +264,30 @@ def _hard_attrs(r):
     return [t] + (same + kin + rest)[:3]
 
 
-def _rag(r, level, n_extra_same=0, hard=False):
-    """Shared body of single / distract / hard: returns (docs, question, answer, qa).
-    hard: the attributes from _hard_attrs and one to two more facts per document."""
+def _twin_value(r, kind, answer):
+    """A value of `kind` that begins with the answer's first one or two characters
+    (three for a code: "VF-") where the kinds allow, else any value of `kind`: the
+    second answer token must then be read from the right fact, not continued from
+    whichever value shares the first (train/README "Session 25")."""
+    if kind[0] == "n" and answer.isdigit():
+        p = min(r.randint(1, 2), int(kind[1:]) - 1)
+        if p > 0:
+            v = answer[:p] + "".join(r.choice("0123456789")
+                                     for _ in range(int(kind[1:]) - p))
+            if v != answer:
+                return v
+    if kind == "code" and "-" in answer:
+        p = r.randint(1, 3)
+        v = answer[:p] + _value(r, kind)[p:]
+        if v != answer:
+            return v
+    return _value(r, kind)
+
+
+def _rag(r, level, n_extra_same=0, hard=False, twin=False):
+    """Shared body of single / distract / hard / twin: returns (docs, question,
+    answer, qa).  hard: the attributes from _hard_attrs and one to two more facts per
+    document; twin: hard, and the other values begin as the answer (_twin_value)."""
     (dlo, dhi), (plo, phi) = LEVELS[level]
     k = r.randint(dlo, dhi)
     ents = _entities(r, 2 * k + 2)
@@ -295,15 +317,16 @@ def _rag(r, level, n_extra_same=0, hard=False):
             if (e, a) in used:          # one value per (entity, attribute)
                 continue
             used.add((e, a))
-            v = _value(r, a[1])
+            v = _twin_value(r, a[1], answer) if twin else _value(r, a[1])
             facts[i].append(_fact(r, e, a[0], v))
             known.append((e, a[0], v))
     docs = [_doc(r, r.randint(plo, phi), facts[i], _title(r)) for i in range(k)]
     return docs, _question(r, target_e, target_a[0]), answer, _ask(known, None)
 
 
-def _rag_item(r, level, distract, hard=False):
-    docs, q, ans, qa = _rag(r, level, n_extra_same=1 if distract else 0, hard=hard)
+def _rag_item(r, level, distract, hard=False, twin=False):
+    docs, q, ans, qa = _rag(r, level, n_extra_same=1 if distract else 0, hard=hard or twin,
+                            twin=twin)
     msgs = []
     h = _header(r)
     if h:
@@ -640,7 +663,7 @@ def _make(task, seed, level):
     if level == -7 and task == "single":
         return _list_item(r)
     if level <= -2:
-        if task in ("single", "distract", "hard"):
+        if task in ("single", "distract", "hard", "twin"):
             return _recall_item(r, task == "distract", RECALL_SHAPES.get(level))
         level = -1
     if task == "single":
@@ -649,6 +672,8 @@ def _make(task, seed, level):
         return _rag_item(r, level, True)
     if task == "hard":
         return _rag_item(r, level, False, hard=True)
+    if task == "twin":
+        return _rag_item(r, level, False, twin=True)
     if task == "tool":
         return _tool_item(r, level)
     if task == "rounds":

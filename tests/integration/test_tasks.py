@@ -7,7 +7,9 @@ not run in CI; its items are what the benchmark and the trained-model tests read
   confusions — its head word ("ticket number" / "badge number") or value kind —
   and the benchmark's tasks do not include it;
 * `rounds` (training only): agent conversations whose every question is asked
-  with the request, before the tool results that answer it.
+  with the request, before the tool results that answer it;
+* `twin` (training only): hard, and the other values of the answer's kind begin
+  as the answer does.
 """
 import json
 import os
@@ -60,6 +62,27 @@ def test_single_items_are_unchanged_by_the_hard_task():
     it = tasks.item("single", 1003, 0)
     assert it["answer"] == "92228"
     assert "Project Fulo has the ticket number 92228." in it["docs"][0]
+
+
+def test_twin_items_values_begin_as_the_answer():
+    """`twin` (training only): the planted values of the answer's kind (digits,
+    codes) other than the answer begin with its first character, so the second
+    answer token must come from the asked fact; single's items are unchanged."""
+    assert "twin" not in tasks.TASKS and "twin" in tasks.TRAIN_TASKS
+    import re
+    same = other = 0
+    for seed in range(200):
+        it = tasks.item("twin", seed, 1)
+        a = it["answer"]
+        pat = r"\b\d{3,6}\b" if a.isdigit() else r"\b[A-Z]{2}-\d{2,3}\b" if "-" in a else None
+        if pat is None:
+            continue
+        vals = [v for v in re.findall(pat, "\n".join(it["docs"])) if v != a]
+        same += sum(v[0] == a[0] for v in vals)
+        other += sum(v[0] != a[0] for v in vals)
+    # another kind's values (codes beside digits) and the prose's own numbers differ
+    assert same > 200 and same > 2 * other, (same, other)
+    assert tasks.item("single", 1003, 0)["answer"] == "92228"
 
 
 def test_rounds_items_ask_with_the_request_and_answer_every_round():
