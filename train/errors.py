@@ -11,8 +11,10 @@ _cut); same length within 2 characters of the answer = slip; else other.  The
 summary also breaks exact match down by the asked attribute and by the fact
 template that planted the answer (tasks.FACT_TEMPLATES index), and counts the
 wrong lookups that copied an attribute of the asked one's head word
-(`copied_same_head`: "badge number" for "ticket number"), and a tool item's by
-where it asks (`by_asked`: with the request, before the results, or after them).
+(`copied_same_head`: "badge number" for "ticket number"), the failures that took
+the answer's first token right and went on copying another value that begins the
+same way (`continued_twin`), and a tool item's by where it asks (`by_asked`: with
+the request, before the results, or after them).
 
     .venv-oracle/bin/python train/errors.py models/pic-qa --level 0 --n 100 --tasks single,distract,tool
     .venv-oracle/bin/python train/errors.py models/pic-qa --level 0 --first 1000 --n 400 --tasks single
@@ -151,6 +153,7 @@ def analyse(model, tok, eos, task, seed, level):
         elif g in ctx_vals:
             sent = fact_sentence(prompt, g)
             cls = "lookup_" + lookup_kind(q, sent)
+            rec["copied"] = g
             rec["copied_fact"] = sent
             rec["copied_attr"] = asked_attr(sent)
         elif (c := copied_prefix(g, ans, ctx_vals)) is not None:
@@ -159,6 +162,7 @@ def analyse(model, tok, eos, task, seed, level):
             # first digit "7"): the same wrong lookup
             sent = fact_sentence(prompt, c)
             cls = "lookup_" + lookup_kind(q, sent) + "_cut"
+            rec["copied"] = c
             rec["copied_fact"] = sent
             rec["copied_attr"] = asked_attr(sent)
         elif len(g) == len(ans) and lev(g, ans) <= 2:
@@ -249,6 +253,11 @@ def summary(recs):
             s[0] += i not in r["wrong_pos"]
             s[1] += 1
     out["first_wrong_token"] = dict(sorted(first.items(), key=lambda kv: int(kv[0])))
+    # of the failures, those that took the answer's first token right and then went
+    # on copying another value that begins the same way (tasks' `twin` trains them)
+    out["continued_twin"] = "%d/%d" % (
+        sum(r["wrong_pos"][0] > 0 and r.get("copied", "")[:1] == r["answer"][:1]
+            for r in fail if not r["ok"]), out["failures"])
     out["tf_acc_by_token"] = {k: round(v[0] / v[1], 3) for k, v in
                               sorted(acc.items(), key=lambda kv: int(kv[0]))}
     return out
