@@ -1008,6 +1008,9 @@ ngx_http_pic_probe_learn_locked(ngx_http_pic_engine_sh_t *e, cJSON *doc)
         }
 
         e->started = started;
+
+    } else {
+        e->started = 0;     /* no uptime now: a return cannot tell a restart */
     }
 
     obj = cJSON_GetObjectItemCaseSensitive(doc, "model");
