@@ -38,6 +38,7 @@ typedef struct {
     ngx_uint_t                         slot;
     ngx_str_t                          name;
     ngx_http_pic_zone_ctx_t           *zc;
+    ngx_http_pic_main_conf_t          *pmcf;
 #if (NGX_HTTP_SSL)
     ngx_ssl_t                         *ssl;     /* pic_probe_ssl, or NULL */
     ngx_uint_t                         verify;  /* the engine's cert checked */
@@ -72,8 +73,8 @@ static ngx_uint_t ngx_http_pic_probe_string(cJSON *item, u_char *dst,
 static void ngx_http_pic_probe_finish(ngx_http_pic_probe_t *pr,
     const char *failure);
 static void ngx_http_pic_engine_mark(ngx_http_pic_zone_ctx_t *zc,
-    ngx_uint_t slot, ngx_uint_t ok, ngx_uint_t max_fails, const char *why,
-    ngx_log_t *log);
+    ngx_http_pic_main_conf_t *pmcf, ngx_uint_t slot, ngx_uint_t ok,
+    ngx_uint_t probe, const char *why, ngx_log_t *log);
 
 
 static ngx_event_t  ngx_http_pic_probe_event;
@@ -575,15 +576,24 @@ ngx_http_pic_engine_account(ngx_http_request_t *r, ngx_http_pic_zone_ctx_t *zc,
             continue;
         }
 
-        ngx_http_pic_engine_mark(zc, slot, ok, pmcf->max_fails,
-                                 "a request failed", r->connection->log);
+        ngx_http_pic_engine_mark(zc, pmcf, slot, ok, 0, "a request failed",
+                                 r->connection->log);
     }
 }
 
 
+/*
+ * One outcome for an engine: of a request (probe 0) or of a health probe
+ * (probe 1).  Failed requests take it out at `fails` in a row, failed
+ * probes at `probe_fails` in a row (then the outage is probe-confirmed:
+ * probe_down); it comes back at `probe_passes` probes in a row, or at one
+ * request that succeeds when no probe confirmed the outage.
+ */
+
 static void
-ngx_http_pic_engine_mark(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t slot,
-    ngx_uint_t ok, ngx_uint_t max_fails, const char *why, ngx_log_t *log)
+ngx_http_pic_engine_mark(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_main_conf_t *pmcf, ngx_uint_t slot, ngx_uint_t ok,
+    ngx_uint_t probe, const char *why, ngx_log_t *log)
 {
     ngx_uint_t                 up, down, forget;
     ngx_http_pic_engine_sh_t  *e;
@@ -596,11 +606,28 @@ ngx_http_pic_engine_mark(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t slot,
 
     e = &zc->sh->engines[slot];
 
+    if (probe) {
+        if (ok) {
+            e->probe_passes++;
+            e->probe_fails = 0;
+
+        } else {
+            e->probe_fails++;
+            e->probe_passes = 0;
+        }
+    }
+
     if (ok) {
         e->fails = 0;
 
-        if (!e->healthy) {
+        if (e->healthy) {
+            e->probe_down = 0;
+
+        } else if (probe ? e->probe_passes >= pmcf->probe_passes
+                         : !e->probe_down)
+        {
             e->healthy = 1;
+            e->probe_down = 0;
             up = 1;
 
             /*
@@ -613,11 +640,23 @@ ngx_http_pic_engine_mark(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t slot,
             forget = (e->started == 0);
         }
 
+    } else if (probe) {
+        e->failed_at = ngx_time();
+
+        if (e->probe_fails >= pmcf->probe_fails) {
+            e->probe_down = 1;
+
+            if (e->healthy) {
+                e->healthy = 0;
+                down = 1;
+            }
+        }
+
     } else {
         e->fails++;
         e->failed_at = ngx_time();
 
-        if (e->healthy && e->fails >= max_fails) {
+        if (e->healthy && e->fails >= pmcf->max_fails) {
             e->healthy = 0;
             down = 1;
         }
@@ -629,6 +668,12 @@ ngx_http_pic_engine_mark(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t slot,
         ngx_log_error(NGX_LOG_WARN, log, 0,
                       "pic: engine %*s is unhealthy (%s), out of rotation",
                       e->name_len, e->name, why);
+
+    } else if (probe && !ok && e->healthy) {
+        ngx_log_error(NGX_LOG_INFO, log, 0,
+                      "pic: engine %*s probe failed (%s), %ui of %ui",
+                      e->name_len, e->name, why, e->probe_fails,
+                      pmcf->probe_fails);
     }
 
     if (forget) {
@@ -749,6 +794,7 @@ ngx_http_pic_probe_start(ngx_http_pic_zone_ctx_t *zc,
 
     pr->pool = pool;
     pr->zc = zc;
+    pr->pmcf = pmcf;
     pr->slot = ec->slot;
     pr->name = ec->name;
 
@@ -1181,10 +1227,7 @@ ngx_http_pic_probe_finish(ngx_http_pic_probe_t *pr, const char *failure)
         (void) ngx_atomic_fetch_add(&e->probe_failures, 1);
     }
 
-    e->probe_down = (failure != NULL);
-
-    /* a probe failure takes the engine out at once */
-    ngx_http_pic_engine_mark(pr->zc, pr->slot, failure == NULL, 1,
+    ngx_http_pic_engine_mark(pr->zc, pr->pmcf, pr->slot, failure == NULL, 1,
                              failure ? failure : "", ngx_cycle->log);
 
     if (pr->peer.connection) {

@@ -66,8 +66,10 @@ typedef struct {
     uint64_t                     forgot;       /* seq of the last forget */
 
     ngx_uint_t                   healthy;
-    ngx_uint_t                   probe_down;   /* the last probe failed */
-    ngx_uint_t                   fails;        /* consecutive failures */
+    ngx_uint_t                   probe_down;   /* probes took it out */
+    ngx_uint_t                   fails;        /* consecutive failed requests */
+    ngx_uint_t                   probe_fails;  /* consecutive failed probes */
+    ngx_uint_t                   probe_passes; /* consecutive good probes */
     time_t                       failed_at;
     time_t                       probed_at;
     ngx_uint_t                   load;         /* reported by the engine */

@@ -334,6 +334,8 @@ ngx_http_pic_create_main_conf(ngx_conf_t *cf)
     pmcf->probe_interval = NGX_CONF_UNSET_MSEC;
     pmcf->probe_timeout = NGX_CONF_UNSET_MSEC;
     pmcf->max_fails = NGX_CONF_UNSET_UINT;
+    pmcf->probe_fails = NGX_CONF_UNSET_UINT;
+    pmcf->probe_passes = NGX_CONF_UNSET_UINT;
     pmcf->fail_timeout = NGX_CONF_UNSET;
     pmcf->probe_ssl = NGX_CONF_UNSET;
 
@@ -350,6 +352,8 @@ ngx_http_pic_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(pmcf->probe_interval, 2000);
     ngx_conf_init_msec_value(pmcf->probe_timeout, 1000);
     ngx_conf_init_uint_value(pmcf->max_fails, 1);
+    ngx_conf_init_uint_value(pmcf->probe_fails, 1);
+    ngx_conf_init_uint_value(pmcf->probe_passes, 1);
     ngx_conf_init_value(pmcf->fail_timeout, 10);
 
     if (pmcf->probe_uri.len == 0) {
@@ -977,6 +981,26 @@ ngx_http_pic_health_check(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             }
 
             pmcf->max_fails = n;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "probe_fails=", 12) == 0) {
+            n = ngx_atoi(value[i].data + 12, value[i].len - 12);
+            if (n == NGX_ERROR || n == 0) {
+                goto invalid;
+            }
+
+            pmcf->probe_fails = n;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "probe_passes=", 13) == 0) {
+            n = ngx_atoi(value[i].data + 13, value[i].len - 13);
+            if (n == NGX_ERROR || n == 0) {
+                goto invalid;
+            }
+
+            pmcf->probe_passes = n;
             continue;
         }
 

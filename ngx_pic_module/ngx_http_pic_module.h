@@ -96,7 +96,9 @@ typedef struct {
     ngx_msec_t                   probe_interval;
     ngx_msec_t                   probe_timeout;
     ngx_str_t                    probe_uri;
-    ngx_uint_t                   max_fails;
+    ngx_uint_t                   max_fails;    /* failed requests */
+    ngx_uint_t                   probe_fails;  /* failed probes: out */
+    ngx_uint_t                   probe_passes; /* good probes: back */
     time_t                       fail_timeout;
 
     ngx_flag_t                   probe_ssl;    /* pic_probe_ssl */

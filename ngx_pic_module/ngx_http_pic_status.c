@@ -270,9 +270,9 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
 
     size = 4352 + s->zone.len * 6 + s->redis.len * 6
            + NGX_HTTP_PIC_TTFT_BUCKETS * 2 * NGX_ATOMIC_T_LEN
-           + s->nengines * (736 + 6 * NGX_SOCKADDR_STRLEN
+           + s->nengines * (776 + 6 * NGX_SOCKADDR_STRLEN
                             + 6 * NGX_HTTP_PIC_ENGINE_ID_LEN
-                            + 17 * NGX_ATOMIC_T_LEN)
+                            + 19 * NGX_ATOMIC_T_LEN)
            + NGX_HTTP_PIC_HISTORY * (256 + 6 * NGX_SOCKADDR_STRLEN
                                      + 8 * NGX_INT64_LEN);
 
@@ -403,6 +403,7 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
                         "\"exact_requests\":%uA,\"exact_bytes\":%uA,"
                         "\"cache_mode\":\"%s\",\"break_even_tokens\":%ui,"
                         "\"probes\":%uA,\"probe_failures\":%uA,"
+                        "\"probe_fails\":%ui,\"probe_passes\":%ui,"
                         "\"seam_source\":\"%s\",\"seam\":",
                         e->healthy ? "true" : "false", e->fails, e->load,
                         e->inflight, e->requests, e->failures, e->hit_bytes,
@@ -410,6 +411,7 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
                         ngx_http_pic_cache_names[e->cache <= NGX_HTTP_PIC_CACHE_FULL
                                                  ? e->cache : 0],
                         e->break_even, e->probes, e->probe_failures,
+                        e->probe_fails, e->probe_passes,
                         ngx_http_pic_seam_sources[e->seam_source
                                                   <= NGX_HTTP_PIC_SEAM_CALIBRATION
                                                   ? e->seam_source : 0]);

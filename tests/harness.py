@@ -411,6 +411,7 @@ class FakeBackend:
         self.cache_mode = None     # likewise, as "cache": {"mode"}
         self.started = None        # likewise, as "uptime_s" (time.time() it "started")
         self.status_delay = 0.0    # seconds a health probe waits for its answer
+        self.status_code = 200     # what a health probe gets
         self.hold_end = None       # an Event the end of every stream waits for
         self.bodies, self.headers = [], []
         self.allowed = []
@@ -437,7 +438,7 @@ class FakeBackend:
                         doc["load"] = outer.load
                     if outer.cache_mode is not None:
                         doc["cache"] = {"mode": outer.cache_mode}
-                    self._json(200, doc)
+                    self._json(outer.status_code, doc)
                 else:
                     self._json(200, {"object": "list", "data": [{"id": "fake"}]})
 

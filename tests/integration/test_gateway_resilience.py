@@ -326,6 +326,48 @@ def test_engine_back_after_probe_rejoins(procs):
     harness.wait_for(lambda: all(healthy().values()), timeout=5, what="fa back")
 
 
+@pytest.mark.allow_log(r"unhealthy")
+def test_probe_thresholds_keep_a_flapping_engine_in_and_a_returning_one_out(procs):
+    """probe_fails=3: one or two failed probes in a row leave an engine in
+    rotation, the third takes it out; probe_passes=2: back only after two good
+    probes in a row.  Read from /status snapshots, each one consistent."""
+    fa = procs._add(harness.FakeBackend("capture", name="fa"))
+    fb = procs._add(harness.FakeBackend("capture", name="fb"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fa.port}", f"127.0.0.1:{fb.port}"],
+                              http="pic_health_check interval=150ms timeout=1s "
+                                   "probe_fails=3 probe_passes=2;"))
+    name = f"127.0.0.1:{fa.port}"
+
+    def snap():
+        e, = [e for e in status(ngx)["engines"] if e["name"] == name]
+        return e
+
+    harness.wait_for(lambda: snap()["probe_passes"] >= 1, timeout=5, what="fa probed")
+    seen = []
+
+    def record(pred):
+        e = snap()
+        seen.append((e["healthy"], e["probe_fails"], e["probe_passes"]))
+        return pred(e)
+
+    fa.status_code = 503
+    harness.wait_for(lambda: record(lambda e: not e["healthy"]), timeout=5,
+                     what="fa out")
+    out = [s for s in seen if s[1] < 3]
+    assert all(h for h, _, _ in out), seen
+    assert {1, 2} <= {f for _, f, _ in out}, "the first two failures were seen: %r" % seen
+    assert all(f >= 3 for h, f, _ in seen if not h), seen
+    assert post(ngx, {"model": "m", "prompt": prompt(doc(5, 300), "q")})[0] == 200
+    assert not fa.bodies, "an engine taken out by probes gets no request"
+
+    seen.clear()
+    fa.status_code = 200
+    harness.wait_for(lambda: record(lambda e: e["healthy"]), timeout=5,
+                     what="fa back")
+    assert any(not h and p == 1 for h, _, p in seen), "one good probe is not enough: %r" % seen
+    assert all(p >= 2 for h, _, p in seen if h), seen
+
+
 # --- reload, streaming ------------------------------------------------------------
 
 
