@@ -59,12 +59,48 @@ static ngx_buf_t *ngx_http_pic_status_prometheus(ngx_http_request_t *r,
 static ngx_buf_t *ngx_http_pic_status_html(ngx_http_request_t *r);
 static u_char *ngx_http_pic_status_history(u_char *p,
     ngx_http_pic_status_snapshot_t *s);
+static ngx_atomic_uint_t ngx_http_pic_engine_value(
+    ngx_http_pic_engine_sh_t *e, ngx_uint_t family);
 
 
 /* by NGX_HTTP_PIC_SEAM_* */
 static char  *ngx_http_pic_seam_sources[] = {
     "unknown", "default", "--seam", "calibration"
 };
+
+
+/* the gateway's per-engine Prometheus families; values by
+ * ngx_http_pic_engine_value, in this order */
+typedef struct {
+    char                        *name;
+    char                        *type;
+    char                        *help;
+} ngx_http_pic_prom_family_t;
+
+static ngx_http_pic_prom_family_t  ngx_http_pic_engine_families[] = {
+    { "pic_engine_healthy", "gauge", "Engine in rotation (1) or out (0)." },
+    { "pic_engine_inflight", "gauge", "Requests routed to the engine, not "
+      "finished." },
+    { "pic_engine_load", "gauge", "Load the engine reported to the last "
+      "probe." },
+    { "pic_engine_requests_total", "counter", "Requests routed to the "
+      "engine." },
+    { "pic_engine_failures_total", "counter", "Attempts on the engine that "
+      "failed (connect, reset, read timeout)." },
+    { "pic_engine_hit_bytes_total", "counter", "Prompt bytes the engine held "
+      "when it combined." },
+    { "pic_engine_exact_requests_total", "counter", "Requests combined on an "
+      "exact prefix the engine held." },
+    { "pic_engine_exact_bytes_total", "counter", "Bytes of those exact "
+      "prefixes." },
+    { "pic_engine_probes_total", "counter", "Health probes sent." },
+    { "pic_engine_probe_failures_total", "counter", "Health probes that "
+      "failed." }
+};
+
+#define NGX_HTTP_PIC_ENGINE_FAMILIES                                         \
+    (sizeof(ngx_http_pic_engine_families)                                    \
+     / sizeof(ngx_http_pic_prom_family_t))
 
 
 /* by NGX_HTTP_PIC_CACHE_* */
@@ -515,15 +551,17 @@ ngx_http_pic_status_prometheus(ngx_http_request_t *r,
     u_char                    *p;
     size_t                     size;
     ngx_buf_t                 *b;
-    ngx_uint_t                 i;
+    ngx_uint_t                 i, f;
     ngx_atomic_uint_t          cum;
     ngx_http_pic_stats_t      *st;
     ngx_http_pic_engine_sh_t  *e;
 
     st = &s->st;
 
-    size = 8192 + NGX_HTTP_PIC_TTFT_BUCKETS * (64 + 2 * NGX_ATOMIC_T_LEN)
-           + s->nengines * 8 * (96 + 2 * NGX_SOCKADDR_STRLEN
+    size = 8192 + NGX_HTTP_PIC_ENGINE_FAMILIES * 256
+           + NGX_HTTP_PIC_TTFT_BUCKETS * (64 + 2 * NGX_ATOMIC_T_LEN)
+           + s->nengines * NGX_HTTP_PIC_ENGINE_FAMILIES
+                         * (96 + 2 * NGX_SOCKADDR_STRLEN
                                 + 2 * NGX_HTTP_PIC_ENGINE_ID_LEN
                                 + NGX_ATOMIC_T_LEN);
 
@@ -653,33 +691,32 @@ ngx_http_pic_status_prometheus(ngx_http_request_t *r,
                     "pic_ttft_milliseconds_count %uA\n",
                     st->ttft_sum_ms, st->ttft_count);
 
-    p = ngx_cpymem(p, "# HELP pic_engine_healthy Engine health (1 up).\n"
-                   "# TYPE pic_engine_healthy gauge\n",
-                   sizeof("# HELP pic_engine_healthy Engine health (1 up).\n"
-                          "# TYPE pic_engine_healthy gauge\n") - 1);
+    /* one family at a time, a line per engine (the format's grouping) */
 
-    for (i = 0; i < s->nengines; i++) {
-        e = &s->engines[i];
+    for (f = 0; f < NGX_HTTP_PIC_ENGINE_FAMILIES; f++) {
+        p = ngx_sprintf(p, "# HELP %s %s\n# TYPE %s %s\n",
+                        ngx_http_pic_engine_families[f].name,
+                        ngx_http_pic_engine_families[f].help,
+                        ngx_http_pic_engine_families[f].name,
+                        ngx_http_pic_engine_families[f].type);
 
-        if (!s->configured[i]) {
-            continue;
+        for (i = 0; i < s->nengines; i++) {
+            e = &s->engines[i];
+
+            if (!s->configured[i]) {
+                continue;
+            }
+
+            p = ngx_sprintf(p, "%s{engine=\"%*s\"",
+                            ngx_http_pic_engine_families[f].name,
+                            e->name_len, e->name);
+
+            if (f == 0) {
+                p = ngx_sprintf(p, ",id=\"%*s\"", e->id_len, e->id);
+            }
+
+            p = ngx_sprintf(p, "} %uA\n", ngx_http_pic_engine_value(e, f));
         }
-
-        p = ngx_sprintf(p, "pic_engine_healthy{engine=\"%*s\",id=\"%*s\"} "
-                        "%d\n", e->name_len, e->name, e->id_len, e->id,
-                        e->healthy ? 1 : 0);
-        p = ngx_sprintf(p, "pic_engine_inflight{engine=\"%*s\"} %uA\n",
-                        e->name_len, e->name, e->inflight);
-        p = ngx_sprintf(p, "pic_engine_load{engine=\"%*s\"} %ui\n",
-                        e->name_len, e->name, e->load);
-        p = ngx_sprintf(p, "pic_engine_requests_total{engine=\"%*s\"} %uA\n",
-                        e->name_len, e->name, e->requests);
-        p = ngx_sprintf(p, "pic_engine_failures_total{engine=\"%*s\"} %uA\n",
-                        e->name_len, e->name, e->failures);
-        p = ngx_sprintf(p, "pic_engine_hit_bytes_total{engine=\"%*s\"} "
-                        "%uA\n", e->name_len, e->name, e->hit_bytes);
-        p = ngx_sprintf(p, "pic_engine_exact_requests_total{engine=\"%*s\"} "
-                        "%uA\n", e->name_len, e->name, e->exact_requests);
     }
 
 #undef ngx_http_pic_prom
@@ -692,6 +729,26 @@ ngx_http_pic_status_prometheus(ngx_http_request_t *r,
     b->last = p;
 
     return b;
+}
+
+
+/* the value of family (an index of ngx_http_pic_engine_families) for e */
+
+static ngx_atomic_uint_t
+ngx_http_pic_engine_value(ngx_http_pic_engine_sh_t *e, ngx_uint_t family)
+{
+    switch (family) {
+    case 0: return e->healthy ? 1 : 0;
+    case 1: return e->inflight;
+    case 2: return e->load;
+    case 3: return e->requests;
+    case 4: return e->failures;
+    case 5: return e->hit_bytes;
+    case 6: return e->exact_requests;
+    case 7: return e->exact_bytes;
+    case 8: return e->probes;
+    default: return e->probe_failures;
+    }
 }
 
 

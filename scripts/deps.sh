@@ -36,8 +36,10 @@ fi
 
 # agent frameworks as clients in tests/integration/test_frameworks.py (issue 14):
 # pinned versions that install on Python 3.11 from PyPI
+# prometheus-client: its exposition parser reads both /metrics formats in tests
 PY_REQS=(pytest openai "tokenizers==0.23.3" numpy safetensors
-         "openai-agents==0.24.0" "langchain-openai==1.7.3" "litellm==1.83.0")
+         "openai-agents==0.24.0" "langchain-openai==1.7.3" "litellm==1.83.0"
+         "prometheus-client==0.26.0")
 VENV=.venv
 stamp="$VENV/.deps-$(printf '%s ' "${PY_REQS[@]}" | md5sum | cut -c1-8)"
 if [ ! -f "$stamp" ]; then

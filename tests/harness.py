@@ -388,6 +388,18 @@ def held_set(value, n):
             if int(c, 16) >> b & 1 and 4 * k + b < n}
 
 
+def prometheus_families(text):
+    """{name: family} of a Prometheus text exposition, read by prometheus_client's
+    parser; every metric one group of one known type (the format's rules)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    fams = list(text_string_to_metric_families(text))
+    names = [f.name for f in fams]
+    assert len(names) == len(set(names)), \
+        "a metric split into groups: %r" % sorted(n for n in names if names.count(n) > 1)
+    assert not [f.name for f in fams if f.type == "unknown"], "metrics without a TYPE"
+    return {f.name: f for f in fams}
+
+
 class FakeBackend:
     """An OpenAI-shaped HTTP peer in a thread, for what a real engine cannot
     show: the exact bytes the gateway sent (mode "capture"), an answer that

@@ -368,6 +368,31 @@ def test_probe_thresholds_keep_a_flapping_engine_in_and_a_returning_one_out(proc
     assert all(p >= 2 for h, _, p in seen if h), seen
 
 
+def test_prometheus_groups_each_engine_metric_once(procs):
+    """The gateway's per-engine metrics: one family each (HELP, TYPE, a line per
+    engine), as Prometheus' text format requires, with the counts of /status."""
+    fa = procs._add(harness.FakeBackend("capture", name="fa"))
+    fb = procs._add(harness.FakeBackend("capture", name="fb"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fa.port}", f"127.0.0.1:{fb.port}"],
+                              http="pic_health_check interval=100ms timeout=1s;"))
+    harness.wait_for(lambda: all(e["probes"] for e in status(ngx)["engines"]), timeout=5,
+                     what="both probed")
+    assert post(ngx, {"model": "m", "prompt": prompt(doc(7, 300), "q")})[0] == 200
+    harness.wait_for(lambda: sum(e["requests"] for e in status(ngx)["engines"]) == 1,
+                     timeout=5, what="the request counted")
+    text = harness.http("GET", ngx.url + "/pic/status?format=prometheus")[2].decode()
+    fams = harness.prometheus_families(text)
+    names = {f"127.0.0.1:{fa.port}", f"127.0.0.1:{fb.port}"}
+    for fam in ("pic_engine_healthy", "pic_engine_inflight", "pic_engine_requests",
+                "pic_engine_failures", "pic_engine_probes", "pic_engine_probe_failures"):
+        samples = [s for s in fams[fam].samples if not s.name.endswith("_created")]
+        assert {s.labels["engine"] for s in samples} == names and len(samples) == 2, fam
+    assert sum(s.value for s in fams["pic_engine_requests"].samples) == 1
+    assert {s.labels["id"] for s in fams["pic_engine_healthy"].samples} == {"fa", "fb"}
+    assert all(s.value == 1 for s in fams["pic_engine_healthy"].samples)
+    assert fams["pic_requests"].type == "counter"
+
+
 # --- reload, streaming ------------------------------------------------------------
 
 
