@@ -45,13 +45,6 @@ static void ngx_http_pic_index_fresh_locked(ngx_http_pic_shctx_t *sh,
     ngx_http_pic_index_node_t *n);
 
 
-/* upper bounds of the TTFT histogram buckets, ms; the last one is +Inf */
-ngx_msec_t  ngx_http_pic_ttft_bounds[NGX_HTTP_PIC_TTFT_BUCKETS] = {
-    10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
-    NGX_MAX_INT_T_VALUE
-};
-
-
 ngx_int_t
 ngx_http_pic_index_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
@@ -861,18 +854,11 @@ ngx_http_pic_index_history(ngx_http_pic_zone_ctx_t *zc,
 void
 ngx_http_pic_index_ttft(ngx_http_pic_zone_ctx_t *zc, ngx_msec_t ms)
 {
-    ngx_uint_t             i;
     ngx_http_pic_stats_t  *st;
 
     st = &zc->sh->stats;
 
-    for (i = 0; i < NGX_HTTP_PIC_TTFT_BUCKETS - 1; i++) {
-        if (ms <= ngx_http_pic_ttft_bounds[i]) {
-            break;
-        }
-    }
-
-    (void) ngx_atomic_fetch_add(&st->ttft[i], 1);
+    (void) ngx_atomic_fetch_add(&st->ttft[pic_ttft_bucket(ms)], 1);
     (void) ngx_atomic_fetch_add(&st->ttft_count, 1);
     (void) ngx_atomic_fetch_add(&st->ttft_sum_ms, ms);
 }

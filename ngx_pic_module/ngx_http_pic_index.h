@@ -21,7 +21,6 @@
 #include "ngx_http_pic_module.h"
 
 
-#define NGX_HTTP_PIC_TTFT_BUCKETS     12
 #define NGX_HTTP_PIC_HISTORY          64       /* recent requests kept */
 
 /* an engine's cache mode, from its /status "cache": {"mode"} */
@@ -147,7 +146,7 @@ typedef struct {
     ngx_atomic_t                 redis_events; /* pic:events applied */
     ngx_msec_t                   redis_ok_at;  /* ngx_current_msec */
 
-    ngx_atomic_t                 ttft[NGX_HTTP_PIC_TTFT_BUCKETS];
+    ngx_atomic_t                 ttft[PIC_TTFT_BUCKETS];
     ngx_atomic_t                 ttft_count;
     ngx_atomic_t                 ttft_sum_ms;
 
@@ -219,7 +218,6 @@ struct ngx_http_pic_zone_ctx_s {
 };
 
 
-extern ngx_msec_t  ngx_http_pic_ttft_bounds[NGX_HTTP_PIC_TTFT_BUCKETS];
 
 
 /* Shm zone init: new zone, or the old one kept on reload; registers the

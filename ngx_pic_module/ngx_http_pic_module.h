@@ -22,6 +22,7 @@
 #include "pic_marker.h"
 #include "pic_segment.h"
 #include "pic_template.h"
+#include "pic_time.h"
 
 
 #define NGX_HTTP_PIC_VERSION          "0.2.0"

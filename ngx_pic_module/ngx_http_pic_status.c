@@ -305,7 +305,7 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
     st = &s->st;
 
     size = 4352 + s->zone.len * 6 + s->redis.len * 6
-           + NGX_HTTP_PIC_TTFT_BUCKETS * 2 * NGX_ATOMIC_T_LEN
+           + PIC_TTFT_BUCKETS * 2 * NGX_ATOMIC_T_LEN
            + s->nengines * (776 + 6 * NGX_SOCKADDR_STRLEN
                             + 6 * NGX_HTTP_PIC_ENGINE_ID_LEN
                             + 19 * NGX_ATOMIC_T_LEN)
@@ -375,18 +375,18 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
 
     p = ngx_cpymem(p, "\"ttft_ms\":{\"bounds\":[", 21);
 
-    for (i = 0; i < NGX_HTTP_PIC_TTFT_BUCKETS; i++) {
-        if (i == NGX_HTTP_PIC_TTFT_BUCKETS - 1) {
+    for (i = 0; i < PIC_TTFT_BUCKETS; i++) {
+        if (i == PIC_TTFT_BUCKETS - 1) {
             p = ngx_cpymem(p, "null", 4);
 
         } else {
-            p = ngx_sprintf(p, "%M,", ngx_http_pic_ttft_bounds[i]);
+            p = ngx_sprintf(p, "%uL,", pic_ttft_bounds_ms[i]);
         }
     }
 
     p = ngx_cpymem(p, "],\"counts\":[", 12);
 
-    for (i = 0; i < NGX_HTTP_PIC_TTFT_BUCKETS; i++) {
+    for (i = 0; i < PIC_TTFT_BUCKETS; i++) {
         p = ngx_sprintf(p, i ? ",%uA" : "%uA", st->ttft[i]);
     }
 
@@ -559,7 +559,7 @@ ngx_http_pic_status_prometheus(ngx_http_request_t *r,
     st = &s->st;
 
     size = 8192 + NGX_HTTP_PIC_ENGINE_FAMILIES * 256
-           + NGX_HTTP_PIC_TTFT_BUCKETS * (64 + 2 * NGX_ATOMIC_T_LEN)
+           + PIC_TTFT_BUCKETS * (64 + 2 * NGX_ATOMIC_T_LEN)
            + s->nengines * NGX_HTTP_PIC_ENGINE_FAMILIES
                          * (96 + 2 * NGX_SOCKADDR_STRLEN
                                 + 2 * NGX_HTTP_PIC_ENGINE_ID_LEN
@@ -674,16 +674,16 @@ ngx_http_pic_status_prometheus(ngx_http_request_t *r,
 
     cum = 0;
 
-    for (i = 0; i < NGX_HTTP_PIC_TTFT_BUCKETS; i++) {
+    for (i = 0; i < PIC_TTFT_BUCKETS; i++) {
         cum += st->ttft[i];
 
-        if (i == NGX_HTTP_PIC_TTFT_BUCKETS - 1) {
+        if (i == PIC_TTFT_BUCKETS - 1) {
             p = ngx_sprintf(p, "pic_ttft_milliseconds_bucket{le=\"+Inf\"} "
                             "%uA\n", cum);
 
         } else {
-            p = ngx_sprintf(p, "pic_ttft_milliseconds_bucket{le=\"%M\"} "
-                            "%uA\n", ngx_http_pic_ttft_bounds[i], cum);
+            p = ngx_sprintf(p, "pic_ttft_milliseconds_bucket{le=\"%uL\"} "
+                            "%uA\n", pic_ttft_bounds_ms[i], cum);
         }
     }
 

@@ -703,8 +703,11 @@ pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
     pic_server *srv = c->srv;
 
     if (u->started && c->job->t_first_ns > 0) {
-        srv->hs.ttft_sum_s += (double) (c->job->t_first_ns - c->job->t_submit_ns) * 1e-9;
+        int64_t ttft_ns = c->job->t_first_ns - c->job->t_submit_ns;
+
+        srv->hs.ttft_sum_s += (double) ttft_ns * 1e-9;
         srv->hs.ttft_n++;
+        srv->hs.ttft_hist[pic_ttft_bucket((uint64_t) (ttft_ns + 999999) / 1000000)]++;
     }
     srv->hs.latency_sum_s += (double) (pic_now_ns() - c->t0_ns) * 1e-9;
     srv->hs.latency_n++;

@@ -507,6 +507,32 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
     pic_reply_json(req, 200, doc);
 }
 
+/* The TTFT histogram of /metrics (the gateway's buckets: pic_ttft_bucket). */
+static void
+pic_metrics_ttft(struct evbuffer *b, const pic_http_stats *hs)
+{
+    uint64_t cum = 0;
+    int      i;
+
+    evbuffer_add_printf(b, "# HELP pic_engine_ttft_milliseconds Submission to first "
+                        "token of answered requests.\n"
+                        "# TYPE pic_engine_ttft_milliseconds histogram\n");
+    for (i = 0; i < PIC_TTFT_BUCKETS; i++) {
+        cum += hs->ttft_hist[i];
+        if (i < PIC_TTFT_BUCKETS - 1) {
+            evbuffer_add_printf(b, "pic_engine_ttft_milliseconds_bucket{le=\"%llu\"} %llu\n",
+                                (unsigned long long) pic_ttft_bounds_ms[i],
+                                (unsigned long long) cum);
+        } else {
+            evbuffer_add_printf(b, "pic_engine_ttft_milliseconds_bucket{le=\"+Inf\"} %llu\n",
+                                (unsigned long long) cum);
+        }
+    }
+    evbuffer_add_printf(b, "pic_engine_ttft_milliseconds_sum %.3f\n"
+                        "pic_engine_ttft_milliseconds_count %llu\n",
+                        hs->ttft_sum_s * 1e3, (unsigned long long) hs->ttft_n);
+}
+
 static void
 pic_endpoint_metrics(pic_server *srv, struct evhttp_request *req)
 {
@@ -559,6 +585,15 @@ pic_endpoint_metrics(pic_server *srv, struct evhttp_request *req)
         PIC_METRIC("pic_engine_cached_tokens_total", "counter",
                    "Prompt tokens served from a cache.", "%llu",
                    (unsigned long long) st.cached_tokens);
+        evbuffer_add_printf(b, "# HELP pic_engine_plan_tokens_total Prompt tokens of "
+                            "plan jobs (prompts assembled from segments) by source.\n"
+                            "# TYPE pic_engine_plan_tokens_total counter\n"
+                            "pic_engine_plan_tokens_total{source=\"exact\"} %llu\n"
+                            "pic_engine_plan_tokens_total{source=\"pic\"} %llu\n"
+                            "pic_engine_plan_tokens_total{source=\"recomputed\"} %llu\n",
+                            (unsigned long long) st.exact_tokens,
+                            (unsigned long long) st.pic_tokens,
+                            (unsigned long long) st.recomputed_tokens);
         PIC_METRIC("pic_engine_cancelled_total", "counter", "Jobs cancelled.", "%llu",
                    (unsigned long long) st.cancelled);
         PIC_METRIC("pic_engine_expired_total", "counter", "Jobs past their deadline.",
@@ -577,6 +612,7 @@ pic_endpoint_metrics(pic_server *srv, struct evhttp_request *req)
     PIC_METRIC("pic_engine_peer_failures_total", "counter",
                "Pulls and remote prefills that failed (computed here instead).", "%llu",
                (unsigned long long) srv->hs.peer_failures);
+    pic_metrics_ttft(b, &srv->hs);
     if (srv->pool) {
         pic_pool_stats ps;
 

@@ -24,6 +24,7 @@
 #include "pic_marker.h"
 #include "pic_plan.h"
 #include "pic_template.h"
+#include "pic_time.h"
 #include "reasoning.h"
 #include "registry.h"
 #include "scheduler.h"
@@ -56,6 +57,7 @@ typedef struct {
     uint64_t auth_failures;     /* peer requests, plans or frames without a valid credential */
     double   ttft_sum_s;        /* submit → first token, over answered requests */
     uint64_t ttft_n;
+    uint64_t ttft_hist[PIC_TTFT_BUCKETS];   /* ... by pic_ttft_bucket */
     double   latency_sum_s;     /* submit → done */
     uint64_t latency_n;
 } pic_http_stats;

@@ -78,6 +78,41 @@ def test_chat_non_stream_shape_and_usage(procs):
     assert r.usage.prompt_tokens_details.cached_tokens == 0
 
 
+def test_metrics_agree_with_the_answers_usage(procs):
+    """/metrics, read by prometheus_client's parser: token counters equal the sums
+    of the answers' usage, the TTFT histogram counts each answer once."""
+    eng = engine(procs)
+    c = client(eng)
+    usage = []
+    for q in ("Hi there", "Hi there", "Something else entirely"):
+        usage.append(c.chat.completions.create(
+            model="tiny-qwen35", messages=[{"role": "user", "content": q}],
+            max_tokens=4, temperature=0).usage)
+    fams = harness.prometheus_families(
+        harness.http("GET", eng.url + "/metrics")[2].decode())
+
+    def value(name, **labels):
+        v, = [s.value for s in fams[name].samples
+              if s.name == name + "_total" and all(s.labels.get(k) == x
+                                                   for k, x in labels.items())]
+        return v
+
+    prompt = sum(u.prompt_tokens for u in usage)
+    assert value("pic_engine_prompt_tokens") == prompt
+    assert value("pic_engine_generated_tokens") == sum(u.completion_tokens for u in usage)
+    cached = sum(u.prompt_tokens_details.cached_tokens for u in usage)
+    assert cached > 0 and value("pic_engine_cached_tokens") == cached
+    by_source = {k: value("pic_engine_plan_tokens", source=k)
+                 for k in ("exact", "pic", "recomputed")}
+    assert sum(by_source.values()) == prompt and by_source["exact"] == cached, by_source
+    ttft = {s.labels["le"]: s.value for s in fams["pic_engine_ttft_milliseconds"].samples
+            if s.name.endswith("_bucket")}
+    counts = list(ttft.values())
+    assert counts == sorted(counts) and ttft["+Inf"] == 3
+    assert [s.value for s in fams["pic_engine_ttft_milliseconds"].samples
+            if s.name.endswith("_count")] == [3]
+
+
 @pytest.mark.parametrize("model", [TINY, TINY_NEXT])
 def test_completion_greedy_equals_generate(procs, model):
     eng = engine(procs, model=model)
