@@ -586,8 +586,9 @@ ngx_http_pic_engine_account(ngx_http_request_t *r, ngx_http_pic_zone_ctx_t *zc,
  * One outcome for an engine: of a request (probe 0) or of a health probe
  * (probe 1).  Failed requests take it out at `fails` in a row, failed
  * probes at `probe_fails` in a row (then the outage is probe-confirmed:
- * probe_down); it comes back at `probe_passes` probes in a row, or at one
- * request that succeeds when no probe confirmed the outage.
+ * probe_down); it comes back at `probe_passes` good probes in a row since
+ * it went out, or at one request that succeeds when no probe confirmed the
+ * outage.
  */
 
 static void
@@ -658,6 +659,7 @@ ngx_http_pic_engine_mark(ngx_http_pic_zone_ctx_t *zc,
 
         if (e->healthy && e->fails >= pmcf->max_fails) {
             e->healthy = 0;
+            e->probe_passes = 0;        /* good probes count from here */
             down = 1;
         }
     }

@@ -368,6 +368,34 @@ def test_probe_thresholds_keep_a_flapping_engine_in_and_a_returning_one_out(proc
     assert all(p >= 2 for h, _, p in seen if h), seen
 
 
+@pytest.mark.allow_log(r"upstream timed out|unhealthy")
+def test_probe_passes_count_from_the_outage(procs):
+    """An engine a failed request took out while its probes kept passing comes
+    back after probe_passes good probes counted from the outage, not at once."""
+    fa = procs._add(harness.FakeBackend("hang", name="fa"))
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fa.port}"],
+                              http="pic_health_check interval=150ms timeout=1s probe_passes=2;",
+                              loc="proxy_read_timeout 300ms;"))
+
+    def snap():
+        e, = status(ngx)["engines"]
+        return e
+
+    harness.wait_for(lambda: snap()["probe_passes"] >= 3, timeout=5, what="three good probes")
+    assert post(ngx, {"model": "m", "prompt": "hello"})[0] == 504
+    fa.mode = "capture"
+    seen = []
+
+    def back():
+        e = snap()
+        seen.append((e["healthy"], e["probe_passes"]))
+        return e["healthy"]
+
+    harness.wait_for(back, timeout=5, what="fa back")
+    assert not seen[0][0], "the failed request took it out: %r" % seen
+    assert all(p < 2 for h, p in seen if not h) and (False, 1) in seen, seen
+
+
 def test_prometheus_groups_each_engine_metric_once(procs):
     """The gateway's per-engine metrics: one family each (HELP, TYPE, a line per
     engine), as Prometheus' text format requires, with the counts of /status."""
