@@ -920,10 +920,20 @@ ngx_http_pic_health_check(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_pic_main_conf_t  *pmcf = conf;
 
     time_t       t;
+    size_t       len;
     ngx_int_t    n;
     ngx_str_t   *value, s;
     ngx_msec_t   ms;
-    ngx_uint_t   i;
+    ngx_uint_t   i, c;
+
+    struct {
+        char        *key;
+        ngx_uint_t  *to;
+    } counts[] = {
+        { "fails=", &pmcf->max_fails },
+        { "probe_fails=", &pmcf->probe_fails },
+        { "probe_passes=", &pmcf->probe_passes }
+    };
 
     if (pmcf->probe_interval != NGX_CONF_UNSET_MSEC) {
         return "is duplicate";
@@ -974,33 +984,25 @@ ngx_http_pic_health_check(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "fails=", 6) == 0) {
-            n = ngx_atoi(value[i].data + 6, value[i].len - 6);
-            if (n == NGX_ERROR || n == 0) {
-                goto invalid;
-            }
+        /* the counts: fails=N, probe_fails=N, probe_passes=N (N >= 1) */
 
-            pmcf->max_fails = n;
-            continue;
+        for (c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+            len = ngx_strlen(counts[c].key);
+
+            if (value[i].len > len
+                && ngx_strncmp(value[i].data, counts[c].key, len) == 0)
+            {
+                break;
+            }
         }
 
-        if (ngx_strncmp(value[i].data, "probe_fails=", 12) == 0) {
-            n = ngx_atoi(value[i].data + 12, value[i].len - 12);
+        if (c < sizeof(counts) / sizeof(counts[0])) {
+            n = ngx_atoi(value[i].data + len, value[i].len - len);
             if (n == NGX_ERROR || n == 0) {
                 goto invalid;
             }
 
-            pmcf->probe_fails = n;
-            continue;
-        }
-
-        if (ngx_strncmp(value[i].data, "probe_passes=", 13) == 0) {
-            n = ngx_atoi(value[i].data + 13, value[i].len - 13);
-            if (n == NGX_ERROR || n == 0) {
-                goto invalid;
-            }
-
-            pmcf->probe_passes = n;
+            *counts[c].to = n;
             continue;
         }
 

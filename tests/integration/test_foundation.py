@@ -3,6 +3,8 @@ location; the engine starts and answers /healthz; the harness catches log errors
 import json
 import subprocess
 
+import pytest
+
 import harness
 
 
@@ -79,6 +81,23 @@ http { pic_zone pic 1k; server { listen 127.0.0.1:1; } }
     rc, out = harness.nginx_test_config(conf, logdir)
     assert rc != 0
     assert "is too small" in out
+
+
+@pytest.mark.parametrize("params, ok", [
+    ("fails=2 probe_fails=3 probe_passes=2", True),
+    ("probe_fails=0", False), ("probe_passes=x", False), ("fails=", False),
+    ("probe_fails", False), ("probe_passes=2 bogus=1", False)])
+def test_nginx_t_health_check_counts(logdir, params, ok):
+    conf = f"""
+load_module @MODULE_SO@;
+error_log stderr;
+events {{}}
+http {{ pic_zone pic 1m; pic_health_check {params}; server {{ listen 127.0.0.1:1; }} }}
+"""
+    rc, out = harness.nginx_test_config(conf, logdir)
+    assert (rc == 0) == ok, out
+    if not ok:
+        assert "invalid parameter" in out
 
 
 def test_engine_healthz_status_metrics(procs):
