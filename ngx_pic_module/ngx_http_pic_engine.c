@@ -596,12 +596,13 @@ ngx_http_pic_engine_mark(ngx_http_pic_zone_ctx_t *zc,
     ngx_http_pic_main_conf_t *pmcf, ngx_uint_t slot, ngx_uint_t ok,
     ngx_uint_t probe, const char *why, ngx_log_t *log)
 {
-    ngx_uint_t                 up, down, forget;
+    ngx_uint_t                 up, down, forget, warned;
     ngx_http_pic_engine_sh_t  *e;
 
     up = 0;
     down = 0;
     forget = 0;
+    warned = 0;
 
     ngx_shmtx_lock(&zc->shpool->mutex);
 
@@ -651,6 +652,9 @@ ngx_http_pic_engine_mark(ngx_http_pic_zone_ctx_t *zc,
                 e->healthy = 0;
                 down = 1;
             }
+
+        } else if (e->healthy) {
+            warned = e->probe_fails;    /* still in rotation */
         }
 
     } else {
@@ -671,11 +675,10 @@ ngx_http_pic_engine_mark(ngx_http_pic_zone_ctx_t *zc,
                       "pic: engine %*s is unhealthy (%s), out of rotation",
                       e->name_len, e->name, why);
 
-    } else if (probe && !ok && e->healthy) {
+    } else if (warned) {
         ngx_log_error(NGX_LOG_INFO, log, 0,
                       "pic: engine %*s probe failed (%s), %ui of %ui",
-                      e->name_len, e->name, why, e->probe_fails,
-                      pmcf->probe_fails);
+                      e->name_len, e->name, why, warned, pmcf->probe_fails);
     }
 
     if (forget) {

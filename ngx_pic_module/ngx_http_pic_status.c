@@ -59,8 +59,6 @@ static ngx_buf_t *ngx_http_pic_status_prometheus(ngx_http_request_t *r,
 static ngx_buf_t *ngx_http_pic_status_html(ngx_http_request_t *r);
 static u_char *ngx_http_pic_status_history(u_char *p,
     ngx_http_pic_status_snapshot_t *s);
-static ngx_atomic_uint_t ngx_http_pic_engine_value(
-    ngx_http_pic_engine_sh_t *e, ngx_uint_t family);
 
 
 /* by NGX_HTTP_PIC_SEAM_* */
@@ -69,33 +67,43 @@ static char  *ngx_http_pic_seam_sources[] = {
 };
 
 
-/* the gateway's per-engine Prometheus families; values by
- * ngx_http_pic_engine_value, in this order */
+/*
+ * The gateway's per-engine Prometheus families: the value of each is the
+ * word at offset in the engine's shm slot (healthy is 0 or 1; the counters
+ * are ngx_atomic_t, the others ngx_uint_t: the same width).
+ */
 typedef struct {
     char                        *name;
     char                        *type;
     char                        *help;
+    size_t                       offset;
 } ngx_http_pic_prom_family_t;
 
+#define ngx_http_pic_engine_field(f)  offsetof(ngx_http_pic_engine_sh_t, f)
+
 static ngx_http_pic_prom_family_t  ngx_http_pic_engine_families[] = {
-    { "pic_engine_healthy", "gauge", "Engine in rotation (1) or out (0)." },
+    { "pic_engine_healthy", "gauge", "Engine in rotation (1) or out (0).",
+      ngx_http_pic_engine_field(healthy) },
     { "pic_engine_inflight", "gauge", "Requests routed to the engine, not "
-      "finished." },
+      "finished.", ngx_http_pic_engine_field(inflight) },
     { "pic_engine_load", "gauge", "Load the engine reported to the last "
-      "probe." },
+      "probe.", ngx_http_pic_engine_field(load) },
     { "pic_engine_requests_total", "counter", "Requests routed to the "
-      "engine." },
+      "engine.", ngx_http_pic_engine_field(requests) },
     { "pic_engine_failures_total", "counter", "Attempts on the engine that "
-      "failed (connect, reset, read timeout)." },
+      "failed (connect, reset, read timeout).",
+      ngx_http_pic_engine_field(failures) },
     { "pic_engine_hit_bytes_total", "counter", "Prompt bytes the engine held "
-      "when it combined." },
+      "when it combined.", ngx_http_pic_engine_field(hit_bytes) },
     { "pic_engine_exact_requests_total", "counter", "Requests combined on an "
-      "exact prefix the engine held." },
+      "exact prefix the engine held.",
+      ngx_http_pic_engine_field(exact_requests) },
     { "pic_engine_exact_bytes_total", "counter", "Bytes of those exact "
-      "prefixes." },
-    { "pic_engine_probes_total", "counter", "Health probes sent." },
+      "prefixes.", ngx_http_pic_engine_field(exact_bytes) },
+    { "pic_engine_probes_total", "counter", "Health probes sent.",
+      ngx_http_pic_engine_field(probes) },
     { "pic_engine_probe_failures_total", "counter", "Health probes that "
-      "failed." }
+      "failed.", ngx_http_pic_engine_field(probe_failures) }
 };
 
 #define NGX_HTTP_PIC_ENGINE_FAMILIES                                         \
@@ -715,7 +723,9 @@ ngx_http_pic_status_prometheus(ngx_http_request_t *r,
                 p = ngx_sprintf(p, ",id=\"%*s\"", e->id_len, e->id);
             }
 
-            p = ngx_sprintf(p, "} %uA\n", ngx_http_pic_engine_value(e, f));
+            p = ngx_sprintf(p, "} %uA\n",
+                            *(ngx_atomic_uint_t *) ((u_char *) e
+                                   + ngx_http_pic_engine_families[f].offset));
         }
     }
 
@@ -729,26 +739,6 @@ ngx_http_pic_status_prometheus(ngx_http_request_t *r,
     b->last = p;
 
     return b;
-}
-
-
-/* the value of family (an index of ngx_http_pic_engine_families) for e */
-
-static ngx_atomic_uint_t
-ngx_http_pic_engine_value(ngx_http_pic_engine_sh_t *e, ngx_uint_t family)
-{
-    switch (family) {
-    case 0: return e->healthy ? 1 : 0;
-    case 1: return e->inflight;
-    case 2: return e->load;
-    case 3: return e->requests;
-    case 4: return e->failures;
-    case 5: return e->hit_bytes;
-    case 6: return e->exact_requests;
-    case 7: return e->exact_bytes;
-    case 8: return e->probes;
-    default: return e->probe_failures;
-    }
 }
 
 
