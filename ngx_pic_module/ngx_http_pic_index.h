@@ -218,8 +218,6 @@ struct ngx_http_pic_zone_ctx_s {
 };
 
 
-
-
 /* Shm zone init: new zone, or the old one kept on reload; registers the
  * engines of every configured pool. */
 ngx_int_t ngx_http_pic_index_init_zone(ngx_shm_zone_t *shm_zone, void *data);

@@ -77,33 +77,34 @@ typedef struct {
     char                        *type;
     char                        *help;
     size_t                       offset;
+    ngx_uint_t                   id;           /* an id label too */
 } ngx_http_pic_prom_family_t;
 
 #define ngx_http_pic_engine_field(f)  offsetof(ngx_http_pic_engine_sh_t, f)
 
 static ngx_http_pic_prom_family_t  ngx_http_pic_engine_families[] = {
     { "pic_engine_healthy", "gauge", "Engine in rotation (1) or out (0).",
-      ngx_http_pic_engine_field(healthy) },
+      ngx_http_pic_engine_field(healthy), 1 },
     { "pic_engine_inflight", "gauge", "Requests routed to the engine, not "
-      "finished.", ngx_http_pic_engine_field(inflight) },
+      "finished.", ngx_http_pic_engine_field(inflight), 0 },
     { "pic_engine_load", "gauge", "Load the engine reported to the last "
-      "probe.", ngx_http_pic_engine_field(load) },
+      "probe.", ngx_http_pic_engine_field(load), 0 },
     { "pic_engine_requests_total", "counter", "Requests routed to the "
-      "engine.", ngx_http_pic_engine_field(requests) },
+      "engine.", ngx_http_pic_engine_field(requests), 0 },
     { "pic_engine_failures_total", "counter", "Attempts on the engine that "
       "failed (connect, reset, read timeout).",
-      ngx_http_pic_engine_field(failures) },
+      ngx_http_pic_engine_field(failures), 0 },
     { "pic_engine_hit_bytes_total", "counter", "Prompt bytes the engine held "
-      "when it combined.", ngx_http_pic_engine_field(hit_bytes) },
+      "when it combined.", ngx_http_pic_engine_field(hit_bytes), 0 },
     { "pic_engine_exact_requests_total", "counter", "Requests combined on an "
       "exact prefix the engine held.",
-      ngx_http_pic_engine_field(exact_requests) },
+      ngx_http_pic_engine_field(exact_requests), 0 },
     { "pic_engine_exact_bytes_total", "counter", "Bytes of those exact "
-      "prefixes.", ngx_http_pic_engine_field(exact_bytes) },
+      "prefixes.", ngx_http_pic_engine_field(exact_bytes), 0 },
     { "pic_engine_probes_total", "counter", "Health probes sent.",
-      ngx_http_pic_engine_field(probes) },
+      ngx_http_pic_engine_field(probes), 0 },
     { "pic_engine_probe_failures_total", "counter", "Health probes that "
-      "failed.", ngx_http_pic_engine_field(probe_failures) }
+      "failed.", ngx_http_pic_engine_field(probe_failures), 0 }
 };
 
 #define NGX_HTTP_PIC_ENGINE_FAMILIES                                         \
@@ -719,7 +720,7 @@ ngx_http_pic_status_prometheus(ngx_http_request_t *r,
                             ngx_http_pic_engine_families[f].name,
                             e->name_len, e->name);
 
-            if (f == 0) {
+            if (ngx_http_pic_engine_families[f].id) {
                 p = ngx_sprintf(p, ",id=\"%*s\"", e->id_len, e->id);
             }
 
