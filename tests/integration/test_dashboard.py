@@ -154,6 +154,25 @@ def test_dashboard_shows_the_json_numbers(procs, logdir):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20000
 
 
+@pytest.mark.allow_log(r"pic: ")
+def test_dashboard_shows_a_failing_probe_streak(procs, logdir):
+    """An engine whose probes fail under probe_fails stays in rotation; the
+    dashboard says so with the streak."""
+    need_chromium(logdir)
+    fake = procs._add(harness.FakeBackend("capture"))
+    fake.status_code = 503
+    ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"],
+                              http="pic_health_check interval=100ms probe_fails=1000;"))
+    harness.wait_for(lambda: json.loads(harness.http("GET", ngx.url + "/pic/status")[2])
+                     ["engines"][0]["probe_fails"] >= 2, timeout=5, what="two failed probes")
+    r = chromium(ngx.url + "/pic/status?format=html", logdir, "--dump-dom")
+    assert r.returncode == 0 and console_lines(r.stderr) == [], r.stderr[-2000:]
+    p = Ids()
+    p.feed(r.stdout)
+    assert re.fullmatch(r"healthy, \d+ failed probes", p.rows[0][2]), p.rows
+    assert 'class="bad">healthy, ' in r.stdout
+
+
 def test_browser_accept_header_gets_the_dashboard(procs):
     ngx = procs.nginx(gw_conf(["127.0.0.1:9"]))
     code, hdrs, body = harness.http("GET", ngx.url + "/pic/status",
