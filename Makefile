@@ -64,8 +64,10 @@ NGX_SRC     := /usr/share/nginx/src
 NGX_BUILD   := $(BUILD)/nginx
 MODULE_SO   := $(NGX_BUILD)/objs/ngx_http_pic_module.so
 ifeq ($(ASAN),1)
+# -z nodelete: the module stays mapped after nginx's exit-time dlclose, so
+# LeakSanitizer's report at exit can name its frames
 NGX_EXTRA   := --with-cc-opt="$(SANFLAGS) -DNGX_DEBUG_PALLOC=1" \
-               --with-ld-opt="$(SANFLAGS)"
+               --with-ld-opt="$(SANFLAGS) -Wl,-z,nodelete"
 NGX_TARGETS := build modules
 NGX_COPY_SRC = scripts/nginx-full-src.sh $(NGX_BUILD)
 else

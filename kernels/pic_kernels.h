@@ -302,6 +302,11 @@ uint16_t pic_f32_to_half(float f);
  * the CPU has.  The binary itself only assumes the build baseline. */
 const char *pic_kernels_simd(void);
 
+/* Every SIMD path this CPU can run, best first, into names(cap); returns
+ * how many there are (may exceed cap).  The test suite runs its numerical
+ * suites once per path. */
+size_t pic_kernels_simd_paths(const char **names, size_t cap);
+
 /* Force a SIMD path by name; -1 when unknown or not supported here. */
 int pic_kernels_set_simd(const char *name);
 

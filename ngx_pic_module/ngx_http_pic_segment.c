@@ -64,19 +64,69 @@ ngx_http_pic_segment_alloc(ngx_http_request_t *r, pic_key_ctx **kcp,
 
 
 /* gear tables of the derived CDC sizes, by log2 of the average; made on
- * first use by the worker's event loop, kept for its life */
+ * first use by the worker's event loop in its cycle's pool, so they go with
+ * the cycle (worker exit, or a reload without a master process), and the
+ * table forgets them then */
 static pic_cdc  *ngx_http_pic_auto_cdc[32];
+
+
+static void
+ngx_http_pic_auto_cdc_forget(void *data)
+{
+    ngx_memzero(ngx_http_pic_auto_cdc, sizeof(ngx_http_pic_auto_cdc));
+}
+
+
+static pic_cdc *
+ngx_http_pic_auto_cdc_get(ngx_uint_t bits)
+{
+    size_t               avg;
+    pic_cdc             *cdc;
+    pic_error            err;
+    pic_cdc_params       params;
+    ngx_pool_cleanup_t  *cln;
+
+    if (ngx_http_pic_auto_cdc[bits]) {
+        return ngx_http_pic_auto_cdc[bits];
+    }
+
+    avg = (size_t) 1 << bits;
+
+    cdc = ngx_palloc(ngx_cycle->pool, sizeof(pic_cdc));
+    if (cdc == NULL) {
+        return NULL;
+    }
+
+    pic_cdc_params_default(&params);
+    params.min_size = avg / 2;
+    params.avg_size = avg;
+    params.max_size = avg * 4;
+
+    if (pic_cdc_init(cdc, &params, &err) != 0) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "pic: cdc %uz: %s", avg, err.message);
+        return NULL;
+    }
+
+    cln = ngx_pool_cleanup_add(ngx_cycle->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    cln->handler = ngx_http_pic_auto_cdc_forget;
+    ngx_http_pic_auto_cdc[bits] = cdc;
+
+    return cdc;
+}
 
 
 void
 ngx_http_pic_segment_sizes(ngx_http_pic_ctx_t *ctx,
     ngx_http_pic_loc_conf_t *plcf, ngx_uint_t break_even)
 {
-    size_t           lstar, avg;
-    pic_cdc         *cdc;
-    pic_error        err;
-    ngx_uint_t       bits;
-    pic_cdc_params   params;
+    size_t       lstar, avg;
+    pic_cdc     *cdc;
+    ngx_uint_t   bits;
 
     ctx->cdc = plcf->cdc;
     ctx->cdc_min = plcf->cdc_min;
@@ -101,27 +151,9 @@ ngx_http_pic_segment_sizes(ngx_http_pic_ctx_t *ctx,
         avg *= 2;
     }
 
-    cdc = ngx_http_pic_auto_cdc[bits];
-
+    cdc = ngx_http_pic_auto_cdc_get(bits);
     if (cdc == NULL) {
-        cdc = ngx_alloc(sizeof(pic_cdc), ngx_cycle->log);
-        if (cdc == NULL) {
-            return;
-        }
-
-        pic_cdc_params_default(&params);
-        params.min_size = avg / 2;
-        params.avg_size = avg;
-        params.max_size = avg * 4;
-
-        if (pic_cdc_init(cdc, &params, &err) != 0) {
-            ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
-                          "pic: cdc %uz: %s", avg, err.message);
-            ngx_free(cdc);
-            return;
-        }
-
-        ngx_http_pic_auto_cdc[bits] = cdc;
+        return;
     }
 
     ctx->cdc = cdc;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every suite against the binaries in $BUILD and prints one closing line
-#   N passed, M failed, K skipped
+# Runs every suite against the binaries in $BUILD, then the numerical suites
+# again on every other SIMD path the CPU can run, and prints one closing line
+#   N passed, M failed, K skipped (CPU: ...; SIMD paths: ...)
 # Exits non-zero on any failure.  Called by `make test` / `make test-asan`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -61,10 +62,13 @@ for t in "$BUILD"/fuzz/fuzz_*; do
 done
 
 # --- integration tests (pytest: real nginx, pic-engine, redis-server) ---
-echo "== integration tests (pytest)"
-.venv/bin/python -m pytest tests/integration -q -p no:cacheprovider \
-  --junitxml="$LOG/pytest.xml" ${PYTEST_ARGS:-} 2>&1 | tee "$LOG/pytest.log" | tail -40
-read -r p f s < <(.venv/bin/python - "$LOG/pytest.xml" <<'PY'
+run_pytest() {  # tag ("" for the whole suite), environment ("" or VAR=value ...), pytest args...
+  local tag=$1 envs=$2; shift 2
+  local out="$LOG/pytest$tag"
+  env $envs .venv/bin/python -m pytest -q -p no:cacheprovider --junitxml="$out.xml" "$@" \
+    > "$out.log" 2>&1
+  local p f s
+  read -r p f s < <(.venv/bin/python - "$out.xml" <<'PY'
 import sys, xml.etree.ElementTree as ET
 try:
     root = ET.parse(sys.argv[1]).getroot()
@@ -77,11 +81,55 @@ k = sum(int(s.get("skipped", 0)) for s in suites)
 print(t - f - k, f, k)
 PY
 )
-passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
-[ "$f" -gt 0 ] && failures+=("pytest")
+  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+  if [ -z "$tag" ]; then
+    tail -40 "$out.log"
+  else
+    printf '%-28s %3d passed %3d failed %3d skipped\n' "pytest$tag" "$p" "$f" "$s"
+    [ "$f" -gt 0 ] && grep -E '^(FAILED|ERROR)' "$out.log" | head -20
+  fi
+  [ "$f" -gt 0 ] && failures+=("pytest$tag")
+  return 0
+}
+
+echo "== integration tests (pytest)"
+run_pytest "" "" tests/integration ${PYTEST_ARGS:-}
+
+# --- the numerical suites on every other SIMD path this CPU can run ---
+# The suites above ran on the path the engine picks here; a CI machine may
+# pick another (AVX2 without AVX-512) and round differently, so the suites
+# whose assertions are about rounding run once per path.  Each path runs
+# with the BLAS kernels and GEMV order a CPU whose best path it is would
+# get: avx2 as an AVX2-only AMD EPYC (OpenBLAS's Zen core = its Haswell
+# kernels; one-tile GEMV), the others with this CPU's BLAS.
+NUM_UNITS="test_kernels test_wmat test_forward test_forward_batch test_assemble test_entry test_exact_first"
+NUM_PY="tests/integration/test_oracle.py tests/integration/test_weights.py
+        tests/integration/test_device.py tests/integration/test_pic.py"
+path_env() {  # path -> the environment that runs it
+  case $1 in
+    avx2) echo "PIC_SIMD=avx2 OPENBLAS_CORETYPE=Haswell PIC_GEMV_TILE=1";;
+    *)    echo "PIC_SIMD=$1";;
+  esac
+}
+all_paths=$("$BUILD/pic-engine" sysinfo --simd-paths 2>/dev/null || echo scalar)
+default_path=${PIC_SIMD:-${all_paths%% *}}
+ran_paths="$default_path"
+if [ "${PIC_ONE_PATH:-0}" != 1 ]; then
+  for path in $all_paths; do
+    [ "$path" = "$default_path" ] && continue
+    echo "== numerical suites on SIMD path $path ($(path_env "$path"))"
+    for t in $NUM_UNITS; do
+      [ -x "$BUILD/tests/$t" ] || continue
+      run_tap "$t[$path]" env $(path_env "$path") "$BUILD/tests/$t"
+    done
+    run_pytest "[$path]" "$(path_env "$path")" $NUM_PY
+    ran_paths="$ran_paths $path"
+  done
+fi
+cpu=$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | sed 's/^[^:]*: *//')
 
 echo
 echo "logs: $LOG"
 [ ${#failures[@]} -gt 0 ] && echo "failing suites: ${failures[*]}"
-echo "$passed passed, $failed failed, $skipped skipped"
+echo "$passed passed, $failed failed, $skipped skipped (CPU: ${cpu:-unknown}; SIMD paths: $ran_paths)"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

@@ -2,6 +2,9 @@
  * cmd_sysinfo.c — `pic-engine sysinfo`: the machine's rooflines measured with
  * the same BLAS and threads the engine uses (benchmarks print them beside
  * their own figures): sgemm GFLOP/s and memcpy GB/s, as one JSON object.
+ * `--simd-paths` prints, measuring nothing, the SIMD paths this CPU can run,
+ * best (the default) first, on one line (scripts/test.sh runs the numerical
+ * suites once per path).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,10 +78,19 @@ pic_cmd_sysinfo(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             quick = 1;
+        } else if (!strcmp(argv[i], "--simd-paths")) {
+            const char *names[16];
+            size_t      n = pic_kernels_simd_paths(names, 16);
+
+            for (size_t j = 0; j < n && j < 16; j++) {
+                printf("%s%s", j ? " " : "", names[j]);
+            }
+            printf("\n");
+            return 0;
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             threads = atoi(argv[++i]);
         } else {
-            fprintf(stderr, "usage: pic-engine sysinfo [--quick] [--threads N]\n");
+            fprintf(stderr, "usage: pic-engine sysinfo [--quick] [--threads N] | --simd-paths\n");
             return 2;
         }
     }

@@ -881,6 +881,9 @@ pic_oai_binary(pic_oai_ctx *c, const pic_job_update *u)
 
     if (c->gone) {
         if (u->done) {
+            fprintf(stderr, "pic-engine[%s]: peer prefill %s: the combine node went away "
+                    "after %zu bytes of records, %.1f ms\n", srv->opts->id, c->id,
+                    c->binary_sent, (double) (pic_now_ns() - c->t0_ns) * 1e-6);
             pic_oai_drop_http(c);
         }
         return;
@@ -900,6 +903,7 @@ pic_oai_binary(pic_oai_ctx *c, const pic_job_update *u)
             } else {
                 evbuffer_add(b, u->text, u->len);
             }
+            c->binary_sent += evbuffer_get_length(b);
             evhttp_send_reply_chunk(c->req, b);
             evbuffer_free(b);
         }
@@ -907,6 +911,11 @@ pic_oai_binary(pic_oai_ctx *c, const pic_job_update *u)
     if (!u->done) {
         return;
     }
+    pic_peer_log(srv, c->req, "answered %s, %zu bytes of records in %.1f ms",
+                 !c->headers_sent && (u->finish == PIC_FINISH_ERROR
+                                      || u->finish == PIC_FINISH_CANCELLED)
+                 ? "an error" : "200",
+                 c->binary_sent, (double) (pic_now_ns() - c->t0_ns) * 1e-6);
     pic_oai_release_conn(c);
     if (c->headers_sent) {
         evhttp_send_reply_end(c->req);      /* missing records mean failed segments */

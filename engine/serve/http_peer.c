@@ -29,6 +29,7 @@
  * stay in the worker's pool and are registered in Redis: the worker now
  * holds them.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,29 @@ typedef struct pic_fetch {
     int               n;
     int               idx[];        /* (n) plan segment of each position */
 } pic_fetch;
+
+/* --- the log of the peer endpoints --- */
+
+void
+pic_peer_log(pic_server *srv, struct evhttp_request *req, const char *fmt, ...)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    char                     *addr = NULL;
+    ev_uint16_t               port = 0;
+    char                      what[256];
+    va_list                   ap;
+
+    if (conn != NULL) {
+        evhttp_connection_get_peer(conn, &addr, &port);
+    }
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "pic-engine[%s]: peer %s:%u %s %.80s: %s\n", srv->opts->id,
+            addr ? addr : "?", (unsigned) port,
+            evhttp_request_get_command(req) == EVHTTP_REQ_POST ? "POST" : "GET",
+            evhttp_request_get_uri(req), what);
+}
 
 /* --- the pool credential (pic_auth.h) --- */
 
@@ -151,7 +175,7 @@ pic_free_ref(const void *data, size_t len, void *extra)
     free((void *) data);
 }
 
-void
+int
 pic_peer_segment(pic_server *srv, struct evhttp_request *req, const char *key)
 {
     struct evkeyvalq q;
@@ -166,7 +190,7 @@ pic_peer_segment(pic_server *srv, struct evhttp_request *req, const char *key)
 
     if (srv->pool == NULL) {
         pic_reply_error(srv, req, 404, NULL, "this engine keeps no entries");
-        return;
+        return 404;
     }
     memset(&q, 0, sizeof(q));
     if (qs == NULL || evhttp_parse_query_str(qs + 1, &q) != 0
@@ -174,20 +198,20 @@ pic_peer_segment(pic_server *srv, struct evhttp_request *req, const char *key)
         || strlen(key) != PIC_KEY_HEX) {
         evhttp_clear_headers(&q);
         pic_reply_error(srv, req, 400, NULL, "want /v1/pic/segments/{32 hex}?bytes=N");
-        return;
+        return 400;
     }
     len = strtoull(bytes, &end, 10);
     fp = evhttp_find_header(&q, "fingerprint");
     if (*end != '\0' || len == 0 || (fp != NULL && strcmp(fp, srv->key_fp) != 0)) {
         evhttp_clear_headers(&q);
         pic_reply_error(srv, req, 404, NULL, "not held (length or key fingerprint differ)");
-        return;
+        return 404;
     }
     evhttp_clear_headers(&q);
     e = pic_pool_get(srv->pool, key, len);
     if (e == NULL) {
         pic_reply_error(srv, req, 404, NULL, "segment not held");
-        return;
+        return 404;
     }
     frame = pic_frame_from_entry(e, key, len, &flen);
     pic_entry_unref(e);
@@ -198,7 +222,7 @@ pic_peer_segment(pic_server *srv, struct evhttp_request *req, const char *key)
             evbuffer_free(b);
         }
         pic_reply_error(srv, req, 500, NULL, "cannot frame the entry");
-        return;
+        return 500;
     }
     evbuffer_add_reference(b, frame, flen, pic_free_ref, NULL);
     if (srv->auth.len > 0) {
@@ -207,7 +231,7 @@ pic_peer_segment(pic_server *srv, struct evhttp_request *req, const char *key)
         if (pic_auth_mac(&srv->auth, "pic-frame-v1", NULL, 0, frame, flen, tag) != 0) {
             evbuffer_free(b);
             pic_reply_error(srv, req, 500, NULL, "cannot sign the frame");
-            return;
+            return 500;
         }
         evbuffer_add(b, tag, sizeof(tag));
     }
@@ -216,11 +240,12 @@ pic_peer_segment(pic_server *srv, struct evhttp_request *req, const char *key)
     evhttp_send_reply(req, 200, "OK", b);
     evbuffer_free(b);
     srv->hs.segments_served++;
+    return 200;
 }
 
 /* --- worker: remote prefill --- */
 
-void
+int
 pic_peer_prefill(pic_server *srv, struct evhttp_request *req)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
@@ -239,11 +264,11 @@ pic_peer_prefill(pic_server *srv, struct evhttp_request *req)
 
     if (srv->pool == NULL || srv->sched == NULL) {
         pic_reply_error(srv, req, 503, NULL, "this engine does not build entries");
-        return;
+        return 503;
     }
     if (len > srv->opts->max_body) {
         pic_reply_error(srv, req, 413, NULL, "prefill request too large");
-        return;
+        return 413;
     }
     doc = cJSON_ParseWithLength(body ? body : "", len);
     segs = cJSON_GetObjectItemCaseSensitive(doc, "segments");
@@ -259,7 +284,7 @@ pic_peer_prefill(pic_server *srv, struct evhttp_request *req)
     if (strcmp(fp->valuestring, srv->key_fp) != 0) {
         cJSON_Delete(doc);
         pic_reply_error(srv, req, 409, NULL, "another key fingerprint (model, seam or dtype)");
-        return;
+        return 409;
     }
     /* keys are recomputed from the text: a peer names no entry it did not send */
     if (pic_key_ctx_init(&kc, srv->key_fp, strlen(srv->key_fp),
@@ -323,7 +348,7 @@ pic_peer_prefill(pic_server *srv, struct evhttp_request *req)
     if (c == NULL) {
         free(text);
         pic_plan_job_free(pj);
-        return;
+        return 500;
     }
     c->binary = 1;
     c->job->plan = pj;
@@ -332,10 +357,12 @@ pic_peer_prefill(pic_server *srv, struct evhttp_request *req)
     c->job->text_len = total;
     c->job->deadline_ns = srv->opts->request_timeout_ms > 0
                           ? pic_now_ns() + srv->opts->request_timeout_ms * 1000000 : 0;
-    if (pic_oai_start(srv, c) == 0) {
-        srv->hs.prefills_served++;
+    pic_peer_log(srv, req, "%d segment(s), %zu bytes of text: building", n, total);
+    if (pic_oai_start(srv, c) != 0) {
+        return 429;         /* answered 429 or 503: the log says which */
     }
-    return;
+    srv->hs.prefills_served++;
+    return 0;
 
 fail:
     if (kc.base != NULL) {
@@ -345,6 +372,7 @@ fail:
     pic_plan_job_free(pj);
     free(text);
     pic_reply_error(srv, req, strcmp(bad, "out of memory") ? 400 : 500, NULL, bad);
+    return strcmp(bad, "out of memory") ? 400 : 500;
 }
 
 /* --- combine node: fetching from peers --- */

@@ -671,13 +671,18 @@ pic_dispatch(struct evhttp_request *req, void *arg)
         pic_oai_handle(srv, req, PIC_REQ_CHAT);
     } else if (!strcmp(path, "/v1/completions") && cmd == EVHTTP_REQ_POST) {
         pic_oai_handle(srv, req, PIC_REQ_COMPLETION);
-    } else if (!strcmp(path, "/v1/pic/prefill") && cmd == EVHTTP_REQ_POST) {
+    } else if ((!strcmp(path, "/v1/pic/prefill") && cmd == EVHTTP_REQ_POST)
+               || (!strncmp(path, "/v1/pic/segments/", 17) && get)) {
+        int status = 403;
+
+        pic_peer_log(srv, req, "arrived, %zu bytes",
+                     evbuffer_get_length(evhttp_request_get_input_buffer(req)));
         if (pic_peer_authorized(srv, req)) {
-            pic_peer_prefill(srv, req);
+            status = path[8] == 'p' ? pic_peer_prefill(srv, req)
+                                    : pic_peer_segment(srv, req, path + 17);
         }
-    } else if (!strncmp(path, "/v1/pic/segments/", 17) && get) {
-        if (pic_peer_authorized(srv, req)) {
-            pic_peer_segment(srv, req, path + 17);
+        if (status != 0) {
+            pic_peer_log(srv, req, "answered %d", status);
         }
     } else if (!strcmp(path, "/v1/chat/completions") || !strcmp(path, "/v1/completions")
                || !strcmp(path, "/v1/models") || !strcmp(path, "/status")

@@ -161,6 +161,7 @@ struct pic_oai_ctx {
     time_t                    created;
     int64_t                   t0_ns;
     int                       binary;           /* peer prefill: raw records out */
+    size_t                    binary_sent;      /* ... record bytes so far */
     int                       authenticated;    /* carried the gateway's credential */
     void                     *fetches;          /* remote entry fetches (http_peer.c) */
 };
@@ -227,11 +228,20 @@ int pic_peer_authorized(pic_server *srv, struct evhttp_request *req);
 int pic_plan_authorized(pic_server *srv, struct evhttp_request *req, const char *body,
                         size_t len);
 
-/* GET /v1/pic/segments/{key}?bytes=N&fingerprint=F: a pooled entry's frame. */
-void pic_peer_segment(pic_server *srv, struct evhttp_request *req, const char *key);
+/* GET /v1/pic/segments/{key}?bytes=N&fingerprint=F: a pooled entry's frame;
+ * returns the status it answered. */
+int pic_peer_segment(pic_server *srv, struct evhttp_request *req, const char *key);
 
-/* POST /v1/pic/prefill: prefill segments for a combine node, stream frames. */
-void pic_peer_prefill(pic_server *srv, struct evhttp_request *req);
+/* POST /v1/pic/prefill: prefill segments for a combine node, stream frames;
+ * returns the status it answered, or 0 when the job answers later. */
+int pic_peer_prefill(pic_server *srv, struct evhttp_request *req);
+
+/* One stderr line about a peer-endpoint request (its caller's address, the
+ * method and path, then what printf(fmt, ...) says): every peer request is
+ * logged when it arrives and when it is answered, on the serving engine, so
+ * a remote prefill that stalls can be placed from both engines' logs. */
+void pic_peer_log(pic_server *srv, struct evhttp_request *req, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Start fetching c's plan segments from holders and workers (loop). */
 void pic_remote_dispatch(pic_server *srv, pic_oai_ctx *c, const pic_plan *plan);

@@ -1876,6 +1876,22 @@ pic_kernels_simd(void)
     return pic_wmat_impl_get()->name;
 }
 
+size_t
+pic_kernels_simd_paths(const char **names, size_t cap)
+{
+    size_t i, n = 0;
+
+    for (i = 0; i < PIC_WMAT_N_IMPLS; i++) {
+        if (pic_wmat_supported(&pic_wmat_impls[i])) {
+            if (n < cap) {
+                names[n] = pic_wmat_impls[i].name;
+            }
+            n++;
+        }
+    }
+    return n;
+}
+
 int
 pic_kernels_set_simd(const char *name)
 {

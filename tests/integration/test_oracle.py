@@ -177,13 +177,27 @@ def test_split_prefill_matches_transformers(meta, prompt, tmp_path):
 @pytest.mark.parametrize("meta,prompt", CASES)
 def test_engine_paths_agree_closely(meta, prompt, tmp_path):
     """One prefill vs prefill + decode steps vs two prefills: identical
-    math, so at most rounding apart (state carry-over is exact)."""
+    math (state carry-over is exact), so they differ only in summation order
+    and blocking, i.e. they are two draws of the engine's fp32 rounding.  Two
+    draws are bounded, row by row, by the same rounding scale that bounds one
+    draw's distance from the exact model (_errors: TOL + FP32_K x the row's
+    |fp32 - fp64|), not by twice it (what the triangle inequality with the
+    fp64 checks above already gives).  A flat 1e-4 failed on an AVX2-only
+    EPYC (OpenBLAS's Haswell kernels): tiny-qwen3next short, row 3,
+    1.37e-4 apart, each path 5.6e-5 / 8.1e-5 from fp64 in opposite
+    directions, on a row where transformers' fp32 itself is 4.3e-5 off
+    (bound 2.7e-4)."""
     toks = _tokens(prompt)
+    want32, want64 = _expected(meta, prompt)
+    bound = _errors(want32, want32, want64)[2]
     full = _engine_logits(meta, toks, tmp_path)
     dec = _engine_logits(meta, toks, tmp_path, decode_from=prompt["n_prompt"])
     split = _engine_logits(meta, toks, tmp_path, split_at=_split_point(prompt))
-    assert np.abs(full - dec).max() <= TOL
-    assert np.abs(full - split).max() <= TOL
+    for other, what in ((dec, "prefill+decode"), (split, "prefill+prefill")):
+        gap = np.abs(full - other).max(axis=1)
+        bad = np.nonzero(gap > bound)[0]
+        assert bad.size == 0, "%s: row %d is %.3g from one prefill (bound %.3g)" % (
+            what, bad[0], gap[bad[0]], bound[bad[0]])
 
 
 def _perturb_f32(model_dir, tensor, index, delta):
