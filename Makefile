@@ -93,7 +93,7 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z_%-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN{FS=":.*## "}{printf "  %-16s %s\n",$$1,$$2}'
 	@echo "Benchmarks: $(filter-out client common gateway_workloads,$(basename $(notdir $(wildcard bench/*.py))))"
-	@echo "Variables: PORT=8080 (make run), ASAN=1, QUICK=1 (benchmarks), AGENT_SET=quick|mid-short|full AGENT_GATEWAY=1 (bench-agent), PEER_FORMATS=f32,bf16,bf16dot,q8 (bench-peer), PIC_WEIGHTS=auto|f32|bf16|bf16dot|q8 (engines, benchmarks), PYTEST_ARGS=..., FUZZ_TIME=600 (fuzz-long), FUZZ_SECONDS=5 (smoke)"
+	@echo "Variables: PORT=8080 (make run), ASAN=1, QUICK=1 (benchmarks), AGENT_SET=quick|mid-short|full AGENT_GATEWAY=1 (bench-agent), PEER_FORMATS=f32,bf16,bf16dot,q8 (bench-peer), PIC_WEIGHTS=auto|f32|bf16|bf16dot|q8 (engines, benchmarks), PIC_SIMD=NAME (engines; test: the first path), PIC_ONE_PATH=1 (test: only that path), PYTEST_ARGS=..., FUZZ_TIME=600 (fuzz-long), FUZZ_SECONDS=5 (smoke)"
 
 deps: ## install Debian packages and the Python test venv (idempotent)
 	@scripts/deps.sh
@@ -205,7 +205,7 @@ cuda:
 	@echo "cuda: nvcc not found, CUDA build skipped"
 endif
 
-test: deps layers all ## deps + layer check + build + unit + integration tests + CUDA check; prints 'N passed, M failed'
+test: deps layers all ## deps + layer check + build + unit + integration tests + CUDA check, numerical suites on every SIMD path; prints 'N passed, M failed'
 	@BUILD=$(BUILD) scripts/test.sh
 
 test-asan: deps ## the same suites with module, nginx and engine built with ASan+UBSan

@@ -251,7 +251,11 @@ class Nginx(Proc):
         with open(self.conf, "w") as f:
             f.write(nginx_conf(self.prefix, body, main_extra, workers))
         self.n_workers = workers
-        super().__init__(name, [NGINX_BIN, "-p", self.prefix, "-c", self.conf], logdir)
+        # under ASan, full unwinding at malloc: libssl and libcrypto have no
+        # frame pointers, and tests/lsan.supp names nginx frames above them
+        env = {"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "")
+               + ":fast_unwind_on_malloc=0"} if ASAN else None
+        super().__init__(name, [NGINX_BIN, "-p", self.prefix, "-c", self.conf], logdir, env=env)
         # listening, and every worker forked: the first worker accepts before
         # the last one exists, and tests compare worker pids before and after
         self.ready(lambda: wait_for(lambda: http("GET", self.url + "/__pic_ready", timeout=2)[0] > 0
