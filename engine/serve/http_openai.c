@@ -13,10 +13,8 @@
  *   SSE chunks (headers go out with the first token, so an error before it
  *   is a plain HTTP status) → finish reason, usage, [DONE].
  *
- * Client gone.  evhttp only notices a dead client when a write fails, so
- * every request also watches its socket for EOF (a MSG_PEEK read); either
- * way the job is cancelled and the worker drops it before its next step.
- * The context lives until the scheduler reports the job done.
+ * The request in flight (its job, its client's connection) is inflight.c's;
+ * this file says what its news becomes for an OpenAI client.
  *
  * usage.prompt_tokens_details.cached_tokens is what the job reports: the
  * prompt tokens served from cached segment entries.
@@ -45,9 +43,10 @@
 #include "pic_template.h"
 #include "pic_time.h"
 #include "pic_utf8.h"
-#include "server_impl.h"
+#include "http_openai.h"
+#include "inflight.h"
+#include "reply.h"
 #include "toolcall.h"
-
 
 
 /* --- small helpers --- */
@@ -93,120 +92,8 @@ pic_oai_blank(const char *s, size_t n)
     return 1;
 }
 
-/* --- context lifetime --- */
 
-static void pic_oai_on_conn_close(struct evhttp_connection *evcon, void *arg);
-static void pic_oai_on_readable(evutil_socket_t fd, short what, void *arg);
 
-static void
-pic_oai_unwatch(pic_oai_ctx *c)
-{
-    if (c->watch) {
-        event_free(c->watch);
-        c->watch = NULL;
-    }
-}
-
-void
-pic_oai_ctx_free(pic_oai_ctx *c)
-{
-    pic_server *srv = c->srv;
-
-    pic_remote_cancel(c);
-    if (c->linked) {
-        if (c->prev) {
-            c->prev->next = c->next;
-        } else {
-            srv->live = c->next;
-        }
-        if (c->next) {
-            c->next->prev = c->prev;
-        }
-        srv->n_live--;
-    }
-    pic_oai_unwatch(c);
-    pic_job_free(c->job);
-    pic_toolstream_free(&c->ts);
-    pic_buf_free(&c->content);
-    pic_think_free(&c->think);
-    pic_buf_free(&c->reasoning);
-    free(c->lps);
-    for (int i = 0; i < c->n_calls; i++) {
-        pic_toolcall_clear(&c->calls[i]);
-    }
-    free(c->calls);
-    cJSON_Delete(c->tools);
-    free(c);
-}
-
-/* The client is gone: stop computing, stop writing. */
-static void
-pic_oai_mark_gone(pic_oai_ctx *c)
-{
-    if (!c->gone) {
-        c->gone = 1;
-        c->srv->hs.disconnects++;
-        pic_job_cancel(c->job);
-    }
-    pic_oai_unwatch(c);
-}
-
-static void
-pic_oai_on_conn_close(struct evhttp_connection *evcon, void *arg)
-{
-    pic_oai_ctx *c = arg;
-
-    (void) evcon;
-
-    /* evhttp has detached our request from the dying connection (we had not
-     * finished it): from now on the request is ours to free */
-    c->detached = 1;
-    pic_oai_mark_gone(c);
-}
-
-static void
-pic_oai_on_readable(evutil_socket_t fd, short what, void *arg)
-{
-    pic_oai_ctx *c = arg;
-    char         b;
-    ssize_t      n;
-
-    if (what & EV_CLOSED) {
-        pic_oai_mark_gone(c);       /* the peer closed (TLS: EV_CLOSED only) */
-        return;
-    }
-    n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        pic_oai_mark_gone(c);
-    } else if (n > 0) {
-        /* a pipelined request: evhttp reads it later; stop watching */
-        pic_oai_unwatch(c);
-    }
-}
-
-/* Release the HTTP side of a request whose answer will not be sent. */
-static void
-pic_oai_drop_http(pic_oai_ctx *c)
-{
-    if (c->detached) {
-        evhttp_send_reply_end(c->req);      /* no connection: frees the request */
-    } else {
-        evhttp_connection_set_closecb(c->evcon, NULL, NULL);
-        evhttp_connection_free(c->evcon);   /* frees the request with it */
-    }
-    c->req = NULL;
-}
-
-/* Stop watching before the answer's last bytes (the connection may be
- * reused or freed right after). */
-static void
-pic_oai_release_conn(pic_oai_ctx *c)
-{
-    pic_oai_unwatch(c);
-    if (!c->detached && c->evcon) {
-        evhttp_connection_set_closecb(c->evcon, NULL, NULL);
-    }
-}
 
 /* --- JSON pieces --- */
 
@@ -289,7 +176,7 @@ pic_oai_lp_fields(pic_server *srv, cJSON *obj, int32_t id, float lp)
  * chat {"content":[{token, logprob, bytes, top_logprobs}]}, completions
  * {"tokens","token_logprobs","top_logprobs","text_offset"}; null when off. */
 static void
-pic_oai_add_logprobs(pic_oai_ctx *c, cJSON *choice)
+pic_oai_add_logprobs(pic_inflight *c, cJSON *choice)
 {
     pic_server *srv = c->srv;
     cJSON      *lp;
@@ -352,7 +239,7 @@ pic_oai_add_logprobs(pic_oai_ctx *c, cJSON *choice)
 
 /* Keep new logprob records until a chunk (or the answer) carries them. */
 static void
-pic_oai_keep_logprobs(pic_oai_ctx *c, const pic_token_logprob *lp, int n)
+pic_oai_keep_logprobs(pic_inflight *c, const pic_token_logprob *lp, int n)
 {
     if (n <= 0) {
         return;
@@ -385,7 +272,7 @@ pic_oai_call_json(const pic_toolcall_out *tc, int index, int stream)
 
 /* A chunk envelope with one choice; returns the choice object. */
 static cJSON *
-pic_oai_chunk(pic_oai_ctx *c, cJSON **doc)
+pic_oai_chunk(pic_inflight *c, cJSON **doc)
 {
     pic_server *srv = c->srv;
     cJSON      *choices, *ch;
@@ -405,7 +292,7 @@ pic_oai_chunk(pic_oai_ctx *c, cJSON **doc)
 
 /* Write one SSE event "data: <json>\n\n" (doc consumed). */
 static void
-pic_oai_sse(pic_oai_ctx *c, cJSON *doc)
+pic_oai_sse(pic_inflight *c, cJSON *doc)
 {
     char            *s = cJSON_PrintUnformatted(doc);
     struct evbuffer *b = evbuffer_new();
@@ -422,7 +309,7 @@ pic_oai_sse(pic_oai_ctx *c, cJSON *doc)
 }
 
 static void
-pic_oai_sse_raw(pic_oai_ctx *c, const char *text)
+pic_oai_sse_raw(pic_inflight *c, const char *text)
 {
     struct evbuffer *b = evbuffer_new();
 
@@ -436,7 +323,7 @@ pic_oai_sse_raw(pic_oai_ctx *c, const char *text)
 /* A planned request's 200: which of the plan's segments the pool holds
  * now (pic_plan.h), for the gateway's index; the gateway strips it. */
 static void
-pic_oai_held_header(pic_oai_ctx *c)
+pic_oai_held_header(pic_inflight *c)
 {
     if (c->from_gateway) {
         evhttp_add_header(evhttp_request_get_output_headers(c->req), PIC_PLAN_HELD_HEADER,
@@ -446,7 +333,7 @@ pic_oai_held_header(pic_oai_ctx *c)
 
 /* Stream: headers and the opening chunk, once. */
 static void
-pic_oai_stream_start(pic_oai_ctx *c)
+pic_oai_stream_start(pic_inflight *c)
 {
     struct evkeyvalq *h;
     cJSON            *doc, *ch, *delta;
@@ -478,7 +365,7 @@ pic_oai_stream_start(pic_oai_ctx *c)
 /* Stream: a content (or, field "reasoning_content", a reasoning) delta;
  * it carries the logprob records held. */
 static void
-pic_oai_stream_field(pic_oai_ctx *c, const char *field, const char *text, size_t len)
+pic_oai_stream_field(pic_inflight *c, const char *field, const char *text, size_t len)
 {
     cJSON *doc, *ch, *delta;
 
@@ -501,7 +388,7 @@ pic_oai_stream_field(pic_oai_ctx *c, const char *field, const char *text, size_t
 }
 
 static void
-pic_oai_stream_text(pic_oai_ctx *c, const char *text, size_t len)
+pic_oai_stream_text(pic_inflight *c, const char *text, size_t len)
 {
     pic_oai_stream_field(c, "content", text, len);
 }
@@ -509,7 +396,7 @@ pic_oai_stream_text(pic_oai_ctx *c, const char *text, size_t len)
 /* Stream: a tool_calls delta for call `index`: the opening one (id, type,
  * name, empty arguments) when id != NULL, else an arguments fragment. */
 static void
-pic_oai_stream_call_delta(pic_oai_ctx *c, int index, const char *id, const char *name,
+pic_oai_stream_call_delta(pic_inflight *c, int index, const char *id, const char *name,
                           const char *args)
 {
     cJSON *doc, *ch, *delta, *arr, *o, *fn;
@@ -540,7 +427,7 @@ pic_oai_stream_call_delta(pic_oai_ctx *c, int index, const char *id, const char 
 /* Stream: the open call's arguments as far as they are certain (complete:
  * its block closed, body holds it). */
 static void
-pic_oai_stream_args(pic_oai_ctx *c, const char *body, size_t len, int complete,
+pic_oai_stream_args(pic_inflight *c, const char *body, size_t len, int complete,
                     const char *fallback)
 {
     pic_buf a;
@@ -561,7 +448,7 @@ pic_oai_stream_args(pic_oai_ctx *c, const char *body, size_t len, int complete,
 /* Stream: a block whose function name is known opens its call, then its
  * arguments grow as they come. */
 static void
-pic_oai_stream_call_open(pic_oai_ctx *c)
+pic_oai_stream_call_open(pic_inflight *c)
 {
     char        name[256];
     size_t      len;
@@ -585,7 +472,7 @@ pic_oai_stream_call_open(pic_oai_ctx *c)
 /* Stream: one finished tool call: its opening delta unless sent already,
  * then the rest of its arguments. */
 static void
-pic_oai_stream_call(pic_oai_ctx *c, const pic_toolcall_out *tc)
+pic_oai_stream_call(pic_inflight *c, const pic_toolcall_out *tc)
 {
     if (!c->header_open) {
         pic_toolcall_id(c->open_id, sizeof(c->open_id));
@@ -603,7 +490,7 @@ pic_oai_stream_call(pic_oai_ctx *c, const pic_toolcall_out *tc)
  * filter, to the client (stream) or into the answer (non-stream).  final
  * flushes both filters. */
 static void
-pic_oai_output(pic_oai_ctx *c, const char *text, size_t len, int final)
+pic_oai_output(pic_inflight *c, const char *text, size_t len, int final)
 {
     char             *content = NULL;
     size_t            clen = 0;
@@ -686,7 +573,7 @@ done:
 }
 
 static void
-pic_oai_log(pic_oai_ctx *c, int status, const pic_job_update *u)
+pic_oai_log(pic_inflight *c, int status, const pic_job_update *u)
 {
     int64_t now = pic_now_ns();
 
@@ -698,7 +585,7 @@ pic_oai_log(pic_oai_ctx *c, int status, const pic_job_update *u)
 
 /* The job is over: the answer's end, or an error, or nothing (gone). */
 static void
-pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
+pic_oai_finish(pic_inflight *c, const pic_job_update *u)
 {
     pic_server *srv = c->srv;
 
@@ -714,7 +601,7 @@ pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
 
     if (c->gone) {
         pic_oai_log(c, 499, u);
-        pic_oai_drop_http(c);
+        pic_inflight_drop_http(c);
         return;
     }
     if (u->finish == PIC_FINISH_ERROR || u->finish == PIC_FINISH_CANCELLED) {
@@ -728,7 +615,7 @@ pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
             srv->hs.too_long_422++;
         }
         pic_oai_log(c, status, u);
-        pic_oai_release_conn(c);
+        pic_inflight_release_conn(c);
         if (!c->headers_sent) {
             pic_reply_error(srv, c->req, status, NULL, msg);
         } else {
@@ -793,7 +680,7 @@ pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
             pic_buf_free(&line);
             free(s);
         }
-        pic_oai_release_conn(c);
+        pic_inflight_release_conn(c);
         pic_oai_sse_raw(c, "data: [DONE]\n\n");
         evhttp_send_reply_end(c->req);
     } else {
@@ -833,104 +720,13 @@ pic_oai_finish(pic_oai_ctx *c, const pic_job_update *u)
         pic_oai_add_logprobs(c, ch);
         cJSON_AddStringToObject(ch, "finish_reason", reason);
         cJSON_AddItemToObject(doc, "usage", pic_oai_usage(u));
-        pic_oai_release_conn(c);
+        pic_inflight_release_conn(c);
         pic_oai_held_header(c);
         pic_reply_json(c->req, 200, doc);
     }
     c->req = NULL;
 }
 
-/* Records (whole: the scheduler appends each at once) into b, each frame
- * followed by its pool-credential tag and its length field counting it. */
-static void
-pic_oai_sign_records(pic_server *srv, struct evbuffer *b, const unsigned char *p, size_t n)
-{
-    while (n >= PIC_RECORD_HDR) {
-        unsigned char hdr[PIC_RECORD_HDR], tag[PIC_AUTH_TAG];
-        uint64_t      fl;
-
-        memcpy(hdr, p, PIC_RECORD_HDR);
-        memcpy(&fl, hdr + 8, 8);                /* little-endian hosts */
-        if (fl > n - PIC_RECORD_HDR) {
-            break;
-        }
-        if (fl > 0 && pic_auth_mac(&srv->auth, "pic-frame-v1", NULL, 0, p + PIC_RECORD_HDR,
-                                   fl, tag) != 0) {
-            fl = 0;                             /* unsigned: the peer computes it */
-            memset(hdr + 8, 0, 8);
-        } else if (fl > 0) {
-            uint64_t tl = fl + PIC_AUTH_TAG;
-            memcpy(hdr + 8, &tl, 8);
-        }
-        evbuffer_add(b, hdr, PIC_RECORD_HDR);
-        if (fl > 0) {
-            evbuffer_add(b, p + PIC_RECORD_HDR, fl);
-            evbuffer_add(b, tag, PIC_AUTH_TAG);
-        }
-        memcpy(&fl, p + 8, 8);
-        p += PIC_RECORD_HDR + fl;
-        n -= PIC_RECORD_HDR + fl;
-    }
-}
-
-/* A peer's prefill: records out as they come, then the end. */
-static void
-pic_oai_binary(pic_oai_ctx *c, const pic_job_update *u)
-{
-    pic_server *srv = c->srv;
-
-    if (c->gone) {
-        if (u->done) {
-            fprintf(stderr, "pic-engine[%s]: peer prefill %s: the combine node went away "
-                    "after %zu bytes of records, %.1f ms\n", srv->opts->id, c->id,
-                    c->binary_sent, (double) (pic_now_ns() - c->t0_ns) * 1e-6);
-            pic_oai_drop_http(c);
-        }
-        return;
-    }
-    if (u->len > 0) {
-        struct evbuffer *b = evbuffer_new();
-
-        if (!c->headers_sent) {
-            c->headers_sent = 1;
-            evhttp_add_header(evhttp_request_get_output_headers(c->req), "Content-Type",
-                              "application/x-pic-frames");
-            evhttp_send_reply_start(c->req, 200, "OK");
-        }
-        if (b != NULL) {
-            if (srv->auth.len > 0) {
-                pic_oai_sign_records(srv, b, (const unsigned char *) u->text, u->len);
-            } else {
-                evbuffer_add(b, u->text, u->len);
-            }
-            c->binary_sent += evbuffer_get_length(b);
-            evhttp_send_reply_chunk(c->req, b);
-            evbuffer_free(b);
-        }
-    }
-    if (!u->done) {
-        return;
-    }
-    pic_peer_log(srv, c->req, "answered %s, %zu bytes of records in %.1f ms",
-                 !c->headers_sent && (u->finish == PIC_FINISH_ERROR
-                                      || u->finish == PIC_FINISH_CANCELLED)
-                 ? "an error" : "200",
-                 c->binary_sent, (double) (pic_now_ns() - c->t0_ns) * 1e-6);
-    pic_oai_release_conn(c);
-    if (c->headers_sent) {
-        evhttp_send_reply_end(c->req);      /* missing records mean failed segments */
-    } else if (u->finish == PIC_FINISH_ERROR || u->finish == PIC_FINISH_CANCELLED) {
-        pic_reply_error(srv, c->req, u->finish == PIC_FINISH_CANCELLED
-                                     ? 503 : pic_job_error_status(u->error),
-                        NULL, u->finish == PIC_FINISH_CANCELLED ? "the server is shutting down"
-                                                                : u->err_msg);
-    } else {
-        evhttp_add_header(evhttp_request_get_output_headers(c->req), "Content-Type",
-                          "application/x-pic-frames");
-        evhttp_send_reply(c->req, 200, "OK", NULL);
-    }
-    c->req = NULL;
-}
 
 /* With PIC_TRACE set in the environment, one stderr line per finished
  * request: its wall-clock timeline (pic_job_mark), each mark as the
@@ -940,7 +736,7 @@ pic_oai_binary(pic_oai_ctx *c, const pic_job_update *u)
  * last prompt logits; token: the first sampled; done: the worker let go;
  * woken: the loop took the news; replied: the answer handed to libevent). */
 static void
-pic_oai_trace(const pic_oai_ctx *c)
+pic_oai_trace(const pic_inflight *c)
 {
     static int     on = -1;
     const pic_job *j = c->job;
@@ -964,7 +760,7 @@ pic_oai_trace(const pic_oai_ctx *c)
 
 /* Move one request's news to its client; 1 when the context is finished. */
 static int
-pic_oai_progress(pic_oai_ctx *c)
+pic_oai_progress(pic_inflight *c)
 {
     pic_job_update u;
 
@@ -972,12 +768,6 @@ pic_oai_progress(pic_oai_ctx *c)
         free(u.text);
         free(u.lp);
         return 0;
-    }
-    if (c->binary) {
-        pic_oai_binary(c, &u);
-        free(u.text);
-        free(u.lp);
-        return u.done;
     }
     pic_oai_keep_logprobs(c, u.lp, u.n_lp);
     free(u.lp);
@@ -1001,36 +791,6 @@ pic_oai_progress(pic_oai_ctx *c)
     return 1;
 }
 
-void
-pic_oai_on_wake(pic_server *srv)
-{
-    pic_oai_ctx *c = srv->live, *next;
-
-    for (; c != NULL; c = next) {
-        next = c->next;
-        if (pic_oai_progress(c)) {
-            pic_oai_ctx_free(c);
-        }
-    }
-}
-
-void
-pic_oai_shutdown(pic_server *srv)
-{
-    while (srv->live != NULL) {
-        pic_oai_ctx *c = srv->live;
-
-        pic_oai_unwatch(c);
-        if (c->req != NULL) {
-            if (c->detached) {
-                evhttp_request_free(c->req);    /* nobody else owns it */
-            } else {
-                evhttp_connection_set_closecb(c->evcon, NULL, NULL);
-            }
-        }
-        pic_oai_ctx_free(c);
-    }
-}
 
 /* --- intake --- */
 
@@ -1150,7 +910,7 @@ pic_oai_call_grammar(const pic_request *r, pic_gcall_syntax syn, pic_job *j)
 /* Penalties, bias, logprobs, tool_choice, scripted replies and the output
  * splitters of a job; 0 or -1 with err (400 naming the parameter). */
 static int
-pic_oai_job_params(pic_server *srv, pic_oai_ctx *c, const pic_request *r, pic_error *err)
+pic_oai_job_params(pic_server *srv, pic_inflight *c, const pic_request *r, pic_error *err)
 {
     pic_job *j = c->job;
     int      V = srv->model->cfg.vocab, open_think = 0;
@@ -1279,7 +1039,7 @@ script:
 
 /* Fill the job from the parsed request; 0 or -1 with err. */
 static int
-pic_oai_job_from_request(pic_server *srv, pic_oai_ctx *c, const pic_request *r,
+pic_oai_job_from_request(pic_server *srv, pic_inflight *c, const pic_request *r,
                          pic_render *rd, pic_error *err)
 {
     const pic_server_opts *o = srv->opts;
@@ -1494,79 +1254,6 @@ done:
     return rc;
 }
 
-pic_oai_ctx *
-pic_oai_ctx_new(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
-{
-    pic_oai_ctx *c = calloc(1, sizeof(*c));
-
-    if (c == NULL || (c->job = pic_job_new()) == NULL) {
-        free(c);
-        pic_reply_error(srv, req, 500, "server_error", "out of memory");
-        return NULL;
-    }
-    c->srv = srv;
-    c->req = req;
-    c->evcon = evhttp_request_get_connection(req);
-    c->kind = kind;
-    c->created = time(NULL);
-    c->t0_ns = pic_now_ns();
-    c->job->user = c;
-    pic_buf_init(&c->content);
-    pic_buf_init(&c->reasoning);
-    pic_think_init(&c->think, 0);
-    pic_toolstream_init(&c->ts, NULL);
-    return c;
-}
-
-int
-pic_oai_start(pic_server *srv, pic_oai_ctx *c)
-{
-    struct evhttp_request *req = c->req;
-    int                    rc = pic_sched_submit(srv->sched, c->job);
-
-    if (rc != 0) {
-        if (rc == -1) {
-            srv->hs.rejected_429++;
-            evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
-            pic_reply_error(srv, req, 429, "rate_limit_error",
-                            "the engine is at capacity (batch and queue full); retry later");
-        } else {
-            pic_reply_error(srv, req, 503, "server_error", "the server is shutting down");
-        }
-        pic_oai_ctx_free(c);
-        return -1;
-    }
-
-    /* in flight: link, watch the client */
-    c->next = srv->live;
-    if (srv->live) {
-        srv->live->prev = c;
-    }
-    srv->live = c;
-    srv->n_live++;
-    c->linked = 1;
-    if (c->evcon != NULL) {
-        struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
-        evutil_socket_t     fd = bev ? bufferevent_getfd(bev) : -1;
-
-        evhttp_connection_set_closecb(c->evcon, pic_oai_on_conn_close, c);
-        if (fd >= 0) {
-            short ev = EV_READ | EV_PERSIST;
-
-            if (srv->tls_server != NULL
-                && (event_base_get_features(srv->base) & EV_FEATURE_EARLY_CLOSE)) {
-                /* TLS: a client's close_notify is a record like any other;
-                 * only its FIN (EPOLLRDHUP) says it is gone */
-                ev = EV_CLOSED | EV_PERSIST;
-            }
-            c->watch = event_new(srv->base, fd, ev, pic_oai_on_readable, c);
-            if (c->watch) {
-                event_add(c->watch, NULL);
-            }
-        }
-    }
-    return 0;
-}
 
 void
 pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
@@ -1577,7 +1264,7 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     pic_render         rd;
     pic_template_opts  topts = { .dialect = srv->dialect, .split = &srv->marker };
     pic_error          err;
-    pic_oai_ctx       *c = NULL;
+    pic_inflight       *c = NULL;
     pic_plan_job      *pj = NULL;
     pic_plan           plan;
     int                have_plan = 0, authenticated;
@@ -1642,13 +1329,14 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
         pic_reply_pic_error(srv, req, &err);
         goto done;
     }
-    c = pic_oai_ctx_new(srv, req, kind);
+    c = pic_inflight_new(srv, req, kind);
     if (c == NULL) {
         goto done;
     }
     pic_job_mark(c->job, "recv", t_recv);
     pic_job_mark(c->job, "parse", t_parsed);
     pic_job_mark(c->job, "render", c->t0_ns);
+    c->progress = pic_oai_progress;
     c->authenticated = authenticated;
     c->stream = r.stream;
     c->include_usage = r.stream && r.include_usage;
@@ -1663,15 +1351,15 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     pj = NULL;
     if (pic_oai_job_from_request(srv, c, &r, &rd, &err) != 0) {
         pic_reply_pic_error(srv, req, &err);
-        pic_oai_ctx_free(c);
+        pic_inflight_free(c);
         goto done;
     }
     if (have_plan && c->job->plan != NULL && pic_sched_has_room(srv->sched)) {
         /* mark what peers will send before a worker can look; only for a
          * job that will be admitted (a 429 fans out to no peer) */
-        pic_remote_dispatch(srv, c, &plan);
+        pic_remote_dispatch(&c->remote, &plan);
     }
-    if (pic_oai_start(srv, c) != 0) {
+    if (pic_inflight_start(srv, c) != 0) {
         goto done;
     }
     srv->hs.completions++;
