@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "calibrate.h"
+#include "cli_common.h"
 #include "commands.h"
 #include "model.h"
 #include "model_config.h"
@@ -313,13 +314,14 @@ calib_table(const char *title, const pic_calib_class *c, const pic_calib_opts *o
 int
 pic_cmd_calibrate(int argc, char **argv)
 {
-    const char        *dir = NULL, *prompts = NULL, *out = NULL, *marker = NULL;
-    const char        *tmpl = NULL, *weights = NULL;
+    pic_cli_opts       co = { .cmd = "calibrate" };
+    pic_cli_model      cm = { NULL };
+    const char        *prompts = NULL, *out = NULL, *marker = NULL, *tmpl = NULL;
     pic_calib_opts     o = { .ws = { 0, 4, 8, 16, 32 }, .n_ws = 5, .dtype = PIC_DTYPE_BF16,
                              .answer_tokens = 8, .kl_bound = PIC_CALIB_KL_BOUND };
     long               min_segment = 128;
-    int                threads = 0, rc = 1;
-    pic_model         *m = NULL;
+    int                rc = 1, took;
+    const pic_model   *m = NULL;
     pic_tokenizer     *tok = NULL;
     pic_marker         mk;
     pic_key_ctx        keys = { 0 };
@@ -343,9 +345,13 @@ pic_cmd_calibrate(int argc, char **argv)
             return 2;
         }
         i++;
-        if (!strcmp(a, "--model")) {
-            dir = v;
-        } else if (!strcmp(a, "--prompts")) {
+        if ((took = pic_cli_option(&co, a, v)) < 0) {
+            return 2;
+        }
+        if (took) {
+            continue;
+        }
+        if (!strcmp(a, "--prompts")) {
             prompts = v;
         } else if (!strcmp(a, "--out")) {
             out = v;
@@ -353,8 +359,6 @@ pic_cmd_calibrate(int argc, char **argv)
             marker = v;
         } else if (!strcmp(a, "--template")) {
             tmpl = v;
-        } else if (!strcmp(a, "--weights")) {
-            weights = v;
         } else if (!strcmp(a, "--ws")) {
             if (calib_parse_ws(v, &o) != 0) {
                 fprintf(stderr, "pic-engine calibrate: --ws wants up to %d widths in 0..%d "
@@ -367,8 +371,7 @@ pic_cmd_calibrate(int argc, char **argv)
                 fprintf(stderr, "pic-engine calibrate: --kl-bound wants a positive number\n");
                 return 2;
             }
-        } else if (!strcmp(a, "--answer-tokens") || !strcmp(a, "--threads")
-                   || !strcmp(a, "--min-segment")) {
+        } else if (!strcmp(a, "--answer-tokens") || !strcmp(a, "--min-segment")) {
             long x = strtol(v, &end, 10);
 
             if (*v == '\0' || *end != '\0' || x < 0 || x > (1L << 30)
@@ -378,8 +381,6 @@ pic_cmd_calibrate(int argc, char **argv)
             }
             if (!strcmp(a, "--answer-tokens")) {
                 o.answer_tokens = (int) (x > 256 ? 256 : x);
-            } else if (!strcmp(a, "--threads")) {
-                threads = (int) x;
             } else {
                 min_segment = x;
             }
@@ -395,28 +396,25 @@ pic_cmd_calibrate(int argc, char **argv)
             return 2;
         }
     }
-    if (dir == NULL || prompts == NULL) {
+    if (co.model == NULL || prompts == NULL) {
         calib_usage(stderr);
         return 2;
     }
-    if (weights != NULL) {
-        pic_weights_format wf;
-
-        if (pic_weights_parse(weights, &wf) != 0) {
-            fprintf(stderr, "pic-engine calibrate: --weights must be " PIC_WEIGHTS_NAMES "\n");
-            return 2;
-        }
-        setenv("PIC_WEIGHTS", weights, 1);  /* read by pic_model_load */
+    if (co.device != NULL) {
+        fprintf(stderr, "pic-engine calibrate: runs on the CPU (no --device)\n");
+        return 2;
     }
     if (pic_marker_init(&mk, marker, marker ? strlen(marker) : 0, &perr) != 0) {
         fprintf(stderr, "pic-engine calibrate: --marker: %s\n", perr.message);
         return 2;
     }
-    pic_kernels_set_threads(threads);
-    m = pic_model_load(dir, err, sizeof(err));
-    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
-    tok = m != NULL ? pic_tokenizer_load(path, err, sizeof(err)) : NULL;
-    if (m == NULL || tok == NULL) {
+    if (pic_cli_load(&co, &cm) != 0) {
+        return 1;
+    }
+    m = cm.host;
+    snprintf(path, sizeof(path), "%s/tokenizer.json", co.model);
+    tok = pic_tokenizer_load(path, err, sizeof(err));
+    if (tok == NULL) {
         fprintf(stderr, "pic-engine calibrate: %s\n", err);
         goto done;
     }
@@ -462,7 +460,7 @@ pic_cmd_calibrate(int argc, char **argv)
                                                    : "above the bound, not served");
     }
     char mname[256];
-    pic_model_dir_name(dir, mname, sizeof(mname));
+    pic_model_dir_name(co.model, mname, sizeof(mname));
     doc = pic_calib_json(m, mname, &o, cs.n, cs.tokens, &res);
     if (doc == NULL) {
         fprintf(stderr, "pic-engine calibrate: out of memory\n");
@@ -471,7 +469,7 @@ pic_cmd_calibrate(int argc, char **argv)
     cJSON_AddNumberToObject(doc, "min_segment_bytes", (double) min_segment);
     cJSON_AddStringToObject(doc, "weights", pic_model_weights_name(m));
     if (out == NULL) {
-        snprintf(path, sizeof(path), "%s/pic_calibration.json", dir);
+        snprintf(path, sizeof(path), "%s/pic_calibration.json", co.model);
         out = path;
     }
     if (calib_write(out, doc) != 0) {
@@ -489,6 +487,6 @@ done:
         pic_key_ctx_free(&keys);
     }
     pic_tokenizer_free(tok);
-    pic_model_free(m);
+    pic_cli_model_free(&cm);
     return rc;
 }

@@ -20,6 +20,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "forward.h"
 #include "model.h"
@@ -117,14 +118,14 @@ pic_generate_render_chat(const char *json, pic_arch arch, char *err,
 int
 pic_cmd_generate(int argc, char **argv)
 {
-    const char       *dir = NULL, *prompt = NULL, *chat = NULL, *tok_list = NULL;
-    int               max_tokens = 128, threads = 0, ignore_eos = 0, print_ids = 0;
+    pic_cli_opts      o = { .cmd = "generate" };
+    pic_cli_model     cm = { NULL };
+    const char       *prompt = NULL, *chat = NULL, *tok_list = NULL;
+    int               max_tokens = 128, ignore_eos = 0, print_ids = 0, took;
     pic_sample_params sp = { .temperature = 0.0f, .top_k = 0, .top_p = 1.0f,
                              .seed = 0 };
-    pic_model        *m = NULL, *dm = NULL;   /* dm: m's weights on the device */
-    const pic_model  *fm;                      /* the model the forward runs */
-    const pic_backend *be;
-    const char       *device = "cpu", *weights = NULL;
+    const pic_model  *m = NULL, *fm = NULL;   /* fm: what the forward runs */
+    const pic_backend *be = NULL;
     pic_tokenizer    *tok = NULL;
     pic_state        *s = NULL;
     pic_sampler       smp;
@@ -153,9 +154,14 @@ pic_cmd_generate(int argc, char **argv)
             fprintf(stderr, "pic-engine generate: %s needs a value\n", a);
             return 2;
         }
-        if (!strcmp(a, "--model")) {
-            dir = v;
-        } else if (!strcmp(a, "--prompt")) {
+        if ((took = pic_cli_option(&o, a, v)) < 0) {
+            return 2;
+        }
+        if (took) {
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--prompt")) {
             prompt = v;
         } else if (!strcmp(a, "--chat")) {
             chat = v;
@@ -171,19 +177,6 @@ pic_cmd_generate(int argc, char **argv)
             sp.top_p = strtof(v, NULL);
         } else if (!strcmp(a, "--seed")) {
             sp.seed = strtoull(v, NULL, 10);
-        } else if (!strcmp(a, "--threads")) {
-            threads = atoi(v);
-        } else if (!strcmp(a, "--weights")) {
-            pic_weights_format wf;
-
-            if (pic_weights_parse(v, &wf) != 0) {
-                fprintf(stderr, "pic-engine generate: --weights must be "
-                        PIC_WEIGHTS_NAMES "\n");
-                return 2;
-            }
-            weights = v;
-        } else if (!strcmp(a, "--device")) {
-            device = v;
         } else {
             fprintf(stderr, "pic-engine generate: unknown option %s\n", a);
             pic_generate_usage(stderr);
@@ -191,46 +184,26 @@ pic_cmd_generate(int argc, char **argv)
         }
         i++;
     }
-    if (dir == NULL || (prompt != NULL) + (chat != NULL) + (tok_list != NULL) != 1
+    if (o.model == NULL || (prompt != NULL) + (chat != NULL) + (tok_list != NULL) != 1
         || max_tokens < 0) {
         pic_generate_usage(stderr);
         return 2;
     }
-    pic_kernels_set_threads(threads);
-    be = pic_backend_load(device, err, sizeof(err));
-    if (be == NULL) {
-        fprintf(stderr, "pic-engine generate: %s\n", err);
+    if (pic_cli_load(&o, &cm) != 0) {
         return 1;
     }
-    if (weights == NULL && !be->host) {
-        weights = "bf16";               /* bf16 on the GPU unless asked */
-    }
-    if (weights != NULL) {
-        setenv("PIC_WEIGHTS", weights, 1);  /* read by pic_model_load */
-    }
+    m = cm.host;
+    fm = cm.run;
+    be = cm.be;
 
     /* tokenizer (not needed for --tokens --ids) */
     if (!(tok_list != NULL && print_ids)) {
-        snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+        snprintf(path, sizeof(path), "%s/tokenizer.json", o.model);
         tok = pic_tokenizer_load(path, err, sizeof(err));
         if (tok == NULL) {
             fprintf(stderr, "pic-engine generate: %s\n", err);
             goto done;
         }
-    }
-    m = pic_model_load(dir, err, sizeof(err));
-    if (m == NULL) {
-        fprintf(stderr, "pic-engine generate: %s\n", err);
-        goto done;
-    }
-    fm = m;
-    if (!be->host) {
-        dm = pic_model_to_backend(m, be, err, sizeof(err));
-        if (dm == NULL) {
-            fprintf(stderr, "pic-engine generate: %s\n", err);
-            goto done;
-        }
-        fm = dm;
     }
     if (chat != NULL) {
         rendered = pic_generate_render_chat(chat, m->cfg.arch, err, sizeof(err));
@@ -351,8 +324,7 @@ done:
     free(logits);
     free(ids);
     pic_state_free(s);
-    pic_model_free(dm);
-    pic_model_free(m);
+    pic_cli_model_free(&cm);
     pic_tokenizer_free(tok);
     return rc;
 }

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "forward.h"
 #include "model.h"
@@ -38,18 +39,15 @@ pic_logits_usage(FILE *f)
 int
 pic_cmd_logits(int argc, char **argv)
 {
-    const char *dir = NULL, *tokens = NULL, *out = NULL, *device = "cpu";
-    const char *weights = NULL;
-    const pic_backend *be = NULL;
-    pic_model  *dm = NULL;          /* the weights on be (device backends) */
-    const pic_model *fm;            /* the model the forward runs */
-    int         decode_from = -1, split_at = -1, threads = 0, n = 0, rc = 1;
-    int        *ids = NULL;
-    float      *logits = NULL;
-    pic_model  *m = NULL;
-    pic_state  *s = NULL;
-    FILE       *f = NULL;
-    char        err[512];
+    pic_cli_opts  o = { .cmd = "logits" };
+    pic_cli_model cm = { NULL };
+    const char   *tokens = NULL, *out = NULL;
+    int           decode_from = -1, split_at = -1, n = 0, rc = 1, took;
+    int          *ids = NULL;
+    float        *logits = NULL;
+    pic_state    *s = NULL;
+    FILE         *f = NULL;
+    char          err[512];
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -61,9 +59,14 @@ pic_cmd_logits(int argc, char **argv)
             fprintf(stderr, "pic-engine logits: %s needs a value\n", a);
             return 2;
         }
-        if (!strcmp(a, "--model")) {
-            dir = v;
-        } else if (!strcmp(a, "--tokens")) {
+        if ((took = pic_cli_option(&o, a, v)) < 0) {
+            return 2;
+        }
+        if (took) {
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--tokens")) {
             tokens = v;
         } else if (!strcmp(a, "--out")) {
             out = v;
@@ -71,19 +74,6 @@ pic_cmd_logits(int argc, char **argv)
             decode_from = atoi(v);
         } else if (!strcmp(a, "--split-at")) {
             split_at = atoi(v);
-        } else if (!strcmp(a, "--threads")) {
-            threads = atoi(v);
-        } else if (!strcmp(a, "--weights")) {
-            pic_weights_format wf;
-
-            if (pic_weights_parse(v, &wf) != 0) {
-                fprintf(stderr, "pic-engine logits: --weights must be "
-                        PIC_WEIGHTS_NAMES "\n");
-                return 2;
-            }
-            weights = v;
-        } else if (!strcmp(a, "--device")) {
-            device = v;
         } else {
             fprintf(stderr, "pic-engine logits: unknown option %s\n", a);
             pic_logits_usage(stderr);
@@ -91,7 +81,7 @@ pic_cmd_logits(int argc, char **argv)
         }
         i++;
     }
-    if (dir == NULL || tokens == NULL || out == NULL) {
+    if (o.model == NULL || tokens == NULL || out == NULL) {
         pic_logits_usage(stderr);
         return 2;
     }
@@ -117,34 +107,13 @@ pic_cmd_logits(int argc, char **argv)
         free(ids);
         return 2;
     }
-    pic_kernels_set_threads(threads);
-    be = pic_backend_load(device, err, sizeof(err));
-    if (be == NULL) {
-        fprintf(stderr, "pic-engine logits: %s\n", err);
+    if (pic_cli_load(&o, &cm) != 0) {
         free(ids);
         return 1;
     }
-    if (weights == NULL && !be->host) {
-        weights = "bf16";               /* bf16 on the GPU unless asked */
-    }
-    if (weights != NULL) {
-        setenv("PIC_WEIGHTS", weights, 1);  /* read by pic_model_load */
-    }
+    const pic_model   *m = cm.host, *fm = cm.run;
+    const pic_backend *be = cm.be;
 
-    m = pic_model_load(dir, err, sizeof(err));
-    if (m == NULL) {
-        fprintf(stderr, "pic-engine logits: %s\n", err);
-        goto done;
-    }
-    fm = m;
-    if (!be->host) {
-        dm = pic_model_to_backend(m, be, err, sizeof(err));
-        if (dm == NULL) {
-            fprintf(stderr, "pic-engine logits: %s\n", err);
-            goto done;
-        }
-        fm = dm;
-    }
     size_t V = (size_t) m->cfg.vocab;
     s = pic_state_init_on(&m->cfg, 0, be, err, sizeof(err));
     logits = malloc((size_t) n * V * sizeof(float));
@@ -191,7 +160,6 @@ done:
     free(logits);
     free(ids);
     pic_state_free(s);
-    pic_model_free(dm);
-    pic_model_free(m);
+    pic_cli_model_free(&cm);
     return rc;
 }

@@ -160,12 +160,19 @@ typedef enum {
 /* "auto", "f32", "bf16", "q8" or "bf16dot" into *f; -1 for anything else. */
 int pic_weights_parse(const char *s, pic_weights_format *f);
 
+/* The format a load uses, in one place for every caller: name (an option),
+ * else $PIC_WEIGHTS (the operator's default), else auto; on a device backend
+ * (host 0) bf16 unless one of those names a format.  0, or -1 with err
+ * naming the bad value. */
+int pic_weights_choose(const char *name, int host, pic_weights_format *f, char *err,
+                       size_t errlen);
+
 /* The format m's big matrices were loaded as ("f32", "bf16", "bf16dot",
  * "q8"). */
 const char *pic_model_weights_name(const pic_model *m);
 
-/* Load a checkpoint directory with format $PIC_WEIGHTS (auto when unset);
- * NULL on error with a message
+/* Load a checkpoint directory with format $PIC_WEIGHTS (auto when unset or
+ * bad: pic_weights_choose for a host backend); NULL on error with a message
  * naming the file and tensor in err.  Never aborts on bad input. */
 pic_model *pic_model_load(const char *dir, char *err, size_t errlen);
 

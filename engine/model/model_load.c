@@ -867,6 +867,28 @@ pic_weights_parse(const char *s, pic_weights_format *f)
 }
 
 
+int
+pic_weights_choose(const char *name, int host, pic_weights_format *f, char *err,
+                   size_t errlen)
+{
+    const char *from = "--weights";
+
+    if (name == NULL || name[0] == '\0') {
+        name = getenv("PIC_WEIGHTS");
+        from = "PIC_WEIGHTS";
+    }
+    if (name == NULL || name[0] == '\0') {
+        *f = host ? PIC_WEIGHTS_AUTO : PIC_WEIGHTS_BF16;
+        return 0;
+    }
+    if (pic_weights_parse(name, f) != 0) {
+        snprintf(err, errlen, "%s=%s is not " PIC_WEIGHTS_NAMES, from, name);
+        return -1;
+    }
+    return 0;
+}
+
+
 const char *
 pic_model_weights_name(const pic_model *m)
 {
@@ -927,12 +949,12 @@ ld_pick_wtype(ld_ctx *L, pic_weights_format f)
 pic_model *
 pic_model_load(const char *dir, char *err, size_t errlen)
 {
-    pic_weights_format f = PIC_WEIGHTS_AUTO;
-    const char        *env = getenv("PIC_WEIGHTS");
+    pic_weights_format f;
+    char               why[128];
 
-    if (env != NULL && env[0] != '\0' && pic_weights_parse(env, &f) != 0) {
-        fprintf(stderr, "pic_model_load: PIC_WEIGHTS=%s is not "
-                PIC_WEIGHTS_NAMES "; using auto\n", env);
+    if (pic_weights_choose(NULL, 1, &f, why, sizeof(why)) != 0) {
+        fprintf(stderr, "pic_model_load: %s; using auto\n", why);
+        f = PIC_WEIGHTS_AUTO;
     }
     return pic_model_load_as(dir, f, err, errlen);
 }

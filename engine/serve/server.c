@@ -385,26 +385,20 @@ pic_server_load_model(pic_server *srv)
     char                   err[512], path[4200];
     int                    cores = (int) sysconf(_SC_NPROCESSORS_ONLN);
 
-    pic_weights_format     wf = PIC_WEIGHTS_AUTO;
-    const char            *wname = o->weights ? o->weights : getenv("PIC_WEIGHTS");
+    pic_weights_format     wf;
     const pic_backend     *be = pic_backend_load(o->device, err, sizeof(err));
 
     if (be == NULL) {
         fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
         return -1;
     }
-    if (!be->host && (wname == NULL || wname[0] == '\0')) {
-        wname = "bf16";                 /* bf16 on a GPU unless asked */
-    }
-
-    if (wname != NULL && wname[0] != '\0' && pic_weights_parse(wname, &wf) != 0) {
-        if (o->weights != NULL) {
-            fprintf(stderr, "pic-engine[%s]: --weights must be "
-                    PIC_WEIGHTS_NAMES "\n", o->id);
+    if (pic_weights_choose(o->weights, be->host, &wf, err, sizeof(err)) != 0) {
+        if (o->weights != NULL && o->weights[0] != '\0') {
+            fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
             return -1;
         }
-        fprintf(stderr, "pic-engine[%s]: PIC_WEIGHTS=%s is not " PIC_WEIGHTS_NAMES
-                "; using auto\n", o->id, wname);
+        fprintf(stderr, "pic-engine[%s]: %s; using auto\n", o->id, err);
+        wf = PIC_WEIGHTS_AUTO;
     }
     srv->load.hold = o->load_hold;
     srv->model = pic_model_load_progress(o->model_dir, wf, &srv->load, err, sizeof(err));
