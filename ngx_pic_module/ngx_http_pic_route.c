@@ -16,6 +16,7 @@
 #include "pic_error.h"
 #include "pic_lpt.h"
 #include "pic_plan.h"
+#include "pic_route.h"
 #include "pic_segment.h"
 
 #include "ngx_http_pic_module.h"
@@ -27,37 +28,23 @@
 #include "ngx_http_pic_segment.h"
 
 
+/* the candidates of one request: what routing scores (pic_route.h) and
+ * which configured engine each is */
 typedef struct {
-    ngx_http_pic_engine_conf_t  *conf;
-    ngx_uint_t                   slot;
-    ngx_uint_t                   load;
-    size_t                       local;        /* hit bytes held here, past
-                                                  its exact prefix */
-    size_t                       home;         /* miss bytes homed here */
-    size_t                       exact;        /* exact prefix held here */
-    ngx_uint_t                   depth;        /* ... in segments */
-    size_t                       held;         /* hit bytes inside it */
-    size_t                       seen;         /* miss bytes it saw first */
+    pic_route_cand              *rc;       /* (n) */
+    ngx_http_pic_engine_conf_t **conf;     /* (n) */
+    ngx_uint_t                  *slot;     /* (n) */
+    ngx_uint_t                   n;
 } ngx_http_pic_cand_t;
 
 
-/* a byte an engine saw once weighs 1/NGX_HTTP_PIC_SEEN_DIV of one it holds:
- * it only pools it there on this second sighting */
-#define NGX_HTTP_PIC_SEEN_DIV  2
-
-
-static ngx_int_t ngx_http_pic_route_pick(ngx_http_pic_ctx_t *ctx,
-    ngx_http_pic_cand_t *cand, ngx_uint_t n, ngx_uint_t imbalance,
-    ngx_uint_t weight, ngx_uint_t seen);
 static ngx_uint_t ngx_http_pic_route_exact_end(ngx_http_pic_ctx_t *ctx,
     ngx_uint_t cache);
-static ngx_uint_t ngx_http_pic_route_home(u_char *key,
-    ngx_http_pic_cand_t *cand, ngx_uint_t n);
 static ngx_int_t ngx_http_pic_route_misses(ngx_http_request_t *r,
-    ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand, ngx_uint_t n,
-    ngx_uint_t imbalance, size_t unit);
+    ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cs, ngx_uint_t imbalance,
+    size_t unit);
 static ngx_int_t ngx_http_pic_route_rewrite(ngx_http_request_t *r,
-    ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand, ngx_uint_t n);
+    ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cs);
 static ngx_int_t ngx_http_pic_route_sign(ngx_http_request_t *r);
 static void ngx_http_pic_route_done(void *data);
 static void ngx_http_pic_route_prefix(ngx_http_pic_ctx_t *ctx,
@@ -73,13 +60,14 @@ ngx_int_t
 ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 {
     uint64_t                     eligible;
-    ngx_int_t                    best, plain;
+    ngx_uint_t                   best, plain;
+    u_char                      *first;
     ngx_uint_t                   i, j, n;
     pic_error                    err;
     XXH64_hash_t                 h;
     ngx_http_pic_segment_t      *s;
     ngx_http_pic_pool_t         *pool;
-    ngx_http_pic_cand_t         *cand;
+    ngx_http_pic_cand_t         *cs, cands;
     ngx_http_pic_zone_ctx_t     *zc;
     ngx_http_pic_loc_conf_t     *plcf;
     ngx_http_pic_main_conf_t    *pmcf;
@@ -108,9 +96,13 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 
     /* the candidates: eligible engines of the pool with their load */
 
-    cand = ngx_pcalloc(r->pool,
-                       pool->engines.nelts * sizeof(ngx_http_pic_cand_t));
-    if (cand == NULL) {
+    cs = &cands;
+    cs->rc = ngx_pcalloc(r->pool, pool->engines.nelts * sizeof(pic_route_cand));
+    cs->conf = ngx_pcalloc(r->pool,
+                           pool->engines.nelts * sizeof(ngx_http_pic_engine_conf_t *));
+    cs->slot = ngx_pcalloc(r->pool, pool->engines.nelts * sizeof(ngx_uint_t));
+
+    if (cs->rc == NULL || cs->conf == NULL || cs->slot == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -126,11 +118,14 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 
         e = &zc->sh->engines[ec[i].slot];
 
-        cand[n].conf = &ec[i];
-        cand[n].slot = ec[i].slot;
-        cand[n].load = e->inflight + e->load;
+        cs->conf[n] = &ec[i];
+        cs->slot[n] = ec[i].slot;
+        cs->rc[n].seed = ec[i].seed;
+        cs->rc[n].load = e->inflight + e->load;
         n++;
     }
+
+    cs->n = n;
 
     /* exact prefixes: the deepest prefix chain each candidate served */
 
@@ -147,9 +142,9 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         }
 
         for (j = 0; j < n; j++) {
-            if (s->holders & ((uint64_t) 1 << cand[j].slot)) {
-                cand[j].depth = i + 1;
-                cand[j].exact = s->len;
+            if (s->holders & ((uint64_t) 1 << cs->slot[j])) {
+                cs->rc[j].depth = i + 1;
+                cs->rc[j].exact = s->len;
             }
         }
     }
@@ -173,13 +168,13 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
             s->holders = 0;
 
             for (j = 0; j < n && !(s->flags & NGX_HTTP_PIC_SEG_DYNAMIC); j++) {
-                if ((ngx_int_t) cand[j].slot == seen[i]) {
-                    cand[j].seen += s->len;
+                if ((ngx_int_t) cs->slot[j] == seen[i]) {
+                    cs->rc[j].seen += s->len;
                 }
             }
 
             if (ctx->fallback && !(s->flags & NGX_HTTP_PIC_SEG_DYNAMIC)) {
-                cand[ngx_http_pic_route_home(s->key, cand, n)].home += s->len;
+                cs->rc[pic_route_home(s->key, cs->rc, n)].home += s->len;
             }
 
             continue;
@@ -195,15 +190,15 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         ctx->hit_bytes += s->len;
 
         for (j = 0; j < n; j++) {
-            if (!(s->holders & ((uint64_t) 1 << cand[j].slot))) {
+            if (!(s->holders & ((uint64_t) 1 << cs->slot[j]))) {
                 continue;
             }
 
-            if (i >= cand[j].depth) {
-                cand[j].local += s->len;
+            if (i >= cs->rc[j].depth) {
+                cs->rc[j].local += s->len;
 
             } else {
-                cand[j].held += s->len;
+                cs->rc[j].held += s->len;
             }
         }
     }
@@ -230,34 +225,35 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
             ctx->s1_bytes += s->len;
 
             for (j = 0; j < n; j++) {
-                if (s->holders & ((uint64_t) 1 << cand[j].slot)) {
-                    cand[j].local += s->len;
+                if (s->holders & ((uint64_t) 1 << cs->slot[j])) {
+                    cs->rc[j].local += s->len;
                 }
             }
         }
     }
 
-    best = ngx_http_pic_route_pick(ctx, cand, n, plcf->imbalance,
-                                   plcf->exact_weight, 1);
+    first = ctx->nsegs ? ctx->segs[0].key : NULL;
+    best = pic_route_pick(cs->rc, n, plcf->imbalance, plcf->exact_weight, 1,
+                          first);
 
-    if (cand[best].seen) {
+    if (cs->rc[best].seen) {
         (void) ngx_atomic_fetch_add(&zc->sh->stats.seen_routed, 1);
 
-        if (ngx_http_pic_route_pick(ctx, cand, n, plcf->imbalance,
-                                    plcf->exact_weight, 0)
+        if (pic_route_pick(cs->rc, n, plcf->imbalance, plcf->exact_weight, 0,
+                           first)
             != best)
         {
             (void) ngx_atomic_fetch_add(&zc->sh->stats.seen_decided, 1);
         }
     }
 
-    ctx->combine = cand[best].slot;
-    ctx->exact_bytes = cand[best].exact;
-    ctx->exact_segs = cand[best].depth;
+    ctx->combine = cs->slot[best];
+    ctx->exact_bytes = cs->rc[best].exact;
+    ctx->exact_segs = cs->rc[best].depth;
 
     if (ctx->exact_bytes) {
-        plain = ngx_http_pic_route_pick(ctx, cand, n, plcf->imbalance,
-                                        NGX_CONF_UNSET_UINT, 1);
+        plain = pic_route_pick(cs->rc, n, plcf->imbalance,
+                               PIC_ROUTE_INDEX_ONLY, 1, first);
 
         if (plain != best) {
             /* the exact prefix decided: the segment index alone (PIC
@@ -282,11 +278,11 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     }
 
     if (pool != pmcf->default_pool) {
-        ctx->combine_name = cand[best].conf->name;
+        ctx->combine_name = cs->conf[best]->name;
     }
 
     if (ctx->fallback
-        && ngx_http_pic_route_misses(r, ctx, cand, n, plcf->imbalance,
+        && ngx_http_pic_route_misses(r, ctx, cs, plcf->imbalance,
                                      ctx->cdc_avg)
            != NGX_OK)
     {
@@ -319,7 +315,7 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         ctx->prefix_bytes = ctx->hit_bytes;
     }
 
-    if (ngx_http_pic_route_rewrite(r, ctx, cand, n) != NGX_OK
+    if (ngx_http_pic_route_rewrite(r, ctx, cs) != NGX_OK
         || ngx_http_pic_route_sign(r) != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -343,7 +339,7 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     e = &zc->sh->engines[ctx->combine];
     ctx->combine_gen = ngx_http_pic_engine_acquire(zc, ctx->combine);
     (void) ngx_atomic_fetch_add(&e->requests, 1);
-    (void) ngx_atomic_fetch_add(&e->hit_bytes, cand[best].local);
+    (void) ngx_atomic_fetch_add(&e->hit_bytes, cs->rc[best].local);
 
     if (ctx->exact_bytes) {
         (void) ngx_atomic_fetch_add(&e->exact_requests, 1);
@@ -364,67 +360,9 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     ngx_log_debug5(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "pic plan %s: %ui segments, %uz hit bytes of %uz, "
                    "combine %V", ctx->plan_id, ctx->nsegs, ctx->hit_bytes,
-                   ctx->total_bytes, &cand[best].conf->name);
+                   ctx->total_bytes, &cs->conf[best]->name);
 
     return NGX_DECLINED;
-}
-
-
-/* among the engines within imbalance of the least load: the most cached
- * bytes, an exact-prefix byte counting weight times (pic_exact_weight: it
- * is served with no recompute and no approximation) and a PIC hit byte past
- * that prefix (or a home byte without redis) once; then least load, then
- * the rendezvous winner of the first segment: ties spread requests without
- * pinning every cold one to the same engine.  weight NGX_CONF_UNSET_UINT:
- * the segment index alone (every hit byte once, exact prefixes unknown),
- * to count the requests the exact prefix decided.  seen: a miss byte the
- * engine saw first (and pools on this sighting) counts 1/SEEN_DIV, below
- * any byte an engine holds; 0: not at all, to count the requests that hint
- * decided. */
-
-static ngx_int_t
-ngx_http_pic_route_pick(ngx_http_pic_ctx_t *ctx, ngx_http_pic_cand_t *cand,
-    ngx_uint_t n, ngx_uint_t imbalance, ngx_uint_t weight, ngx_uint_t seen)
-{
-    size_t      score, best_score;
-    ngx_int_t   best;
-    ngx_uint_t  i, min_load, tie;
-
-    min_load = NGX_MAX_INT_T_VALUE;
-
-    for (i = 0; i < n; i++) {
-        min_load = ngx_min(min_load, cand[i].load);
-    }
-
-    tie = ctx->nsegs ? ngx_http_pic_route_home(ctx->segs[0].key, cand, n)
-                     : 0;
-
-    best = -1;
-    best_score = 0;
-
-    for (i = 0; i < n; i++) {
-
-        if (cand[i].load > min_load + imbalance) {
-            continue;
-        }
-
-        score = cand[i].local + cand[i].home
-                + (weight == NGX_CONF_UNSET_UINT ? cand[i].held
-                                                 : weight * cand[i].exact)
-                + (seen ? cand[i].seen / NGX_HTTP_PIC_SEEN_DIV : 0);
-
-        if (best < 0
-            || score > best_score
-            || (score == best_score && cand[i].load < cand[best].load)
-            || (score == best_score && cand[i].load == cand[best].load
-                && i == tie))
-        {
-            best = i;
-            best_score = score;
-        }
-    }
-
-    return best;
 }
 
 
@@ -469,28 +407,6 @@ ngx_http_pic_route_exact_end(ngx_http_pic_ctx_t *ctx, ngx_uint_t cache)
 }
 
 
-static ngx_uint_t
-ngx_http_pic_route_home(u_char *key, ngx_http_pic_cand_t *cand, ngx_uint_t n)
-{
-    uint64_t    w, best_w;
-    ngx_uint_t  i, best;
-
-    best = 0;
-    best_w = 0;
-
-    for (i = 0; i < n; i++) {
-        w = XXH3_64bits_withSeed(key, NGX_HTTP_PIC_KEY_LEN, cand[i].conf->seed);
-
-        if (i == 0 || w > best_w) {
-            best = i;
-            best_w = w;
-        }
-    }
-
-    return best;
-}
-
-
 /* without redis: LPT over the misses (pic_lpt.h: token estimates, a queued
  * request weighs one average chunk), each pinned to its rendezvous home
  * unless that engine is overloaded; the sink and the query stay on the
@@ -498,32 +414,22 @@ ngx_http_pic_route_home(u_char *key, ngx_http_pic_cand_t *cand, ngx_uint_t n)
 
 static ngx_int_t
 ngx_http_pic_route_misses(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
-    ngx_http_pic_cand_t *cand, ngx_uint_t n, ngx_uint_t imbalance,
-    size_t unit)
+    ngx_http_pic_cand_t *cs, ngx_uint_t imbalance, size_t unit)
 {
-    uint32_t                *pin, *assign;
-    uint64_t                *w, *load0;
+    size_t                  *home;
+    uint32_t                *assign;
+    uint64_t                *w;
     pic_error                err;
-    ngx_uint_t               i, k, m, home, min_load, *order;
+    ngx_uint_t               i, k, m, *order;
     ngx_http_pic_segment_t  *s;
 
     order = ngx_palloc(r->pool, (ctx->nsegs + 1) * sizeof(ngx_uint_t));
     w = ngx_palloc(r->pool, (ctx->nsegs + 1) * sizeof(uint64_t));
-    pin = ngx_palloc(r->pool, (ctx->nsegs + 1) * sizeof(uint32_t));
+    home = ngx_palloc(r->pool, (ctx->nsegs + 1) * sizeof(size_t));
     assign = ngx_palloc(r->pool, (ctx->nsegs + 1) * sizeof(uint32_t));
-    load0 = ngx_palloc(r->pool, n * sizeof(uint64_t));
 
-    if (order == NULL || w == NULL || pin == NULL || assign == NULL
-        || load0 == NULL)
-    {
+    if (order == NULL || w == NULL || home == NULL || assign == NULL) {
         return NGX_ERROR;
-    }
-
-    min_load = NGX_MAX_INT_T_VALUE;
-
-    for (i = 0; i < n; i++) {
-        load0[i] = (uint64_t) cand[i].load * pic_segment_token_estimate(unit);
-        min_load = ngx_min(min_load, cand[i].load);
     }
 
     m = 0;
@@ -543,27 +449,23 @@ ngx_http_pic_route_misses(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
             continue;
         }
 
-        home = ngx_http_pic_route_home(s->key, cand, n);
-
         order[m] = i;
         w[m] = pic_segment_token_estimate(s->len);
-        pin[m] = cand[home].load <= min_load + imbalance ? (uint32_t) home
-                                                         : PIC_LPT_FREE;
+        home[m] = pic_route_home(s->key, cs->rc, cs->n);
         m++;
     }
 
-    if (m == 0) {
-        return NGX_OK;
-    }
-
-    if (pic_lpt_assign(w, m, load0, n, pin, assign, NULL, &err) != 0) {
+    if (pic_route_misses(cs->rc, cs->n, w, home, m, imbalance,
+                         pic_segment_token_estimate(unit), assign, &err)
+        != 0)
+    {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "pic: %s", err.message);
         return NGX_ERROR;
     }
 
     for (k = 0; k < m; k++) {
-        ctx->segs[order[k]].worker = cand[assign[k]].slot;
+        ctx->segs[order[k]].worker = cs->slot[assign[k]];
     }
 
     return NGX_OK;
@@ -582,7 +484,7 @@ ngx_http_pic_plan_cleanup(void *data)
 
 static ngx_int_t
 ngx_http_pic_route_rewrite(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
-    ngx_http_pic_cand_t *cand, ngx_uint_t n)
+    ngx_http_pic_cand_t *cs)
 {
     u_char              *p, *end, *q;
     size_t               len;
@@ -618,20 +520,20 @@ ngx_http_pic_route_rewrite(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
         goto failed;
     }
 
-    eng = ngx_palloc(r->pool, n * sizeof(int32_t));
-    loads = ngx_palloc(r->pool, n * sizeof(uint64_t));
+    eng = ngx_palloc(r->pool, cs->n * sizeof(int32_t));
+    loads = ngx_palloc(r->pool, cs->n * sizeof(uint64_t));
 
     if (eng == NULL || loads == NULL) {
         return NGX_ERROR;
     }
 
-    for (j = 0; j < n; j++) {
-        q = ngx_pnalloc(r->pool, cand[j].conf->name.len + 1);
+    for (j = 0; j < cs->n; j++) {
+        q = ngx_pnalloc(r->pool, cs->conf[j]->name.len + 1);
         if (q == NULL) {
             return NGX_ERROR;
         }
 
-        *ngx_cpymem(q, cand[j].conf->name.data, cand[j].conf->name.len) = '\0';
+        *ngx_cpymem(q, cs->conf[j]->name.data, cs->conf[j]->name.len) = '\0';
 
         eng[j] = pic_plan_engine(plan, (char *) q, &err);
         if (eng[j] < 0) {
@@ -639,10 +541,10 @@ ngx_http_pic_route_rewrite(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
         }
 
         /* a queued request weighs about one average chunk */
-        loads[j] = (uint64_t) cand[j].load * pic_segment_token_estimate(
+        loads[j] = (uint64_t) cs->rc[j].load * pic_segment_token_estimate(
                                                  ctx->cdc_avg);
 
-        if (cand[j].slot == (ngx_uint_t) ctx->combine) {
+        if (cs->slot[j] == (ngx_uint_t) ctx->combine) {
             plan->combine = eng[j];
         }
     }
@@ -651,15 +553,15 @@ ngx_http_pic_route_rewrite(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
         s = &ctx->segs[i];
         ps = &plan->segs[i];
 
-        for (j = 0; j < n && ps->n_holders < PIC_PLAN_HOLDERS_MAX; j++) {
-            if (s->holders & ((uint64_t) 1 << cand[j].slot)) {
+        for (j = 0; j < cs->n && ps->n_holders < PIC_PLAN_HOLDERS_MAX; j++) {
+            if (s->holders & ((uint64_t) 1 << cs->slot[j])) {
                 ps->holders[ps->n_holders++] = (uint16_t) eng[j];
             }
         }
 
         if (ctx->fallback && s->worker >= 0) {
-            for (j = 0; j < n; j++) {
-                if (cand[j].slot == (ngx_uint_t) s->worker) {
+            for (j = 0; j < cs->n; j++) {
+                if (cs->slot[j] == (ngx_uint_t) s->worker) {
                     ps->worker = eng[j];
                 }
             }
@@ -667,7 +569,7 @@ ngx_http_pic_route_rewrite(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     }
 
     if (!ctx->fallback) {
-        if (pic_plan_assign_lpt(plan, eng, loads, n, ctx->exact_end, &err)
+        if (pic_plan_assign_lpt(plan, eng, loads, cs->n, ctx->exact_end, &err)
             != 0)
         {
             goto failed;
@@ -677,9 +579,9 @@ ngx_http_pic_route_rewrite(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
             w = plan->segs[i].worker;
             ctx->segs[i].worker = -1;
 
-            for (j = 0; w >= 0 && j < n; j++) {
+            for (j = 0; w >= 0 && j < cs->n; j++) {
                 if (eng[j] == w) {
-                    ctx->segs[i].worker = cand[j].slot;
+                    ctx->segs[i].worker = cs->slot[j];
                 }
             }
         }

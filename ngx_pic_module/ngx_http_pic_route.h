@@ -1,14 +1,17 @@
 /*
  * Copyright (C) ngx_pic authors
  *
- * ngx_http_pic_module: planning.  The combine node is the eligible engine
- * with the most hit bytes already local, then the least load, among the
- * engines whose load is within pic_imbalance of the least loaded one (cache
- * affinity never sends a request to an overloaded engine).  Misses go to
- * workers longest first to the least loaded (LPT); while redis is absent
- * or down, each miss goes to its rendezvous-hash home instead, so that the
- * same content keeps landing on the same engine.  The plan is appended to
- * the client body as a "pic" object and Content-Length fixed.
+ * ngx_http_pic_module: planning.  The policy itself, over plain arrays, is
+ * core/plan/pic_route.h; this file fills its candidates from the shm index
+ * and the engine table, counts, and writes the plan.  The combine node is
+ * the eligible engine with the most hit bytes already local, then the least
+ * load, among the engines whose load is within pic_imbalance of the least
+ * loaded one (cache affinity never sends a request to an overloaded
+ * engine).  Misses go to workers longest first to the least loaded (LPT);
+ * while redis is absent or down, each miss goes to its rendezvous-hash home
+ * instead, so that the same content keeps landing on the same engine.  The
+ * plan is appended to the client body as a "pic" object and Content-Length
+ * fixed.
  */
 
 
