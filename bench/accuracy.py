@@ -1,4 +1,4 @@
-"""accuracy.py — answer accuracy of the trained model (models/pic-qa) under PIC (issue 11).
+"""accuracy.py — answer accuracy of the trained model (models/pic-qa) under PIC.
 
 Held-out items of train/tasks.py (seeds below tasks.HELDOUT_SEEDS, never trained on)
 are split into segments as a RAG / agent prompt is cached: the part before the first
@@ -20,7 +20,7 @@ greedy decoding and, per layer, the median rel-L2 of the prompt's end state
 (state_rel_l2: a linear layer's recurrent state, an attention layer's K over every
 position).
 
-Summary keys (issue 11 goals): full_accuracy_single_hop, pic_points_below_full
+Summary keys (the goals): full_accuracy_single_hop, pic_points_below_full
 (at the default seams, f32, over single + distract + tool), naive_points_below_full,
 bf16_vs_f32_points (PIC at the default seams), multihop_full / multihop_pic.  The default
 seams are the ones `pic-engine serve` takes for the model: its pic_calibration.json's

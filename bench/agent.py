@@ -1,4 +1,4 @@
-"""Exact first vs the other cache modes on agent traffic (issue 10, DESIGN §3.4, §5).
+"""Exact first vs the other cache modes on agent traffic (DESIGN §3.4, §5).
 
 One engine per cache mode, all started at once with the same threads; every request of
 the same deterministic workloads goes to each engine in turn (one request at a time), so
@@ -258,7 +258,7 @@ def settle_memory(timeout=60.0):
     """Wait until the kernel has taken back what the stopped engines held: MemAvailable
     (/proc/meminfo) rising by under 1% over a second, or timeout seconds; returns the
     seconds waited.  The forwards timed right after four engines with up to 6 GiB of cache
-    each stopped read ~25% slow while the memory was reclaimed (session 13)."""
+    each stopped read ~25% slow while the memory was reclaimed."""
     def avail():
         with open("/proc/meminfo") as f:
             for line in f:

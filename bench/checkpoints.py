@@ -27,7 +27,7 @@ The solver's own cost (`build/bench/ckpt_dp_bench`, bench/ckpt_dp_bench.c): the 
 O(M*B log B) divide-and-conquer DP against the O(M*B^2) one on the same histograms, per edge
 length B (blocks) and M; summary key `dp_solve_speedup_at_4096_blocks` (M = 16).
 
-Sparse vs dense at equal memory, on real engines (issue 10): an append-only agent loop
+Sparse vs dense at equal memory, on real engines: an append-only agent loop
 (bench/agent.py's workload: system prompt + tool schemas + task, then a tool call and a tool
 result appended per turn, sessions interleaved) sent to two `pic-engine serve` processes
 (exact first, the default) side by side, one request at a time to each in turn: `sparse`

@@ -1,6 +1,6 @@
 /*
  * ckpt_bf16.c — what bf16 storage of the prefix tree's checkpoints and KV
- * would cost in exactness (issue #10 item 4): prefill c tokens, round the
+ * would cost in exactness: prefill c tokens, round the
  * saved state to bf16 (linear layers' S and conv window; attention K/V of
  * [0, c); or both), resume, prefill the rest, and compare the last
  * position's logits with one fp32 prefill of the whole prompt.  The exact

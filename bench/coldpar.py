@@ -22,7 +22,7 @@ the slowest worker's entry-building seconds; combine forward = the combine
 node's assembly seconds (+ its own prefix build); transfer and waiting =
 the rest of TTFT.
 
-Goals (issue 5): speedup_2_workers = T(full) / T(2 workers) >= 1.85 and
+Goals: speedup_2_workers = T(full) / T(2 workers) >= 1.85 and
 scaling_efficiency_2 = T(1 worker) / (2 T(2 workers)) >= 0.9.  Also reported:
 speedup_2_workers_vs_2_threads = T(full2) / T(2 workers), the honest baseline at
 equal cores (no goal).

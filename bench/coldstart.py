@@ -1,4 +1,4 @@
-"""A served turn started cold against the same turn started hot (issue 10, DESIGN §5).
+"""A served turn started cold against the same turn started hot (DESIGN §5).
 
 bench/agent.py finds the exact-first engine's TTFT well above its forward alone on an idle
 machine, while PIC_TRACE=1 places under 1 ms of a demo turn outside the forward. The forward

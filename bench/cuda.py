@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""cuda.py — the CUDA backend on the GPU (#15, DESIGN §5).
+"""cuda.py — the CUDA backend on the GPU (DESIGN §5).
 
 1. $BUILD/bench/cuda_bench (bench/cuda_bench.c) prints the op table: bf16 GEMM
    TFLOP/s at the prefill shapes (2048 x 1024 x 3584, 2048 x 3584 x 1024, the

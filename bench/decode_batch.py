@@ -1,4 +1,4 @@
-"""bench/decode_batch.py — aggregate decode tokens/s with N concurrent requests (issue 5).
+"""bench/decode_batch.py — aggregate decode tokens/s with N concurrent requests.
 
 Two `pic-engine serve` (1 worker, all cores, --batch 8), one per mode, run side by side
 (bursts alternate between them, so both see the same machine load):

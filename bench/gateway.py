@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/gateway: what the nginx module costs and what it finds (issue 6).
+"""bench/gateway: what the nginx module costs and what it finds.
 
   1. Added latency: wrk POSTs 64 KB chat requests through nginx to the same
      backend, once via a plain proxy_pass location and once via a `pic on`
@@ -18,7 +18,7 @@
      unmarked traffic.
   4. The event loop while 4 MB prompts arrive: p99 of small requests through
      one worker with the large bodies parsed on the loop and on
-     pic_thread_pool (issue 12).
+     pic_thread_pool.
 
 Writes bench/results/gateway.json; summary keys added_p99_ms,
 cdc_gbps_per_core, shifted_tokens_served_ratio (DESIGN §5).  QUICK=1 for a

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """grammar.py — cost per token of masking the vocabulary for constrained
-decoding (response_format JSON, forced tool-call arguments; issue 14).
+decoding (response_format JSON, forced tool-call arguments).
 
 A Qwen3.5-layout byte-level BPE tokenizer with the released vocabulary size:
 tests/tools/make_tokenizer.py trains what its built-in corpus allows (~3k

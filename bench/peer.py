@@ -88,7 +88,7 @@ joined without it (the engine drops the marker from the prompt).  The
 prompt token counts the two report (usage.prompt_tokens) are compared per
 request (prompt_tokens_rel_diff_max, goal <= 0.001).
 
-Summary keys (issue #13): prefill_ratio_vs_llamacpp (per format and length,
+Summary keys: prefill_ratio_vs_llamacpp (per format and length,
 ours / theirs), decode_ratio_vs_llamacpp, rss_ratio_vs_llamacpp (ours /
 theirs), and the lowest of each over formats; agent_ttft_ratio_vs_llamacpp
 (per workload: llama.cpp's TTFT p50 / ours, requests after the first of

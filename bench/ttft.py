@@ -15,7 +15,7 @@ state allocated before the timed region.  Columns, all in one run of one engine 
   pic      PIC: T_C composition + seams (runs [T_i H_i+1] and [T_n Q], one layer-major pass);
   ideal    prefill of PIC's recomputed tokens alone (one batch from position 0) plus the
            composition FLOPs at the sgemm rate measured in this run (`pic-engine sysinfo`).
-Goals (issue 4): PIC >= 30x faster than full at 16k tokens, within 2x of ideal, and the
+Goals: PIC >= 30x faster than full at 16k tokens, within 2x of ideal, and the
 added cost per extra hit segment <= 2.5% of full recompute's cost per segment.
 
 QUICK=1: segments of 128/256 tokens, (b) up to 8 segments; under two minutes.

@@ -3,9 +3,10 @@
  *
  * A backend is a table of function pointers, one per op, as in ggml's
  * backend split.  The CPU backend (kernels/cpu/) is the reference for every
- * op; a CUDA backend fills the same table for the hot ops later and is
- * tested against the CPU one.  All tensors are fp32 (but the compact weight
- * matrices, pic_wmat), row-major, owned by the
+ * op; the CUDA backend (kernels/cuda/, libpic_cuda.so loaded at run time)
+ * fills every slot of the same table with device-pointer ops and is tested
+ * against the CPU one (tests/cuda/).  All tensors are fp32 (but the compact
+ * weight matrices, pic_wmat), row-major, owned by the
  * caller; every op checks its shapes on entry (PIC_OP_CHECK) and has a
  * one-line contract next to its slot.
  *

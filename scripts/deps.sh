@@ -34,7 +34,7 @@ fi
 # Debian's nginx package enables and starts a system nginx on :80; we never use
 # it (tests and `make run` start their own with -p/-c).  Leave it as it is.
 
-# agent frameworks as clients in tests/integration/test_frameworks.py (issue 14):
+# agent frameworks as clients in tests/integration/test_frameworks.py:
 # pinned versions that install on Python 3.11 from PyPI
 # prometheus-client: its exposition parser reads both /metrics formats in tests
 PY_REQS=(pytest openai "tokenizers==0.23.3" numpy safetensors

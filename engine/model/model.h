@@ -2,10 +2,12 @@
  * model.h — the hybrid decoder's configuration and weights (MODEL.md §1–§2).
  *
  * The loader (model_load.c) fills these from a Hugging Face checkpoint
- * directory; the forward pass (forward.c) only reads them.  All weight
- * pointers are fp32, row-major [out, in] as stored (y = W x), already
- * normalised to the Qwen3.5 GDN layout (a Qwen3-Next in_proj_qkvz/ba is
- * unpacked at load time, MODEL.md §3.1).
+ * directory; the forward pass (forward.c) only reads them.  The big
+ * projection matrices are pic_wmat (fp32, bf16 or q8 blocks, as
+ * pic_weights_choose picks; pic_kernels.h), the small ones (norms, conv,
+ * gates, router) plain fp32; all row-major [out, in] as stored (y = W x),
+ * already normalised to the Qwen3.5 GDN layout (a Qwen3-Next in_proj_qkvz/ba
+ * is unpacked at load time, MODEL.md §3.1).
  */
 #ifndef PIC_MODEL_H
 #define PIC_MODEL_H

@@ -1,5 +1,5 @@
 /*
- * budget.h — one byte budget for the engine's caches (issue #10 item 4):
+ * budget.h — one byte budget for the engine's caches:
  * the prefix tree (blocks' KV, checkpoints, session ends) and the public
  * pool of PIC entries share it, and eviction goes across them by recency:
  * while their bytes together exceed the budget, whichever part's least

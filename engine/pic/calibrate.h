@@ -1,6 +1,6 @@
 /*
  * calibrate.h — choose the seam width for a checkpoint from the drift it
- * measures (DESIGN.md §3.3, §5; issue 11 item 5).
+ * measures (DESIGN.md §3.3, §5).
  *
  * How much of a PIC answer depends on the recomputed seams is a property of
  * the model: a checkpoint that reads a tool result in the light of a

@@ -1,6 +1,6 @@
 /*
  * gds.h — cost-aware eviction (GreedyDual-Size) for the engine's caches
- * (issue #10 item 4; budget.h).
+ * (budget.h).
  *
  * Every cached item gets a priority H = L + cost / bytes when it is
  * stored or used, where cost is what losing it costs in model FLOPs (the

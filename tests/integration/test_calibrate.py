@@ -1,5 +1,5 @@
 """test_calibrate.py — `pic-engine calibrate` (engine/pic/calibrate.h) and the
-calibration file in `pic-engine serve` (issue 11 item 5).
+calibration file in `pic-engine serve`.
 
 calibrate serves sample requests by full recompute and with PIC entries of each
 candidate seam width, measures the KL on the answer tokens and chooses the

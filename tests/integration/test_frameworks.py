@@ -1,5 +1,5 @@
 """Agent frameworks as clients, through nginx with the module, to real
-engines (issue 14): the official `openai` SDK, the OpenAI Agents SDK
+engines: the official `openai` SDK, the OpenAI Agents SDK
 (`openai-agents`), LangChain (`langchain-openai`) and LiteLLM each run a
 two-tool agent loop to completion, streaming on and off:
 

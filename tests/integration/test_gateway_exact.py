@@ -1,4 +1,4 @@
-"""Routing for exact first (issue 10 item 5, DESIGN §3.4, §3.5, §6): the gateway
+"""Routing for exact first (DESIGN §3.4, §3.5, §6): the gateway
 knows which engine holds the longest exact prefix of a request by prefix chain
 keys at segment boundaries (chain_i = xxh3_128(chain_{i-1} || key_i), no
 tokenizing in nginx), recorded when an engine served a request and shared

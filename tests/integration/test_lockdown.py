@@ -1,4 +1,4 @@
-"""The trust boundaries of DESIGN 4.5 (issue 12), each finding as a test: through
+"""The trust boundaries of DESIGN 4.5, each finding as a test: through
 nginx where a client would go, straight to an engine where an attacker in the
 network would.  The pool credential is checked against Python's hmac (the
 oracle for pic_auth.h's HMAC-SHA256), keys against xxh128sum."""

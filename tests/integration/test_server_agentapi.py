@@ -1,4 +1,4 @@
-"""What agent frameworks expect of the engine's OpenAI endpoints (issue 14):
+"""What agent frameworks expect of the engine's OpenAI endpoints:
 honest parameters (unknown or unservable ones are a 400 naming them),
 logprobs, penalties and logit_bias, reasoning split at <think>, tool calls
 streamed in the OpenAI delta shape, tool_choice and parallel_tool_calls.

@@ -1,4 +1,4 @@
-"""What an operator watches on the engine (issue 14, item 5): progress lines
+"""What an operator watches on the engine: progress lines
 while the model loads and readiness (/healthz 503 "loading", then 200), and
 per-request prefill progress in /status while a long prompt runs.
 

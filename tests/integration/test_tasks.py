@@ -1,4 +1,4 @@
-"""test_tasks.py — train/tasks.py, the task generator of issue 11 (training is
+"""test_tasks.py — train/tasks.py, the task generator (training is
 not run in CI; its items are what the benchmark and the trained-model tests read).
 
 * an item is a pure function of (task, seed, level), and its answer is in the

@@ -1,4 +1,4 @@
-"""TLS inside the pool (issue 12, optional part): engines serve TLS with
+"""TLS inside the pool: engines serve TLS with
 --tls-cert/--tls-key and accept only clients with a pool certificate
 (--tls-client-ca); pulls and remote prefills between engines are TLS clients
 with the pool certificate; the gateway reaches engines with nginx's own

@@ -1,4 +1,4 @@
-"""test_trained_model.py — the committed trained model models/pic-qa (issue 11).
+"""test_trained_model.py — the committed trained model models/pic-qa.
 
 Its logits against transformers (fp32 and fp64) are checked by test_oracle.py
 (tests/fixtures/oracle/pic-qa.*, written by tests/tools/oracle.py).  Here:
@@ -10,7 +10,7 @@ Its logits against transformers (fp32 and fp64) are checked by test_oracle.py
   ids from `generate --chat` equal those from `generate --tokens` of render()'s ids;
 * train_state.json records the training counters and held-out accuracy per task.
 * through nginx and two engines it answers held-out items as a full-recompute engine
-  does (issue 11: "checks a handful of answers through nginx"), and `make run`'s example
+  does, and `make run`'s example
   (scripts/ask.json, then scripts/ask-reordered.json) at `make run`'s defaults: right in
   both orders, the second served in part from cache.
 """
