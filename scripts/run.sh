@@ -30,7 +30,7 @@ fi
 model_args=()
 [ -f "$MODEL/config.json" ] && model_args=(--model "$MODEL")
 
-# the pool credential (README "Trust model"): made once, read by both sides
+# the pool credential (docs/TRUST.md): made once, read by both sides
 SECRET="$RUN/pool.secret"
 if [ ! -s "$SECRET" ]; then
   (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$SECRET")

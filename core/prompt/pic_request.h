@@ -7,7 +7,7 @@
  * gateway or engine reads is type-checked; anything wrong yields a 400
  * invalid_request_error naming the offending field in `param`, e.g.
  * "messages[2].tool_calls[0].function.arguments".  Top-level fields are
- * checked against the list of parameters the project serves (README's
+ * checked against the list of parameters the project serves (docs/OPENAI.md's
  * table): an unknown one, or a known one with a value we cannot honour
  * (n > 1, echo, audio, reasoning_effort, ...), is a 400 naming it, never
  * silently ignored.  A body over the size limit is the caller's 413.

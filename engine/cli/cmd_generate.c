@@ -10,7 +10,7 @@
  * Temperature 0 (the default) is greedy decoding.  --ids prints the
  * generated token ids (comma-separated) instead of text; with --tokens the
  * prompt is given as ids (no tokenizer needed): the oracle tests use both.
- * --device cuda runs the forward on the CUDA backend (README "Devices").
+ * --device cuda runs the forward on the CUDA backend (docs/WEIGHTS.md, "Devices").
  */
 #include <errno.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /*
- * tls.h — TLS for the pool's own connections (DESIGN.md §4.5, README
- * "Trust model"): the engine's listener (gateway → engine, engine → engine)
+ * tls.h — TLS for the pool's own connections (DESIGN.md §4.5, docs/TRUST.md):
+ * the engine's listener (gateway → engine, engine → engine)
  * and its pulls and remote prefills as a client, over libevent's
  * bufferevent_openssl with OpenSSL contexts built here.
  *

@@ -21,7 +21,7 @@ Two kinds of checks, on every fixture checkpoint of tests/fixtures/oracle/:
   Matrices kept fp32 by every format (norms, conv, in_proj_a/b, router,
   shared-expert gate, A_log, dt_bias) stay as they are.
 * Accuracy against transformers (the fp64 oracle rows): every format within
-  its documented bound (README, "Weight formats").  bf16 on a checkpoint
+  its documented bound (docs/WEIGHTS.md).  bf16 on a checkpoint
   stored in bf16 is the fp32 model (same bound as f32 and the same greedy
   continuation); elsewhere the bound is what rounding costs on these
   random-weight tiny models, measured and written below.
