@@ -1,7 +1,13 @@
 /*
  * Copyright (C) ngx_pic authors
  *
- * ngx_http_pic_module: the request path (see ngx_http_pic_handler.h).
+ * ngx_http_pic_module: the request path.  A precontent-phase handler (like
+ * ngx_http_mirror_module's) reads the body, has the shared core parse,
+ * render, mark, chunk and key it, resolves segment holders (shm index, then
+ * one pipelined redis round trip), plans, rewrites the body into the
+ * engine's plan request and lets the location's proxy_pass send it on.
+ * A header/body filter pair answers every error nginx makes in a pic
+ * location as OpenAI-shaped JSON and takes the TTFT sample.
  */
 
 
@@ -25,7 +31,7 @@
 #include "ngx_http_pic_redis.h"
 #include "ngx_http_pic_route.h"
 #include "ngx_http_pic_segment.h"
-#include "ngx_http_pic_handler.h"
+#include "ngx_http_pic_error.h"
 
 
 /*
@@ -1023,32 +1029,6 @@ ngx_http_pic_scope(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 
 
 /* --- errors --- */
-
-
-ngx_int_t
-ngx_http_pic_error(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
-    pic_error *err, ngx_uint_t level)
-{
-    ngx_http_pic_zone_ctx_t  *zc;
-
-    ctx->err = *err;
-    ctx->rejected = (err->status < 500);
-
-    ngx_log_error(level, r->connection->log, 0,
-                  "pic: %s%s%s (status %d%s%s)",
-                  err->message,
-                  err->param[0] ? ", param " : "", err->param,
-                  err->status,
-                  err->code[0] ? ", code " : "", err->code);
-
-    zc = ngx_http_pic_zone(r);
-
-    if (zc && ctx->rejected) {
-        (void) ngx_atomic_fetch_add(&zc->sh->stats.rejected, 1);
-    }
-
-    return err->status;
-}
 
 
 static void

@@ -22,7 +22,7 @@
 
 #include "ngx_http_pic_module.h"
 #include "ngx_http_pic_index.h"
-#include "ngx_http_pic_handler.h"
+#include "ngx_http_pic_error.h"
 #include "ngx_http_pic_segment.h"
 
 

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""check_layers.py — every #include "..." in the product points down the layers.
+"""check_layers.py — every #include "..." in the product points down the layers,
+and calls go one way inside each folder.
 
 The layers are the folders of docs/LAYOUT.md.  A file may include headers of
 its own folder and of the folders listed as below it here; anything else (an
 include that points up or sideways, a header name that two folders define, a
 quoted include that resolves nowhere) is reported and the exit status is 1.
-tests/ and bench/ sit on top of everything and are not checked.
+Inside a folder, file A calls file B when A's code names a function B.c
+defines (not static); a circle of such calls between files is reported too
+(the files would be one room cut in two).  tests/ and bench/ sit on top of
+everything and are not checked.
 """
 import os
 import re
@@ -29,6 +33,68 @@ for stack, base in ((CORE, []), (ENGINE, CORE + ["kernels"])):
         BELOW[folder] = base + stack[:i]
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# a function definition: its name at the start of a line (the return type on
+# the line above, as every C file here writes it), then its parameters
+DEF_RE = re.compile(r'^([A-Za-z_]\w*)\(', re.M)
+COMMENT_RE = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"', re.S)
+
+
+def _defined(text):
+    """Names of the non-static functions text (a .c file) defines."""
+    names = set()
+    for m in DEF_RE.finditer(text):
+        before = text[:m.start()].rstrip().rsplit("\n", 1)[-1]
+        after = text[m.end():text.find("\n{", m.end()) + 2]
+        if "static" in before.split() or ";" in after or not after.endswith("{"):
+            continue
+        if not m.group(1).startswith("__"):
+            names.add(m.group(1))
+    return names
+
+
+def call_circles(folder):
+    """The circles of calls between the .c files of one folder: lists of files."""
+    files = sorted(n for n in os.listdir(os.path.join(ROOT, folder))
+                   if n.endswith((".c", ".cu")))
+    code, defs = {}, {}
+    for name in files:
+        with open(os.path.join(ROOT, folder, name), encoding="utf-8") as f:
+            code[name] = COMMENT_RE.sub(" ", f.read())
+        defs[name] = _defined(code[name])
+    edges = {a: set() for a in files}
+    for a in files:
+        used = set(re.findall(r"\b([A-Za-z_]\w*)\s*\(", code[a]))
+        for b in files:
+            if a != b and used & defs[b]:
+                edges[a].add(b)
+    # Tarjan's strongly connected components
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in files:
+        if v not in index:
+            visit(v)
+    return [[(a, sorted(edges[a] & set(c))) for a in c] for c in out]
 
 
 def main():
@@ -64,12 +130,16 @@ def main():
                 elif target != folder and target not in below:
                     problems.append("%s:%d: includes %s/%s, which is not below %s/"
                                     % (path, line, target, inc, folder))
+    for folder in BELOW:
+        for circle in call_circles(folder):
+            problems.append("%s/: a circle of calls: %s" % (folder, "; ".join(
+                "%s calls %s" % (a, ", ".join(bs)) for a, bs in circle)))
     for p in problems:
         print("layers: " + p, file=sys.stderr)
     if problems:
-        print("layers: %d include(s) break docs/LAYOUT.md" % len(problems), file=sys.stderr)
+        print("layers: %d problem(s) with docs/LAYOUT.md" % len(problems), file=sys.stderr)
         return 1
-    print("layers: every include points down (%d folders)" % len(BELOW))
+    print("layers: every include points down, no circle of calls (%d folders)" % len(BELOW))
     return 0
 
 

@@ -169,7 +169,8 @@ pic_model_to_backend(const pic_model *m, const pic_backend *be, char *err,
     if (bad) {
         snprintf(err, errlen, "%s: out of %s memory for the weights", __func__,
                  be->name);
-        pic_model_free(dm);
+        pic_model_backend_release(dm);      /* dm owns no host buffers */
+        free(dm);
         return NULL;
     }
     return dm;
