@@ -772,29 +772,30 @@ def raw_item(shape, seed, voc):
 
 # --------------------------------------------------------------------- template
 # The Qwen3.5 chat template for what the tasks use (system, tools, tool calls,
-# tool results, thinking off), as core/prompt/pic_template.c renders it;
-# train/check_render.py checks equality with the engine and with transformers.
+# tool results, thinking off), as core/prompt/pic_template.c renders it.  The
+# template's fixed text has one source, that C file: its string constants are
+# read from it here; tests/integration/test_tasks.py checks that render() and
+# the engine's renderer (`pic-engine tokenize --chat`) give the same ids.
 
-QWEN35_TOOLS_HEAD = ("<|im_start|>system\n# Tools\n\nYou have access to the following "
-                     "functions:\n\n<tools>")
-QWEN35_TOOLS_TAIL = (
-    "\n</tools>\n\nIf you choose to call a function ONLY reply in the following "
-    "format with NO suffix:\n\n<tool_call>\n<function=example_function_name>\n"
-    "<parameter=example_parameter_1>\nvalue_1\n</parameter>\n"
-    "<parameter=example_parameter_2>\nThis is the value for the second parameter\n"
-    "that can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n"
-    "<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: "
-    "an inner <function=...></function> block must be nested within "
-    "<tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n"
-    "- You may provide optional reasoning for your function call in natural "
-    "language BEFORE the function call, but NOT after\n- If there is no function "
-    "call available, answer the question like normal with your current knowledge "
-    "and do not tell the user about function calls\n</IMPORTANT>")
+def _template_text(name):
+    """The C string constant `name` of core/prompt/pic_template.c."""
+    import ast
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "core", "prompt",
+                        "pic_template.c")
+    with open(path, encoding="utf-8") as f:
+        src = f.read()
+    m = re.search(r"static const char %s\[\] =\s*((?:\"(?:\\.|[^\"\\])*\"\s*)+);" % name, src)
+    if m is None:
+        raise RuntimeError("%s: no string constant %s" % (path, name))
+    return "".join(ast.literal_eval(lit) for lit in re.findall(r'"(?:\\.|[^"\\])*"', m.group(1)))
+
+
+QWEN35_TOOLS_HEAD = _template_text("QWEN35_TOOLS_HEAD")
+QWEN35_TOOLS_TAIL = _template_text("QWEN35_TOOLS_TAIL")
 
 
 # The same subset as a Jinja chat template (tokenizer_config.json), for
-# transformers' apply_chat_template; written for this project, checked against
-# render() and the engine by train/check_render.py.
+# transformers' apply_chat_template; written for this project.
 CHAT_TEMPLATE = (
     "{%- set ns = namespace(last_query=messages|length) -%}"
     "{%- for m in messages[::-1] -%}"

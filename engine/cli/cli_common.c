@@ -6,7 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli_common.h"
+#include "pic_request.h"
 
 int
 pic_cli_option(pic_cli_opts *o, const char *a, const char *v)
@@ -77,4 +80,98 @@ pic_cli_model_free(pic_cli_model *cm)
     pic_model_free(cm->dev);
     pic_model_free(cm->host);
     memset(cm, 0, sizeof(*cm));
+}
+
+char *
+pic_cli_render_chat(const char *json, pic_template_dialect dialect, char *err,
+                    size_t errlen)
+{
+    pic_request       req;
+    pic_render        r;
+    pic_error         e;
+    pic_template_opts opts = { .dialect = dialect };
+    char             *body = NULL, *out = NULL;
+    cJSON            *root = cJSON_Parse(json), *obj;
+
+    /* a bare array is the messages; the parser wants a model name */
+    if (root == NULL) {
+        snprintf(err, errlen, "not valid JSON");
+        return NULL;
+    }
+    if (cJSON_IsArray(root)) {
+        obj = cJSON_CreateObject();
+        if (obj == NULL) {
+            cJSON_Delete(root);
+            snprintf(err, errlen, "out of memory");
+            return NULL;
+        }
+        cJSON_AddItemToObject(obj, "messages", root);
+        root = obj;
+    }
+    if (cJSON_IsObject(root) && !cJSON_HasObjectItem(root, "model")) {
+        cJSON_AddStringToObject(root, "model", "pic-engine");
+    }
+    body = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (body == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    size_t len = strlen(body);
+
+    memset(&req, 0, sizeof(req));
+    memset(&e, 0, sizeof(e));
+    if (pic_request_parse(&req, PIC_REQ_CHAT, body, len, NULL,
+                          &e) != 0) {
+        snprintf(err, errlen, "%s", e.message);
+        free(body);
+        return NULL;
+    }
+    pic_render_init(&r);
+    if (pic_template_render(&opts, &req, &r, &e) != 0) {
+        snprintf(err, errlen, "%s", e.message);
+    } else if ((out = malloc(r.text.len + 1)) == NULL) {
+        snprintf(err, errlen, "out of memory");
+    } else {
+        memcpy(out, r.text.data ? r.text.data : "", r.text.len);
+        out[r.text.len] = '\0';
+    }
+    pic_render_free(&r);
+    pic_request_free(&req);
+    free(body);
+    return out;
+}
+
+int
+pic_cli_model_dialect(const char *dir, pic_template_dialect *dialect, char *err,
+                      size_t errlen)
+{
+    char        path[4200];
+    char       *text = NULL;
+    long        n;
+    FILE       *f;
+    pic_config  cfg;
+    int         rc = -1;
+
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        snprintf(err, errlen, "%s: cannot open", path);
+        return -1;
+    }
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (1L << 24)
+        && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t) n + 1)) != NULL
+        && fread(text, 1, (size_t) n, f) == (size_t) n) {
+        text[n] = '\0';
+        memset(&cfg, 0, sizeof(cfg));
+        if (pic_config_parse(&cfg, text, (size_t) n, path, err, errlen) == 0) {
+            *dialect = pic_config_dialect(cfg.arch);
+            rc = 0;
+        }
+    } else {
+        snprintf(err, errlen, "%s: cannot read", path);
+    }
+    free(text);
+    fclose(f);
+    return rc;
 }

@@ -8,7 +8,9 @@
 #define PIC_CLI_COMMON_H
 
 #include "model.h"
+#include "model_config.h"
 #include "pic_kernels.h"
+#include "pic_template.h"
 
 typedef struct {
     const char *cmd;            /* the subcommand, for messages ("logits") */
@@ -36,5 +38,17 @@ int pic_cli_load(const pic_cli_opts *o, pic_cli_model *cm);
 
 /* Free what pic_cli_load gave cm (a zeroed cm is fine). */
 void pic_cli_model_free(pic_cli_model *cm);
+
+/* Render an OpenAI chat request (a messages array, or an object with
+ * "messages" and optionally "tools", "chat_template_kwargs") with the
+ * shared template code (core/prompt) in dialect; malloc'ed text, or NULL +
+ * err. */
+char *pic_cli_render_chat(const char *json, pic_template_dialect dialect, char *err,
+                          size_t errlen);
+
+/* The chat template of the checkpoint in dir, from its config.json alone
+ * (no weights read); 0, or -1 + err. */
+int pic_cli_model_dialect(const char *dir, pic_template_dialect *dialect, char *err,
+                          size_t errlen);
 
 #endif /* PIC_CLI_COMMON_H */

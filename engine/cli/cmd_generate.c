@@ -51,70 +51,6 @@ pic_generate_usage(FILE *f)
         "  temperature 0 (default) is greedy; stop tokens come from the config\n");
 }
 
-/* Render an OpenAI chat request (a messages array, or an object with
- * "messages" and optionally "tools", "chat_template_kwargs") with the
- * shared template code in the model's dialect; malloc'ed text, or NULL +
- * err. */
-static char *
-pic_generate_render_chat(const char *json, pic_arch arch, char *err,
-                         size_t errlen)
-{
-    pic_request       req;
-    pic_render        r;
-    pic_error         e;
-    pic_template_opts opts = { .dialect = pic_config_dialect(arch) };
-    char             *body = NULL, *out = NULL;
-    cJSON            *root = cJSON_Parse(json), *obj;
-
-    /* a bare array is the messages; the parser wants a model name */
-    if (root == NULL) {
-        snprintf(err, errlen, "not valid JSON");
-        return NULL;
-    }
-    if (cJSON_IsArray(root)) {
-        obj = cJSON_CreateObject();
-        if (obj == NULL) {
-            cJSON_Delete(root);
-            snprintf(err, errlen, "out of memory");
-            return NULL;
-        }
-        cJSON_AddItemToObject(obj, "messages", root);
-        root = obj;
-    }
-    if (cJSON_IsObject(root) && !cJSON_HasObjectItem(root, "model")) {
-        cJSON_AddStringToObject(root, "model", "pic-engine");
-    }
-    body = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    if (body == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    size_t len = strlen(body);
-
-    memset(&req, 0, sizeof(req));
-    memset(&e, 0, sizeof(e));
-    if (pic_request_parse(&req, PIC_REQ_CHAT, body, len, NULL,
-                          &e) != 0) {
-        snprintf(err, errlen, "%s", e.message);
-        free(body);
-        return NULL;
-    }
-    pic_render_init(&r);
-    if (pic_template_render(&opts, &req, &r, &e) != 0) {
-        snprintf(err, errlen, "%s", e.message);
-    } else if ((out = malloc(r.text.len + 1)) == NULL) {
-        snprintf(err, errlen, "out of memory");
-    } else {
-        memcpy(out, r.text.data ? r.text.data : "", r.text.len);
-        out[r.text.len] = '\0';
-    }
-    pic_render_free(&r);
-    pic_request_free(&req);
-    free(body);
-    return out;
-}
-
 int
 pic_cmd_generate(int argc, char **argv)
 {
@@ -206,7 +142,8 @@ pic_cmd_generate(int argc, char **argv)
         }
     }
     if (chat != NULL) {
-        rendered = pic_generate_render_chat(chat, m->cfg.arch, err, sizeof(err));
+        rendered = pic_cli_render_chat(chat, pic_config_dialect(m->cfg.arch), err,
+                                       sizeof(err));
         if (rendered == NULL) {
             fprintf(stderr, "pic-engine generate: --chat: %s\n", err);
             rc = 2;

@@ -24,6 +24,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli_common.h"
 #include "commands.h"
 #include "pic_buf.h"
 #include "pic_time.h"
@@ -35,6 +36,7 @@ typedef struct {
     const char *text;
     const char *file;
     const char *decode;
+    const char *chat;           /* --chat: a request to render first */
     int         json;
     int         stream;
     int         skip_special;
@@ -65,6 +67,8 @@ usage(FILE *f)
         "usage: pic-engine tokenize (--model DIR | --tokenizer FILE) [options]\n"
         "  --text TEXT       text to encode (default: --file, else stdin)\n"
         "  --file PATH       read the text to encode from PATH\n"
+        "  --chat JSON       (--model) encode the prompt the model's chat template\n"
+        "                    renders for an OpenAI messages array or chat request\n"
         "  --split-special   treat special tokens in the text as plain text\n"
         "  --decode IDS      decode comma-separated ids instead of encoding\n"
         "  --skip-special    (decode) drop special tokens\n"
@@ -112,6 +116,8 @@ parse_args(int argc, char **argv, pic_tokenize_args *a)
             a->text = argv[++i];
         } else if (!strcmp(o, "--file") && has) {
             a->file = argv[++i];
+        } else if (!strcmp(o, "--chat") && has) {
+            a->chat = argv[++i];
         } else if (!strcmp(o, "--decode") && has) {
             a->decode = argv[++i];
         } else if (!strcmp(o, "--time") && has) {
@@ -142,8 +148,13 @@ parse_args(int argc, char **argv, pic_tokenize_args *a)
         fprintf(stderr, "pic-engine tokenize: give exactly one of --model, --tokenizer\n");
         return -1;
     }
-    if (a->text != NULL && a->file != NULL) {
-        fprintf(stderr, "pic-engine tokenize: give at most one of --text, --file\n");
+    if ((a->text != NULL) + (a->file != NULL) + (a->chat != NULL) > 1) {
+        fprintf(stderr, "pic-engine tokenize: give at most one of --text, --file, --chat\n");
+        return -1;
+    }
+    if (a->chat != NULL && (a->model_dir == NULL || a->decode != NULL || a->batch)) {
+        fprintf(stderr, "pic-engine tokenize: --chat needs --model (its template) and "
+                "excludes --decode and --batch\n");
         return -1;
     }
     if (a->threads < 1 || a->threads > 256 || a->time_n < 0) {
@@ -512,6 +523,7 @@ pic_cmd_tokenize(int argc, char **argv)
 {
     pic_tokenize_args a;
     pic_tokenizer    *tok;
+    char             *rendered = NULL;
     char              err[512], path[4096];
     int               rc;
 
@@ -533,8 +545,20 @@ pic_cmd_tokenize(int argc, char **argv)
         fprintf(stderr, "pic-engine tokenize: %s\n", err);
         return 1;
     }
+    if (a.chat != NULL) {
+        pic_template_dialect d;
+
+        if (pic_cli_model_dialect(a.model_dir, &d, err, sizeof(err)) != 0
+            || (rendered = pic_cli_render_chat(a.chat, d, err, sizeof(err))) == NULL) {
+            fprintf(stderr, "pic-engine tokenize: --chat: %s\n", err);
+            pic_tokenizer_free(tok);
+            return 2;
+        }
+        a.text = rendered;
+    }
     rc = a.decode != NULL ? run_decode(tok, &a) : run_encode(tok, &a);
     fflush(stdout);
     pic_tokenizer_free(tok);
+    free(rendered);
     return rc;
 }

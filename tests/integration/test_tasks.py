@@ -180,3 +180,37 @@ def test_binding_targets_name_each_planted_value_by_its_attribute():
         at = [len("".join(strs[i] for i in ids[:j0])) for j0, _, _ in
               binding.fact_tokens([strs[i] for i in ids])]
         assert all(c > first for c in at)
+
+
+def _engine_ids(model, request):
+    """The ids of the prompt the engine's chat template renders for request."""
+    import subprocess
+    engine = os.path.join(ROOT, os.environ.get("PIC_BUILD", "build"), "pic-engine")
+    r = subprocess.run([engine, "tokenize", "--model", model, "--chat", json.dumps(request)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [int(x) for x in r.stdout.strip().split(",")]
+
+
+@pytest.mark.parametrize("task", tasks.TRAIN_TASKS)
+def test_python_and_engine_render_the_same_prompt(task):
+    """render() (the text the model was trained on) and the engine's template
+    (core/prompt/pic_template.c, the one source of the template's fixed text)
+    give the same token ids, for items with tools, tool calls and results."""
+    from tokenizers import Tokenizer
+    model = os.path.join(ROOT, "models", "pic-qa")
+    tok = Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
+    for seed in range(3):
+        it = tasks.item(task, seed, 1)
+        assert _engine_ids(model, tasks.request_json(it)) == \
+            tok.encode(tasks.prompt_text(it)).ids, (task, seed)
+
+
+def test_tool_prompt_text_comes_from_the_engines_template():
+    """The tool prompt of render() is the C template's, read from its source."""
+    with open(os.path.join(ROOT, "core", "prompt", "pic_template.c"), encoding="utf-8") as f:
+        src = f.read()
+    assert "You have access to the following functions:" in tasks.QWEN35_TOOLS_HEAD
+    assert tasks.QWEN35_TOOLS_TAIL.endswith("</IMPORTANT>")
+    for line in ("<IMPORTANT>", "Required parameters MUST be specified"):
+        assert line in src and line in tasks.QWEN35_TOOLS_TAIL
