@@ -112,6 +112,181 @@ static ngx_http_pic_prom_family_t  ngx_http_pic_engine_families[] = {
      / sizeof(ngx_http_pic_prom_family_t))
 
 
+/*
+ * The zone's counters, one row each for both outputs: the JSON object and
+ * key that hold it, and its Prometheus metric (name NULL: JSON only;
+ * section NULL: Prometheus only).  Every field is an ngx_atomic_t of
+ * ngx_http_pic_stats_t.
+ */
+typedef struct {
+    char                        *section;
+    char                        *key;
+    char                        *name;
+    char                        *type;
+    char                        *help;
+    size_t                       offset;
+} ngx_http_pic_counter_t;
+
+#define ngx_http_pic_stat(f)  offsetof(ngx_http_pic_stats_t, f)
+
+static ngx_http_pic_counter_t  ngx_http_pic_counters[] = {
+    { "requests", "total", "pic_requests_total", "counter",
+      "Requests seen in pic locations.", ngx_http_pic_stat(requests) },
+    { "requests", "errors", "pic_errors_total", "counter",
+      "Requests answered with an error status.", ngx_http_pic_stat(errors) },
+    { "requests", "status", "pic_status_requests_total", "counter",
+      "Requests to the status location.", ngx_http_pic_stat(status_requests) },
+    { "requests", "passed", "pic_passed_total", "counter",
+      "Requests passed untouched (not completions).",
+      ngx_http_pic_stat(passed) },
+    { "requests", "planned", "pic_planned_total", "counter",
+      "Requests planned and sent to an engine.", ngx_http_pic_stat(planned) },
+    { "requests", "observed", "pic_observed_total", "counter",
+      "Requests accounted in observe mode.", ngx_http_pic_stat(observed) },
+    { "requests", "rejected", "pic_rejected_total", "counter",
+      "Bad requests answered by the module.", ngx_http_pic_stat(rejected) },
+    { "requests", "no_engine", "pic_no_engine_total", "counter",
+      "Requests answered 503: no healthy engine.",
+      ngx_http_pic_stat(no_engine) },
+    { "requests", "upstream_errors", "pic_upstream_errors_total", "counter",
+      "Engine attempts that failed (502/504).",
+      ngx_http_pic_stat(upstream_errors) },
+    { "requests", "fallback", "pic_fallback_plans_total", "counter",
+      "Plans made by rendezvous hashing (redis unknown).",
+      ngx_http_pic_stat(fallback) },
+    { "requests", "offloaded", NULL, NULL, NULL, ngx_http_pic_stat(offloaded) },
+
+    { "segments", "total", "pic_segments_total", "counter", "Segments keyed.",
+      ngx_http_pic_stat(segments) },
+    { "segments", "hits", "pic_segment_hits_total", "counter",
+      "Segments some engine holds.", ngx_http_pic_stat(seg_hits) },
+    { "segments", "misses", "pic_segment_misses_total", "counter",
+      "Cacheable segments no engine holds.", ngx_http_pic_stat(seg_misses) },
+    { "segments", "dynamic", "pic_segment_dynamic_total", "counter",
+      "Segments recomputed every time (tail, short).",
+      ngx_http_pic_stat(seg_dynamic) },
+    { "segments", "s1_hits", NULL, NULL, NULL, ngx_http_pic_stat(s1_hits) },
+
+    { "bytes", "prompt", "pic_prompt_bytes_total", "counter",
+      "Rendered prompt bytes in segments.", ngx_http_pic_stat(bytes_total) },
+    { "bytes", "hit", "pic_hit_bytes_total", "counter",
+      "Prompt bytes in hit segments.", ngx_http_pic_stat(bytes_hit) },
+    { "bytes", "exact_prefix", "pic_exact_prefix_bytes_total", "counter",
+      "Prompt bytes an exact-prefix cache would serve.",
+      ngx_http_pic_stat(bytes_prefix) },
+    { "bytes", "above_prefix", "pic_above_prefix_bytes_total", "counter",
+      "Hit bytes beyond the exact prefix (PIC's gain).",
+      ngx_http_pic_stat(bytes_above_prefix) },
+    { "bytes", "novel", "pic_novel_bytes_total", "counter",
+      "Prompt bytes no cache holds.", ngx_http_pic_stat(bytes_novel) },
+    { "bytes", "s1", NULL, NULL, NULL, ngx_http_pic_stat(s1_bytes) },
+
+    { "routing", "exact_routed", NULL, NULL, NULL,
+      ngx_http_pic_stat(exact_routed) },
+    { "routing", "exact_bytes", NULL, NULL, NULL,
+      ngx_http_pic_stat(bytes_exact_routed) },
+    { "routing", "exact_decided", NULL, NULL, NULL,
+      ngx_http_pic_stat(exact_decided) },
+    { "routing", "segments_kept_exact", NULL, NULL, NULL,
+      ngx_http_pic_stat(seg_exact_local) },
+    { "routing", "seen_routed", NULL, NULL, NULL,
+      ngx_http_pic_stat(seen_routed) },
+    { "routing", "seen_decided", NULL, NULL, NULL,
+      ngx_http_pic_stat(seen_decided) },
+
+    { "cdc", "bytes", "pic_cdc_bytes_total", "counter",
+      "Bytes rendered, marked, chunked and keyed.",
+      ngx_http_pic_stat(cdc_bytes) },
+    { "cdc", "chunks", "pic_cdc_chunks_total", "counter", "Chunks cut.",
+      ngx_http_pic_stat(cdc_chunks) },
+    { "cdc", "markers", "pic_markers_total", "counter",
+      "Boundary markers placed.", ngx_http_pic_stat(markers) },
+    { "cdc", "escapes", "pic_marker_escapes_total", "counter",
+      "Marker strings escaped in client text.", ngx_http_pic_stat(escapes) },
+    { "cdc", "usec", "pic_cdc_microseconds_total", "counter",
+      "Time spent rendering, chunking and keying.",
+      ngx_http_pic_stat(cdc_usec) },
+
+    { "redis", "up_workers", "pic_redis_up", "gauge",
+      "Workers connected to redis.", ngx_http_pic_stat(redis_up) },
+    { "redis", "lookups", "pic_redis_lookups_total", "counter",
+      "Pipelined redis lookups.", ngx_http_pic_stat(redis_lookups) },
+    { "redis", "keys", NULL, NULL, NULL, ngx_http_pic_stat(redis_keys) },
+    { "redis", "hits", NULL, NULL, NULL, ngx_http_pic_stat(redis_hits) },
+    { "redis", "timeouts", "pic_redis_timeouts_total", "counter",
+      "Redis lookups past pic_redis_timeout.",
+      ngx_http_pic_stat(redis_timeouts) },
+    { "redis", "errors", "pic_redis_errors_total", "counter",
+      "Redis connection and command errors.", ngx_http_pic_stat(redis_errors) },
+    { "redis", "connects", NULL, NULL, NULL, ngx_http_pic_stat(redis_connects) },
+    { "redis", "events", NULL, NULL, NULL, ngx_http_pic_stat(redis_events) },
+
+    { NULL, NULL, "pic_usage_reports_total", "counter",
+      "Answers that reported usage.pic.", ngx_http_pic_stat(usage_reports) }
+};
+
+#define NGX_HTTP_PIC_COUNTERS                                                \
+    (sizeof(ngx_http_pic_counters) / sizeof(ngx_http_pic_counter_t))
+
+#define ngx_http_pic_counter_value(st, c)                                    \
+    (*(ngx_atomic_t *) ((u_char *) (st) + (c)->offset))
+
+
+/* The counters of one JSON section as "key":value pairs (the caller writes
+ * its name, braces and any other field). */
+static u_char *
+ngx_http_pic_status_section(u_char *p, ngx_http_pic_stats_t *st, char *section)
+{
+    ngx_uint_t               i, first;
+    ngx_http_pic_counter_t  *c;
+
+    first = 1;
+
+    for (i = 0; i < NGX_HTTP_PIC_COUNTERS; i++) {
+        c = &ngx_http_pic_counters[i];
+
+        if (c->section == NULL || ngx_strcmp(c->section, section) != 0) {
+            continue;
+        }
+
+        p = ngx_sprintf(p, first ? "\"%s\":%uA" : ",\"%s\":%uA", c->key,
+                        ngx_http_pic_counter_value(st, c));
+        first = 0;
+    }
+
+    return p;
+}
+
+
+/* The most bytes the table's rows take in the JSON and the Prometheus
+ * output together. */
+static size_t
+ngx_http_pic_counters_size(void)
+{
+    size_t                   size;
+    ngx_uint_t               i;
+    ngx_http_pic_counter_t  *c;
+
+    size = 0;
+
+    for (i = 0; i < NGX_HTTP_PIC_COUNTERS; i++) {
+        c = &ngx_http_pic_counters[i];
+        size += 2 * (8 + NGX_ATOMIC_T_LEN);
+
+        if (c->key) {
+            size += ngx_strlen(c->key);
+        }
+
+        if (c->name) {
+            size += 3 * ngx_strlen(c->name) + ngx_strlen(c->type)
+                    + ngx_strlen(c->help) + 24;
+        }
+    }
+
+    return size;
+}
+
+
 /* by NGX_HTTP_PIC_CACHE_* */
 static char  *ngx_http_pic_cache_names[] = {
     "unknown", "exact", "pic", "prefix", "full"
@@ -304,6 +479,10 @@ static ngx_buf_t *
 ngx_http_pic_status_json(ngx_http_request_t *r,
     ngx_http_pic_status_snapshot_t *s)
 {
+    static char               *sections[] = {
+        "requests", "segments", "bytes", "routing"
+    };
+
     u_char                    *p;
     size_t                     size;
     ngx_buf_t                 *b;
@@ -313,7 +492,8 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
 
     st = &s->st;
 
-    size = 4352 + s->zone.len * 6 + s->redis.len * 6
+    size = 2048 + ngx_http_pic_counters_size()
+           + s->zone.len * 6 + s->redis.len * 6
            + PIC_TTFT_BUCKETS * 2 * NGX_ATOMIC_T_LEN
            + s->nengines * (776 + 6 * NGX_SOCKADDR_STRLEN
                             + 6 * NGX_HTTP_PIC_ENGINE_ID_LEN
@@ -340,34 +520,11 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
                     s->zone_size, s->generation, s->uptime, s->nodes,
                     s->evictions, s->nengines, s->reclaimed);
 
-    p = ngx_sprintf(p, "\"requests\":{\"total\":%uA,\"errors\":%uA,"
-                    "\"status\":%uA,\"passed\":%uA,\"planned\":%uA,"
-                    "\"observed\":%uA,\"rejected\":%uA,\"no_engine\":%uA,"
-                    "\"upstream_errors\":%uA,\"fallback\":%uA,"
-                    "\"offloaded\":%uA},",
-                    st->requests, st->errors, st->status_requests,
-                    st->passed, st->planned, st->observed, st->rejected,
-                    st->no_engine, st->upstream_errors, st->fallback,
-                    st->offloaded);
-
-    p = ngx_sprintf(p, "\"segments\":{\"total\":%uA,\"hits\":%uA,"
-                    "\"misses\":%uA,\"dynamic\":%uA,\"s1_hits\":%uA},",
-                    st->segments, st->seg_hits, st->seg_misses, st->seg_dynamic,
-                    st->s1_hits);
-
-    p = ngx_sprintf(p, "\"bytes\":{\"prompt\":%uA,\"hit\":%uA,"
-                    "\"exact_prefix\":%uA,\"above_prefix\":%uA,"
-                    "\"novel\":%uA,\"s1\":%uA},",
-                    st->bytes_total, st->bytes_hit, st->bytes_prefix,
-                    st->bytes_above_prefix, st->bytes_novel, st->s1_bytes);
-
-    p = ngx_sprintf(p, "\"routing\":{\"exact_routed\":%uA,"
-                    "\"exact_bytes\":%uA,\"exact_decided\":%uA,"
-                    "\"segments_kept_exact\":%uA,\"seen_routed\":%uA,"
-                    "\"seen_decided\":%uA},",
-                    st->exact_routed, st->bytes_exact_routed,
-                    st->exact_decided, st->seg_exact_local, st->seen_routed,
-                    st->seen_decided);
+    for (i = 0; i < sizeof(sections) / sizeof(sections[0]); i++) {
+        p = ngx_sprintf(p, "\"%s\":{", sections[i]);
+        p = ngx_http_pic_status_section(p, st, sections[i]);
+        p = ngx_cpymem(p, "},", 2);
+    }
 
     p = ngx_sprintf(p, "\"tokens_est\":{\"bytes_per_token\":%d,"
                     "\"hit\":%uA,\"above_prefix\":%uA},",
@@ -375,11 +532,9 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
                     st->bytes_hit / NGX_HTTP_PIC_BYTES_PER_TOKEN,
                     st->bytes_above_prefix / NGX_HTTP_PIC_BYTES_PER_TOKEN);
 
-    p = ngx_sprintf(p, "\"cdc\":{\"bytes\":%uA,\"chunks\":%uA,"
-                    "\"markers\":%uA,\"escapes\":%uA,\"usec\":%uA,"
-                    "\"mb_per_s\":%uA},",
-                    st->cdc_bytes, st->cdc_chunks, st->markers, st->escapes,
-                    st->cdc_usec,
+    p = ngx_cpymem(p, "\"cdc\":{", 7);
+    p = ngx_http_pic_status_section(p, st, "cdc");
+    p = ngx_sprintf(p, ",\"mb_per_s\":%uA},",
                     st->cdc_usec ? st->cdc_bytes / st->cdc_usec : 0);
 
     p = ngx_cpymem(p, "\"ttft_ms\":{\"bounds\":[", 21);
@@ -405,14 +560,9 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
     p = ngx_sprintf(p, "\"redis\":{\"configured\":%s,\"address\":\"",
                     s->redis.len ? "true" : "false");
     p = (u_char *) ngx_escape_json(p, s->redis.data, s->redis.len);
-    p = ngx_sprintf(p, "\",\"up\":%s,\"up_workers\":%uA,\"lookups\":%uA,"
-                    "\"keys\":%uA,\"hits\":%uA,\"timeouts\":%uA,"
-                    "\"errors\":%uA,\"connects\":%uA,\"events\":%uA,"
-                    "\"subscriber_pid\":%P,\"last_ok_ms_ago\":",
-                    st->redis_up ? "true" : "false", st->redis_up,
-                    st->redis_lookups, st->redis_keys, st->redis_hits,
-                    st->redis_timeouts, st->redis_errors,
-                    st->redis_connects, st->redis_events, s->sub_pid);
+    p = ngx_sprintf(p, "\",\"up\":%s,", st->redis_up ? "true" : "false");
+    p = ngx_http_pic_status_section(p, st, "redis");
+    p = ngx_sprintf(p, ",\"subscriber_pid\":%P,\"last_ok_ms_ago\":", s->sub_pid);
 
     if (s->redis_ok_known) {
         p = ngx_sprintf(p, "%M}", s->redis_ok_ago);
@@ -563,11 +713,13 @@ ngx_http_pic_status_prometheus(ngx_http_request_t *r,
     ngx_uint_t                 i, f;
     ngx_atomic_uint_t          cum;
     ngx_http_pic_stats_t      *st;
+    ngx_http_pic_counter_t    *c;
     ngx_http_pic_engine_sh_t  *e;
 
     st = &s->st;
 
-    size = 8192 + NGX_HTTP_PIC_ENGINE_FAMILIES * 256
+    size = 2048 + ngx_http_pic_counters_size()
+           + NGX_HTTP_PIC_ENGINE_FAMILIES * 256
            + PIC_TTFT_BUCKETS * (64 + 2 * NGX_ATOMIC_T_LEN)
            + s->nengines * NGX_HTTP_PIC_ENGINE_FAMILIES
                          * (96 + 2 * NGX_SOCKADDR_STRLEN
@@ -585,89 +737,21 @@ ngx_http_pic_status_prometheus(ngx_http_request_t *r,
     ngx_sprintf(p, "# HELP " name " " help "\n# TYPE " name " " type "\n"    \
                 name " %uA\n", (ngx_atomic_uint_t) (v))
 
-    p = ngx_http_pic_prom(p, "pic_requests_total", "counter",
-                          "Requests seen in pic locations.", st->requests);
-    p = ngx_http_pic_prom(p, "pic_errors_total", "counter",
-                          "Requests answered with an error status.",
-                          st->errors);
-    p = ngx_http_pic_prom(p, "pic_status_requests_total", "counter",
-                          "Requests to the status location.",
-                          st->status_requests);
-    p = ngx_http_pic_prom(p, "pic_passed_total", "counter",
-                          "Requests passed untouched (not completions).",
-                          st->passed);
-    p = ngx_http_pic_prom(p, "pic_planned_total", "counter",
-                          "Requests planned and sent to an engine.",
-                          st->planned);
-    p = ngx_http_pic_prom(p, "pic_observed_total", "counter",
-                          "Requests accounted in observe mode.",
-                          st->observed);
-    p = ngx_http_pic_prom(p, "pic_rejected_total", "counter",
-                          "Bad requests answered by the module.",
-                          st->rejected);
-    p = ngx_http_pic_prom(p, "pic_no_engine_total", "counter",
-                          "Requests answered 503: no healthy engine.",
-                          st->no_engine);
-    p = ngx_http_pic_prom(p, "pic_upstream_errors_total", "counter",
-                          "Engine attempts that failed (502/504).",
-                          st->upstream_errors);
-    p = ngx_http_pic_prom(p, "pic_fallback_plans_total", "counter",
-                          "Plans made by rendezvous hashing (redis unknown).",
-                          st->fallback);
-    p = ngx_http_pic_prom(p, "pic_segments_total", "counter",
-                          "Segments keyed.", st->segments);
-    p = ngx_http_pic_prom(p, "pic_segment_hits_total", "counter",
-                          "Segments some engine holds.", st->seg_hits);
-    p = ngx_http_pic_prom(p, "pic_segment_misses_total", "counter",
-                          "Cacheable segments no engine holds.",
-                          st->seg_misses);
-    p = ngx_http_pic_prom(p, "pic_segment_dynamic_total", "counter",
-                          "Segments recomputed every time (tail, short).",
-                          st->seg_dynamic);
-    p = ngx_http_pic_prom(p, "pic_prompt_bytes_total", "counter",
-                          "Rendered prompt bytes in segments.",
-                          st->bytes_total);
-    p = ngx_http_pic_prom(p, "pic_hit_bytes_total", "counter",
-                          "Prompt bytes in hit segments.", st->bytes_hit);
-    p = ngx_http_pic_prom(p, "pic_exact_prefix_bytes_total", "counter",
-                          "Prompt bytes an exact-prefix cache would serve.",
-                          st->bytes_prefix);
-    p = ngx_http_pic_prom(p, "pic_above_prefix_bytes_total", "counter",
-                          "Hit bytes beyond the exact prefix (PIC's gain).",
-                          st->bytes_above_prefix);
-    p = ngx_http_pic_prom(p, "pic_novel_bytes_total", "counter",
-                          "Prompt bytes no cache holds.", st->bytes_novel);
-    p = ngx_http_pic_prom(p, "pic_cdc_bytes_total", "counter",
-                          "Bytes rendered, marked, chunked and keyed.",
-                          st->cdc_bytes);
-    p = ngx_http_pic_prom(p, "pic_cdc_microseconds_total", "counter",
-                          "Time spent rendering, chunking and keying.",
-                          st->cdc_usec);
-    p = ngx_http_pic_prom(p, "pic_cdc_chunks_total", "counter",
-                          "Chunks cut.", st->cdc_chunks);
-    p = ngx_http_pic_prom(p, "pic_markers_total", "counter",
-                          "Boundary markers placed.", st->markers);
-    p = ngx_http_pic_prom(p, "pic_marker_escapes_total", "counter",
-                          "Marker strings escaped in client text.",
-                          st->escapes);
-    p = ngx_http_pic_prom(p, "pic_redis_up", "gauge",
-                          "Workers connected to redis.", st->redis_up);
-    p = ngx_http_pic_prom(p, "pic_redis_lookups_total", "counter",
-                          "Pipelined redis lookups.", st->redis_lookups);
-    p = ngx_http_pic_prom(p, "pic_redis_timeouts_total", "counter",
-                          "Redis lookups past pic_redis_timeout.",
-                          st->redis_timeouts);
-    p = ngx_http_pic_prom(p, "pic_redis_errors_total", "counter",
-                          "Redis connection and command errors.",
-                          st->redis_errors);
+    for (i = 0; i < NGX_HTTP_PIC_COUNTERS; i++) {
+        c = &ngx_http_pic_counters[i];
+
+        if (c->name) {
+            p = ngx_sprintf(p, "# HELP %s %s\n# TYPE %s %s\n%s %uA\n",
+                            c->name, c->help, c->name, c->type, c->name,
+                            ngx_http_pic_counter_value(st, c));
+        }
+    }
+
     p = ngx_http_pic_prom(p, "pic_index_entries", "gauge",
                           "Entries in the shm index.", s->nodes);
     p = ngx_http_pic_prom(p, "pic_index_evictions_total", "counter",
                           "Entries evicted from the shm index (LRU).",
                           s->evictions);
-    p = ngx_http_pic_prom(p, "pic_usage_reports_total", "counter",
-                          "Answers that reported usage.pic.",
-                          st->usage_reports);
     p = ngx_sprintf(p, "# HELP pic_prompt_tokens_total Prompt tokens of those "
                     "answers by source.\n# TYPE pic_prompt_tokens_total "
                     "counter\npic_prompt_tokens_total{source=\"exact\"} %uA\n"
