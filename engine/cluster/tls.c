@@ -9,6 +9,7 @@
 #include <openssl/ssl.h>
 
 #include <event2/bufferevent_ssl.h>
+#include <event2/bufferevent_struct.h>
 
 #include "tls.h"
 
@@ -141,3 +142,23 @@ pic_tls_ctx_free(SSL_CTX *ctx)
 {
     SSL_CTX_free(ctx);
 }
+
+int
+pic_tls_unread(struct bufferevent *bev, int kick)
+{
+    SSL *ssl = bev != NULL ? bufferevent_openssl_get_ssl(bev) : NULL;
+    int  n;
+
+    if (ssl == NULL) {
+        return 0;
+    }
+    n = SSL_pending(ssl);
+    if (n == 0 && SSL_has_pending(ssl)) {
+        n = 1;                  /* a record not yet decrypted: size unknown */
+    }
+    if (n > 0 && kick) {
+        event_active(&bev->ev_read, EV_READ, 1);
+    }
+    return n;
+}
+
