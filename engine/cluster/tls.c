@@ -9,7 +9,6 @@
 #include <openssl/ssl.h>
 
 #include <event2/bufferevent_ssl.h>
-#include <event2/bufferevent_struct.h>
 
 #include "tls.h"
 
@@ -144,7 +143,7 @@ pic_tls_ctx_free(SSL_CTX *ctx)
 }
 
 int
-pic_tls_unread(struct bufferevent *bev, int kick)
+pic_tls_unread(struct bufferevent *bev)
 {
     SSL *ssl = bev != NULL ? bufferevent_openssl_get_ssl(bev) : NULL;
     int  n;
@@ -155,9 +154,6 @@ pic_tls_unread(struct bufferevent *bev, int kick)
     n = SSL_pending(ssl);
     if (n == 0 && SSL_has_pending(ssl)) {
         n = 1;                  /* a record not yet decrypted: size unknown */
-    }
-    if (n > 0 && kick) {
-        event_active(&bev->ev_read, EV_READ, 1);
     }
     return n;
 }

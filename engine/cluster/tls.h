@@ -42,11 +42,9 @@ struct bufferevent *pic_tls_connect_bev(struct event_base *base, SSL_CTX *ctx);
 void pic_tls_ctx_free(SSL_CTX *ctx);
 
 /* Bytes the SSL of a pic_tls_*_bev bufferevent holds that libevent has not
- * read into the bufferevent (0 for a plain socket).  libevent 2.1 reads a
- * TLS socket only when the socket turns readable; records OpenSSL already
- * took off the socket then wait for the next packet, which in a finished
- * answer never comes.  With kick set, such bytes are read now (the
- * bufferevent's read callback runs as if the socket were readable). */
-int pic_tls_unread(struct bufferevent *bev, int kick);
+ * read into the bufferevent (0 for a plain socket; 1 when only an
+ * undecrypted record is pending): what a stalled peer call's deadline log
+ * reports beside the socket's own count. */
+int pic_tls_unread(struct bufferevent *bev);
 
 #endif /* PIC_TLS_H */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <arpa/inet.h>
+#include <sys/ioctl.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -19,16 +20,12 @@
 
 #include "transport.h"
 
-#define PIC_KICK_MS  100          /* TLS: how often unread SSL bytes are looked for */
-
 struct pic_transport_op {
     pic_transport            *t;
     struct pic_transport_op  *prev, *next;  /* every op not yet freed (t->priv) */
     struct evhttp_connection *evcon;
     struct evhttp_request    *req;          /* NULL once evhttp is done with it */
     struct event             *timer;
-    struct event             *kick;         /* TLS: reads what libevent left unread */
-    int                       kicked;       /* ... and did so once (logged) */
     char                      peer[96];
     pic_transport_frame_fn    on_frame;
     pic_transport_done_fn     on_done;
@@ -66,9 +63,6 @@ pic_op_free_cb(evutil_socket_t fd, short what, void *arg)
     if (op->timer) {
         event_free(op->timer);
     }
-    if (op->kick) {
-        event_free(op->kick);
-    }
     if (op->acc) {
         evbuffer_free(op->acc);
     }
@@ -96,9 +90,6 @@ pic_op_schedule_end(pic_transport_op *op)
 
     if (op->timer) {
         event_del(op->timer);
-    }
-    if (op->kick) {
-        event_del(op->kick);
     }
     if (event_base_once(op->t->base, -1, EV_TIMEOUT, pic_op_done_cb, op, &zero) != 0) {
         op->cancelled = 1;          /* cannot defer (out of memory): drop it */
@@ -285,28 +276,6 @@ pic_op_on_error(enum evhttp_request_error e, void *arg)
     }
 }
 
-/* Every PIC_KICK_MS over TLS: bytes OpenSSL took off the socket but
- * libevent did not read (tls.h) are read now, not at the next packet. */
-static void
-pic_op_on_kick(evutil_socket_t fd, short what, void *arg)
-{
-    pic_transport_op *op = arg;
-    int               n;
-
-    (void) fd;
-    (void) what;
-
-    if (op->over || op->evcon == NULL) {
-        return;
-    }
-    n = pic_tls_unread(evhttp_connection_get_bufferevent(op->evcon), 1);
-    if (n > 0 && !op->kicked) {
-        op->kicked = 1;
-        fprintf(stderr, "pic-engine: peer %s: %d TLS byte(s) were left unread in the "
-                "SSL buffer; read them\n", op->peer, n);
-    }
-}
-
 static void
 pic_op_on_timer(evutil_socket_t fd, short what, void *arg)
 {
@@ -319,13 +288,20 @@ pic_op_on_timer(evutil_socket_t fd, short what, void *arg)
     if (op->over) {
         return;
     }
-    if (op->kick != NULL && op->evcon != NULL) {
+    if (op->evcon != NULL) {
+        /* where the answer stands: in the socket, in TLS, in the input */
         struct bufferevent *bev = evhttp_connection_get_bufferevent(op->evcon);
+        int                 sock = bev ? (int) bufferevent_getfd(bev) : -1, kernel = -1;
 
-        fprintf(stderr, "pic-engine: peer %s: at the deadline %d TLS byte(s) unread, "
-                "%zu in the connection's input, %zu record byte(s) unparsed\n", op->peer,
-                pic_tls_unread(bev, 0), bev ? evbuffer_get_length(bufferevent_get_input(bev))
-                                            : 0, evbuffer_get_length(op->acc));
+        if (sock >= 0 && ioctl(sock, FIONREAD, &kernel) != 0) {
+            kernel = -1;
+        }
+        fprintf(stderr, "pic-engine: peer %s: at the deadline %d byte(s) in the socket, "
+                "%d TLS byte(s) unread by libevent, %zu in the connection's input, %zu "
+                "record byte(s) unparsed, reading %s\n", op->peer, kernel,
+                pic_tls_unread(bev), bev ? evbuffer_get_length(bufferevent_get_input(bev)) : 0,
+                evbuffer_get_length(op->acc),
+                bev && (bufferevent_get_enabled(bev) & EV_READ) ? "on" : "off");
     }
     op->req = NULL;
     pic_op_finish(op, 0, "deadline passed");        /* over: no callback after */
@@ -385,7 +361,6 @@ pic_op_start(pic_transport *t, const char *peer, enum evhttp_cmd_type cmd, const
     op->timer = evtimer_new(t->base, pic_op_on_timer, op);
     snprintf(op->peer, sizeof(op->peer), "%s", peer);
     if (t->tls != NULL) {
-        op->kick = event_new(t->base, -1, EV_PERSIST, pic_op_on_kick, op);
         struct bufferevent *bev = pic_tls_connect_bev(t->base, t->tls);
 
         op->evcon = bev ? evhttp_connection_base_bufferevent_new(t->base, NULL, bev, host,
@@ -448,11 +423,6 @@ pic_op_start(pic_transport *t, const char *peer, enum evhttp_cmd_type cmd, const
         return NULL;
     }
     evtimer_add(op->timer, &tv);
-    if (op->kick != NULL) {
-        struct timeval k = { 0, PIC_KICK_MS * 1000 };
-
-        event_add(op->kick, &k);
-    }
     return op;
 }
 

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/http.h>
 #include <sys/queue.h>
 
@@ -209,11 +210,15 @@ pic_peer_answer(pic_inflight *c, const pic_job_update *u)
     if (!u->done) {
         return;
     }
-    pic_peer_log(srv, c->req, "answered %s, %zu bytes of records in %.1f ms",
+    struct evhttp_connection *conn = evhttp_request_get_connection(c->req);
+    struct bufferevent       *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
+
+    pic_peer_log(srv, c->req, "answered %s, %zu bytes of records in %.1f ms, %zu to write",
                  !c->headers_sent && (u->finish == PIC_FINISH_ERROR
                                       || u->finish == PIC_FINISH_CANCELLED)
                  ? "an error" : "200",
-                 c->binary_sent, (double) (pic_now_ns() - c->t0_ns) * 1e-6);
+                 c->binary_sent, (double) (pic_now_ns() - c->t0_ns) * 1e-6,
+                 bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0);
     pic_inflight_release_conn(c);
     if (c->headers_sent) {
         evhttp_send_reply_end(c->req);      /* missing records mean failed segments */
