@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -34,6 +35,7 @@ static const pic_backend pic_cpu_backend = {
     .gdn_chunked   = pic_cpu_gdn_chunked,
     .gdn_recurrent = pic_cpu_gdn_recurrent,
     .mul           = pic_cpu_mul,
+    .add_rows      = pic_cpu_add_rows,
     .copy_rows     = pic_cpu_copy_rows,
     .l2norm_heads  = pic_cpu_l2norm_heads,
     .gather_rows   = pic_cpu_gather_rows,
@@ -56,6 +58,21 @@ static void
 pic_cpu_blas_init(void)
 {
     openblas_set_num_threads(1);
+}
+
+int
+pic_rope_init(pic_rope *r, int dim, float theta)
+{
+    memset(r, 0, sizeof(*r));
+    if (dim < 2 || dim % 2 != 0 || dim > 2 * PIC_ROPE_MAX_PAIRS || !(theta > 0.0f)) {
+        return -1;
+    }
+    r->dim = dim;
+    for (int i = 0; i < dim / 2; i++) {
+        /* fp32 throughout, as transformers computes inv_freq */
+        r->inv_freq[i] = 1.0f / powf(theta, (float) (2 * i) / (float) dim);
+    }
+    return 0;
 }
 
 const pic_backend *
@@ -212,7 +229,7 @@ pic_backend_complete(const pic_backend *b)
     return b->matmul && b->matmul_w && b->matmul_w_multi && b->wmat_rows
            && b->rmsnorm && b->silu && b->sigmoid && b->softplus && b->conv1d
            && b->l2norm && b->rope && b->attention && b->gdn_chunked
-           && b->gdn_recurrent && b->mul && b->copy_rows && b->l2norm_heads
+           && b->gdn_recurrent && b->mul && b->add_rows && b->copy_rows && b->l2norm_heads
            && b->gather_rows && b->scatter_add && b->gdn_gates && b->kv_store
            && b->moe_route && b->mem_alloc && b->mem_free && b->mem_upload
            && b->mem_download && b->mem_copy && b->mem_zero;

@@ -85,6 +85,21 @@ typedef struct {
                                  * bf16dot); 0 = x as fp32 (exact products) */
 } pic_wmat;
 
+/* The rotary frequencies of a model: pair i of every head turns by
+ * pos · inv_freq[i].  Made once at load from the config (default, linear or
+ * llama3 scaling: pic_rope_init and the architecture's rope), so every rope
+ * op, the forward's and a PIC entry's re-rotation, turns by the same angles. */
+#define PIC_ROPE_MAX_PAIRS 256
+
+typedef struct {
+    int   dim;                          /* rotary dims per head (even) */
+    float inv_freq[PIC_ROPE_MAX_PAIRS]; /* (dim / 2) */
+} pic_rope;
+
+/* r ← the default frequencies θ^(−2i/dim) in fp32, as transformers computes
+ * them; -1 when dim is odd, < 2 or above 2·PIC_ROPE_MAX_PAIRS, or θ <= 0. */
+int pic_rope_init(pic_rope *r, int dim, float theta);
+
 typedef struct pic_backend {
     const char *name;
 
@@ -135,10 +150,10 @@ typedef struct pic_backend {
                    float scale);
 
     /* x(n, heads, hd) rows of stride ld: partial NeoX RoPE on the first
-     * rotary_dim dims of every head at position pos[t] (may be negative:
-     * R(−p) undoes R(p)); the other dims pass through. */
+     * r->dim dims of every head at position pos[t] (may be negative:
+     * R(−p) undoes R(p)); the other dims pass through.  r is host memory. */
     void (*rope)(float *x, int ld, const int *pos, int n, int heads, int hd,
-                 int rotary_dim, float theta);
+                 const pic_rope *r);
 
     /* o(n, Hq*hd) = causal GQA softmax(q kᵀ/sqrt(hd)) v: query t at position
      * qpos[t] attends cache slots 0..min(qpos[t], n_keys−1) of its kv head
@@ -159,6 +174,9 @@ typedef struct pic_backend {
     /* --- the forward's glue: every tensor loop of forward.c / ffn.c --- */
 
     /* y(n) ← y ⊙ x elementwise (output gates, SwiGLU).  x may alias y. */
+    /* y(n, dim) rows each += b(dim): a projection's bias. */
+    void (*add_rows)(float *y, const float *b, int n, int dim);
+
     void (*mul)(float *y, const float *x, size_t n);
 
     /* Strided row copy: dst + r*ldd ← src + r*lds (dim floats) for r < n

@@ -60,13 +60,17 @@ pic_template_dialect_parse(const char *name, pic_template_dialect *out)
         *out = PIC_TEMPLATE_QWEN3_5;
         return 0;
     }
+    if (!strcmp(name, "chatml") || !strcmp(name, "smollm2")) {
+        *out = PIC_TEMPLATE_CHATML;
+        return 0;
+    }
     return -1;
 }
 
 const char *
 pic_template_dialect_name(pic_template_dialect d)
 {
-    return d == PIC_TEMPLATE_QWEN3_5 ? "qwen3.5" : "qwen3";
+    return d == PIC_TEMPLATE_QWEN3_5 ? "qwen3.5" : d == PIC_TEMPLATE_CHATML ? "chatml" : "qwen3";
 }
 
 const char *
@@ -688,6 +692,55 @@ done:
     return rc;
 }
 
+/* --- plain ChatML (SmolLM2) --- */
+
+static const char *
+pic_role_name(pic_role role)
+{
+    switch (role) {
+    case PIC_ROLE_SYSTEM:    return "system";
+    case PIC_ROLE_USER:      return "user";
+    case PIC_ROLE_ASSISTANT: return "assistant";
+    case PIC_ROLE_TOOL:      return "tool";
+    }
+    return "user";
+}
+
+static int
+pic_render_chatml(const pic_template_opts *o, const pic_request *req, pic_render *r,
+                  pic_error *err)
+{
+    pic_rtext rt;
+    int       rc = 0;
+
+    pic_rt_init(&rt);
+    if (req->messages[0].role != PIC_ROLE_SYSTEM) {
+        pic_glue(r, "<|im_start|>system\n");
+        pic_glue(r, o->default_system != NULL ? o->default_system
+                                              : PIC_CHATML_SMOLLM2_SYSTEM);
+        pic_glue(r, "<|im_end|>\n");
+    }
+    for (size_t i = 0; i < req->n_messages && !r->oom; i++) {
+        const pic_message *m = &req->messages[i];
+        int                doc = m->role != PIC_ROLE_ASSISTANT;
+
+        pic_glue(r, "<|im_start|>");
+        pic_glue(r, pic_role_name(m->role));
+        pic_glue(r, "\n");
+        pic_rt_content(&rt, m, "\n", doc ? o->split : NULL, doc && o->split_parts);
+        pic_rt_emit(r, &rt, pic_region_of(m->role), (int32_t) i);
+        pic_glue(r, "<|im_end|>\n");
+    }
+    if (req->add_generation_prompt) {
+        pic_glue(r, "<|im_start|>assistant\n");
+    }
+    if (r->oom || rt.oom) {
+        rc = pic_error_oom(err, __func__);
+    }
+    pic_rt_free(&rt);
+    return rc;
+}
+
 /* --- completions --- */
 
 static int
@@ -716,6 +769,8 @@ pic_template_render(const pic_template_opts *opts, const pic_request *req,
         rc = pic_error_invalid(err, "messages", "invalid_value", "No messages provided.");
     } else if (opts->dialect == PIC_TEMPLATE_QWEN3_5) {
         rc = pic_render_qwen35(opts, req, out, err);
+    } else if (opts->dialect == PIC_TEMPLATE_CHATML) {
+        rc = pic_render_chatml(opts, req, out, err);
     } else {
         rc = pic_render_qwen3(opts, req, out, err);
     }

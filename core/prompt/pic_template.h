@@ -20,6 +20,11 @@
  *    every content trimmed (Python str.strip), a user query required, a
  *    system message only first; generation prompt ends in `<think>\n`, or
  *    the empty think block when thinking is off.
+ *  - PIC_TEMPLATE_CHATML (SmolLM2): `<|im_start|>ROLE\nCONTENT<|im_end|>\n`
+ *    per message, content as given (text parts joined with "\n"), tools
+ *    and tool calls not shown (the template has no place for them), a
+ *    default system message first when the conversation has none;
+ *    generation prompt `<|im_start|>assistant\n`.
  * Template errors (raise_exception) come back as 400s with its message.
  * `developer` messages render as `system`.  The Qwen3-Next checkpoints ship
  * variants of the Qwen3 template (to our knowledge: Instruct without think
@@ -53,6 +58,9 @@
 typedef enum {
     PIC_TEMPLATE_QWEN3 = 0,     /* Qwen3 / Qwen3-Next: JSON tool calls */
     PIC_TEMPLATE_QWEN3_5,       /* Qwen3.5: XML tool calls */
+    PIC_TEMPLATE_CHATML,        /* plain ChatML (SmolLM2): no tools, a default
+                                 * system prompt when the first message is
+                                 * not one */
 } pic_template_dialect;
 
 typedef enum {
@@ -85,7 +93,16 @@ typedef struct {
     pic_template_dialect dialect;
     const pic_marker    *split;         /* client document delimiter; NULL = off */
     int                  split_parts;   /* each content text part is a document */
+    const char          *default_system; /* CHATML: the system prompt of a
+                                          * conversation without one (NULL:
+                                          * PIC_CHATML_SMOLLM2_SYSTEM) */
 } pic_template_opts;
+
+/* The system prompt SmolLM2's template inserts when the conversation has
+ * none. */
+#define PIC_CHATML_SMOLLM2_SYSTEM \
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
 
 /* Makes r empty (no allocation). */
 void pic_render_init(pic_render *r);
@@ -94,10 +111,11 @@ void pic_render_init(pic_render *r);
 void pic_render_free(pic_render *r);
 
 /* Parses a dialect name: "qwen3", "qwen3_next", "qwen3-next" -> QWEN3;
- * "qwen3.5", "qwen3_5", "qwen35" -> QWEN3_5.  Returns 0, or -1 if unknown. */
+ * "qwen3.5", "qwen3_5", "qwen35" -> QWEN3_5; "chatml", "smollm2" -> CHATML.
+ * Returns 0, or -1 if unknown. */
 int pic_template_dialect_parse(const char *name, pic_template_dialect *out);
 
-/* The dialect's canonical name ("qwen3" or "qwen3.5"). */
+/* The dialect's canonical name ("qwen3", "qwen3.5" or "chatml"). */
 const char *pic_template_dialect_name(pic_template_dialect d);
 
 /* A region kind's name ("glue", "system", "tool_schema", ...). */

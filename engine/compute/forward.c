@@ -1,8 +1,8 @@
 /*
- * forward.c — the hybrid decoder's forward pass (forward.h), read top to
- * bottom: embeddings, then per layer a mixer (Gated DeltaNet or gated full
- * attention) and an FFN (ffn.c) on pre-normed inputs, then the final norm
- * and lm_head for the rows that need logits.  pic_forward and
+ * forward.c — the decoder's forward pass (forward.h), read top to
+ * bottom: embeddings, then per layer a mixer (Gated DeltaNet or attention,
+ * in the variant the config names) and an FFN (ffn.c) on pre-normed
+ * inputs, then the final norm and lm_head for the rows that need logits.  pic_forward and
  * pic_forward_runs (PIC seam runs) share one driver and one layer pass.
  */
 #include <math.h>
@@ -146,8 +146,12 @@ pic_gdn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     be->matmul_w(w->x, w->lo, &lw->out_proj, nb, 1);
 }
 
-/* --- gated full attention layer (MODEL.md §4) --- */
+/* --- attention layer (MODEL.md §4) --- */
 
+/* Causal GQA attention in the variant the config names: Qwen3.5's gated
+ * one (q_proj rows [q_h | gate_h] per head, (1+w) q/k RMSNorm, partial
+ * RoPE, σ(gate) on the output), or the plain one of Llama, Qwen3 (plain
+ * q/k RMSNorm) and Qwen2 (q/k/v biases). */
 static void
 pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
                int nb, const pic_fwd_span *sp, int n_sp)
@@ -157,21 +161,31 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     int Hq = c->n_q_heads, Hkv = c->n_kv_heads, hd = c->head_dim;
     int qd = Hq * hd, kvd = Hkv * hd;
 
-    /* 1. projections; q rows interleaved per head [q_h | gate_h] */
+    /* 1. projections (+ biases); gated: q rows interleaved per head
+     * [q_h | gate_h] */
     {
         const pic_wmat *ws[3] = { &lw->wq, &lw->wk, &lw->wv };
-        float          *ys[3] = { w->qp, w->k, w->v };
+        float          *ys[3] = { c->attn_gate ? w->qp : w->q, w->k, w->v };
 
         be->matmul_w_multi(ys, w->xn, ws, 3, nb);
     }
-    be->copy_rows(w->q, hd, w->qp, 2 * hd, nb * Hq, hd);
-    be->copy_rows(w->gate, hd, w->qp + hd, 2 * hd, nb * Hq, hd);
+    if (c->attn_gate) {
+        be->copy_rows(w->q, hd, w->qp, 2 * hd, nb * Hq, hd);
+        be->copy_rows(w->gate, hd, w->qp + hd, 2 * hd, nb * Hq, hd);
+    }
+    if (lw->bq != NULL) {
+        be->add_rows(w->q, lw->bq, nb, qd);
+        be->add_rows(w->k, lw->bk, nb, kvd);
+        be->add_rows(w->v, lw->bv, nb, kvd);
+    }
 
-    /* 2–3. (1+w) RMSNorm over hd, then partial NeoX RoPE */
-    be->rmsnorm(w->q, w->q, lw->q_norm, nb * Hq, hd, c->rms_eps, 1);
-    be->rmsnorm(w->k, w->k, lw->k_norm, nb * Hkv, hd, c->rms_eps, 1);
-    be->rope(w->q, qd, w->pos, nb, Hq, hd, c->rotary_dim, c->rope_theta);
-    be->rope(w->k, kvd, w->pos, nb, Hkv, hd, c->rotary_dim, c->rope_theta);
+    /* 2–3. per-head RMSNorm over hd, then NeoX RoPE on the rotary dims */
+    if (lw->q_norm != NULL) {
+        be->rmsnorm(w->q, w->q, lw->q_norm, nb * Hq, hd, c->rms_eps, c->norm_offset);
+        be->rmsnorm(w->k, w->k, lw->k_norm, nb * Hkv, hd, c->rms_eps, c->norm_offset);
+    }
+    be->rope(w->q, qd, w->pos, nb, Hq, hd, &c->rope);
+    be->rope(w->k, kvd, w->pos, nb, Hkv, hd, &c->rope);
 
     /* K/V into each sequence's cache at their positions, then 4. causal
      * GQA over its slots [0, p0+n).  Consecutive spans on one state (seam
@@ -190,10 +204,15 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
                       sp[j - 1].p0 + sp[j - 1].n);
     }
 
-    /* 5. output gate σ(gate), o_proj + residual */
-    be->sigmoid(w->gate, (size_t) nb * qd);
-    be->mul(w->ao, w->gate, (size_t) nb * qd);
+    /* 5. output gate σ(gate); o_proj (+ bias) into the residual */
+    if (c->attn_gate) {
+        be->sigmoid(w->gate, (size_t) nb * qd);
+        be->mul(w->ao, w->gate, (size_t) nb * qd);
+    }
     be->matmul_w(w->x, w->ao, &lw->wo, nb, 1);
+    if (lw->bo != NULL) {
+        be->add_rows(w->x, lw->bo, nb, c->hidden);
+    }
 }
 
 /* --- the model --- */
@@ -217,13 +236,13 @@ pic_forward_layers(const pic_model *m, const pic_backend *be, pic_ws *w,
     for (int l = 0; l < c->n_layers; l++) {
         const pic_layer_weights *lw = &m->w.layers[l];
 
-        be->rmsnorm(w->xn, w->x, lw->input_norm, nb, H, c->rms_eps, 1);
+        be->rmsnorm(w->xn, w->x, lw->input_norm, nb, H, c->rms_eps, c->norm_offset);
         if (c->layer_type[l] == PIC_LAYER_LINEAR) {
             pic_gdn_layer(m, be, l, w, nb, sp, n_sp, hooks);
         } else {
             pic_attn_layer(m, be, l, w, nb, sp, n_sp);
         }
-        be->rmsnorm(w->xn, w->x, lw->post_norm, nb, H, c->rms_eps, 1);
+        be->rmsnorm(w->xn, w->x, lw->post_norm, nb, H, c->rms_eps, c->norm_offset);
         pic_ffn_forward(m, be, l, w, nb);
     }
 }
@@ -318,7 +337,7 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
         if (mode == PIC_LOGITS_ALL) {
             float *out = be->host ? logits + (size_t) tok0 * V : w.lg;
 
-            be->rmsnorm(w.xn, w.x, m->w.final_norm, nb, H, c->rms_eps, 1);
+            be->rmsnorm(w.xn, w.x, m->w.final_norm, nb, H, c->rms_eps, c->norm_offset);
             be->matmul_w(out, w.xn, lm, nb, 0);
             if (!be->host) {
                 be->mem_download(logits + (size_t) tok0 * V, out,
@@ -328,7 +347,7 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
             float *out = be->host ? logits : w.lg;
 
             be->rmsnorm(w.xn, w.x + (size_t) (nb - 1) * H, m->w.final_norm, 1,
-                        H, c->rms_eps, 1);
+                        H, c->rms_eps, c->norm_offset);
             be->matmul_w(out, w.xn, lm, 1, 0);
             if (!be->host) {
                 be->mem_download(logits, out, (size_t) V * sizeof(float));
@@ -469,7 +488,7 @@ pic_forward_flops(const pic_config *c, int n, int p0, pic_logits_mode mode)
             /* recurrence: Sᵀk, k δᵀ, Sᵀq per value head */
             f += (double) n * 6.0 * c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
         } else {
-            p += H * (2.0 * qd + 2.0 * kvd) + qd * H;
+            p += H * ((c->attn_gate ? 2.0 : 1.0) * qd + 2.0 * kvd) + qd * H;
             /* scores + weighted sum over the causal keys of each token */
             double keys = (double) n * p0 + (double) n * (n + 1) / 2.0;
             f += 4.0 * qd * keys;

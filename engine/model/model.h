@@ -1,8 +1,12 @@
 /*
- * model.h — the hybrid decoder's configuration and weights (MODEL.md §1–§2).
+ * model.h — a decoder's configuration and weights (MODEL.md §1–§2): the
+ * hybrid Qwen3.5 / Qwen3-Next and the all-attention transformers (Llama,
+ * Qwen3, Qwen2), one layer list whose mixers are Gated DeltaNet or
+ * attention and whose FFNs are dense or MoE.
  *
  * The loader (model_load.c) fills these from a Hugging Face checkpoint
- * directory; the forward pass (forward.c) only reads them.  The big
+ * directory, the architecture's file (arch_*.c) saying which keys and
+ * tensors; the forward pass (forward.c) only reads them.  The big
  * projection matrices are pic_wmat (fp32, bf16 or q8 blocks, as
  * pic_weights_choose picks; pic_kernels.h), the small ones (norms, conv,
  * gates, router) plain fp32; all row-major [out, in] as stored (y = W x),
@@ -19,14 +23,21 @@
 
 #define PIC_MAX_LAYERS 128
 
+/* The architectures (arch.h: one file each, arch_*.c). */
 typedef enum {
     PIC_ARCH_QWEN3_NEXT = 0,    /* model_type qwen3_next: keys at top level */
     PIC_ARCH_QWEN3_5,           /* qwen3_5 / qwen3_5_moe: keys in text_config */
+    PIC_ARCH_LLAMA,             /* llama, mistral: plain GQA attention */
+    PIC_ARCH_QWEN3,             /* qwen3: GQA with per-head q/k RMSNorm */
+    PIC_ARCH_QWEN2,             /* qwen2: GQA with q/k/v biases */
 } pic_arch;
 
+/* The mixer of a layer.  Attention comes in the variants the config's
+ * attn_* flags name (gate, q/k norm, biases); every attention layer keeps
+ * K and V per position, every linear layer a recurrent state. */
 typedef enum {
     PIC_LAYER_LINEAR = 0,       /* Gated DeltaNet */
-    PIC_LAYER_FULL,             /* gated full attention */
+    PIC_LAYER_FULL,             /* full (causal softmax) attention */
 } pic_layer_type;
 
 typedef struct {
@@ -46,6 +57,14 @@ typedef struct {
     int      head_dim;          /* hd */
     int      rotary_dim;        /* hd * partial_rotary_factor */
     float    rope_theta;
+    pic_rope rope;              /* the frequencies every rope op turns by */
+    int      attn_gate;         /* q_proj rows [q_h | gate_h] per head; the
+                                 * output is σ(gate)-gated (Qwen3.5, Next) */
+    int      attn_qk_norm;      /* per-head RMSNorm of q and k before RoPE */
+    int      attn_qkv_bias;     /* q/k/v projections carry biases */
+    int      attn_o_bias;       /* o_proj carries a bias */
+    int      norm_offset;       /* 1: every RMSNorm weight zero-centred,
+                                 * x·(1+w) (Qwen3.5, Next); 0: x·w */
 
     /* gated deltanet */
     int      lin_k_heads;       /* Hk */
@@ -87,7 +106,7 @@ typedef struct {
 } pic_expert_weights;
 
 typedef struct {
-    float *input_norm;          /* (H) zero-centred: x * (1 + w) */
+    float *input_norm;          /* (H) x·(1+w) or x·w (norm_offset) */
     float *post_norm;           /* (H) */
 
     /* GDN (layer_type == PIC_LAYER_LINEAR) — Qwen3.5 layout */
@@ -102,12 +121,17 @@ typedef struct {
     pic_wmat out_proj;          /* (H, Hv*dv) */
 
     /* full attention (layer_type == PIC_LAYER_FULL) */
-    pic_wmat wq;                /* (Hq*2*hd, H) per head [q (hd) | gate (hd)] */
+    pic_wmat wq;                /* (Hq*2*hd, H) per head [q (hd) | gate (hd)]
+                                 * with attn_gate, else (Hq*hd, H) */
     pic_wmat wk;                /* (Hkv*hd, H) */
     pic_wmat wv;                /* (Hkv*hd, H) */
     pic_wmat wo;                /* (H, Hq*hd) */
-    float *q_norm;              /* (hd) zero-centred */
-    float *k_norm;              /* (hd) zero-centred */
+    float *q_norm;              /* (hd) or NULL (no attn_qk_norm) */
+    float *k_norm;              /* (hd) or NULL */
+    float *bq;                  /* (Hq*hd) or NULL (no attn_qkv_bias) */
+    float *bk;                  /* (Hkv*hd) or NULL */
+    float *bv;                  /* (Hkv*hd) or NULL */
+    float *bo;                  /* (H) or NULL (no attn_o_bias) */
 
     /* dense MLP (layer_is_moe == 0) */
     pic_wmat mlp_gate;          /* (I, H) */
@@ -123,7 +147,7 @@ typedef struct {
 
 typedef struct {
     pic_wmat embed;             /* (V, H) */
-    float *final_norm;          /* (H) zero-centred */
+    float *final_norm;          /* (H) as input_norm */
     pic_wmat lm_head;           /* (V, H); data == embed's when tied */
     pic_layer_weights layers[PIC_MAX_LAYERS];
 } pic_weights;

@@ -143,8 +143,12 @@ pic_model_to_backend(const pic_model *m, const pic_backend *be, char *err,
             pic_dev_wmat(be, st, &d->wk, &h->wk, &bad);
             pic_dev_wmat(be, st, &d->wv, &h->wv, &bad);
             pic_dev_wmat(be, st, &d->wo, &h->wo, &bad);
-            PIC_DEV_VEC(q_norm, c->head_dim);
+            PIC_DEV_VEC(q_norm, c->head_dim);          /* NULL stays NULL */
             PIC_DEV_VEC(k_norm, c->head_dim);
+            PIC_DEV_VEC(bq, (size_t) c->n_q_heads * c->head_dim);
+            PIC_DEV_VEC(bk, (size_t) c->n_kv_heads * c->head_dim);
+            PIC_DEV_VEC(bv, (size_t) c->n_kv_heads * c->head_dim);
+            PIC_DEV_VEC(bo, H);
         }
         if (!c->layer_is_moe[l]) {
             pic_dev_wmat(be, st, &d->mlp_gate, &h->mlp_gate, &bad);

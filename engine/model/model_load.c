@@ -532,6 +532,8 @@ ld_gdn(ld_ctx *L, pic_layer_weights *lw, int i)
 }
 
 
+/* Attention in the config's variant: q_proj twice as tall with the gate,
+ * per-head q/k norms, q/k/v and o biases only where the flags say. */
 static int
 ld_attn(ld_ctx *L, pic_layer_weights *lw, int i)
 {
@@ -542,17 +544,37 @@ ld_attn(ld_ctx *L, pic_layer_weights *lw, int i)
     char              n[512];
 
     if (ld_wtensor(L, ld_name(L, n, sizeof(n), i, "self_attn.q_proj.weight"),
-                   2 * q, H, &lw->wq) != 0
+                   c->attn_gate ? 2 * q : q, H, &lw->wq) != 0
         || ld_wtensor(L, ld_name(L, n, sizeof(n), i,
                       "self_attn.k_proj.weight"), kv, H, &lw->wk) != 0
         || ld_wtensor(L, ld_name(L, n, sizeof(n), i,
                       "self_attn.v_proj.weight"), kv, H, &lw->wv) != 0
         || ld_wtensor(L, ld_name(L, n, sizeof(n), i,
-                      "self_attn.o_proj.weight"), H, q, &lw->wo) != 0
-        || !(lw->q_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
-                                    "self_attn.q_norm.weight"), 1, hd, 0, 0))
-        || !(lw->k_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
-                                    "self_attn.k_norm.weight"), 1, hd, 0, 0)))
+                      "self_attn.o_proj.weight"), H, q, &lw->wo) != 0)
+    {
+        return -1;
+    }
+    if (c->attn_qk_norm
+        && (!(lw->q_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                     "self_attn.q_norm.weight"), 1, hd, 0, 0))
+            || !(lw->k_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                        "self_attn.k_norm.weight"), 1, hd, 0, 0))))
+    {
+        return -1;
+    }
+    if (c->attn_qkv_bias
+        && (!(lw->bq = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                 "self_attn.q_proj.bias"), 1, q, 0, 0))
+            || !(lw->bk = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                    "self_attn.k_proj.bias"), 1, kv, 0, 0))
+            || !(lw->bv = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                    "self_attn.v_proj.bias"), 1, kv, 0, 0))))
+    {
+        return -1;
+    }
+    if (c->attn_o_bias
+        && !(lw->bo = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                "self_attn.o_proj.bias"), 1, H, 0, 0)))
     {
         return -1;
     }

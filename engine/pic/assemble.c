@@ -115,18 +115,17 @@ pic_assemble_compose(pic_state *s, const pic_entry *e, int use_T, double *flops)
     return 0;
 }
 
-/* x (n, hd) rows ← R(delta) x: partial NeoX RoPE on the first rd dims,
- * the same arithmetic as the backend's rope op at position delta for every
- * row (one angle table instead of one per row). */
+/* x (n, hd) rows ← R(delta) x: partial NeoX RoPE on the first r->dim
+ * dims, the same arithmetic as the backend's rope op at position delta for
+ * every row (one angle table instead of one per row). */
 static void
-pic_rerotate(float *x, int n, int hd, int rd, float theta, int delta)
+pic_rerotate(float *x, int n, int hd, const pic_rope *r, int delta)
 {
-    int   half = rd / 2;
+    int   half = r->dim / 2;
     float c[half > 0 ? half : 1], sn[half > 0 ? half : 1];
 
     for (int i = 0; i < half; i++) {
-        float  inv = 1.0f / powf(theta, (float) (2 * i) / (float) rd);
-        double ang = (double) delta * (double) inv;
+        double ang = (double) delta * (double) r->inv_freq[i];
         c[i] = (float) cos(ang);
         sn[i] = (float) sin(ang);
     }
@@ -164,7 +163,7 @@ pic_assemble_place_kv(const pic_model *m, pic_state *s, const pic_entry *e, int 
             pic_entry_load_f32(s->vc[l] + slot, v, rows, e->dtype);
             if (off != 0) {
                 /* p_global − p_local = off for every row */
-                pic_rerotate(s->kc[l] + slot, ni, hd, c->rotary_dim, c->rope_theta, off);
+                pic_rerotate(s->kc[l] + slot, ni, hd, &c->rope, off);
             }
         }
     }

@@ -231,7 +231,7 @@ pic_entry_take_kv(pic_entry *e, const pic_model *m, const pic_backend *be,
 
             if (delta != 0) {
                 memcpy(tmp, ks, rows * sizeof(float));
-                be->rope(tmp, e->hd, pos, n, 1, e->hd, c->rotary_dim, c->rope_theta);
+                be->rope(tmp, e->hd, pos, n, 1, e->hd, &c->rope);
                 ks = tmp;
             }
             pic_entry_store(kd, ks, rows, e->dtype);

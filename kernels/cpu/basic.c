@@ -282,23 +282,21 @@ pic_cpu_conv1d(float *y, const float *u, float *state, const float *w,
 
 void
 pic_cpu_rope(float *x, int ld, const int *pos, int n, int heads, int hd,
-             int rotary_dim, float theta)
+             const pic_rope *r)
 {
-    PIC_OP_CHECK(x != NULL && pos != NULL && n >= 0 && heads > 0);
-    PIC_OP_CHECK(hd > 0 && rotary_dim > 0 && rotary_dim <= hd);
-    PIC_OP_CHECK(rotary_dim % 2 == 0 && ld >= heads * hd && theta > 0.0f);
+    PIC_OP_CHECK(x != NULL && pos != NULL && r != NULL && n >= 0 && heads > 0);
+    PIC_OP_CHECK(hd > 0 && r->dim >= 2 && r->dim <= hd && r->dim % 2 == 0);
+    PIC_OP_CHECK(r->dim <= 2 * PIC_ROPE_MAX_PAIRS && ld >= heads * hd);
 
-    int half = rotary_dim / 2;
+    int half = r->dim / 2;
 
     #pragma omp parallel for if (n > 16) schedule(static)
     for (int t = 0; t < n; t++) {
         float c[half], s[half];
 
         for (int i = 0; i < half; i++) {
-            /* inverse frequency in fp32 as transformers computes it, the
-             * angle in double so that R(a+b) == R(a)R(b) to rounding */
-            float  inv = 1.0f / powf(theta, (float) (2 * i) / (float) rotary_dim);
-            double ang = (double) pos[t] * (double) inv;
+            /* the angle in double so that R(a+b) == R(a)R(b) to rounding */
+            double ang = (double) pos[t] * (double) r->inv_freq[i];
             c[i] = (float) cos(ang);
             s[i] = (float) sin(ang);
         }

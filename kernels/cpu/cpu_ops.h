@@ -24,12 +24,13 @@ void pic_cpu_l2norm(float *x, int rows, int ld, int dim, float eps,
 void pic_cpu_conv1d(float *y, const float *u, float *state, const float *w,
                     int n, int C, int K);
 void pic_cpu_rope(float *x, int ld, const int *pos, int n, int heads, int hd,
-                  int rotary_dim, float theta);
+                  const pic_rope *r);
 void pic_cpu_attention(float *o, const float *q, const int *qpos, int n,
                        int Hq, int Hkv, int hd, const float *kc,
                        const float *vc, int cap, int n_keys);
 void pic_cpu_gdn_chunked(const pic_gdn_args *a);
 void pic_cpu_gdn_recurrent(const pic_gdn_args *a);
+void pic_cpu_add_rows(float *y, const float *b, int n, int dim);
 void pic_cpu_mul(float *y, const float *x, size_t n);
 void pic_cpu_copy_rows(float *dst, int ldd, const float *src, int lds, int n,
                        int dim);

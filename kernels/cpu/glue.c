@@ -1,6 +1,6 @@
 /*
  * glue.c — CPU reference for the forward's glue ops (pic_kernels.h): the
- * elementwise product, strided row copies, batched per-head l2norm, row
+ * elementwise product, bias rows, strided row copies, batched per-head l2norm, row
  * gather and scatter-add, the GDN gates, the KV store, the MoE router, and
  * the host-memory slots of the CPU backend.  Rows go over the OpenMP team
  * when there are enough of them (pic_cpu_par); nothing allocates but
@@ -30,6 +30,21 @@ pic_cpu_mul(float *y, const float *x, size_t n)
     }
     for (size_t i = 0; i < n; i++) {
         y[i] *= x[i];
+    }
+}
+
+void
+pic_cpu_add_rows(float *y, const float *b, int n, int dim)
+{
+    PIC_OP_CHECK(y != NULL && b != NULL && n >= 0 && dim >= 0);
+
+    #pragma omp parallel for schedule(static) if (pic_cpu_par((size_t) n * dim > PIC_GLUE_PAR_FLOATS))
+    for (int r = 0; r < n; r++) {
+        float *row = y + (size_t) r * dim;
+
+        for (int i = 0; i < dim; i++) {
+            row[i] += b[i];
+        }
     }
 }
 

@@ -84,9 +84,9 @@ cuda_l2norm(float *x, int rows, int ld, int dim, float eps, float scale)
 
 static void
 cuda_rope(float *x, int ld, const int *pos, int n, int heads, int hd,
-          int rotary_dim, float theta)
+          const pic_rope *r)
 {
-    PIC_CUDA_OP(pic_cuda_rope(x, ld, pos, n, heads, hd, rotary_dim, theta));
+    PIC_CUDA_OP(pic_cuda_rope(x, ld, pos, n, heads, hd, r));
 }
 
 static void
@@ -108,6 +108,12 @@ static void
 cuda_gdn_recurrent(const pic_gdn_args *a)
 {
     PIC_CUDA_OP(pic_cuda_gdn_recurrent(a));
+}
+
+static void
+cuda_add_rows(float *y, const float *b, int n, int dim)
+{
+    PIC_CUDA_OP(pic_cuda_add_rows(y, b, n, dim));
 }
 
 static void
@@ -232,6 +238,7 @@ pic_backend_cuda(void)
     b->gdn_chunked = cuda_gdn_chunked;
     b->gdn_recurrent = cuda_gdn_recurrent;
     b->mul = cuda_mul;
+    b->add_rows = cuda_add_rows;
     b->copy_rows = cuda_copy_rows;
     b->l2norm_heads = cuda_l2norm_heads;
     b->gather_rows = cuda_gather_rows;

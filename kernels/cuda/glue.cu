@@ -1,6 +1,6 @@
 /*
  * glue.cu — the forward's glue ops on the device (pic_kernels.h: mul,
- * copy_rows, scatter_add, gdn_gates, kv_store, moe_route): elementwise or
+ * add_rows, copy_rows, scatter_add, gdn_gates, kv_store, moe_route): elementwise or
  * row-wise kernels, one thread per output value (moe_route: one per row).
  * l2norm_heads is in rmsnorm.cu, gather_rows in wmat.cu.
  */
@@ -36,6 +36,32 @@ pic_cuda_mul(float *y, const float *x, size_t n)
         return 0;
     }
     mul_kernel<<<grid_for(n), 256, 0, pic_cuda_stream_get()>>>(y, x, n);
+    PIC_CUDA_CHECK_LAUNCH();
+    return 0;
+}
+
+/* y[r*dim + i] += b[i], grid-stride. */
+static __global__ void
+add_rows_kernel(float *y, const float *b, int n, int dim)
+{
+    size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x;
+    size_t total = (size_t) n * dim;
+
+    for (; i < total; i += (size_t) gridDim.x * blockDim.x) {
+        y[i] += b[i % dim];
+    }
+}
+
+extern "C" int
+pic_cuda_add_rows(float *y, const float *b, int n, int dim)
+{
+    size_t total = (size_t) n * dim;
+
+    PIC_CUDA_ARG(y != NULL && b != NULL && n >= 0 && dim >= 0);
+    if (total == 0) {
+        return 0;
+    }
+    add_rows_kernel<<<grid_for(total), 256, 0, pic_cuda_stream_get()>>>(y, b, n, dim);
     PIC_CUDA_CHECK_LAUNCH();
     return 0;
 }

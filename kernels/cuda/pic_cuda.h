@@ -145,9 +145,10 @@ int pic_cuda_l2norm(float *x, int rows, int ld, int dim, float eps,
                     float scale);
 
 /* x(n, heads, hd) rows of stride ld: partial NeoX RoPE on the first
- * rotary_dim dims at position pos[t] (pos: n ints, device, may be < 0). */
+ * r->dim dims at position pos[t] (pos: n ints, device, may be < 0; r host
+ * memory, passed by value to the kernel). */
 int pic_cuda_rope(float *x, int ld, const int *pos, int n, int heads, int hd,
-                  int rotary_dim, float theta);
+                  const pic_rope *r);
 
 /* o(n, Hq*hd) = causal GQA softmax(q kᵀ/sqrt(hd)) v over cache slots
  * 0..min(qpos[t], n_keys−1); kc, vc (Hkv, cap, hd); hd <= 512. */
@@ -173,6 +174,9 @@ int pic_cuda_gdn_chunked(const pic_gdn_args *a);
 
 /* y(n) ← y ⊙ x. */
 int pic_cuda_mul(float *y, const float *x, size_t n);
+
+/* y(n, dim) rows each += b(dim). */
+int pic_cuda_add_rows(float *y, const float *b, int n, int dim);
 
 /* dst + r*ldd ← src + r*lds (dim floats) for r < n. */
 int pic_cuda_copy_rows(float *dst, int ldd, const float *src, int lds, int n,

@@ -490,13 +490,15 @@ run_rope(const pic_backend *cpu, const pic_backend *gpu, const cuda_case *c)
     float  *x = host_rand(nx, 1.0f), *dx = dev_copy(x, nx * 4);
     int    *pos = malloc((size_t) n * sizeof(int)), *dpos;
     double  e;
+    pic_rope rp;
 
+    pic_rope_init(&rp, rot, 1e7f);
     for (int t = 0; t < n; t++) {
         pos[t] = c->e + t * (t % 3 == 2 ? 7 : 1);
     }
     dpos = dev_copy(pos, (size_t) n * sizeof(int));
-    cpu->rope(x, ld, pos, n, heads, hd, rot, 1e7f);
-    gpu->rope(dx, ld, dpos, n, heads, hd, rot, 1e7f);
+    cpu->rope(x, ld, pos, n, heads, hd, &rp);
+    gpu->rope(dx, ld, dpos, n, heads, hd, &rp);
     e = cmp(dx, x, nx);
     pic_cuda_free(dx);
     pic_cuda_free(dpos);

@@ -450,6 +450,7 @@ test_rerotation_composes(void **unused)
     int                a[5] = { 0, 7, 1000, 16383, 250000 };
     int                b[5] = { 3, -7, 31000, 16383, -250000 };
     int                ab[5];
+    pic_rope           rp;
 
     for (int i = 0; i < n * hd; i++) {
         x[i] = y[i] = sinf(0.37f * (float) i) + 0.1f;
@@ -457,9 +458,10 @@ test_rerotation_composes(void **unused)
     for (int t = 0; t < n; t++) {
         ab[t] = a[t] + b[t];
     }
-    be->rope(x, hd, a, n, 1, hd, rd, 1e7f);
-    be->rope(x, hd, b, n, 1, hd, rd, 1e7f);
-    be->rope(y, hd, ab, n, 1, hd, rd, 1e7f);
+    assert_int_equal(pic_rope_init(&rp, rd, 1e7f), 0);
+    be->rope(x, hd, a, n, 1, hd, &rp);
+    be->rope(x, hd, b, n, 1, hd, &rp);
+    be->rope(y, hd, ab, n, 1, hd, &rp);
     float d = 0.0f;
     for (int i = 0; i < n * hd; i++) {
         d = fmaxf(d, fabsf(x[i] - y[i]));

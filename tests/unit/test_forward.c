@@ -91,6 +91,8 @@ tiny_model(void)
     memcpy(c->layer_type, lt, sizeof(lt));
     c->n_q_heads = 4; c->n_kv_heads = 2; c->head_dim = 16; c->rotary_dim = 4;
     c->rope_theta = 10000.0f;
+    pic_rope_init(&c->rope, c->rotary_dim, c->rope_theta);
+    c->attn_gate = c->attn_qk_norm = c->norm_offset = 1;
     c->lin_k_heads = 2; c->lin_v_heads = 4; c->lin_k_dim = 8; c->lin_v_dim = 12;
     c->conv_kernel = 4;
     c->n_experts = 4; c->n_experts_per_tok = 2; c->moe_intermediate = 16;

@@ -225,6 +225,7 @@ test_rope_composes(void **unused)
     int    heads = 3, hd = 32, rd = 8, n = 4;
     int    pa[] = { 0, 5, 1000, 7777 }, pb[] = { 3, -5, 2345, -7000 };
     int    pab[4];
+    pic_rope rp;
     float *x = frand_vec((size_t) n * heads * hd, 1.0f);
     float *y = malloc((size_t) n * heads * hd * sizeof(float));
     float *z = malloc((size_t) n * heads * hd * sizeof(float));
@@ -232,11 +233,12 @@ test_rope_composes(void **unused)
     for (int i = 0; i < n; i++) {
         pab[i] = pa[i] + pb[i];
     }
+    assert_int_equal(pic_rope_init(&rp, rd, 1e7f), 0);
     memcpy(y, x, (size_t) n * heads * hd * sizeof(float));
     memcpy(z, x, (size_t) n * heads * hd * sizeof(float));
-    be->rope(y, heads * hd, pa, n, heads, hd, rd, 1e7f);
-    be->rope(y, heads * hd, pb, n, heads, hd, rd, 1e7f);
-    be->rope(z, heads * hd, pab, n, heads, hd, rd, 1e7f);
+    be->rope(y, heads * hd, pa, n, heads, hd, &rp);
+    be->rope(y, heads * hd, pb, n, heads, hd, &rp);
+    be->rope(z, heads * hd, pab, n, heads, hd, &rp);
     assert_true(max_abs_diff(y, z, (size_t) n * heads * hd) < 1e-5f);
 
     /* dims past rotary_dim pass through; position 0 is the identity */
@@ -247,13 +249,13 @@ test_rope_composes(void **unused)
     }
     memcpy(z, x, (size_t) heads * hd * sizeof(float));
     int p0 = 0;
-    be->rope(z, heads * hd, &p0, 1, heads, hd, rd, 1e7f);
+    be->rope(z, heads * hd, &p0, 1, heads, hd, &rp);
     assert_true(max_abs_diff(z, x, (size_t) heads * hd) == 0.0f);
 
     /* first pair against the formula: inv_freq_0 = 1, angle = p */
     int p = 3;
     memcpy(z, x, (size_t) heads * hd * sizeof(float));
-    be->rope(z, heads * hd, &p, 1, heads, hd, rd, 1e7f);
+    be->rope(z, heads * hd, &p, 1, heads, hd, &rp);
     assert_float_equal(z[0], x[0] * cosf(3.0f) - x[rd / 2] * sinf(3.0f), 1e-6);
     assert_float_equal(z[rd / 2], x[rd / 2] * cosf(3.0f) + x[0] * sinf(3.0f), 1e-6);
     free(x); free(y); free(z);

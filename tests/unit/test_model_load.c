@@ -1237,7 +1237,7 @@ test_config_errors_named(void **state)
         { "no text_config", 0, 1, DEL, "text_config", 0, NULL,
           "text_config", NULL },
         { "no model_type", 1, 1, DEL, "model_type", 0, NULL, "model_type", NULL },
-        { "llama", 1, 1, SET_STR, "model_type", 0, "llama", "'llama'", NULL },
+        { "gpt2", 1, 1, SET_STR, "model_type", 0, "gpt2", "'gpt2' is not supported", NULL },
         { "hidden str", 0, 0, SET_STR, "hidden_size", 0, "8",
           "'hidden_size' is not a number", NULL },
         { "hidden 0", 0, 0, SET_NUM, "hidden_size", 0, NULL, "'hidden_size'", NULL },
