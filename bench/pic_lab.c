@@ -39,6 +39,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "checkpoint.h"
 #include "assemble.h"
 #include "checkpoint_dp.h"
 #include "drift.h"
@@ -967,9 +968,7 @@ pic_pic_segment(int argc, char **argv)
         fprintf(stderr, "usage: pic-lab segment --model DIR [--marker M] < prompt\n");
         return 2;
     }
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
-    tok = pic_tokenizer_load(path, err, sizeof(err));
+    tok = pic_checkpoint_tokenizer(dir, err, sizeof(err));
     text = pic_read_stream(stdin, &len);
     if (tok == NULL || text == NULL) {
         fprintf(stderr, "pic-lab segment: %s\n", tok == NULL ? err : "cannot read");

@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "checkpoint.h"
 #include "cli_common.h"
 #include "pic_request.h"
 
@@ -146,32 +147,5 @@ int
 pic_cli_model_dialect(const char *dir, pic_template_dialect *dialect, char *err,
                       size_t errlen)
 {
-    char        path[4200];
-    char       *text = NULL;
-    long        n;
-    FILE       *f;
-    pic_config  cfg;
-    int         rc = -1;
-
-    snprintf(path, sizeof(path), "%s/config.json", dir);
-    f = fopen(path, "rb");
-    if (f == NULL) {
-        snprintf(err, errlen, "%s: cannot open", path);
-        return -1;
-    }
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (1L << 24)
-        && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t) n + 1)) != NULL
-        && fread(text, 1, (size_t) n, f) == (size_t) n) {
-        text[n] = '\0';
-        memset(&cfg, 0, sizeof(cfg));
-        if (pic_config_parse(&cfg, text, (size_t) n, path, err, errlen) == 0) {
-            *dialect = pic_config_dialect(cfg.arch);
-            rc = 0;
-        }
-    } else {
-        snprintf(err, errlen, "%s: cannot read", path);
-    }
-    free(text);
-    fclose(f);
-    return rc;
+    return pic_checkpoint_dialect(dir, dialect, err, errlen);
 }

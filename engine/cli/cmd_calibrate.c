@@ -20,6 +20,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "checkpoint.h"
 #include "calibrate.h"
 #include "cli_common.h"
 #include "commands.h"
@@ -412,14 +413,16 @@ pic_cmd_calibrate(int argc, char **argv)
         return 1;
     }
     m = cm.host;
-    snprintf(path, sizeof(path), "%s/tokenizer.json", co.model);
-    tok = pic_tokenizer_load(path, err, sizeof(err));
+    tok = pic_checkpoint_tokenizer(co.model, err, sizeof(err));
     if (tok == NULL) {
         fprintf(stderr, "pic-engine calibrate: %s\n", err);
         goto done;
     }
     memset(&cfg, 0, sizeof(cfg));
-    cfg.dialect = pic_config_dialect(m->cfg.arch);
+    if (tmpl == NULL && pic_checkpoint_dialect(co.model, &cfg.dialect, err, sizeof(err)) != 0) {
+        fprintf(stderr, "pic-engine calibrate: %s\n", err);
+        goto done;
+    }
     if (tmpl != NULL && pic_template_dialect_parse(tmpl, &cfg.dialect) != 0) {
         fprintf(stderr, "pic-engine calibrate: unknown chat template '%s'\n", tmpl);
         goto done;

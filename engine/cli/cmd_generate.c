@@ -20,6 +20,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "checkpoint.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "forward.h"
@@ -70,7 +71,7 @@ pic_cmd_generate(int argc, char **argv)
     int              *ids = NULL;
     float            *logits = NULL;
     char             *rendered = NULL;
-    char              err[512], path[4200];
+    char              err[512];
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -134,16 +135,20 @@ pic_cmd_generate(int argc, char **argv)
 
     /* tokenizer (not needed for --tokens --ids) */
     if (!(tok_list != NULL && print_ids)) {
-        snprintf(path, sizeof(path), "%s/tokenizer.json", o.model);
-        tok = pic_tokenizer_load(path, err, sizeof(err));
+        tok = pic_checkpoint_tokenizer(o.model, err, sizeof(err));
         if (tok == NULL) {
             fprintf(stderr, "pic-engine generate: %s\n", err);
             goto done;
         }
     }
     if (chat != NULL) {
-        rendered = pic_cli_render_chat(chat, pic_config_dialect(m->cfg.arch), err,
-                                       sizeof(err));
+        pic_template_dialect d;
+
+        if (pic_checkpoint_dialect(o.model, &d, err, sizeof(err)) != 0) {
+            fprintf(stderr, "pic-engine generate: %s\n", err);
+            goto done;
+        }
+        rendered = pic_cli_render_chat(chat, d, err, sizeof(err));
         if (rendered == NULL) {
             fprintf(stderr, "pic-engine generate: --chat: %s\n", err);
             rc = 2;

@@ -24,6 +24,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "checkpoint.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "pic_buf.h"
@@ -532,15 +533,11 @@ pic_cmd_tokenize(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     }
     if (a.model_dir != NULL) {
-        if ((size_t)snprintf(path, sizeof(path), "%s/tokenizer.json", a.model_dir)
-            >= sizeof(path)) {
-            fprintf(stderr, "pic-engine tokenize: --model path too long\n");
-            return 2;
-        }
+        tok = pic_checkpoint_tokenizer(a.model_dir, err, sizeof(err));
     } else {
         snprintf(path, sizeof(path), "%s", a.tok_path);
+        tok = pic_tokenizer_load(path, err, sizeof(err));
     }
-    tok = pic_tokenizer_load(path, err, sizeof(err));
     if (tok == NULL) {
         fprintf(stderr, "pic-engine tokenize: %s\n", err);
         return 1;

@@ -243,8 +243,8 @@ void pic_load_progress_get(const pic_load_progress *p, pic_load_progress *out);
 /* "opening", "hashing", "tensors" or "setup". */
 const char *pic_load_phase_name(int phase);
 
-/* A checkpoint directory's model id: its last path component (trailing '/'
- * ignored), into out (n bytes, truncated). */
+/* A checkpoint's model id: its last path component (trailing '/'
+ * ignored; a GGUF file's without ".gguf"), into out (n bytes, truncated). */
 void pic_model_dir_name(const char *dir, char *out, size_t n);
 
 /* Release everything pic_model_load allocated (NULL is fine). */

@@ -15,6 +15,7 @@
  */
 #include "model.h"
 #include "model_config.h"
+#include "gguf_model.h"
 #include "pic_buf.h"
 #include "pic_time.h"
 #include "safetensors.h"
@@ -247,7 +248,12 @@ ld_read(ld_ctx *L, const pic_st_tensor *t, uint64_t first, uint64_t n,
         ld_err(L, "%s", e);
         return -1;
     }
-    return ld_progress(L, t, n * (t->nbytes / (t->numel ? t->numel : 1)));
+    /* the file bytes these elements took (block types: a share of them) */
+    uint64_t numel = t->numel ? t->numel : 1;
+    uint64_t b = (uint64_t) ((unsigned __int128) (first + n) * t->nbytes / numel
+                             - (unsigned __int128) first * t->nbytes / numel);
+
+    return ld_progress(L, t, b);
 }
 
 
@@ -929,6 +935,10 @@ pic_model_dir_name(const char *dir, char *out, size_t n)
     while (base > dir && base[-1] != '/') {
         base--;
     }
+    /* a GGUF file is named without its extension, as llama.cpp names it */
+    if (end - base > 5 && memcmp(end - 5, ".gguf", 5) == 0) {
+        end -= 5;
+    }
     snprintf(out, n, "%.*s", (int) (end - base), base);
 }
 
@@ -1023,9 +1033,11 @@ pic_model_load_progress(const char *dir, pic_weights_format f,
     size_t               config_len, tok_len, i, n, len;
     char                *config = NULL, *tok = NULL, name[512], e[1024];
     char                 path[4096 + 64];
-    int                  bad, li, big;
+    int                  bad, li, big, gguf = 0;
+    pic_gguf_ckpt        gc;
 
     memset(&L, 0, sizeof(L));
+    memset(&gc, 0, sizeof(gc));
     L.prog = p;
     L.t0 = pic_now_ns();
     L.err = err;
@@ -1050,32 +1062,47 @@ pic_model_load_progress(const char *dir, pic_weights_format f,
     }
     snprintf(m->dir, sizeof(m->dir), "%s", dir);
 
-    /* config.json, tokenizer.json's stop tokens */
-    config = ld_slurp(&L, dir, "config.json", LD_MAX_CONFIG, &config_len,
-                      &bad);
-    if (config == NULL) {
-        if (!bad) {
-            ld_err(&L, "%s/config.json: cannot open", dir);
+    if (pic_gguf_is_file(dir)) {
+        /* a GGUF file: the same three texts and tensors, made from it */
+        if (pic_gguf_ckpt_open(dir, &gc, e, sizeof(e)) != 0) {
+            ld_err(&L, "%s", e);
+            goto fail;
         }
-        goto fail;
+        config = gc.config;
+        config_len = gc.config_len;
+        tok = gc.tokenizer;
+        tok_len = gc.tokenizer_len;
+        gc.config = gc.tokenizer = NULL;
+        L.st = gc.st;
+        gguf = 1;
+        snprintf(path, sizeof(path), "%s", dir);
+    } else {
+        config = ld_slurp(&L, dir, "config.json", LD_MAX_CONFIG, &config_len, &bad);
+        if (config == NULL) {
+            if (!bad) {
+                ld_err(&L, "%s/config.json: cannot open", dir);
+            }
+            goto fail;
+        }
+        snprintf(path, sizeof(path), "%s/config.json", dir);
+        tok = ld_slurp(&L, dir, "tokenizer.json", LD_MAX_TOKENIZER, &tok_len, &bad);
+        if (bad) {
+            goto fail;
+        }
     }
-    snprintf(path, sizeof(path), "%s/config.json", dir);
     if (pic_config_parse(c, config, config_len, path, e, sizeof(e)) != 0) {
         ld_err(&L, "%s", e);
         goto fail;
     }
-    tok = ld_slurp(&L, dir, "tokenizer.json", LD_MAX_TOKENIZER, &tok_len,
-                   &bad);
-    if (bad) {
-        goto fail;
-    }
     if (tok != NULL && pic_config_add_tokenizer_eos(c, tok, tok_len) < 0) {
-        ld_err(&L, "%s/tokenizer.json: not JSON", dir);
+        ld_err(&L, "%s: tokenizer.json: not JSON", dir);
         goto fail;
     }
 
     /* the weights' files */
-    L.st = pic_st_open_dir(dir, e, sizeof(e));
+    if (!gguf) {
+        L.st = pic_st_open_dir(dir, e, sizeof(e));
+    }
     if (L.st == NULL) {
         ld_err(&L, "%s", e);
         goto fail;
@@ -1188,7 +1215,11 @@ pic_model_load_progress(const char *dir, pic_weights_format f,
                 "%016llx\n", dir, m->weight_bytes / 1e9, pic_model_weights_name(m),
                 (unsigned long long) m->fingerprint);
     }
-    pic_st_close(L.st);
+    if (gguf) {
+        pic_gguf_ckpt_close(&gc);
+    } else {
+        pic_st_close(L.st);
+    }
     free(L.chunk);
     free(L.used);
     free(L.got);
@@ -1197,7 +1228,11 @@ pic_model_load_progress(const char *dir, pic_weights_format f,
     return m;
 
 fail:
-    pic_st_close(L.st);
+    if (gguf) {
+        pic_gguf_ckpt_close(&gc);
+    } else {
+        pic_st_close(L.st);
+    }
     free(L.chunk);
     free(L.used);
     free(L.got);

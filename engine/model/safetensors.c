@@ -29,6 +29,7 @@ typedef struct {
     char          *path;
     uint8_t       *map;                     /* (size) whole file */
     size_t         size;
+    int            view;                    /* map is the caller's: never unmapped */
 } pic_st_file;
 
 struct pic_st {
@@ -742,6 +743,60 @@ pic_st_open_dir(const char *dir, char *err, size_t errlen)
 }
 
 
+pic_st *
+pic_st_new_view(const char *path, const uint8_t *bytes, size_t len)
+{
+    pic_st *st = calloc(1, sizeof(*st));
+
+    if (st == NULL || (st->files = calloc(1, sizeof(*st->files))) == NULL
+        || (st->files[0].path = strdup(path)) == NULL)
+    {
+        pic_st_close(st);
+        return NULL;
+    }
+    st->n_files = st->cap_files = 1;
+    st->files[0].map = (uint8_t *) bytes;
+    st->files[0].size = len;
+    st->files[0].view = 1;
+    return st;
+}
+
+
+int
+pic_st_add(pic_st *st, const pic_st_tensor *t)
+{
+    pic_st_tensor *d;
+
+    if (pic_grow((void **) &st->tensors, &st->cap_tensors, st->n_tensors + 1,
+                 sizeof(*st->tensors)) != 0)
+    {
+        return -1;
+    }
+    d = &st->tensors[st->n_tensors];
+    *d = *t;
+    d->file = st->files[0].path;
+    d->name = strdup(t->name);
+    if (d->name == NULL) {
+        return -1;
+    }
+    st->n_tensors++;
+    return 0;
+}
+
+
+int
+pic_st_seal(pic_st *st)
+{
+    qsort(st->tensors, st->n_tensors, sizeof(*st->tensors), st_cmp_name);
+    for (size_t i = 1; i < st->n_tensors; i++) {
+        if (strcmp(st->tensors[i - 1].name, st->tensors[i].name) == 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+
 void
 pic_st_close(pic_st *st)
 {
@@ -754,7 +809,7 @@ pic_st_close(pic_st *st)
         free((char *) st->tensors[i].name);
     }
     for (i = 0; i < st->n_files; i++) {
-        if (st->files[i].map != NULL) {
+        if (st->files[i].map != NULL && !st->files[i].view) {
             munmap(st->files[i].map, st->files[i].size);
         }
         free(st->files[i].path);
@@ -844,7 +899,7 @@ pic_st_read_f32(const pic_st_tensor *t, uint64_t first, uint64_t n,
     int    rc = st_convert_f32(t, first, n, dst, err, errlen);
     size_t esz = t->dtype == PIC_ST_DTYPE_F32 ? 4 : 2;
 
-    if (rc == 0) {
+    if (rc == 0 && t->dtype != PIC_ST_DTYPE_EXT) {
         pic_st_release(t->data + first * esz, n * esz);
     }
     return rc;
@@ -869,6 +924,9 @@ st_convert_f32(const pic_st_tensor *t, uint64_t first, uint64_t n,
     case PIC_ST_DTYPE_F32:
         memcpy(dst, t->data + first * 4, n * 4);
         return 0;
+
+    case PIC_ST_DTYPE_EXT:
+        return t->read(t, first, n, dst, err, errlen);
 
     case PIC_ST_DTYPE_BF16:
         src = t->data + first * 2;

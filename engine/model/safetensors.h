@@ -21,9 +21,17 @@ typedef enum {
     PIC_ST_DTYPE_F16,
     PIC_ST_DTYPE_BF16,
     PIC_ST_DTYPE_OTHER,     /* a valid safetensors dtype we cannot compute in */
+    PIC_ST_DTYPE_EXT,       /* another file format's tensor: read converts */
 } pic_st_dtype;
 
-typedef struct {
+typedef struct pic_st_tensor pic_st_tensor;
+
+/* Elements [first, first+n) of an EXT tensor to fp32 in dst (the range
+ * checked by the caller); 0, or -1 + err. */
+typedef int (*pic_st_read_fn)(const pic_st_tensor *t, uint64_t first, uint64_t n,
+                              float *dst, char *err, size_t errlen);
+
+struct pic_st_tensor {
     const char    *name;                    /* owned by the pic_st */
     const char    *file;                    /* path of the file holding it */
     pic_st_dtype   dtype;
@@ -33,7 +41,9 @@ typedef struct {
     uint64_t       numel;                   /* product of shape (1 when ndim 0) */
     uint64_t       nbytes;                  /* numel * element size */
     const uint8_t *data;                    /* (nbytes) inside the mmap, unaligned */
-} pic_st_tensor;
+    pic_st_read_fn read;                    /* EXT: the conversion; else NULL */
+    const void    *ext;                     /* EXT: read's description of it */
+};
 
 typedef struct pic_st pic_st;               /* a checkpoint: one or more files */
 
@@ -43,6 +53,19 @@ pic_st *pic_st_open(const char *path, char *err, size_t errlen);
 /* Open a checkpoint directory: model.safetensors.index.json (each shard
  * mapped once), else model.safetensors, else every *.safetensors file. */
 pic_st *pic_st_open_dir(const char *dir, char *err, size_t errlen);
+
+/* A checkpoint of one file already in memory (bytes stay the caller's),
+ * to be filled with pic_st_add and pic_st_seal: another format's tensors
+ * under Hugging Face names.  NULL on OOM. */
+pic_st *pic_st_new_view(const char *path, const uint8_t *bytes, size_t len);
+
+/* Add a copy of *t (its name copied; t->file set to the view's path);
+ * 0, or -1 on OOM. */
+int pic_st_add(pic_st *st, const pic_st_tensor *t);
+
+/* Sort the added tensors by name so pic_st_find works; -1 when two share
+ * a name. */
+int pic_st_seal(pic_st *st);
 
 /* Unmap and free everything (NULL is fine). */
 void pic_st_close(pic_st *st);
@@ -59,7 +82,8 @@ size_t pic_st_file_count(const pic_st *st);
 const char *pic_st_file_path(const pic_st *st, size_t i);
 const uint8_t *pic_st_file_bytes(const pic_st *st, size_t i, size_t *len);
 
-/* Convert elements [first, first+n) of t (F32/F16/BF16) to fp32 in dst;
+/* Convert elements [first, first+n) of t (F32/F16/BF16, or EXT through
+ * t->read) to fp32 in dst;
  * -1 + err (naming file and tensor) for another dtype or a range outside t.
  * The source pages are released afterwards (pic_st_release). */
 int pic_st_read_f32(const pic_st_tensor *t, uint64_t first, uint64_t n,

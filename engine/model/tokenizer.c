@@ -1435,6 +1435,19 @@ load_one_pretok(pic_tokenizer *t, const cJSON *pt, int *have_bl, char *err,
                __func__);
         return -1;
     }
+    if (strcmp(type, "Digits") == 0) {
+        /* tokenizers' Digits: every run of digits (or every digit, with
+         * individual_digits) its own piece, i.e. an Isolated split */
+        int one = json_bool(pt, "individual_digits", 0);
+
+        if (one < 0) {
+            seterr(err, errlen, "%s: Digits \"individual_digits\" must be a boolean",
+                   __func__);
+            return -1;
+        }
+        return add_regex_stage(t, one ? "\\p{N}" : "\\p{N}+", one ? 5 : 6, 0, 0, 0,
+                               err, errlen);
+    }
     if (strcmp(type, "ByteLevel") == 0) {
         prefix = json_bool(pt, "add_prefix_space", 1);
         regex = json_bool(pt, "use_regex", 1);
@@ -1456,7 +1469,8 @@ load_one_pretok(pic_tokenizer *t, const cJSON *pt, int *have_bl, char *err,
         *have_bl = 1;
         return 0;
     }
-    seterr(err, errlen, "%s: pre_tokenizer %s is not supported (Split, ByteLevel, Sequence)",
+    seterr(err, errlen, "%s: pre_tokenizer %s is not supported (Split, Digits, ByteLevel, "
+           "Sequence)",
            __func__, type);
     return -1;
 }

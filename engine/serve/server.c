@@ -43,6 +43,7 @@
 #include <cjson/cJSON.h>
 #include <xxhash.h>
 
+#include "checkpoint.h"
 #include "forward.h"
 #include "pic_kernels.h"
 #include "calibrate.h"
@@ -382,7 +383,7 @@ pic_server_load_model(pic_server *srv)
     const pic_server_opts *o = srv->opts;
     pic_sched_opts         so;
     pic_error              perr;
-    char                   err[512], path[4200];
+    char                   err[512];
     int                    cores = (int) sysconf(_SC_NPROCESSORS_ONLN);
 
     pic_weights_format     wf;
@@ -414,8 +415,7 @@ pic_server_load_model(pic_server *srv)
             return -1;
         }
     }
-    snprintf(path, sizeof(path), "%s/tokenizer.json", o->model_dir);
-    srv->tok = pic_tokenizer_load(path, err, sizeof(err));
+    srv->tok = pic_checkpoint_tokenizer(o->model_dir, err, sizeof(err));
     if (srv->tok == NULL) {
         fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
         return -1;
@@ -431,8 +431,9 @@ pic_server_load_model(pic_server *srv)
                     o->template_name);
             return -1;
         }
-    } else {
-        srv->dialect = pic_config_dialect(srv->model->cfg.arch);
+    } else if (pic_checkpoint_dialect(o->model_dir, &srv->dialect, err, sizeof(err)) != 0) {
+        fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
+        return -1;
     }
     if (pic_marker_init(&srv->marker, o->marker, o->marker ? strlen(o->marker) : 0,
                         &perr) != 0) {

@@ -1,0 +1,150 @@
+/*
+ * checkpoint.c — a model path's tokenizer, config and chat template
+ * (checkpoint.h).
+ */
+#include "checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf_model.h"
+#include "model_config.h"
+
+/* dir/name whole (NUL-ended), or NULL. */
+static char *
+ck_slurp(const char *dir, const char *name, size_t *len)
+{
+    char  path[4200];
+    FILE *f;
+    char *text = NULL;
+    long  n;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        return NULL;
+    }
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (1L << 29)
+        && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t) n + 1)) != NULL
+        && fread(text, 1, (size_t) n, f) == (size_t) n)
+    {
+        text[n] = '\0';
+        *len = (size_t) n;
+    } else {
+        free(text);
+        text = NULL;
+    }
+    fclose(f);
+    return text;
+}
+
+pic_tokenizer *
+pic_checkpoint_tokenizer(const char *path, char *err, size_t errlen)
+{
+    pic_tokenizer *t;
+    pic_gguf      *g;
+    char          *json, file[4200];
+    size_t         len;
+
+    if (!pic_gguf_is_file(path)) {
+        snprintf(file, sizeof(file), "%s/tokenizer.json", path);
+        return pic_tokenizer_load(file, err, errlen);
+    }
+    g = pic_gguf_open(path, err, errlen);
+    if (g == NULL) {
+        return NULL;
+    }
+    json = pic_gguf_tokenizer_json(g, &len, err, errlen);
+    pic_gguf_close(g);
+    if (json == NULL) {
+        return NULL;
+    }
+    t = pic_tokenizer_load_json(json, len, err, errlen);
+    free(json);
+    return t;
+}
+
+/* The checkpoint's config.json text and chat template (either may be
+ * NULL); 0, or -1 + err. */
+static int
+ck_texts(const char *path, char **config, size_t *config_len, char **tmpl, char *err,
+         size_t errlen)
+{
+    pic_gguf_ckpt c;
+    char         *tc;
+    size_t        len;
+
+    *tmpl = NULL;
+    if (pic_gguf_is_file(path)) {
+        if (pic_gguf_ckpt_open(path, &c, err, errlen) != 0) {
+            return -1;
+        }
+        *config = c.config;
+        *config_len = c.config_len;
+        *tmpl = c.chat_template;
+        c.config = NULL;
+        c.chat_template = NULL;
+        pic_gguf_ckpt_close(&c);
+        return 0;
+    }
+    *config = ck_slurp(path, "config.json", config_len);
+    if (*config == NULL) {
+        snprintf(err, errlen, "%s/config.json: cannot read", path);
+        return -1;
+    }
+    tc = ck_slurp(path, "tokenizer_config.json", &len);
+    if (tc != NULL) {
+        cJSON       *root = cJSON_ParseWithLength(tc, len);
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
+
+        if (cJSON_IsString(t)) {
+            *tmpl = strdup(t->valuestring);
+        }
+        cJSON_Delete(root);
+        free(tc);
+    }
+    return 0;
+}
+
+int
+pic_checkpoint_config(const char *path, pic_config *cfg, char *err, size_t errlen)
+{
+    char  *config, *tmpl;
+    size_t len;
+    int    rc;
+
+    if (ck_texts(path, &config, &len, &tmpl, err, errlen) != 0) {
+        return -1;
+    }
+    rc = pic_config_parse(cfg, config, len, path, err, errlen);
+    free(config);
+    free(tmpl);
+    return rc;
+}
+
+int
+pic_checkpoint_dialect(const char *path, pic_template_dialect *d, char *err, size_t errlen)
+{
+    pic_config cfg;
+    char      *config, *tmpl;
+    size_t     len;
+    int        rc;
+
+    if (ck_texts(path, &config, &len, &tmpl, err, errlen) != 0) {
+        return -1;
+    }
+    rc = pic_config_parse(&cfg, config, len, path, err, errlen);
+    if (rc == 0) {
+        *d = pic_config_dialect(cfg.arch);
+        if (*d == PIC_TEMPLATE_CHATML && tmpl != NULL && strstr(tmpl, "<|im_start|>") == NULL) {
+            snprintf(err, errlen, "%s: the chat template is not ChatML and no dialect "
+                     "renders it yet (--template qwen3, qwen3.5 or chatml)", path);
+            rc = -1;
+        }
+    }
+    free(config);
+    free(tmpl);
+    return rc;
+}
