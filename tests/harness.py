@@ -32,6 +32,38 @@ SANITIZER_RE = re.compile(r"(ERROR: AddressSanitizer|runtime error:|ERROR: LeakS
 NGINX_BAD_RE = re.compile(r"\[(error|alert|crit|emerg)\]")
 
 
+# --- the transformers oracle fixtures (tests/fixtures/oracle/) ---
+
+ORACLE_DIR = os.path.join(ROOT, "tests", "fixtures", "oracle")
+# the model_types pic-engine loaded when their fixtures were committed; a fixture of
+# another type is skipped while the engine answers "is not supported" for it
+ENGINE_MODEL_TYPES = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
+
+
+def oracle_metas():
+    """The json of every per-preset oracle file (written by tests/tools/oracle.py;
+    not oracle_gguf.py's slices, which have another layout), by file name."""
+    out = []
+    for name in sorted(os.listdir(ORACLE_DIR)) if os.path.isdir(ORACLE_DIR) else []:
+        if name.endswith(".json"):
+            with open(os.path.join(ORACLE_DIR, name)) as f:
+                meta = json.load(f)
+            if meta.get("generator") == "tests/tools/oracle.py":
+                out.append(meta)
+    return out
+
+
+def skip_if_unsupported(meta, r):
+    """pytest.skip when pic-engine (CompletedProcess r) refused a fixture of a
+    model_type it did not load before (ENGINE_MODEL_TYPES) as "is not supported"."""
+    if (r.returncode != 0 and meta["model_type"] not in ENGINE_MODEL_TYPES
+            and "is not supported" in (r.stderr if isinstance(r.stderr, str)
+                                       else r.stderr.decode(errors="replace"))):
+        import pytest
+        line = [l for l in str(r.stderr).splitlines() if "is not supported" in l][0]
+        pytest.skip("model_type %s not loaded yet: %s" % (meta["model_type"], line.strip()))
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:

@@ -26,7 +26,6 @@ Two kinds of checks, on every fixture checkpoint of tests/fixtures/oracle/:
   continuation); elsewhere the bound is what rounding costs on these
   random-weight tiny models, measured and written below.
 """
-import glob
 import json
 import os
 import shutil
@@ -34,6 +33,8 @@ import subprocess
 
 import numpy as np
 import pytest
+
+import harness
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("PIC_BUILD", "build")
@@ -62,15 +63,7 @@ COMPACT = ("in_proj_qkv.", "in_proj_z.", "in_proj_qkvz.", "out_proj.", "q_proj."
            "lm_head.")
 
 
-def _metas():
-    out = []
-    for path in sorted(glob.glob(os.path.join(ORACLE_DIR, "*.json"))):
-        with open(path) as f:
-            out.append(json.load(f))
-    return out
-
-
-METAS = _metas()
+METAS = harness.oracle_metas()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -79,11 +72,13 @@ def _need_engine():
         pytest.fail("pic-engine not built at %s (set PIC_BUILD)" % ENGINE)
 
 
-def _logits(model_dir, ids, fmt, tmp_path, vocab):
+def _logits(model_dir, ids, fmt, tmp_path, vocab, meta=None):
     out = tmp_path / ("logits-%s.f32" % fmt)
     r = subprocess.run([ENGINE, "logits", "--model", model_dir, "--weights", fmt,
                         "--tokens", ",".join(map(str, ids)), "--out", str(out)],
                        capture_output=True, text=True, timeout=120)
+    if meta is not None:
+        harness.skip_if_unsupported(meta, r)
     assert r.returncode == 0, r.stderr
     return np.fromfile(out, dtype="<f4").reshape(len(ids), vocab).astype(np.float64)
 
@@ -184,7 +179,7 @@ def test_compact_weights_are_the_rounded_model(meta, fmt, tmp_path):
     dst = str(tmp_path / "rounded")
     _rounded_copy(src, dst, fmt)
     _, ids = _prompt(meta)
-    got = _logits(src, ids, fmt, tmp_path, meta["vocab_size"])
+    got = _logits(src, ids, fmt, tmp_path, meta["vocab_size"], meta)
     want = _logits(dst, ids, "f32" if fmt == "bf16" else "q8", tmp_path,
                    meta["vocab_size"])
     assert np.abs(got - want).max() <= SAME_MODEL_TOL * max(1.0, np.abs(want).max())
@@ -207,7 +202,7 @@ def test_format_within_its_bound_of_transformers(meta, fmt, tmp_path):
     exact = fmt == "f32" or (fmt == "bf16" and _all_bf16(model))
     for p in meta["prompts"]:
         ids = p["ids"] + p["continuation"][:15]
-        got = _logits(model, ids, fmt, tmp_path, meta["vocab_size"])
+        got = _logits(model, ids, fmt, tmp_path, meta["vocab_size"], meta)
         want32 = _rows(meta, meta["logits_file"], p)
         want64 = _rows(meta, meta["fp64_reference"]["logits_file"], p)
         err = np.abs(got - want64).max(axis=1)

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """make_models.py — the project's own small random-weight checkpoints, in the real
-Hugging Face layout of Qwen3.5 (dense and MoE) and Qwen3-Next.
+Hugging Face layout of Qwen3.5 (dense and MoE) and Qwen3-Next, and of the plain
+transformers Llama, Qwen2 and Qwen3.
 
 Each preset becomes a directory OUT/<preset>/ with what a released checkpoint has:
 config.json (what transformers 5.x `save_pretrained` writes for that model_type),
@@ -23,6 +24,15 @@ Layout facts (checked against transformers 5.23 by tests/tools/oracle.py --verif
     ("mlp.experts.{e}.gate_proj.weight"), GDN projections in_proj_qkvz / in_proj_ba
     grouped by key head (MODEL.md section 3).
   * Tied embeddings: no lm_head.weight in the file.
+  * llama / qwen2 / qwen3 ("plain" families): top-level keys, "model." prefix, every
+    layer full attention, RMSNorm weights used as x * w (centred on 1, not the
+    zero-centred (1 + w) of Qwen3.5 / Qwen3-Next).  qwen2 has q/k/v biases (no o
+    bias) and head_dim = H / Hq; qwen3 has per-head q_norm / k_norm [hd] and an
+    explicit head_dim.  A preset with legacy_config=True writes config.json as the
+    released checkpoints do (transformers 4.x: top-level rope_theta, "rope_scaling",
+    "torch_dtype"; qwen2 also sliding_window set with use_sliding_window false);
+    transformers 5.x loads that and re-saves it as "rope_parameters" (oracle.py
+    checks the two mean the same).
 
 Presets (tiny-* are committed under tests/fixtures/models/; mid and demo are made
 on demand): see PRESETS below.
@@ -51,12 +61,18 @@ from make_tokenizer import make_tokenizer  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 FIXTURE_DIR = os.path.join(ROOT, "tests", "fixtures", "models")
-FIXTURE_PRESETS = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads"]
+FIXTURE_PRESETS = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads",
+                   "tiny-llama", "tiny-llama-tied", "tiny-qwen3", "tiny-qwen2"]
 
 # transformers version whose save_pretrained output the json files reproduce
 TRANSFORMERS_VERSION = "5.23.0"
+# what legacy_config presets' config.json names (the layout of 4.x saves)
+LEGACY_TRANSFORMERS_VERSION = "4.45.0"
 
 L, F = "linear_attention", "full_attention"
+
+# families without Gated DeltaNet: every layer full attention, norms x * w
+PLAIN = ("llama", "qwen2", "qwen3")
 
 # Common fields: family, hidden H, layer_types, Hq/Hkv/hd (full attention),
 # Hk/Hv/dk/dv (Gated DeltaNet), K conv kernel, I dense intermediate, tied,
@@ -86,6 +102,32 @@ PRESETS = {
         family="qwen3_5", H=128, layer_types=[L, L, F],
         Hq=2, Hkv=1, hd=256, Hk=1, Hv=2, dk=128, dv=128, I=192,
         tied=True, dtype="bf16-mixed"),
+    # Llama 3.x style: GQA 3:1, head_dim explicit and != H / Hq (Hq * hd = 144 != 96),
+    # llama3 RoPE scaling with original_max_position_embeddings 256: at theta 1e4 and
+    # hd 24, frequency pairs 0-3 (wavelength < 64) are kept, pair 4 (135) is smoothed,
+    # pairs 5-11 (wavelength > 256) are divided by 8 -- all within the tested
+    # positions.  config.json in the released (4.x) layout; all tensors BF16.
+    "tiny-llama": dict(
+        family="llama", H=96, layer_types=[F, F, F], Hq=6, Hkv=2, hd=24, I=160,
+        tied=False, dtype="bf16-all", rope_theta=10000.0, rms_eps=1e-05,
+        rope_scaling={"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                      "original_max_position_embeddings": 256, "rope_type": "llama3"},
+        max_pos=2048, legacy_config=True),
+    # Llama, tied head, MHA (Hq = Hkv), plain RoPE, 5.x config layout, F32
+    "tiny-llama-tied": dict(
+        family="llama", H=64, layer_types=[F, F], Hq=4, Hkv=4, hd=16, I=128,
+        tied=True, dtype="f32", rope_theta=500000.0, rms_eps=1e-05, max_pos=8192),
+    # Qwen3: per-head q_norm / k_norm, head_dim 32 != H / Hq = 16, tied, BF16
+    "tiny-qwen3": dict(
+        family="qwen3", H=64, layer_types=[F, F, F], Hq=4, Hkv=2, hd=32, I=128,
+        tied=True, dtype="bf16-all", rope_theta=1000000.0, rms_eps=1e-06,
+        max_pos=40960),
+    # Qwen2.5: q/k/v bias, untied, F32; config.json in the released (4.x) layout with
+    # sliding_window 32768 but use_sliding_window false (i.e. no sliding window)
+    "tiny-qwen2": dict(
+        family="qwen2", H=64, layer_types=[F, F], Hq=4, Hkv=2, hd=16, I=112,
+        tied=False, dtype="f32", rope_theta=1000000.0, rms_eps=1e-06,
+        max_pos=32768, legacy_config=True),
     # benchmark model: Qwen3.5-0.8B shapes, 8 layers (not committed, ~850 MB)
     "mid": dict(
         family="qwen3_5", H=1024, layer_types=[L, L, L, F, L, L, L, F],
@@ -152,9 +194,11 @@ def text_dims(p, vocab):
     """Derived dims of preset p."""
     d = dict(p)
     d["V"] = p.get("vocab", vocab)
+    d["n_layers"] = len(p["layer_types"])
+    if p["family"] in PLAIN:
+        return d
     d["K"] = p.get("K", 4)
     d["conv"] = 2 * p["Hk"] * p["dk"] + p["Hv"] * p["dv"]
-    d["n_layers"] = len(p["layer_types"])
     return d
 
 
@@ -174,6 +218,10 @@ def is_moe_layer(d, i):
 EMB_SCALE = 1.5
 OUT_GAIN = 1.0
 A_GAIN = 0.5         # GDN decay-gate input a (and b in Qwen3-Next in_proj_ba)
+QK_BIAS_STD = 0.5    # qwen2 q/k biases (the released ones are large), v bias 0.2
+V_BIAS_STD = 0.2
+PLAIN_NORM_STD = 0.1  # plain-family RMSNorm weights ~ 1 +- 0.1 (q_norm / k_norm 0.2)
+QK_NORM_STD = 0.2
 
 
 def tensor_specs(d):
@@ -181,6 +229,8 @@ def tensor_specs(d):
     ("normal", std) | ("normal_around", centre, std) | ("A_log",) | ("uniform", lo, hi)."""
     H, V = d["H"], d["V"]
     fam = d["family"]
+    if fam in PLAIN:
+        return plain_tensor_specs(d)
     pre = "model." if fam == "qwen3_next" else "model.language_model."
     emb_std = EMB_SCALE / math.sqrt(H)
     specs = []
@@ -253,6 +303,46 @@ def tensor_specs(d):
     return sorted(specs, key=lambda s: s[0])
 
 
+def plain_tensor_specs(d):
+    """(name, shape, init) of a llama / qwen2 / qwen3 checkpoint (norm weights ~1)."""
+    H, V, fam = d["H"], d["V"], d["family"]
+    hq, hkv = d["Hq"] * d["hd"], d["Hkv"] * d["hd"]
+    emb_std = EMB_SCALE / math.sqrt(H)
+    specs = []
+
+    def lin(name, out_f, in_f, gain=1.0):
+        specs.append((name, (out_f, in_f), ("normal", gain / math.sqrt(in_f))))
+
+    def rms(name, n, std=PLAIN_NORM_STD):     # plain x * w RMSNorm weight
+        specs.append((name, (n,), ("normal_around", 1.0, std)))
+
+    specs.append(("model.embed_tokens.weight", (V, H), ("normal", emb_std)))
+    for i in range(d["n_layers"]):
+        lp = "model.layers.%d." % i
+        rms(lp + "input_layernorm.weight", H)
+        rms(lp + "post_attention_layernorm.weight", H)
+        s = lp + "self_attn."
+        lin(s + "q_proj.weight", hq, H)
+        lin(s + "k_proj.weight", hkv, H)
+        lin(s + "v_proj.weight", hkv, H)
+        lin(s + "o_proj.weight", H, hq, OUT_GAIN)
+        if fam == "qwen2":
+            specs.append((s + "q_proj.bias", (hq,), ("normal", QK_BIAS_STD)))
+            specs.append((s + "k_proj.bias", (hkv,), ("normal", QK_BIAS_STD)))
+            specs.append((s + "v_proj.bias", (hkv,), ("normal", V_BIAS_STD)))
+        if fam == "qwen3":
+            rms(s + "q_norm.weight", d["hd"], QK_NORM_STD)
+            rms(s + "k_norm.weight", d["hd"], QK_NORM_STD)
+        m = lp + "mlp."
+        lin(m + "gate_proj.weight", d["I"], H)
+        lin(m + "up_proj.weight", d["I"], H)
+        lin(m + "down_proj.weight", H, d["I"], OUT_GAIN)
+    rms("model.norm.weight", H)
+    if not d["tied"]:
+        specs.append(("lm_head.weight", (V, H), ("normal", emb_std)))
+    return sorted(specs, key=lambda s: s[0])
+
+
 def vision_specs(out_hidden):
     """Tensors of the tiny Qwen3.5 vision tower (never used by a text engine)."""
     v = VISION
@@ -294,6 +384,8 @@ def storage_dtype(policy, name):
     """'F32' or 'BF16' for tensor `name` under a preset's dtype policy."""
     if policy == "f32":
         return "F32"
+    if policy == "bf16-all":
+        return "BF16"
     if name.endswith("A_log"):
         return "F32"
     if policy == "bf16-mixed" and (name.endswith("dt_bias") or name.endswith("norm.weight")
@@ -423,9 +515,66 @@ def text_config(d, special):
     return c
 
 
+def plain_config(d, special):
+    """config.json of a llama / qwen2 / qwen3 preset: what transformers 5.x
+    save_pretrained writes, or with legacy_config the released 4.x layout."""
+    fam = d["family"]
+    eot, im_end = special["<|endoftext|>"], special["<|im_end|>"]
+    c = {
+        "architectures": [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                           "qwen3": "Qwen3ForCausalLM"}[fam]],
+        "attention_dropout": 0.0,
+        "bos_token_id": eot,
+        "dtype": "float32" if d["dtype"] == "f32" else "bfloat16",
+        "eos_token_id": im_end,
+        "hidden_act": "silu",
+        "hidden_size": d["H"],
+        "initializer_range": 0.02,
+        "intermediate_size": d["I"],
+        "max_position_embeddings": d["max_pos"],
+        "model_type": fam,
+        "num_attention_heads": d["Hq"],
+        "num_hidden_layers": d["n_layers"],
+        "num_key_value_heads": d["Hkv"],
+        "pad_token_id": None,
+        "rms_norm_eps": d["rms_eps"],
+        "tie_word_embeddings": d["tied"],
+        "transformers_version": TRANSFORMERS_VERSION,
+        "use_cache": True,
+        "vocab_size": d["V"],
+    }
+    if fam in ("llama", "qwen3"):
+        c["attention_bias"] = False
+        c["head_dim"] = d["hd"]
+    elif d["hd"] != d["H"] // d["Hq"]:
+        raise ValueError("qwen2 has head_dim = hidden_size / num_attention_heads")
+    if fam == "llama":
+        c.update({"mlp_bias": False, "pretraining_tp": 1})
+    else:
+        c.update({"max_window_layers": d["n_layers"], "sliding_window": None,
+                  "use_sliding_window": False})
+    rs = d.get("rope_scaling")
+    if d.get("legacy_config"):
+        c["rope_theta"] = d["rope_theta"]
+        c["rope_scaling"] = dict(rs) if rs else None
+        c["torch_dtype"] = c.pop("dtype")
+        c["transformers_version"] = LEGACY_TRANSFORMERS_VERSION
+        if fam == "qwen2":
+            c["sliding_window"] = d["max_pos"]   # inert: use_sliding_window is false
+    else:
+        rp = {"rope_theta": d["rope_theta"], "rope_type": "default"}
+        rp.update(rs or {})
+        c["rope_parameters"] = rp
+        if fam != "llama":
+            c["layer_types"] = list(d["layer_types"])
+    return c
+
+
 def model_config(d, special):
     """The whole config.json."""
     fam = d["family"]
+    if fam in PLAIN:
+        return plain_config(d, special)
     dtype = "float32" if d["dtype"] == "f32" else "bfloat16"
     tc = text_config(d, special)
     if fam == "qwen3_next":
@@ -454,9 +603,14 @@ def model_config(d, special):
     }
 
 
-def generation_config(special):
-    """generation_config.json in the shape Qwen ships (ids from our tokenizer)."""
+def generation_config(special, family="qwen3_5"):
+    """generation_config.json in the shape Qwen (or Meta, for llama) ships (ids from
+    our tokenizer)."""
     eot, im_end = special["<|endoftext|>"], special["<|im_end|>"]
+    if family == "llama":
+        return {"bos_token_id": eot, "do_sample": True, "eos_token_id": [im_end, eot],
+                "temperature": 0.6, "top_p": 0.9,
+                "transformers_version": TRANSFORMERS_VERSION}
     return {"bos_token_id": eot, "do_sample": True, "eos_token_id": [im_end, eot],
             "pad_token_id": eot, "temperature": 0.7, "top_k": 20, "top_p": 0.8,
             "transformers_version": TRANSFORMERS_VERSION}
@@ -469,7 +623,8 @@ def make_model(out_root, preset):
     p = PRESETS[preset]
     out = os.path.join(out_root, preset)
     os.makedirs(out, exist_ok=True)
-    variant = "qwen3_next" if p["family"] == "qwen3_next" else "qwen3_5"
+    # the Qwen2/3/Next regex (and merges as "a b" strings) for every family but Qwen3.5
+    variant = "qwen3_5" if p["family"] in ("qwen3_5", "qwen3_5_moe") else "qwen3_next"
     tok_path = make_tokenizer(out, variant)
     with open(tok_path, encoding="utf-8") as f:
         tj = json.load(f)
@@ -481,7 +636,8 @@ def make_model(out_root, preset):
     specs = tensor_specs(d)
     write_safetensors(os.path.join(out, "model.safetensors"), "pic/" + preset, specs, d["dtype"])
     dump_json(os.path.join(out, "config.json"), model_config(d, special))
-    dump_json(os.path.join(out, "generation_config.json"), generation_config(special))
+    dump_json(os.path.join(out, "generation_config.json"),
+              generation_config(special, p["family"]))
     return out
 
 
@@ -489,9 +645,14 @@ def describe(preset, vocab=None):
     """One line of dims for --list."""
     p = PRESETS[preset]
     lt = "".join("L" if t == L else "F" for t in p["layer_types"])
-    s = ("%-16s %-11s H=%d layers=%s Hq/Hkv/hd=%d/%d/%d Hk/Hv/dk/dv=%d/%d/%d/%d"
-         % (preset, p["family"], p["H"], lt, p["Hq"], p["Hkv"], p["hd"],
-            p["Hk"], p["Hv"], p["dk"], p["dv"]))
+    s = ("%-16s %-11s H=%d layers=%s Hq/Hkv/hd=%d/%d/%d"
+         % (preset, p["family"], p["H"], lt, p["Hq"], p["Hkv"], p["hd"]))
+    if p["family"] in PLAIN:
+        s += " theta=%g eps=%g" % (p["rope_theta"], p["rms_eps"])
+        if p.get("rope_scaling"):
+            s += " rope=%s" % p["rope_scaling"]["rope_type"]
+    else:
+        s += " Hk/Hv/dk/dv=%d/%d/%d/%d" % (p["Hk"], p["Hv"], p["dk"], p["dv"])
     if "I" in p:
         s += " I=%d" % p["I"]
     if "E" in p:

@@ -65,7 +65,9 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForImageTex
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
-PRESETS = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads"]
+PRESETS = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads",
+           "tiny-llama", "tiny-llama-tied", "tiny-qwen3", "tiny-qwen2"]
+GDN_TYPES = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
 N_NEW = 16
 
 PROMPTS = [
@@ -128,16 +130,28 @@ class _Torch64(types.ModuleType):
         return getattr(torch, name)
 
 
+def float64_modules(module):
+    """The modules whose float32 casts float64 mode redirects: the model's modeling
+    module and transformers.modeling_rope_utils (the scaled RoPE types, e.g. llama3,
+    compute inv_freq there, in float32)."""
+    return [module, sys.modules["transformers.modeling_rope_utils"]]
+
+
 @contextlib.contextmanager
 def float64_casts(module):
-    """Within: `module`'s explicit float32 casts and every Tensor.float() give float64."""
-    real_torch, real_float = module.__dict__["torch"], torch.Tensor.float
-    module.__dict__["torch"] = _Torch64()
+    """Within: the explicit float32 casts of `module` and of the RoPE helpers
+    (float64_modules) and every Tensor.float() give float64."""
+    mods = float64_modules(module)
+    real = [m.__dict__["torch"] for m in mods]
+    real_float = torch.Tensor.float
+    for m in mods:
+        m.__dict__["torch"] = _Torch64()
     torch.Tensor.float = torch.Tensor.double
     try:
         yield
     finally:
-        module.__dict__["torch"] = real_torch
+        for m, t in zip(mods, real):
+            m.__dict__["torch"] = t
         torch.Tensor.float = real_float
 
 
@@ -213,6 +227,57 @@ def _without_version(text):
     return "".join(l for l in text.splitlines(True) if '"transformers_version"' not in l)
 
 
+def v5_config(cfg):
+    """A released-layout (transformers 4.x) plain-family config.json as transformers 5.x
+    re-saves it; returns (dict, list of what changed).  Top-level rope_theta +
+    rope_scaling become rope_parameters (rope_scaling's "type" is the old name of
+    "rope_type"), torch_dtype becomes dtype, qwen2 / qwen3 sliding_window is null unless
+    use_sliding_window, and qwen2 / qwen3 gain layer_types."""
+    c, changed = dict(cfg), []
+    if "rope_theta" in c or "rope_scaling" in c:
+        rp = {"rope_theta": c.pop("rope_theta", 10000.0), "rope_type": "default"}
+        rs = c.pop("rope_scaling", None)
+        if rs:
+            rs = dict(rs)
+            rs["rope_type"] = rs.pop("rope_type", rs.pop("type", "default"))
+            rp.update(rs)
+        c["rope_parameters"] = rp
+        changed.append("rope_theta + rope_scaling -> rope_parameters %s" % json.dumps(rp))
+    if "torch_dtype" in c:
+        c["dtype"] = c.pop("torch_dtype")
+        changed.append("torch_dtype -> dtype")
+    if c.get("model_type") in ("qwen2", "qwen3"):
+        if not c.get("use_sliding_window") and c.get("sliding_window") is not None:
+            changed.append("sliding_window %s -> null (use_sliding_window false)"
+                           % c["sliding_window"])
+            c["sliding_window"] = None
+        if "layer_types" not in c:
+            c["layer_types"] = ["full_attention"] * c["num_hidden_layers"]
+            changed.append("layer_types added (all full_attention)")
+    return c, changed
+
+
+def expected_inv_freq(cfg):
+    """RoPE inverse frequencies of a config.json (text part), computed here in float64
+    numpy from the published formulas (default; llama3 scaling)."""
+    tc = cfg.get("text_config", cfg)
+    tc, _ = v5_config(tc)
+    rp = tc["rope_parameters"]
+    hd = tc.get("head_dim") or tc["hidden_size"] // tc["num_attention_heads"]
+    dim = int(hd * rp.get("partial_rotary_factor", 1.0))
+    inv = 1.0 / (rp["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    if rp["rope_type"] == "llama3":
+        f, lo, hi = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"]
+        old = rp["original_max_position_embeddings"]
+        wl = 2 * np.pi / inv
+        smooth = (old / wl - lo) / (hi - lo)
+        mid = (1 - smooth) * inv / f + smooth * inv
+        inv = np.where(wl > old / lo, inv / f, np.where(wl < old / hi, inv, mid))
+    elif rp["rope_type"] != "default":
+        raise SystemExit("oracle: no reference for rope_type %s" % rp["rope_type"])
+    return inv
+
+
 def kernel_paths(model):
     """Which implementation each GDN kernel entry point of the model's module resolves
     to; raises unless all are transformers' own torch reference functions."""
@@ -273,17 +338,30 @@ def verify(model_dir):
         out["full_params"] = n_full
         del full
 
+    legacy = "torch_dtype" in cfg or "rope_theta" in cfg or "rope_scaling" in cfg
     with tempfile.TemporaryDirectory() as t:
         AutoConfig.from_pretrained(model_dir).save_pretrained(t)
         GenerationConfig.from_pretrained(model_dir).save_pretrained(t)
         for fn in ("config.json", "generation_config.json"):
             a = _without_version(open(os.path.join(model_dir, fn), encoding="utf-8").read())
             b = _without_version(open(os.path.join(t, fn), encoding="utf-8").read())
-            if a != b:
+            if fn == "config.json" and legacy:
+                a5, changed = v5_config(json.loads(a))
+                if a5 != json.loads(b):
+                    raise SystemExit("%s: %s (released layout) does not mean what "
+                                     "transformers re-saves: %s vs %s" % (model_dir, fn, a5, b))
+                out["legacy_config"] = changed
+            elif a != b:
                 raise SystemExit("%s: %s differs from transformers' re-save" % (model_dir, fn))
-    out["json_resave"] = ("config.json and generation_config.json byte-identical to "
-                          "transformers' re-save (transformers_version line aside)")
-    out["gdn_kernels"] = kernel_paths(model)
+    if legacy:
+        out["json_resave"] = ("config.json in the released 4.x layout equals transformers' "
+                              "re-save after legacy_config's renames; generation_config.json "
+                              "byte-identical (transformers_version line aside)")
+    else:
+        out["json_resave"] = ("config.json and generation_config.json byte-identical to "
+                              "transformers' re-save (transformers_version line aside)")
+    if mt in GDN_TYPES:
+        out["gdn_kernels"] = kernel_paths(model)
     return model, out
 
 
@@ -340,7 +418,42 @@ def load64(model_dir, model32):
     for name, b in model.named_buffers():
         if b.is_floating_point() and b.dtype != torch.float64:
             raise SystemExit("%s: float64 model buffer %s is %s" % (model_dir, name, b.dtype))
+    # the RoPE frequencies are computed at construction, outside the checked forward:
+    # compare them with float64 numpy (a float32 computation cast up is ~1e-8 off)
+    want = expected_inv_freq(json.load(open(os.path.join(model_dir, "config.json"))))
+    errs = []
+    for name, b in model.named_buffers():
+        if name.endswith("inv_freq"):
+            got = b.detach().numpy()
+            err = float(np.max(np.abs(got - want) / want)) if got.shape == want.shape else 1.0
+            if err > 4e-16:
+                raise SystemExit("%s: float64 %s is %.3g (relative) from float64 numpy"
+                                 % (model_dir, name, err))
+            errs.append(err)
+    if not errs:
+        raise SystemExit("%s: float64 model has no inv_freq buffer" % model_dir)
+    b32 = [b for n, b in model32.named_buffers() if n.endswith("inv_freq")][0]
+    model.inv_freq_check = {
+        "buffers": len(errs),
+        "max_rel_err_fp64_vs_numpy": max(errs),
+        "fp32_model_max_rel_err_vs_numpy": float(np.max(np.abs(
+            b32.detach().double().numpy() - want) / want)),
+        "rope_frequencies_changed_by_scaling": int(np.sum(np.abs(
+            want - expected_inv_freq_unscaled(model_dir)) > 0)),
+    }
     return model, mod
+
+
+def expected_inv_freq_unscaled(model_dir):
+    """expected_inv_freq of the same config with its RoPE scaling removed."""
+    cfg = json.load(open(os.path.join(model_dir, "config.json")))
+    tc = dict(cfg.get("text_config", cfg))
+    tc, _ = v5_config(tc)
+    rp = tc["rope_parameters"]
+    tc["rope_parameters"] = {"rope_theta": rp["rope_theta"], "rope_type": "default"}
+    if "partial_rotary_factor" in rp:
+        tc["rope_parameters"]["partial_rotary_factor"] = rp["partial_rotary_factor"]
+    return expected_inv_freq(tc)
 
 
 @torch.no_grad()
@@ -349,24 +462,41 @@ def run_prompt64(model, mod, ids, cont, rows32):
     against rows32 (the float32 rows)."""
     P = len(ids)
     check = _Float64Only()
-    with float64_casts(mod), check:
-        prompt_logits = model(torch.tensor([ids]), use_cache=False).logits[0]
-        full = model(torch.tensor([ids + cont[:-1]]), use_cache=False).logits[0]
+    seen = {}
+
+    def hook(m, args, out):
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                k = "%s:%s" % (type(m).__name__, str(t.dtype).replace("torch.", ""))
+                seen[k] = seen.get(k, 0) + 1
+
+    hooks = [m.register_forward_hook(hook) for m in model.modules()]
+    try:
+        with float64_casts(mod), check:
+            prompt_logits = model(torch.tensor([ids]), use_cache=False).logits[0]
+            full = model(torch.tensor([ids + cont[:-1]]), use_cache=False).logits[0]
+    finally:
+        for h in hooks:
+            h.remove()
     if check.bad or prompt_logits.dtype != torch.float64:
         raise SystemExit("float64 run saw other floating types: %s" % check.bad)
+    not64 = [k for k in seen if not k.endswith(":float64")]
+    if not64:
+        raise SystemExit("float64 run: module outputs not float64: %s" % not64)
     rows = torch.cat([prompt_logits, full[P:]], 0)
     argmax = full[P - 1:].argmax(-1).tolist()
     top2 = full[P - 1:].topk(2, -1).values
     diff = (rows32.double() - rows).abs().max(-1).values                   # [P+15]
     stats = {
         "max_abs_diff_fp32_vs_fp64": float(diff.max()),
+        "max_rel_diff_fp32_vs_fp64": float((diff / rows.abs().max(-1).values).max()),
         "fp32_vs_fp64_rows_over_1e-5": int((diff > 1e-5).sum()),
         "fp64_max_abs_diff_prompt_vs_extended_forward": float(
             (full[:P] - prompt_logits).abs().max()),
         "fp64_argmax_is_continuation": argmax == cont,
         "fp64_greedy_margin_min": float((top2[:, 0] - top2[:, 1]).min()),
     }
-    return rows, stats, check.n_ops
+    return rows, stats, (check.n_ops, seen)
 
 
 def run_preset(models_dir, out_dir, preset, verify_only):
@@ -403,17 +533,20 @@ def run_preset(models_dir, out_dir, preset, verify_only):
     model64, mod = load64(mdir, model)
     all_rows64, ops64 = [], []
     for p, rows32 in zip(prompts, all_rows):
-        rows64, stats64, n_ops = run_prompt64(model64, mod, p["ids"], p["continuation"],
-                                              torch.from_numpy(rows32))
+        rows64, stats64, (n_ops, seen) = run_prompt64(model64, mod, p["ids"],
+                                                      p["continuation"],
+                                                      torch.from_numpy(rows32))
         if not stats64["fp64_argmax_is_continuation"]:
             raise SystemExit("%s/%s: float64 greedy differs from the float32 continuation"
                              % (preset, p["name"]))
         p.update(stats64)
         all_rows64.append(rows64.numpy().astype("<f4"))
         ops64.append(n_ops)
+        module_outputs = seen
         print("  %-5s float64: max |fp32 - fp64| %.3g (%d rows > 1e-5), margin %.3g" % (
             p["name"], stats64["max_abs_diff_fp32_vs_fp64"],
             stats64["fp32_vs_fp64_rows_over_1e-5"], stats64["fp64_greedy_margin_min"]))
+    inv_freq_check = model64.inv_freq_check
     del model64
 
     logits = np.concatenate(all_rows, 0)
@@ -465,12 +598,22 @@ def run_preset(models_dir, out_dir, preset, verify_only):
                          "experts_implementation": "eager",
                          "float32_casts": ("torch.float32 / torch.float inside %s and "
                                            "Tensor.float() mean float64 while loading and "
-                                           "running" % mod.__name__)},
+                                           "running" % " and ".join(
+                                               m.__name__ for m in float64_modules(mod)))},
             "check": ("every floating-point tensor into or out of every aten op is float64 "
                       "(torch dispatch mode): %s ops per prompt, none other"
                       % "/".join(map(str, ops64))),
+            "module_outputs": ("forward hooks on every submodule, last prompt: the "
+                               "floating-point outputs per module class and dtype (all "
+                               "float64): %s" % json.dumps(module_outputs, sort_keys=True)),
+            "inv_freq": dict(inv_freq_check, what=(
+                "RoPE inv_freq buffers of the float64 model vs float64 numpy from the "
+                "config (default / llama3 formulas); the float32 model's for scale; how "
+                "many frequencies the config's RoPE scaling changes")),
             "per_prompt": ("max_abs_diff_fp32_vs_fp64 = max |logits_file - fp64| over the "
                            "prompt's rows (transformers' own float32 error), "
+                           "max_rel_diff_fp32_vs_fp64 (a row's max |fp32 - fp64| over its "
+                           "max |fp64|, the largest row), "
                            "fp32_vs_fp64_rows_over_1e-5, fp64_argmax_is_continuation, "
                            "fp64_greedy_margin_min, "
                            "fp64_max_abs_diff_prompt_vs_extended_forward"),
