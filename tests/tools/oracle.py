@@ -15,7 +15,10 @@ For each preset it first verifies the checkpoint layout (--verify does only this
   * tied models share embed_tokens and lm_head;
   * qwen3_5* checkpoints also load whole (vision tower included) into
     AutoModelForImageTextToText with no missing / unexpected keys;
-  * config.json and generation_config.json re-saved by transformers are byte-identical.
+  * config.json and generation_config.json re-saved by transformers are byte-identical
+    (a plain-family config.json in the released 4.x layout: identical once its legacy
+    keys are renamed as transformers does, v5_config).
+The plain families (llama, qwen2, qwen3) have no GDN; their checks are the same.
 Then, for 3 fixed prompts (token ids from the checkpoint's tokenizer.json via
 `tokenizers`): logits at every prompt position (no cache), the 16-token greedy
 continuation from generate(use_cache=True), confirmed token by token by a no-cache
@@ -26,10 +29,12 @@ prompt alone, and prompt + continuation[:15], no cache) as the exact-model refer
 `dtype=torch.float64` alone is not enough: transformers hard-codes float32 in places
 (RMSNorm, the gated RMSNorm, the whole Gated DeltaNet kernel, the decay g, the softmax,
 RoPE frequencies, the MoE router).  While the float64 model is loaded and run, the
-model's modeling module sees `torch.float32` / `torch.float` as float64 and
-`Tensor.float()` as `Tensor.double()`, experts use the "eager" implementation, and a
-torch dispatch mode checks that every floating-point tensor going into or out of every
-aten op is float64 (the script stops otherwise).
+model's modeling module and transformers.modeling_rope_utils (the scaled RoPE types such
+as llama3 compute inv_freq there) see `torch.float32` / `torch.float` as float64 and
+`Tensor.float()` as `Tensor.double()`, experts use the "eager" implementation, the
+inv_freq buffers are compared with float64 numpy (expected_inv_freq), a torch dispatch
+mode checks that every floating-point tensor going into or out of every aten op is
+float64 and forward hooks that every module's output is (the script stops otherwise).
 
 Output per preset: <preset>.json (ids, continuation, row layout, checks, versions),
 <preset>.logits.f32 (raw little-endian float32 [rows, vocab]; layout in the json) and
