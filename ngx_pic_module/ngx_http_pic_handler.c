@@ -617,7 +617,8 @@ ngx_http_pic_work(ngx_http_pic_work_t *w)
     if (plcf->models) {
         m = plcf->models->elts;
 
-        for (i = 0; i < plcf->models->nelts; i++) {
+        /* no model named: the first one configured */
+        for (i = 0; i < plcf->models->nelts && w->req->model.len > 0; i++) {
             if (m[i].name.len == w->req->model.len
                 && ngx_strncmp(m[i].name.data, w->req->model.ptr,
                                w->req->model.len) == 0)

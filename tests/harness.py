@@ -608,3 +608,11 @@ def think_split(raw, opened=True):
         r, c = raw.split("</think>", 1)
         return r.strip("\n"), c.lstrip("\n")
     return raw.lstrip("\n"), ""
+
+
+def smollm2_gguf():
+    """The SmolLM2-135M-Instruct GGUF make deps links under models/ (or
+    $PIC_SMOLLM2_GGUF); None when absent."""
+    path = os.environ.get("PIC_SMOLLM2_GGUF") or os.path.join(
+        ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return path if os.path.isfile(path) else None

@@ -908,17 +908,13 @@ pic_request_parse(pic_request *req, pic_req_kind kind, const char *body, size_t 
         goto fail;
     }
 
+    /* no model: the one served (vLLM's and llama.cpp's servers do the same) */
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    if (!model || cJSON_IsNull(model)) {
-        pic_error_invalid(err, "model", "missing_required_parameter",
-                          "You must provide a model parameter.");
-        goto fail;
-    }
-    if (!cJSON_IsString(model)) {
+    if (model && !cJSON_IsNull(model) && !cJSON_IsString(model)) {
         pic_bad_type(err, "model", "a string", model);
         goto fail;
     }
-    req->model = pic_str_of(model);
+    req->model = model && cJSON_IsString(model) ? pic_str_of(model) : pic_str_empty;
 
     if (pic_check_fields(root, kind, err) != 0
         || pic_parse_sampling(req, root, err) != 0

