@@ -161,6 +161,7 @@ FORCE:
 # core, and the engine file each target names below, built instrumented; the
 # rest of the engine comes from libpic.a (not instrumented).
 FUZZ_ENGINE_fuzz_frame       := engine/cluster/frame.c
+FUZZ_ENGINE_fuzz_gguf        := engine/model/gguf.c engine/model/gguf_quant.c engine/model/gguf_model.c
 FUZZ_ENGINE_fuzz_safetensors := engine/model/safetensors.c
 FUZZ_ENGINE_fuzz_tokenizer   := engine/model/tokenizer.c
 FUZZ_TIME ?= 600

@@ -24,6 +24,7 @@ static const pic_command commands[] = {
     { "tokenize", pic_cmd_tokenize, "print token ids for a text" },
     { "calibrate", pic_cmd_calibrate, "choose the seam width from its drift on sample requests" },
     { "sysinfo",  pic_cmd_sysinfo,  "measure sgemm GFLOP/s and memcpy GB/s (JSON)" },
+    { "gguf",     pic_cmd_gguf,     "print a GGUF file's metadata and tensors (JSON)" },
 };
 
 int
