@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "gguf.h"
+#include "gguf_model.h"
 #include "gguf_quant.h"
 
 static const char *const vtype_names[] = {
@@ -61,7 +62,7 @@ gguf_value(const pic_gguf *g, size_t i)
 int
 pic_cmd_gguf(int argc, char **argv)
 {
-    const char            *file = NULL, *tensor = NULL, *out = NULL;
+    const char            *file = NULL, *tensor = NULL, *out = NULL, *tok = NULL;
     const pic_gguf_tensor *t;
     pic_gguf              *g;
     cJSON                 *doc, *meta, *ts;
@@ -73,10 +74,14 @@ pic_cmd_gguf(int argc, char **argv)
             tensor = argv[++i];
         } else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
             out = argv[++i];
+        } else if (strcmp(argv[i], "--tokenizer-json") == 0 && i + 1 < argc) {
+            tok = argv[++i];
         } else if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: pic-engine gguf FILE [--tensor NAME --out PATH]\n"
+            printf("usage: pic-engine gguf FILE [--tensor NAME --out PATH] "
+                   "[--tokenizer-json PATH]\n"
                    "  the file's metadata and tensors as JSON; --tensor: its values as\n"
-                   "  raw float32 (dequantized, file order) into PATH\n");
+                   "  raw float32 (dequantized, file order) into PATH; --tokenizer-json:\n"
+                   "  the tokenizer.json the engine makes of the metadata\n");
             return 0;
         } else if (argv[i][0] != '-' && file == NULL) {
             file = argv[i];
@@ -93,6 +98,22 @@ pic_cmd_gguf(int argc, char **argv)
     if (g == NULL) {
         fprintf(stderr, "pic-engine gguf: %s\n", err);
         return 1;
+    }
+    if (tok != NULL) {
+        size_t len;
+        char  *json = pic_gguf_tokenizer_json(g, &len, err, sizeof(err));
+        FILE  *f = json != NULL ? fopen(tok, "wb") : NULL;
+
+        if (json == NULL || f == NULL || fwrite(json, 1, len, f) != len) {
+            fprintf(stderr, "pic-engine gguf: %s\n", json == NULL ? err : "cannot write");
+            rc = 1;
+        }
+        if (f != NULL) {
+            fclose(f);
+        }
+        free(json);
+        pic_gguf_close(g);
+        return rc;
     }
     if (tensor != NULL) {
         float *v;

@@ -2,6 +2,10 @@
  * gguf_quant.c — block geometry and fp32 dequantization of the ggml types
  * (gguf_quant.h).  Scalar C: it runs once per tensor at load.
  */
+/* every product and sum rounded on its own, as ggml's C and gguf-py's numpy
+ * compute them (a fused q·d + m rounds once) */
+#pragma GCC optimize("fp-contract=off")
+
 #include "gguf_quant.h"
 
 #include <string.h>

@@ -1,0 +1,239 @@
+"""accuracy_smollm2.py — what PIC costs a real model's answers: SmolLM2-135M-Instruct
+(the GGUF file make run serves, run by pic-lab with --weights f32: the dequantized
+model) on retrieval items built from real prose.
+
+Items (seeded; nothing here was ever trained on): k = 4 or 8 documents of 80–170
+tokens, each a paragraph of real English (the licence texts in /usr/share/common-licenses
+and the Python standard library's module docstrings, 60–140 tokens) under a title naming
+a place ("About the Harwick Library"), with one planted fact ("The registry number of the
+Harwick Library is 48213.") as its first sentence (PIC_ACC_FACT_AT=N: at a random one of
+the first N+1 boundaries); the question asks the registry number of one of them.  The
+shape is chosen so that full recompute solves the task (longer unrelated paragraphs,
+the fact deeper, or the question also before the documents took this 135M model to
+0.55–0.75 on 12–20 items).  The prompt is SmolLM2's own chat template (its default
+system prompt, the documents and the question in one user message).  Segments, as a
+RAG prompt is cached: the part before the first document, each document, the question
+with the generation prompt; each tokenized alone.
+
+Modes, every item alike (pic-lab run, one process, the same segments):
+  full       full recompute (the reference)
+  prefix     exact-prefix reuse
+  naive      every document's cached K/V placed (keys re-rotated exactly), no repair
+  pic w=W    the same, with the first and last W tokens of each document recomputed
+             with full context (EPIC-style seams), W in {4, 16, 32, 64}
+Selective recompute (CacheBlend-style: the r% tokens whose cached KV deviates most)
+is not implemented yet: its rows are absent, not zero.
+
+Exact match: the first 5-digit number of the greedy answer (24 tokens) is the asked
+office's.  Per k and mode: accuracy with a 95% Wilson interval, the wrong answers that
+are another document's number, the teacher-forced KL and argmax agreement against
+full recompute over full recompute's own greedy answer, and the share of document
+tokens recomputed.  Summary keys: full_accuracy_k4/k8, naive_points_below_full_k4/k8,
+best_points_below_full_at_30pct_k4/k8 (the best mode recomputing at most 30% of the
+document tokens), and per mode points_below_full.
+
+Usage: make bench-accuracy_smollm2 [QUICK=1]   (PIC_ACC_N=items per k, default 30;
+QUICK: 8; PIC_ACC_K=4,8; PIC_ACC_WS=4,16,32,64)
+"""
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import BUILD, ENGINE, QUICK, ROOT, machine, need_binary, table, write_results  # noqa
+
+from tokenizers import Tokenizer  # noqa: E402
+
+PIC_LAB = os.path.join(BUILD, "pic-lab")
+GGUF = os.environ.get("PIC_SMOLLM2_GGUF") or os.path.join(
+    ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+N = int(os.environ.get("PIC_ACC_N", "8" if QUICK else "30"))
+KS = [int(x) for x in os.environ.get("PIC_ACC_K", "4,8").split(",")]
+WS = [int(x) for x in os.environ.get("PIC_ACC_WS", "4,16,32,64").split(",")]
+SEED = 9100
+FACT_AT = int(os.environ.get("PIC_ACC_FACT_AT", "0"))  # the fact after sentence FACT_AT at most
+MAX_TOK = int(os.environ.get("PIC_ACC_MAXTOK", "140"))
+QFIRST = os.environ.get("PIC_ACC_QFIRST", "0") not in ("", "0")
+FULL_ONLY = os.environ.get("PIC_ACC_FULL_ONLY", "") not in ("", "0")
+SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+KINDS = ["Library", "Bakery", "Rowing Club", "Railway", "Museum", "Observatory", "Dairy",
+         "Brewery", "Harbour", "Theatre", "Orchard", "Mill", "Quarry", "School", "Clinic",
+         "Archive"]
+NAMES = ["Harwick", "Dunmore", "Ashford", "Kelby", "Marlow", "Fenwick", "Ostrava",
+         "Brenton", "Calder", "Whitby", "Lindholm", "Parnell", "Rydal", "Selwyn",
+         "Tarrant", "Umber", "Varden", "Wexley", "Yarrow", "Zeller", "Aldwin", "Bramley",
+         "Corwen", "Delving", "Elstow", "Farrow", "Gilmore", "Hadley", "Ingram", "Jessop",
+         "Keswick", "Loxley", "Morland", "Norbury", "Orwell", "Penrith", "Quarry Hill",
+         "Redmire", "Stanway", "Thornby", "Ulverston", "Vickery", "Walden", "Yelland"]
+STDLIB = ["argparse", "asyncio", "collections", "configparser", "csv", "datetime",
+          "decimal", "difflib", "email", "fractions", "functools", "heapq", "http.client",
+          "imaplib", "inspect", "json", "logging", "mailbox", "multiprocessing", "optparse",
+          "pickle", "pydoc", "queue", "random", "re", "sched", "shelve", "smtplib",
+          "socketserver", "sqlite3", "string", "subprocess", "tarfile", "textwrap",
+          "threading", "turtle", "unittest", "urllib.request", "uuid", "wave", "zipfile"]
+
+
+def paragraphs(tok):
+    """Real prose paragraphs of 60–320 tokens (room for the title and the fact)."""
+    texts = []
+    lic = "/usr/share/common-licenses"
+    for name in sorted(os.listdir(lic)) if os.path.isdir(lic) else []:
+        p = os.path.join(lic, name)
+        if os.path.isfile(p) and not os.path.islink(p):
+            texts.append(open(p, errors="replace").read())
+    import importlib
+    for m in STDLIB:
+        try:
+            d = importlib.import_module(m).__doc__ or ""
+        except Exception:
+            d = ""
+        texts.append(d)
+    out, seen = [], set()
+    for t in texts:
+        for para in re.split(r"\n\s*\n", t):
+            s = " ".join(para.split())
+            letters = sum(c.isalpha() or c == " " for c in s)
+            if len(s) < 200 or letters < 0.85 * len(s) or s in seen:
+                continue
+            n = len(tok.encode(s, add_special_tokens=False).ids)
+            if 60 <= n <= MAX_TOK:
+                seen.add(s)
+                out.append(s)
+    return out
+
+
+def item(rng, paras, k):
+    names = ["%s %s" % (n, kd) for n, kd in zip(rng.sample(NAMES, k), rng.sample(KINDS, k))]
+    nums = rng.sample(range(10000, 99999), k)
+    docs = []
+    for name, num, para in zip(names, nums, rng.sample(paras, k)):
+        sents = re.split(r"(?<=[.;:])\s+", para)
+        at = rng.randrange(min(len(sents), FACT_AT) + 1)
+        sents.insert(at, "The registry number of the %s is %d." % (name, num))
+        docs.append("About the %s\n%s\n\n" % (name, " ".join(sents)))
+    ask = rng.randrange(k)
+    q = "What is the registry number of the %s?" % names[ask]
+    head = "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n%sDocuments:\n\n" % (
+        SYSTEM, ("Answer this question from the documents below: %s\n\n" % q) if QFIRST else "")
+    tail = ("Question: %s Answer with the number only.<|im_end|>\n"
+            "<|im_start|>assistant\n" % q)
+    return {"segments": [head] + docs + [tail], "answer": str(nums[ask]),
+            "others": [str(x) for i, x in enumerate(nums) if i != ask]}
+
+
+def wilson(k, n, z=1.96):
+    if n == 0:
+        return (0.0, 0.0)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def lab(spec):
+    p = subprocess.run([PIC_LAB, "run", "--model", GGUF, "--threads", "0", "--weights",
+                        "f32"], input=json.dumps(spec), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        sys.exit("pic-lab run failed: %s" % p.stderr[-400:])
+    return json.loads(p.stdout)
+
+
+def first_number(text):
+    m = re.search(r"\d{5}", text)
+    return m.group(0) if m else None
+
+
+def run_k(tok, paras, k):
+    rng = random.Random(SEED + k)
+    items = [item(rng, paras, k) for _ in range(N)]
+    enc = [[tok.encode(s, add_special_tokens=False).ids for s in it["segments"]]
+           for it in items]
+    docs, reqs = [], []
+    for segs in enc:
+        base = len(docs)
+        docs.extend(segs[:-1])
+        reqs.append({"docs": list(range(base, len(docs))), "query": segs[-1],
+                     "greedy": 24, "compare": True, "modes": ["full"]})
+    ref = lab({"dtype": "f32", "whole": True, "docs": docs, "requests": reqs})
+    if FULL_ONLY:
+        for it, rq in zip(items, ref["requests"]):
+            g = rq["runs"][0]["greedy"]
+            t = tok.decode(g[:g.index(2)] if 2 in g else g)
+            print(first_number(t) == it["answer"], it["answer"], repr(t[:70]))
+        sys.exit(0)
+    teachers = [rq["runs"][0]["greedy"] for rq in ref["requests"]]
+    for r, t in zip(reqs, teachers):
+        eos = t.index(2) if 2 in t else len(t)
+        r.update({"teacher": t[:max(1, eos)], "compare": True, "ws": WS,
+                  "modes": ["full", "prefix", "naive", "pic"]})
+    out = lab({"dtype": "f32", "whole": True, "ws": WS, "docs": docs, "requests": reqs})
+    res = {}
+    for it, segs, rq in zip(items, enc, out["requests"]):
+        doc_tokens = sum(len(s) for s in segs[1:-1])
+        q = len(segs[0]) + len(segs[-1])
+        for r in rq["runs"]:
+            key = r["mode"] if r["mode"] != "pic" else "pic w=%d" % r["w"]
+            g = r.get("greedy", [])
+            text = tok.decode(g[:g.index(2)] if 2 in g else g)
+            got = first_number(text)
+            res.setdefault(key, []).append({
+                "ok": got == it["answer"], "other": got in it["others"],
+                "kl": r.get("kl_mean", 0.0), "agree": r.get("argmax_match", 1.0),
+                "doc_recomputed": max(0, r.get("recomputed", 0) - q) / max(1, doc_tokens),
+                "answer": text[:60]})
+    return res
+
+
+def main():
+    need_binary(PIC_LAB)
+    if not os.path.isfile(GGUF):
+        sys.exit("%s missing: run make deps" % GGUF)
+    with tempfile.TemporaryDirectory() as d:
+        tj = os.path.join(d, "tokenizer.json")
+        subprocess.run([ENGINE, "gguf", GGUF, "--tokenizer-json", tj], check=True)
+        tok = Tokenizer.from_file(tj)
+    paras = paragraphs(tok)
+    rows, summary, per = [], {}, {}
+    for k in KS:
+        res = run_k(tok, paras, k)
+        full = sum(x["ok"] for x in res["full"]) / len(res["full"])
+        per[k] = {}
+        for mode, xs in res.items():
+            n, ok = len(xs), sum(x["ok"] for x in xs)
+            lo, hi = wilson(ok, n)
+            acc = ok / n
+            share = sum(x["doc_recomputed"] for x in xs) / n
+            row = {"k": k, "mode": mode, "n": n, "exact_match": acc, "ci95_lo": lo,
+                   "ci95_hi": hi, "points_below_full": 100 * (full - acc),
+                   "wrong_is_other_doc": sum(x["other"] and not x["ok"] for x in xs),
+                   "kl_mean": sum(x["kl"] for x in xs) / n,
+                   "argmax_agree": sum(x["agree"] for x in xs) / n,
+                   "doc_tokens_recomputed": share}
+            rows.append(row)
+            per[k][mode] = row
+        summary["full_accuracy_k%d" % k] = full
+        summary["naive_points_below_full_k%d" % k] = per[k]["naive"]["points_below_full"]
+        cands = [r for m, r in per[k].items() if m.startswith("pic") or m == "naive"]
+        cands = [r for r in cands if r["doc_tokens_recomputed"] <= 0.30]
+        best = min(cands, key=lambda r: r["points_below_full"]) if cands else None
+        summary["best_points_below_full_at_30pct_k%d" % k] = \
+            best["points_below_full"] if best else None
+        summary["best_mode_at_30pct_k%d" % k] = best["mode"] if best else None
+    table(rows, ["k", "mode", "n", "exact_match", "ci95_lo", "ci95_hi", "points_below_full",
+                 "wrong_is_other_doc", "kl_mean", "argmax_agree", "doc_tokens_recomputed"],
+          "SmolLM2-135M-Instruct (f32 dequantized GGUF), retrieval over real prose")
+    write_results("accuracy_smollm2", summary,
+                  {"model": os.path.basename(GGUF), "weights": "f32", "n_per_k": N,
+                   "ks": KS, "ws": WS, "seed": SEED, "selective_recompute": "not implemented"},
+                  machine(), rows=rows)
+
+
+if __name__ == "__main__":
+    main()
