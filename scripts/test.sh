@@ -104,7 +104,8 @@ run_pytest "" "" tests/integration ${PYTEST_ARGS:-}
 # kernels; one-tile GEMV), the others with this CPU's BLAS.
 NUM_UNITS="test_kernels test_wmat test_forward test_forward_batch test_assemble test_entry test_exact_first"
 NUM_PY="tests/integration/test_oracle.py tests/integration/test_weights.py
-        tests/integration/test_device.py tests/integration/test_pic.py"
+        tests/integration/test_device.py tests/integration/test_pic.py
+        tests/integration/test_smollm2.py"
 path_env() {  # path -> the environment that runs it
   case $1 in
     avx2) echo "PIC_SIMD=avx2 OPENBLAS_CORETYPE=Haswell PIC_GEMV_TILE=1";;
