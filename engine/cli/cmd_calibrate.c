@@ -472,7 +472,7 @@ pic_cmd_calibrate(int argc, char **argv)
     cJSON_AddNumberToObject(doc, "min_segment_bytes", (double) min_segment);
     cJSON_AddStringToObject(doc, "weights", pic_model_weights_name(m));
     if (out == NULL) {
-        snprintf(path, sizeof(path), "%s/pic_calibration.json", co.model);
+        pic_checkpoint_calibration_path(co.model, path, sizeof(path));
         out = path;
     }
     if (calib_write(out, doc) != 0) {

@@ -124,6 +124,21 @@ pic_checkpoint_config(const char *path, pic_config *cfg, char *err, size_t errle
     return rc;
 }
 
+void
+pic_checkpoint_calibration_path(const char *path, char *out, size_t n)
+{
+    size_t len = strlen(path);
+
+    if (!pic_gguf_is_file(path)) {
+        snprintf(out, n, "%s/pic_calibration.json", path);
+        return;
+    }
+    if (len > 5 && strcmp(path + len - 5, ".gguf") == 0) {
+        len -= 5;
+    }
+    snprintf(out, n, "%.*s.pic_calibration.json", (int) len, path);
+}
+
 int
 pic_checkpoint_dialect(const char *path, pic_template_dialect *d, char *err, size_t errlen)
 {

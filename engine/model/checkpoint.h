@@ -26,4 +26,9 @@ int pic_checkpoint_config(const char *path, pic_config *cfg, char *err, size_t e
 int pic_checkpoint_dialect(const char *path, pic_template_dialect *d, char *err,
                            size_t errlen);
 
+/* Where the checkpoint's seam calibration lives (pic-engine calibrate writes
+ * it, serve reads it): DIR/pic_calibration.json for a directory, NAME's
+ * directory/NAME-without-.gguf.pic_calibration.json for a GGUF file. */
+void pic_checkpoint_calibration_path(const char *path, char *out, size_t n);
+
 #endif /* PIC_CHECKPOINT_H */

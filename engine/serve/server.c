@@ -175,7 +175,7 @@ pic_server_on_evict(void *user, const char *key, uint64_t len, size_t bytes)
 }
 
 /* The seam widths: --seam, else the calibration file's choice (--calibration,
- * or the model directory's pic_calibration.json when present), else 8; the
+ * or the checkpoint's, pic_checkpoint_calibration_path, when present), else 8; the
  * documents' (PIC_SEG_FLAG_DOC) --seam-doc, else the same source's.  A
  * --calibration file that cannot be used stops the start; the model
  * directory's is then skipped with a warning.  0 or -1. */
@@ -204,8 +204,8 @@ pic_server_choose_seam(pic_server *srv)
     if (o->calibration != NULL) {
         snprintf(srv->calibration_path, sizeof(srv->calibration_path), "%s", o->calibration);
     } else {
-        snprintf(srv->calibration_path, sizeof(srv->calibration_path),
-                 "%s/pic_calibration.json", o->model_dir);
+        pic_checkpoint_calibration_path(o->model_dir, srv->calibration_path,
+                                        sizeof(srv->calibration_path));
         if (access(srv->calibration_path, F_OK) != 0) {
             srv->calibration_path[0] = '\0';
             return 0;
