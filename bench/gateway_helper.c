@@ -177,7 +177,7 @@ cmd_render(int argc, char **argv)
     pic_error         err;
     pic_request       req;
     pic_render        rd;
-    pic_template_opts opts = { PIC_TEMPLATE_QWEN3_5, NULL, 1, NULL };
+    pic_template_opts opts = { PIC_TEMPLATE_QWEN3_5, NULL, 1 };
     pic_buf           out;
 
     if (argc > 2 && pic_template_dialect_parse(argv[2], &opts.dialect) != 0) {

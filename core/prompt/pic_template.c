@@ -60,8 +60,12 @@ pic_template_dialect_parse(const char *name, pic_template_dialect *out)
         *out = PIC_TEMPLATE_QWEN3_5;
         return 0;
     }
-    if (!strcmp(name, "chatml") || !strcmp(name, "smollm2")) {
+    if (!strcmp(name, "chatml")) {
         *out = PIC_TEMPLATE_CHATML;
+        return 0;
+    }
+    if (!strcmp(name, "smollm2")) {
+        *out = PIC_TEMPLATE_SMOLLM2;
         return 0;
     }
     return -1;
@@ -70,7 +74,12 @@ pic_template_dialect_parse(const char *name, pic_template_dialect *out)
 const char *
 pic_template_dialect_name(pic_template_dialect d)
 {
-    return d == PIC_TEMPLATE_QWEN3_5 ? "qwen3.5" : d == PIC_TEMPLATE_CHATML ? "chatml" : "qwen3";
+    switch (d) {
+    case PIC_TEMPLATE_QWEN3_5: return "qwen3.5";
+    case PIC_TEMPLATE_CHATML:  return "chatml";
+    case PIC_TEMPLATE_SMOLLM2: return "smollm2";
+    default:                   return "qwen3";
+    }
 }
 
 const char *
@@ -714,11 +723,8 @@ pic_render_chatml(const pic_template_opts *o, const pic_request *req, pic_render
     int       rc = 0;
 
     pic_rt_init(&rt);
-    if (req->messages[0].role != PIC_ROLE_SYSTEM) {
-        pic_glue(r, "<|im_start|>system\n");
-        pic_glue(r, o->default_system != NULL ? o->default_system
-                                              : PIC_CHATML_SMOLLM2_SYSTEM);
-        pic_glue(r, "<|im_end|>\n");
+    if (o->dialect == PIC_TEMPLATE_SMOLLM2 && req->messages[0].role != PIC_ROLE_SYSTEM) {
+        pic_glue(r, "<|im_start|>system\n" PIC_CHATML_SMOLLM2_SYSTEM "<|im_end|>\n");
     }
     for (size_t i = 0; i < req->n_messages && !r->oom; i++) {
         const pic_message *m = &req->messages[i];
@@ -769,7 +775,7 @@ pic_template_render(const pic_template_opts *opts, const pic_request *req,
         rc = pic_error_invalid(err, "messages", "invalid_value", "No messages provided.");
     } else if (opts->dialect == PIC_TEMPLATE_QWEN3_5) {
         rc = pic_render_qwen35(opts, req, out, err);
-    } else if (opts->dialect == PIC_TEMPLATE_CHATML) {
+    } else if (opts->dialect == PIC_TEMPLATE_CHATML || opts->dialect == PIC_TEMPLATE_SMOLLM2) {
         rc = pic_render_chatml(opts, req, out, err);
     } else {
         rc = pic_render_qwen3(opts, req, out, err);

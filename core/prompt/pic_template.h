@@ -20,11 +20,12 @@
  *    every content trimmed (Python str.strip), a user query required, a
  *    system message only first; generation prompt ends in `<think>\n`, or
  *    the empty think block when thinking is off.
- *  - PIC_TEMPLATE_CHATML (SmolLM2): `<|im_start|>ROLE\nCONTENT<|im_end|>\n`
- *    per message, content as given (text parts joined with "\n"), tools
- *    and tool calls not shown (the template has no place for them), a
- *    default system message first when the conversation has none;
- *    generation prompt `<|im_start|>assistant\n`.
+ *  - PIC_TEMPLATE_CHATML: `<|im_start|>ROLE\nCONTENT<|im_end|>\n` per
+ *    message, content as given (text parts joined with "\n"), tools and
+ *    tool calls not shown (the template has no place for them); generation
+ *    prompt `<|im_start|>assistant\n`.
+ *  - PIC_TEMPLATE_SMOLLM2: CHATML with SmolLM2's default system message
+ *    first when the conversation has none (PIC_CHATML_SMOLLM2_SYSTEM).
  * Template errors (raise_exception) come back as 400s with its message.
  * `developer` messages render as `system`.  The Qwen3-Next checkpoints ship
  * variants of the Qwen3 template (to our knowledge: Instruct without think
@@ -58,9 +59,8 @@
 typedef enum {
     PIC_TEMPLATE_QWEN3 = 0,     /* Qwen3 / Qwen3-Next: JSON tool calls */
     PIC_TEMPLATE_QWEN3_5,       /* Qwen3.5: XML tool calls */
-    PIC_TEMPLATE_CHATML,        /* plain ChatML (SmolLM2): no tools, a default
-                                 * system prompt when the first message is
-                                 * not one */
+    PIC_TEMPLATE_CHATML,        /* plain ChatML: no tools */
+    PIC_TEMPLATE_SMOLLM2,       /* ChatML + SmolLM2's default system prompt */
 } pic_template_dialect;
 
 typedef enum {
@@ -93,9 +93,6 @@ typedef struct {
     pic_template_dialect dialect;
     const pic_marker    *split;         /* client document delimiter; NULL = off */
     int                  split_parts;   /* each content text part is a document */
-    const char          *default_system; /* CHATML: the system prompt of a
-                                          * conversation without one (NULL:
-                                          * PIC_CHATML_SMOLLM2_SYSTEM) */
 } pic_template_opts;
 
 /* The system prompt SmolLM2's template inserts when the conversation has
@@ -111,11 +108,12 @@ void pic_render_init(pic_render *r);
 void pic_render_free(pic_render *r);
 
 /* Parses a dialect name: "qwen3", "qwen3_next", "qwen3-next" -> QWEN3;
- * "qwen3.5", "qwen3_5", "qwen35" -> QWEN3_5; "chatml", "smollm2" -> CHATML.
+ * "qwen3.5", "qwen3_5", "qwen35" -> QWEN3_5; "chatml" -> CHATML;
+ * "smollm2" -> SMOLLM2.
  * Returns 0, or -1 if unknown. */
 int pic_template_dialect_parse(const char *name, pic_template_dialect *out);
 
-/* The dialect's canonical name ("qwen3", "qwen3.5" or "chatml"). */
+/* The dialect's canonical name ("qwen3", "qwen3.5", "chatml" or "smollm2"). */
 const char *pic_template_dialect_name(pic_template_dialect d);
 
 /* A region kind's name ("glue", "system", "tool_schema", ...). */

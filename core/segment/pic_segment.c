@@ -138,7 +138,7 @@ int
 pic_segment_request(const pic_segment_cfg *cfg, const pic_request *req,
                     pic_segmentation *out, pic_error *err)
 {
-    pic_template_opts opts = { cfg->dialect, cfg->marker, cfg->split_parts, NULL };
+    pic_template_opts opts = { cfg->dialect, cfg->marker, cfg->split_parts };
     pic_segment_list      sv = { NULL, 0, 0 };
 
     pic_segmentation_free(out);

@@ -153,9 +153,17 @@ pic_checkpoint_dialect(const char *path, pic_template_dialect *d, char *err, siz
     rc = pic_config_parse(&cfg, config, len, path, err, errlen);
     if (rc == 0) {
         *d = pic_config_dialect(cfg.arch);
-        if (*d == PIC_TEMPLATE_CHATML && tmpl != NULL && strstr(tmpl, "<|im_start|>") == NULL) {
+        /* a Llama-family checkpoint: SmolLM2's template, plain ChatML, or
+         * refused until its dialect exists */
+        if (*d == PIC_TEMPLATE_CHATML && tmpl != NULL
+            && strstr(tmpl, "You are a helpful AI assistant named SmolLM") != NULL)
+        {
+            *d = PIC_TEMPLATE_SMOLLM2;
+        } else if (*d == PIC_TEMPLATE_CHATML && tmpl != NULL
+                   && strstr(tmpl, "<|im_start|>") == NULL)
+        {
             snprintf(err, errlen, "%s: the chat template is not ChatML and no dialect "
-                     "renders it yet (--template qwen3, qwen3.5 or chatml)", path);
+                     "renders it yet (--template qwen3, qwen3.5, chatml or smollm2)", path);
             rc = -1;
         }
     }

@@ -492,7 +492,7 @@ render_body(const char *body, pic_template_dialect d, const pic_marker *split,
 {
     pic_request       req;
     pic_render        r;
-    pic_template_opts o = { d, split, 0, NULL };
+    pic_template_opts o = { d, split, 0 };
 
     assert_int_equal(pic_request_parse(&req, PIC_REQ_CHAT, body, strlen(body), NULL, err), 0);
     pic_render_init(&r);
@@ -695,7 +695,7 @@ test_completions_prompt_documents(void **state)
     pic_request       req;
     pic_render        r;
     pic_error         err;
-    pic_template_opts o = { PIC_TEMPLATE_QWEN3, &m, 0, NULL };
+    pic_template_opts o = { PIC_TEMPLATE_QWEN3, &m, 0 };
     const char       *body = "{\"model\":\"m\",\"prompt\":\"sys<|pic_sep|>doc<|pic_sep|>q\"}";
 
     assert_int_equal(pic_marker_init(&m, NULL, 0, NULL), 0);
