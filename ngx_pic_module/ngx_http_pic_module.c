@@ -1169,7 +1169,7 @@ ngx_http_pic_template(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     if (pic_template_dialect_parse((char *) value[1].data, &d) != 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "unknown chat template \"%V\" "
-                           "(qwen3, qwen3-next, qwen3.5)", &value[1]);
+                           "(qwen3, qwen3-next, qwen3.5, chatml, smollm2)", &value[1]);
         return NGX_CONF_ERROR;
     }
 

@@ -22,7 +22,7 @@ serve_usage(FILE *f)
         "  --port-file PATH        write the bound port to PATH once ready (the model\n"
         "                          loaded; /healthz answers 503 \"loading\" until then)\n"
         "  --served-model-name S   model id in responses (default: the directory's name)\n"
-        "  --template NAME         chat template: qwen3 or qwen3.5 (default: from the model)\n"
+        "  --template NAME         chat template: qwen3, qwen3.5, chatml or smollm2 (default: from the model)\n"
         "  --marker S              document delimiter in prompts (default <|pic_sep|>)\n"
         "  --workers N             compute threads (default 1)\n"
         "  --threads N             OpenMP threads per worker (default cores / workers)\n"
