@@ -145,6 +145,10 @@ pic_segment_request(const pic_segment_cfg *cfg, const pic_request *req,
     if (pic_template_render(&opts, req, &out->render, err) != 0) {
         return -1;
     }
+    if (cfg->unmarked_docs && pic_docsplit_render(&out->render, PIC_DOCSPLIT_SOFT_MIN) != 0) {
+        pic_segmentation_free(out);
+        return pic_error_oom(err, __func__);
+    }
     const pic_render *r = &out->render;
 
     /* pieces: leading glue joins the first content region (the role header

@@ -3,6 +3,9 @@
  * segments with keys (DESIGN.md §2.1-2.2, §3.2).
  *
  *   1. Render the chat template (pic_template) into text + regions.
+ *   1b. With cfg.unmarked_docs, content regions are split at the document
+ *      boundaries of unmarked text (pic_docsplit: header lines, labels,
+ *      tags, blank-line runs, JSON array items), each part a document.
  *   2. Pieces: every client-content region is a piece; each run of template
  *      glue between them is a piece of its own (so the same document gets
  *      the same bytes and key in any message, position or order); glue at
@@ -30,6 +33,7 @@
 
 #include "pic_buf.h"
 #include "pic_cdc.h"
+#include "pic_docsplit.h"
 #include "pic_error.h"
 #include "pic_key.h"
 #include "pic_marker.h"
@@ -67,6 +71,8 @@ typedef struct {
     const pic_cdc       *cdc;           /* NULL = one segment per piece */
     const pic_key_ctx   *keys;          /* required */
     size_t               min_pic_bytes; /* shorter non-prefix segments are DYNAMIC */
+    int                  unmarked_docs; /* cut content at document boundaries in
+                                         * unmarked text (pic_docsplit.h) */
 } pic_segment_cfg;
 
 typedef struct {

@@ -1175,6 +1175,11 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
         if (pic_template_render(&topts, r, &seg.render, err) != 0) {
             goto done;
         }
+        /* the documents of unmarked text, as the gateway's pipeline cut them */
+        if (pic_docsplit_render(&seg.render, PIC_DOCSPLIT_SOFT_MIN) != 0) {
+            pic_error_oom(err, __func__);
+            goto done;
+        }
         for (size_t i = 0; i < plan.n_segs; i++) {
             covered += plan.segs[i].key.len;
         }
@@ -1224,6 +1229,7 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
     cfg.split_parts = 1;
     cfg.keys = &srv->keys;
     cfg.min_pic_bytes = srv->opts->min_segment;
+    cfg.unmarked_docs = 1;
     if (pic_segment_request(&cfg, r, &seg, err) != 0) {
         goto done;
     }

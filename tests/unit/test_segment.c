@@ -68,7 +68,7 @@ segment(fixture *f, const char *body, pic_template_dialect d, const pic_key_ctx 
 {
     pic_request     req;
     pic_error       err;
-    pic_segment_cfg cfg = { d, &f->marker, 0, &f->cdc, keys ? keys : &f->keys, 64 };
+    pic_segment_cfg cfg = { d, &f->marker, 0, &f->cdc, keys ? keys : &f->keys, 64, 0 };
     assert_int_equal(pic_request_parse(&req, PIC_REQ_CHAT, body, strlen(body), NULL, &err), 0);
     pic_segmentation_init(s);
     int rc = pic_segment_request(&cfg, &req, s, &err);
@@ -413,7 +413,7 @@ test_marked_form_round_trip(void **state)
     pic_segmentation s;
     const char *body = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
                        "\"quote: <|pic_sep|> and <\\\\| end\"}]}";
-    pic_segment_cfg cfg = { PIC_TEMPLATE_QWEN3, NULL, 0, &f->cdc, &f->keys, 0 };
+    pic_segment_cfg cfg = { PIC_TEMPLATE_QWEN3, NULL, 0, &f->cdc, &f->keys, 0, 0 };
     assert_int_equal(pic_request_parse(&req, PIC_REQ_CHAT, body, strlen(body), NULL, &err), 0);
     pic_segmentation_init(&s);
     assert_int_equal(pic_segment_request(&cfg, &req, &s, &err), 0);
@@ -464,7 +464,7 @@ test_token_prompt_has_no_segments(void **state)
     pic_request      req;
     pic_error        err;
     pic_segmentation s;
-    pic_segment_cfg  cfg = { PIC_TEMPLATE_QWEN3, &f->marker, 0, &f->cdc, &f->keys, 64 };
+    pic_segment_cfg  cfg = { PIC_TEMPLATE_QWEN3, &f->marker, 0, &f->cdc, &f->keys, 64, 0 };
     const char      *body = "{\"model\":\"m\",\"prompt\":[1,2,3]}";
     assert_int_equal(pic_request_parse(&req, PIC_REQ_COMPLETION, body, strlen(body), NULL,
                                        &err), 0);
