@@ -4,7 +4,9 @@ Every mode is nginx with the module in front of two engines of that cache mode
 (bench/agent.py's Gateway: the integration tests' gateway configuration, CDC and
 minimum segment sized from the engines); all modes run at once and every request goes
 to each mode in turn, back to back, with no waiting for background work (builds,
-checkpoint upkeep) between requests: traffic as users send it.
+checkpoint upkeep) between requests: traffic as users send it.  (Between workloads the
+bench waits until no engine has builds pending, so that one workload's background work
+is not timed in the next.)
 
   rag          RAG_REQUESTS requests; each holds 3-6 documents drawn from a pool of 24
                (six each of ~250, 500, 1,000 and 2,000 tokens of real prose: the system's
@@ -149,6 +151,9 @@ def run(model, threads, logdir, workloads):
                                       ["--cache-mode", mode, "--threads", str(threads),
                                        "--cache-bytes", str(2 << 30)])
         for wname, reqs in workloads.items():
+            # between workloads (never between requests): one workload's
+            # background builds are not timed in the next
+            agent.settle(gws)
             t0 = time.time()
             for label, body, _ in reqs:
                 for mode in MODES:              # back to back: no settle()

@@ -163,6 +163,18 @@ pic_docsplit_closes(const char *p, size_t len)
            && closing;
 }
 
+/* 1 if p[0..n) is one line of at most PIC_DOCSPLIT_HEADER_MAX bytes
+ * before its trailing blank lines ("You are agent 2.\n\n"): a paragraph
+ * that short is a header of its own, whatever its form. */
+static int
+pic_docsplit_one_line(const char *p, size_t n)
+{
+    while (n > 0 && (pic_docsplit_space(p[n - 1]) || p[n - 1] == '\n')) {
+        n--;
+    }
+    return n > 0 && n <= PIC_DOCSPLIT_HEADER_MAX && memchr(p, '\n', n) == NULL;
+}
+
 /* Appends cut c (kept ascending and in (0, n)) to the list. */
 static void
 pic_docsplit_add(size_t c, size_t n, size_t *cuts, size_t cap, size_t *k, size_t *last)
@@ -244,7 +256,10 @@ pic_docsplit_cuts(const char *data, size_t n, size_t soft_min, size_t *cuts, siz
             ls = next;
             continue;
         }
-        if (blank_run && ls - last >= soft_min) {
+
+        if (blank_run
+            && (ls - last >= soft_min || pic_docsplit_one_line(data + last, ls - last)))
+        {
             pic_docsplit_add(ls, n, cuts, cap, &k, &last);
         }
         blank_run = 0;
@@ -340,9 +355,12 @@ pic_docsplit_render(pic_render *r, size_t soft_min)
             at = end;
         }
     }
-    /* documents of a message numbered from 0 in order */
+    /* documents of a message numbered from 0 in order; the parts of a tool
+     * result keep their number: an agent loop's newest result is in the
+     * next turn's exact prefix, so building its parts' entries (what a
+     * document is declared for) would be work no request uses */
     for (size_t i = 0, prev = SIZE_MAX; i < n_out; i++) {
-        if (out[i].kind == PIC_REGION_GLUE) {
+        if (out[i].kind == PIC_REGION_GLUE || out[i].kind == PIC_REGION_TOOL_RESULT) {
             continue;
         }
         if (prev != SIZE_MAX && out[prev].kind == out[i].kind

@@ -21,8 +21,12 @@
  *   closing tag     a line holding only "</name>": cut after its newline
  *                   (the tag stays with the body it closes);
  *   blank-line run  one or more empty lines after at least soft_min bytes
- *                   since the last cut: cut after the run (the body keeps
- *                   its trailing separator, as it does behind every label);
+ *                   since the last cut, or after a single line of at most
+ *                   PIC_DOCSPLIT_HEADER_MAX bytes ("You are agent 2."): cut
+ *                   after the run (the body keeps its trailing separator,
+ *                   as it does behind every label; paragraphs shorter than
+ *                   soft_min join the next, so prose is not cut into
+ *                   entries too small to pay for their seams);
  *   JSON array      a region whose text is a JSON array: cut before each
  *                   top-level item (after the "[" and every top-level ",",
  *                   past white space).
@@ -52,7 +56,8 @@ size_t pic_docsplit_cuts(const char *data, size_t n, size_t soft_min, size_t *cu
  * r at its cuts (soft_min as above) into consecutive regions of the same
  * kind and index, and renumbers the documents of each message from 0 in
  * order (so pic_render_client_doc sees a message with a cut as several
- * documents).  Returns 0, or -1 on OOM (r unchanged). */
+ * documents), except a tool result's parts, which keep their number: cut,
+ * but not declared reusable.  Returns 0, or -1 on OOM (r unchanged). */
 int pic_docsplit_render(pic_render *r, size_t soft_min);
 
 #endif /* PIC_DOCSPLIT_H */

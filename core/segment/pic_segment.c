@@ -126,9 +126,12 @@ pic_render_client_doc(const pic_render *r, size_t off)
     /* document 0: split when the message's next content region (past any
      * joiner glue) is its document 1 */
     for (size_t j = lo + 1; j < r->n_regions; j++) {
-        if (r->regions[j].kind != PIC_REGION_GLUE) {
-            return r->regions[j].kind == g->kind && r->regions[j].index == g->index
-                   && r->regions[j].doc == 1;
+        const pic_region *h = &r->regions[j];
+        int               same = h->kind == g->kind && h->index == g->index;
+
+        /* past joiner glue and document 0's own parts (pic_docsplit) */
+        if (h->kind != PIC_REGION_GLUE && !(same && h->doc == 0)) {
+            return same && h->doc == 1;
         }
     }
     return 0;

@@ -36,8 +36,10 @@ test_header_lines_cut_before_and_after(void **state)
     size_t      c[16];
     size_t      n = cuts_of(s, 1 << 20, c);
 
-    /* before and after each header line; the body keeps its blank line */
-    assert_int_equal(n, 4);
+    /* before and after each header line; the body keeps its blank line (and
+     * a one-line paragraph is a header of its own: "gamma." ends one) */
+    assert_int_equal(n, 5);
+    assert_string_equal(s + c[4], "Q?");
     assert_string_equal(s + c[0], "Document [1]:\nalpha beta.\n\nDocument [2]:\ngamma.\n\nQ?");
     assert_int_equal(c[1] - c[0], strlen("Document [1]:\n"));
     assert_int_equal(c[2] - c[1], strlen("alpha beta.\n\n"));
@@ -90,16 +92,19 @@ static void
 test_blank_lines_cut_after_soft_min(void **state)
 {
     (void) state;
-    const char *s = "aaaa aaaa\n\nbb\n\ncc cc cc cc\n\ndd";
+    const char *s = "l1\nl2\n\nbb\nb2\n\ncc\nc2\n\ndd";
     size_t      c[16];
 
     assert_int_equal(cuts_of(s, 1, c), 3);
-    assert_string_equal(s + c[0], "bb\n\ncc cc cc cc\n\ndd");
+    assert_string_equal(s + c[0], "bb\nb2\n\ncc\nc2\n\ndd");
     /* a run cuts only soft_min bytes after the last cut */
-    assert_int_equal(cuts_of(s, 12, c), 2);
-    assert_string_equal(s + c[0], "cc cc cc cc\n\ndd");
-    assert_string_equal(s + c[1], "dd");
+    assert_int_equal(cuts_of(s, 12, c), 1);
+    assert_string_equal(s + c[0], "cc\nc2\n\ndd");
     assert_int_equal(cuts_of(s, 1000, c), 0);
+    /* a one-line paragraph is a header of its own, however short */
+    const char *h = "You are agent 2.\n\nbody\nmore\n\nend";
+    assert_int_equal(cuts_of(h, 1000, c), 1);
+    assert_string_equal(h + c[0], "body\nmore\n\nend");
 }
 
 static void
