@@ -192,8 +192,11 @@ pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
 static void
 pic_plan_keep(const pic_plan_ctx *ctx, pic_job_segment *g, pic_entry *e)
 {
-    if (ctx->pool != NULL && pic_pool_put(ctx->pool, g->key, g->len, e) == 0
-        && ctx->reg != NULL) {
+    /* kept only when what it saves per byte beats what it would displace */
+    if (ctx->pool != NULL
+        && pic_cache_budget_admit(ctx->budget, e->has_T ? e->i1 - e->i0 : e->n_tokens, 1.0,
+                                  e->bytes)
+        && pic_pool_put(ctx->pool, g->key, g->len, e) == 0 && ctx->reg != NULL) {
         pic_registry_post_add(ctx->reg, g->key);
     }
     pic_cache_budget_enforce(ctx->budget);

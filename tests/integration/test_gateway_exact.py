@@ -557,7 +557,8 @@ def test_segment_sizes_follow_the_engines_break_even(procs):
     the break-even length L* its probes read from the engines' /status
     (cache.capacity.break_even_tokens; docs/SIZING.md): CDC average the
     power of two at or below 2 L* at 4 bytes a token, minimum half of it,
-    maximum four times it, minimum PIC segment L*/2.  Oracle: a gateway
+    maximum four times it, minimum PIC segment the value floor (64 tokens,
+    or L*/2 when smaller).  Oracle: a gateway
     configured with those numbers, computed here, cuts the same requests
     into the same segments; the built-in defaults do not."""
     e = procs.engine(name="e", model=TINY, extra=["--threads", "1"])
@@ -568,7 +569,8 @@ def test_segment_sizes_follow_the_engines_break_even(procs):
         avg *= 2
     auto = procs.nginx(gw_conf([addr(e)], cdc=None, min_segment=None), name="nginx-auto")
     same = procs.nginx(gw_conf([addr(e)], cdc=f"{avg // 2} {avg} {4 * avg}",
-                               min_segment=max(4 * lstar // 2, 16)), name="nginx-same")
+                               min_segment=max(min(4 * lstar // 2, 4 * 64), 16)),
+                     name="nginx-same")
     builtin = procs.nginx(gw_conf([addr(e)], cdc="256 1024 4096", min_segment=128),
                           name="nginx-builtin")
     harness.wait_for(lambda: [x["break_even_tokens"] for x in status(auto)["engines"]]
