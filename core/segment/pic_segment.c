@@ -93,12 +93,52 @@ pic_seg_piece(const pic_segment_cfg *cfg, const pic_render *r, const pic_region 
         if (reg && pic_render_client_doc(r, at)) {
             s->flags |= PIC_SEG_FLAG_DOC;
         }
+        if (reg && pic_render_ahead(r, at)) {
+            s->flags |= PIC_SEG_FLAG_AHEAD;
+        }
         s->region = reg ? reg->kind : PIC_REGION_GLUE;
         s->index = reg ? reg->index : -1;
         s->doc = reg ? reg->doc : 0;
         at += len;
     }
     return 0;
+}
+
+/* Index of the region holding byte off (n_regions: past the end). */
+static size_t
+pic_render_region_at(const pic_render *r, size_t off)
+{
+    size_t lo = 0, hi = r->n_regions;
+
+    while (lo < hi) {               /* regions partition the text */
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (r->regions[mid].end <= off) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo < r->n_regions && r->regions[lo].start <= off ? lo : r->n_regions;
+}
+
+int
+pic_render_ahead(const pic_render *r, size_t off)
+{
+    size_t i = pic_render_region_at(r, off), last = r->n_regions;
+
+    if (i == r->n_regions || r->regions[i].kind == PIC_REGION_GLUE
+        || r->regions[i].kind == PIC_REGION_ASSISTANT) {
+        return 0;
+    }
+    while (last > 0 && r->regions[last - 1].kind == PIC_REGION_GLUE) {
+        last--;
+    }
+    if (last == 0) {
+        return 0;
+    }
+    return r->regions[i].kind != r->regions[last - 1].kind
+           || r->regions[i].index != r->regions[last - 1].index;
 }
 
 int

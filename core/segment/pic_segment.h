@@ -51,6 +51,10 @@ typedef enum {
 #define PIC_SEG_FLAG_DOC  4u    /* inside a document the client delimited (one of
                                  * several in a message: marker or content parts),
                                  * i.e. declared reusable (pic_render_client_doc) */
+#define PIC_SEG_FLAG_AHEAD 8u   /* client content before the prompt's newest
+                                 * message, not an assistant turn: worth an
+                                 * entry built at its first sighting
+                                 * (pic_render_ahead) */
 
 typedef struct {
     size_t          start;      /* byte span [start, start + len) of the rendered text */
@@ -102,6 +106,14 @@ int pic_segmentation_marked(const pic_segmentation *s, const pic_marker *m, pic_
  * they are documents), else 0 (glue, one-document messages, off past the
  * end). */
 int pic_render_client_doc(const pic_render *r, size_t off);
+
+/* 1 if byte off of r's text lies in client content that is neither an
+ * assistant turn nor part of the prompt's last message with content (the
+ * newest one: an agent loop's fresh tool result, which the next turn
+ * finds in its exact prefix), else 0: content that, seen once, is likely
+ * to come back elsewhere (a tool schema, an earlier tool result after a
+ * compaction, a system prompt's documents). */
+int pic_render_ahead(const pic_render *r, size_t off);
 
 /* "prefix", "pic" or "dynamic". */
 const char *pic_seg_kind_name(pic_seg_kind k);

@@ -1125,7 +1125,8 @@ pic_oai_plan_job(size_t n, size_t useful, int always, pic_error *err)
 }
 
 /* Segment i of pj: bytes [off, off + len) of the prompt, its kind, flags
- * (PIC_SEG_FLAG_DOC of pic_segment.h; the others are not used) and key. */
+ * (PIC_SEG_FLAG_DOC and PIC_SEG_FLAG_AHEAD of pic_segment.h; the others
+ * are not used) and key. */
 static void
 pic_oai_plan_seg(pic_plan_job *pj, size_t i, size_t off, size_t len, pic_seg_kind kind,
                  uint32_t flags, const char *key)
@@ -1133,7 +1134,7 @@ pic_oai_plan_seg(pic_plan_job *pj, size_t i, size_t off, size_t len, pic_seg_kin
     pj->segs[i].offset = off;
     pj->segs[i].len = len;
     pj->segs[i].kind = kind;
-    pj->segs[i].flags = flags & PIC_SEG_FLAG_DOC;
+    pj->segs[i].flags = flags & (PIC_SEG_FLAG_DOC | PIC_SEG_FLAG_AHEAD);
     snprintf(pj->segs[i].key, sizeof(pj->segs[i].key), "%s", key);
 }
 
@@ -1195,8 +1196,10 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
                  * knows them (the plan carries no flag) */
                 pic_oai_plan_seg(*pj, i, plan.segs[i].offset, plan.segs[i].key.len,
                                  plan.segs[i].kind,
-                                 pic_render_client_doc(&seg.render, plan.segs[i].offset)
-                                 ? PIC_SEG_FLAG_DOC : 0, plan.segs[i].key.hex);
+                                 (pic_render_client_doc(&seg.render, plan.segs[i].offset)
+                                  ? PIC_SEG_FLAG_DOC : 0)
+                                 | (pic_render_ahead(&seg.render, plan.segs[i].offset)
+                                    ? PIC_SEG_FLAG_AHEAD : 0), plan.segs[i].key.hex);
             }
             if (*pj == NULL && err->status != 0) {
                 goto done;
