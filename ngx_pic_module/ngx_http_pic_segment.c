@@ -188,7 +188,7 @@ ngx_http_pic_segment_run(ngx_http_pic_loc_conf_t *plcf, pic_cdc *cdc,
     cfg.cdc = cdc;
     cfg.keys = kc;
     cfg.min_pic_bytes = min_segment;
-    cfg.unmarked_docs = 1;
+    cfg.unmarked_docs = plcf->split;
 
     return pic_segment_request(&cfg, req, sg, err);
 }
