@@ -306,7 +306,9 @@ def test_unmarked_documents_behind_labels_are_cached_and_reused(procs):
     composed = u2["prompt_tokens_details"]["cached_tokens"] - u2["pic"]["exact_tokens"]
     print("first:", first, u1["pic"], "second:", second, u2["pic"], "seen tokens", seen)
     assert second["combine"] == first["combine"]
-    assert composed >= 0.8 * seen, (u2, seen)
+    # all but the seams: CDC sized from this tiny model's L* cuts each body in
+    # ~4 chunks, each recomputing its head and tail seams (8 tokens each)
+    assert composed >= 0.7 * seen, (u2, seen)
 
 
 # --- routing rules on fake engines ------------------------------------------------
