@@ -93,7 +93,7 @@ pic_seg_piece(const pic_segment_cfg *cfg, const pic_render *r, const pic_region 
         if (reg && pic_render_client_doc(r, at)) {
             s->flags |= PIC_SEG_FLAG_DOC;
         }
-        if (reg && pic_render_ahead(r, at)) {
+        if (pic_render_ahead(r, at)) {
             s->flags |= PIC_SEG_FLAG_AHEAD;
         }
         s->region = reg ? reg->kind : PIC_REGION_GLUE;
@@ -125,10 +125,9 @@ pic_render_region_at(const pic_render *r, size_t off)
 int
 pic_render_ahead(const pic_render *r, size_t off)
 {
-    size_t i = pic_render_region_at(r, off), last = r->n_regions;
+    size_t i = pic_render_region_at(r, off), last = r->n_regions, first;
 
-    if (i == r->n_regions || r->regions[i].kind == PIC_REGION_GLUE
-        || r->regions[i].kind == PIC_REGION_ASSISTANT) {
+    if (i == r->n_regions || r->regions[i].kind == PIC_REGION_ASSISTANT) {
         return 0;
     }
     while (last > 0 && r->regions[last - 1].kind == PIC_REGION_GLUE) {
@@ -136,6 +135,25 @@ pic_render_ahead(const pic_render *r, size_t off)
     }
     if (last == 0) {
         return 0;
+    }
+    /* the newest message: its content regions (several when it was split
+     * into documents) and the glue between them */
+    first = last - 1;
+    for (size_t j = last - 1; j-- > 0;) {
+        if (r->regions[j].kind == PIC_REGION_GLUE) {
+            continue;
+        }
+        if (r->regions[j].kind != r->regions[last - 1].kind
+            || r->regions[j].index != r->regions[last - 1].index) {
+            break;
+        }
+        first = j;
+    }
+    if (r->regions[i].kind == PIC_REGION_GLUE) {
+        /* template text (tool instructions, role headers) recurs in every
+         * request of its shape; after the newest message's start it is the
+         * generation prompt's or the newest turn's */
+        return i < first;
     }
     return r->regions[i].kind != r->regions[last - 1].kind
            || r->regions[i].index != r->regions[last - 1].index;

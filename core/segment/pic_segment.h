@@ -107,12 +107,12 @@ int pic_segmentation_marked(const pic_segmentation *s, const pic_marker *m, pic_
  * end). */
 int pic_render_client_doc(const pic_render *r, size_t off);
 
-/* 1 if byte off of r's text lies in client content that is neither an
- * assistant turn nor part of the prompt's last message with content (the
- * newest one: an agent loop's fresh tool result, which the next turn
- * finds in its exact prefix), else 0: content that, seen once, is likely
- * to come back elsewhere (a tool schema, an earlier tool result after a
- * compaction, a system prompt's documents). */
+/* 1 if byte off of r's text lies before the prompt's last message with
+ * content (the newest one: an agent loop's fresh tool result, which the
+ * next turn finds in its exact prefix) in client content that is not an
+ * assistant turn, or in template glue; else 0.  Content that, seen once,
+ * is likely to come back elsewhere: a tool schema, the tool instructions,
+ * an earlier tool result after a compaction, a system prompt's parts. */
 int pic_render_ahead(const pic_render *r, size_t off);
 
 /* "prefix", "pic" or "dynamic". */

@@ -475,6 +475,51 @@ test_token_prompt_has_no_segments(void **state)
     pic_request_free(&req);
 }
 
+/* What is built at its first sighting (PIC_SEG_FLAG_AHEAD): content and
+ * glue before the newest message, never an assistant turn, never the
+ * newest message (an agent loop's fresh tool result). */
+static void
+test_ahead_of_the_newest_message(void **state)
+{
+    fixture         *f = *state;
+    pic_segmentation s;
+    char             body[4096];
+    char            *sys = document(21, 600), *res = document(22, 600), *q = document(23, 600);
+
+    snprintf(body, sizeof(body),
+             "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"%s\"},"
+             "{\"role\":\"user\",\"content\":\"do the task\"},"
+             "{\"role\":\"assistant\",\"content\":\"calling the tool now, then more\"},"
+             "{\"role\":\"tool\",\"content\":\"%s\"},"
+             "{\"role\":\"tool\",\"content\":\"%s\"}]}", sys, res, q);
+    segment(f, body, PIC_TEMPLATE_QWEN3_5, NULL, &s);
+    int seen_sys = 0, seen_res = 0, seen_new = 0;
+    for (size_t i = 0; i < s.n_segs; i++) {
+        const pic_segment *g = &s.segs[i];
+        int                ahead = (g->flags & PIC_SEG_FLAG_AHEAD) != 0;
+
+        if (g->region == PIC_REGION_SYSTEM) {
+            assert_true(ahead);
+            seen_sys = 1;
+        } else if (g->region == PIC_REGION_ASSISTANT) {
+            assert_false(ahead);
+        } else if (g->region == PIC_REGION_TOOL_RESULT && g->index == 3) {
+            assert_true(ahead);
+            seen_res = 1;
+        } else if (g->region == PIC_REGION_TOOL_RESULT && g->index == 4) {
+            assert_false(ahead);
+            seen_new = 1;
+        } else if (g->start > s.segs[s.n_segs - 1].start - 1 && i == s.n_segs - 1) {
+            assert_false(ahead);        /* the generation prompt */
+        }
+    }
+    assert_true(seen_sys && seen_res && seen_new);
+    pic_segmentation_free(&s);
+    free(sys);
+    free(res);
+    free(q);
+}
+
 int
 main(void)
 {
@@ -488,6 +533,7 @@ main(void)
         cmocka_unit_test(test_marked_form_round_trip),
         cmocka_unit_test(test_glue_and_small_segments_dynamic),
         cmocka_unit_test(test_token_prompt_has_no_segments),
+        cmocka_unit_test(test_ahead_of_the_newest_message),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
