@@ -93,7 +93,7 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z_%-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN{FS=":.*## "}{printf "  %-16s %s\n",$$1,$$2}'
 	@echo "Benchmarks: $(filter-out client common gateway_workloads,$(basename $(notdir $(wildcard bench/*.py))))"
-	@echo "Variables: PORT=8080 (make run), ASAN=1, QUICK=1 (benchmarks), AGENT_SET=quick|mid-short|full AGENT_GATEWAY=1 (bench-agent), PEER_FORMATS=f32,bf16,bf16dot,q8 (bench-peer), PIC_WEIGHTS=auto|f32|bf16|bf16dot|q8 (engines, benchmarks), PIC_SIMD=NAME (engines; test: the first path), PIC_ONE_PATH=1 (test: only that path), PYTEST_ARGS=..., FUZZ_TIME=600 (fuzz-long), FUZZ_SECONDS=5 (smoke)"
+	@echo "Variables: PORT=8080 (make run), ASAN=1, QUICK=1 (benchmarks), AGENT_SET=quick|mid-short|full AGENT_GATEWAY=1 (bench-agent), RAG_REQUESTS=30 RAG_MODEL=demo|mid (bench-rag), PEER_FORMATS=f32,bf16,bf16dot,q8 (bench-peer), PIC_WEIGHTS=auto|f32|bf16|bf16dot|q8 (engines, benchmarks), PIC_SIMD=NAME (engines; test: the first path), PIC_ONE_PATH=1 (test: only that path), PYTEST_ARGS=..., FUZZ_TIME=600 (fuzz-long), FUZZ_SECONDS=5 (smoke)"
 
 deps: ## install Debian packages and the Python test venv (idempotent)
 	@scripts/deps.sh
@@ -230,6 +230,9 @@ calibrate: deps engine ## choose the seam widths of $(CAL_MODEL) (every PIC segm
 	@set -e; p="$(CAL_PROMPTS)"; if [ -z "$$p" ]; then p=$(BUILD)/calibration_prompts.jsonl; \
 	  for t in single distract tool; do $(PY) train/tasks.py --json --marked --task $$t --seed 5000 --n 50 --level 0; done > $$p; fi; \
 	  $(ENGINE_BIN) calibrate --model $(CAL_MODEL) --prompts $$p $(ARGS)
+
+bench-rag: all ## unmarked RAG behind per-request labels + the agentic patterns, every cache mode through nginx, two engines each (bench/results/rag.json; QUICK=1 ~5 min on demo)
+	@BUILD=$(BUILD) QUICK=$(QUICK) $(PY) bench/rag.py
 
 bench-%: all ## run benchmark bench/NAME (QUICK=1 for a short run)
 	@BUILD=$(BUILD) QUICK=$(QUICK) $(PY) bench/$*.py

@@ -221,7 +221,7 @@ bench_pipeline(int kb, int reps, const pic_key_ctx *kc, int first)
     pic_marker m;
     pic_cdc_init(&c, NULL, NULL);
     pic_marker_init(&m, NULL, 0, NULL);
-    pic_segment_cfg cfg = { PIC_TEMPLATE_QWEN3_5, &m, 0, &c, kc, 64 };
+    pic_segment_cfg cfg = { PIC_TEMPLATE_QWEN3_5, &m, 0, &c, kc, 64, 0 };
     double *us = calloc((size_t) reps, sizeof(double));
     size_t  nseg = 0;
     for (int r = 0; r < reps; r++) {

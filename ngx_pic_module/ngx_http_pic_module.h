@@ -40,6 +40,11 @@
 #define NGX_HTTP_PIC_CDC_MAX          4096
 #define NGX_HTTP_PIC_MIN_SEGMENT      128
 #define NGX_HTTP_PIC_BYTES_PER_TOKEN  4        /* of English text, about */
+#define NGX_HTTP_PIC_VALUE_FLOOR      64       /* tokens: the shortest segment
+                                                * worth an entry (seams and
+                                                * placement against the
+                                                * recompute it saves;
+                                                * docs/SIZING.md) */
 
 #define NGX_HTTP_PIC_SEG_FIRST        0x01     /* leading segment (sink) */
 #define NGX_HTTP_PIC_SEG_DYNAMIC      0x02     /* trailing query: never hit */

@@ -62,7 +62,7 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     uint64_t                     eligible;
     ngx_uint_t                   best, plain;
     u_char                      *first;
-    ngx_uint_t                   i, j, n;
+    ngx_uint_t                   i, j, k, n;
     pic_error                    err;
     XXH64_hash_t                 h;
     ngx_http_pic_segment_t      *s;
@@ -167,13 +167,18 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         if (s->holders == 0 || (s->flags & NGX_HTTP_PIC_SEG_DYNAMIC)) {
             s->holders = 0;
 
+            k = n;
+
             for (j = 0; j < n && !(s->flags & NGX_HTTP_PIC_SEG_DYNAMIC); j++) {
                 if ((ngx_int_t) cs->slot[j] == seen[i]) {
                     cs->rc[j].seen += s->len;
+                    k = j;
                 }
             }
 
-            if (ctx->fallback && !(s->flags & NGX_HTTP_PIC_SEG_DYNAMIC)) {
+            /* a miss some engine saw first lives there, not at its home */
+
+            if (ctx->fallback && k == n && !(s->flags & NGX_HTTP_PIC_SEG_DYNAMIC)) {
                 cs->rc[pic_route_home(s->key, cs->rc, n)].home += s->len;
             }
 

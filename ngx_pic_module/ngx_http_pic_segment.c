@@ -140,7 +140,11 @@ ngx_http_pic_segment_sizes(ngx_http_pic_ctx_t *ctx,
     lstar = break_even * NGX_HTTP_PIC_BYTES_PER_TOKEN;
 
     if (plcf->min_segment_auto) {
-        ctx->min_segment = ngx_max(lstar / 2, 16);
+        /* the value floor, not L* / 2: a segment under L* / 2 costs more
+         * bytes per token, but what an entry buys is recompute time, and
+         * the engines' budget already evicts by time saved per byte */
+        ctx->min_segment = ngx_max(ngx_min(lstar / 2, NGX_HTTP_PIC_VALUE_FLOOR
+                                           * NGX_HTTP_PIC_BYTES_PER_TOKEN), 16);
     }
 
     if (!plcf->cdc_auto) {
@@ -184,6 +188,7 @@ ngx_http_pic_segment_run(ngx_http_pic_loc_conf_t *plcf, pic_cdc *cdc,
     cfg.cdc = cdc;
     cfg.keys = kc;
     cfg.min_pic_bytes = min_segment;
+    cfg.unmarked_docs = plcf->split;
 
     return pic_segment_request(&cfg, req, sg, err);
 }

@@ -28,8 +28,10 @@ ngx_int_t ngx_http_pic_segment_alloc(ngx_http_request_t *r,
  * configured; else, when the engines told their break-even length L*
  * (break_even tokens, 0: unknown), CDC average the power of two at or below
  * 2 L* (NGX_HTTP_PIC_BYTES_PER_TOKEN bytes a token), minimum half of it,
- * maximum four times it, and a minimum PIC segment of L* / 2; else the
- * built-in defaults. */
+ * maximum four times it, and a minimum PIC segment of the value floor
+ * (NGX_HTTP_PIC_VALUE_FLOOR tokens, or L* / 2 when smaller: every longer
+ * segment is admitted, and the engines' budget decides by value which
+ * entries stay); else the built-in defaults. */
 void ngx_http_pic_segment_sizes(ngx_http_pic_ctx_t *ctx,
     ngx_http_pic_loc_conf_t *plcf, ngx_uint_t break_even);
 

@@ -43,7 +43,7 @@ pic_route_pick(const pic_route_cand *c, size_t n, uint64_t imbalance, size_t wei
         if (c[i].load - min_load > imbalance) {
             continue;
         }
-        score = c[i].local + c[i].home
+        score = c[i].local + c[i].home / PIC_ROUTE_HOME_DIV
                 + (weight == PIC_ROUTE_INDEX_ONLY ? c[i].held : weight * c[i].exact)
                 + (seen ? c[i].seen / PIC_ROUTE_SEEN_DIV : 0);
         if (!have || score > best_score

@@ -9,9 +9,12 @@
  * whose load is within `imbalance` of the least loaded one (cache affinity
  * never sends a request to an overloaded engine): an exact-prefix byte
  * counts `weight` times (it is served with no recompute and no
- * approximation), a PIC hit byte past that prefix and a home byte (no
- * Redis) once, a miss byte the engine saw first 1/PIC_ROUTE_SEEN_DIV (it
- * pools it on this second sighting, so it weighs less than any byte held);
+ * approximation), a PIC hit byte past that prefix once, a miss byte the
+ * engine saw first 1/PIC_ROUTE_SEEN_DIV (it pools it after the first
+ * sighting or on this second one, so it weighs less than any byte held),
+ * and a home byte (no Redis: the rendezvous home of a miss no engine saw)
+ * 1/PIC_ROUTE_HOME_DIV (a guess where a future entry should live, worth
+ * less than where one is being built);
  * ties go to the least load, then to the rendezvous home of the request's
  * first segment, so that equal cold requests spread without all landing on
  * one engine.
@@ -26,6 +29,7 @@
 
 #define PIC_ROUTE_KEY_LEN     16           /* a segment key, binary (xxh3-128) */
 #define PIC_ROUTE_SEEN_DIV    2            /* a byte seen once: 1/2 of one held */
+#define PIC_ROUTE_HOME_DIV    4            /* a byte homed here: 1/4 of one held */
 #define PIC_ROUTE_INDEX_ONLY  SIZE_MAX     /* weight: the segment index alone */
 
 /* One engine a request may go to, and what it would find there (bytes). */

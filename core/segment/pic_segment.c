@@ -93,12 +93,70 @@ pic_seg_piece(const pic_segment_cfg *cfg, const pic_render *r, const pic_region 
         if (reg && pic_render_client_doc(r, at)) {
             s->flags |= PIC_SEG_FLAG_DOC;
         }
+        if (pic_render_ahead(r, at)) {
+            s->flags |= PIC_SEG_FLAG_AHEAD;
+        }
         s->region = reg ? reg->kind : PIC_REGION_GLUE;
         s->index = reg ? reg->index : -1;
         s->doc = reg ? reg->doc : 0;
         at += len;
     }
     return 0;
+}
+
+/* Index of the region holding byte off (n_regions: past the end). */
+static size_t
+pic_render_region_at(const pic_render *r, size_t off)
+{
+    size_t lo = 0, hi = r->n_regions;
+
+    while (lo < hi) {               /* regions partition the text */
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (r->regions[mid].end <= off) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo < r->n_regions && r->regions[lo].start <= off ? lo : r->n_regions;
+}
+
+int
+pic_render_ahead(const pic_render *r, size_t off)
+{
+    size_t i = pic_render_region_at(r, off), last = r->n_regions, first;
+
+    if (i == r->n_regions || r->regions[i].kind == PIC_REGION_ASSISTANT) {
+        return 0;
+    }
+    while (last > 0 && r->regions[last - 1].kind == PIC_REGION_GLUE) {
+        last--;
+    }
+    if (last == 0) {
+        return 0;
+    }
+    /* the newest message: its content regions (several when it was split
+     * into documents) and the glue between them */
+    first = last - 1;
+    for (size_t j = last - 1; j-- > 0;) {
+        if (r->regions[j].kind == PIC_REGION_GLUE) {
+            continue;
+        }
+        if (r->regions[j].kind != r->regions[last - 1].kind
+            || r->regions[j].index != r->regions[last - 1].index) {
+            break;
+        }
+        first = j;
+    }
+    if (r->regions[i].kind == PIC_REGION_GLUE) {
+        /* template text (tool instructions, role headers) recurs in every
+         * request of its shape; after the newest message's start it is the
+         * generation prompt's or the newest turn's */
+        return i < first;
+    }
+    return r->regions[i].kind != r->regions[last - 1].kind
+           || r->regions[i].index != r->regions[last - 1].index;
 }
 
 int
@@ -126,9 +184,12 @@ pic_render_client_doc(const pic_render *r, size_t off)
     /* document 0: split when the message's next content region (past any
      * joiner glue) is its document 1 */
     for (size_t j = lo + 1; j < r->n_regions; j++) {
-        if (r->regions[j].kind != PIC_REGION_GLUE) {
-            return r->regions[j].kind == g->kind && r->regions[j].index == g->index
-                   && r->regions[j].doc == 1;
+        const pic_region *h = &r->regions[j];
+        int               same = h->kind == g->kind && h->index == g->index;
+
+        /* past joiner glue and document 0's own parts (pic_docsplit) */
+        if (h->kind != PIC_REGION_GLUE && !(same && h->doc == 0)) {
+            return same && h->doc == 1;
         }
     }
     return 0;
@@ -144,6 +205,10 @@ pic_segment_request(const pic_segment_cfg *cfg, const pic_request *req,
     pic_segmentation_free(out);
     if (pic_template_render(&opts, req, &out->render, err) != 0) {
         return -1;
+    }
+    if (cfg->unmarked_docs && pic_docsplit_render(&out->render, PIC_DOCSPLIT_SOFT_MIN) != 0) {
+        pic_segmentation_free(out);
+        return pic_error_oom(err, __func__);
     }
     const pic_render *r = &out->render;
 

@@ -3,6 +3,9 @@
  * segments with keys (DESIGN.md §2.1-2.2, §3.2).
  *
  *   1. Render the chat template (pic_template) into text + regions.
+ *   1b. With cfg.unmarked_docs, content regions are split at the document
+ *      boundaries of unmarked text (pic_docsplit: header lines, labels,
+ *      tags, blank-line runs, JSON array items), each part a document.
  *   2. Pieces: every client-content region is a piece; each run of template
  *      glue between them is a piece of its own (so the same document gets
  *      the same bytes and key in any message, position or order); glue at
@@ -30,6 +33,7 @@
 
 #include "pic_buf.h"
 #include "pic_cdc.h"
+#include "pic_docsplit.h"
 #include "pic_error.h"
 #include "pic_key.h"
 #include "pic_marker.h"
@@ -47,6 +51,10 @@ typedef enum {
 #define PIC_SEG_FLAG_DOC  4u    /* inside a document the client delimited (one of
                                  * several in a message: marker or content parts),
                                  * i.e. declared reusable (pic_render_client_doc) */
+#define PIC_SEG_FLAG_AHEAD 8u   /* client content before the prompt's newest
+                                 * message, not an assistant turn: worth an
+                                 * entry built at its first sighting
+                                 * (pic_render_ahead) */
 
 typedef struct {
     size_t          start;      /* byte span [start, start + len) of the rendered text */
@@ -67,6 +75,8 @@ typedef struct {
     const pic_cdc       *cdc;           /* NULL = one segment per piece */
     const pic_key_ctx   *keys;          /* required */
     size_t               min_pic_bytes; /* shorter non-prefix segments are DYNAMIC */
+    int                  unmarked_docs; /* cut content at document boundaries in
+                                         * unmarked text (pic_docsplit.h) */
 } pic_segment_cfg;
 
 typedef struct {
@@ -96,6 +106,14 @@ int pic_segmentation_marked(const pic_segmentation *s, const pic_marker *m, pic_
  * they are documents), else 0 (glue, one-document messages, off past the
  * end). */
 int pic_render_client_doc(const pic_render *r, size_t off);
+
+/* 1 if byte off of r's text lies before the prompt's last message with
+ * content (the newest one: an agent loop's fresh tool result, which the
+ * next turn finds in its exact prefix) in client content that is not an
+ * assistant turn, or in template glue; else 0.  Content that, seen once,
+ * is likely to come back elsewhere: a tool schema, the tool instructions,
+ * an earlier tool result after a compaction, a system prompt's parts. */
+int pic_render_ahead(const pic_render *r, size_t off);
 
 /* "prefix", "pic" or "dynamic". */
 const char *pic_seg_kind_name(pic_seg_kind k);

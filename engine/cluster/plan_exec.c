@@ -192,8 +192,11 @@ pic_plan_tokenize(pic_plan_job *pj, const pic_tokenizer *tok, const char *text,
 static void
 pic_plan_keep(const pic_plan_ctx *ctx, pic_job_segment *g, pic_entry *e)
 {
-    if (ctx->pool != NULL && pic_pool_put(ctx->pool, g->key, g->len, e) == 0
-        && ctx->reg != NULL) {
+    /* kept only when what it saves per byte beats what it would displace */
+    if (ctx->pool != NULL
+        && pic_cache_budget_admit(ctx->budget, e->has_T ? e->i1 - e->i0 : e->n_tokens, 1.0,
+                                  e->bytes)
+        && pic_pool_put(ctx->pool, g->key, g->len, e) == 0 && ctx->reg != NULL) {
         pic_registry_post_add(ctx->reg, g->key);
     }
     pic_cache_budget_enforce(ctx->budget);
@@ -282,7 +285,8 @@ pic_plan_defer(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m)
         pic_plan_later  *q;
         int             *ids;
 
-        if (g->kind != PIC_SEG_PIC || !(g->flags & PIC_SEG_FLAG_DOC) || g->entry != NULL
+        if (g->kind != PIC_SEG_PIC || !(g->flags & (PIC_SEG_FLAG_DOC | PIC_SEG_FLAG_AHEAD))
+            || g->entry != NULL
             || !pic_plan_after_exact(pj, g,
                                      pic_entry_head(&m->cfg, pic_plan_seam(ctx, g->flags)->w))
             || g->n_ids == 0
@@ -305,17 +309,19 @@ pic_plan_defer(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m)
         q->len = g->len;
         q->ids = ids;
         q->n_ids = g->n_ids;
+        q->flags = g->flags;
         d->later_n++;
         d->later_queued++;
         pthread_mutex_unlock(&d->mu);
     }
 }
 
-/* The keeper's share: build and pool the oldest queued client document's
- * seam entry (skipped when the pool got it meanwhile).  1 if one was
- * dequeued, 0 if the queue is empty. */
+/* The keeper's share: build and pool the oldest queued entry (skipped
+ * when the pool got it meanwhile); one that is not a client document
+ * waits while busy (a request queued or running: it would take the cores
+ * from it).  1 if one was dequeued, 0 if the queue is empty or waits. */
 static int
-pic_plan_build_later(const pic_plan_ctx *ctx)
+pic_plan_build_later(const pic_plan_ctx *ctx, int busy)
 {
     pic_plan_door  *d = ctx->door;
     pic_plan_later  q;
@@ -324,7 +330,8 @@ pic_plan_build_later(const pic_plan_ctx *ctx)
     char            err[256];
 
     pthread_mutex_lock(&d->mu);
-    if (d->later_n == 0) {
+    if (d->later_n == 0
+        || (busy && !(d->later[d->later_head].flags & PIC_SEG_FLAG_DOC))) {
         pthread_mutex_unlock(&d->mu);
         return 0;
     }
@@ -335,9 +342,8 @@ pic_plan_build_later(const pic_plan_ctx *ctx)
     pthread_mutex_unlock(&d->mu);
 
     if (!pic_pool_contains(ctx->pool, q.key, q.len)) {
-        /* the queue holds client documents only (pic_plan_defer) */
         if (pic_entry_build(d->model, NULL, q.ids, q.n_ids,
-                            pic_plan_seam(ctx, PIC_SEG_FLAG_DOC), &e, NULL, err,
+                            pic_plan_seam(ctx, q.flags), &e, NULL, err,
                             sizeof(err)) != 0 || e == NULL) {
             ok = 0;
         } else {
@@ -370,7 +376,7 @@ pic_plan_idle(const pic_plan_ctx *ctx, int busy)
         return 1;
     }
     if (ctx->door != NULL && ctx->door->model != NULL && ctx->pool != NULL
-        && pic_plan_build_later(ctx))
+        && pic_plan_build_later(ctx, busy))
     {
         return 1;
     }

@@ -36,10 +36,15 @@
  * first sightings' entries in the background instead was measured to cost
  * an agent loop 2.4x its TTFT for entries it never uses: bench/agent.py.)
  * Except for documents the client delimited (PIC_SEG_FLAG_DOC: declared
- * reusable): recomputed exactly all the same, they are queued when the job
- * is DONE (pic_plan_defer) and the keeper builds their entries after it
- * (pic_plan_door), so their second sighting is a pool hit, not a build on
- * its path.
+ * reusable) and content before the prompt's newest message
+ * (PIC_SEG_FLAG_AHEAD: a tool schema, an earlier tool result, a system
+ * prompt's part): recomputed exactly all the same, they are queued when
+ * the job is DONE (pic_plan_defer) and the keeper builds their entries
+ * after it (pic_plan_door), documents at once, the others only while no
+ * request is queued or running, so their second sighting is a pool hit,
+ * not a build on its path.  The newest message (an agent loop's fresh
+ * tool result) is never queued: the next turn serves it from its exact
+ * prefix, and its entry would be work no request uses.
  * A gateway worker's fresh prefill is composed when its segment lies past
  * the first composed one (waited for: the state there is PIC's anyway,
  * DESIGN §3.5); before it, it is pooled for the requests after it, not
@@ -101,7 +106,9 @@ typedef enum {
 typedef struct {
     size_t          offset, len;        /* bytes of the rendered prompt */
     pic_seg_kind    kind;
-    uint32_t        flags;              /* PIC_SEG_FLAG_DOC: a client-delimited document */
+    uint32_t        flags;              /* PIC_SEG_FLAG_DOC: a client-delimited document;
+                                         * PIC_SEG_FLAG_AHEAD: content before the newest
+                                         * message (pic_render_ahead) */
     char            key[PIC_KEY_HEX + 1];
     int            *ids;                /* (n_ids) this segment's share of the prompt's ids */
     int             n_ids;
@@ -158,10 +165,11 @@ typedef struct pic_plan_job {
 /* A client document recomputed exactly on its first sighting, whose seam
  * entry the keeper builds after the request. */
 typedef struct {
-    char    key[PIC_KEY_HEX + 1];
-    size_t  len;                        /* bytes, with the key */
-    int    *ids;                        /* (n_ids) its tokens, owned */
-    int     n_ids;
+    char     key[PIC_KEY_HEX + 1];
+    size_t   len;                       /* bytes, with the key */
+    int     *ids;                       /* (n_ids) its tokens, owned */
+    int      n_ids;
+    uint32_t flags;                     /* its PIC_SEG_FLAG_DOC / _AHEAD */
 } pic_plan_later;
 
 /* Segments seen once outside any exact prefix (a key's second sighting
@@ -267,9 +275,10 @@ void pic_plan_run_insert(const pic_plan_ctx *ctx, pic_plan_insert *ins, const pi
 char *pic_plan_held(const pic_plan_ctx *ctx, const pic_plan_job *pj);
 
 /* After DONE, and after pic_plan_held (whose answer must not depend on
- * the keeper's pace): queue the client documents (PIC_SEG_FLAG_DOC) that
- * pj recomputed exactly on their first sighting (no entry, none from a
- * peer, worth an entry, not pooled) for the keeper to build (pic_plan_idle).
+ * the keeper's pace): queue the client documents (PIC_SEG_FLAG_DOC) and
+ * the content ahead of the newest message (PIC_SEG_FLAG_AHEAD) that pj
+ * recomputed exactly on their first sighting (no entry, none from a peer,
+ * worth an entry, not pooled) for the keeper to build (pic_plan_idle).
  * Nothing without ctx->door->model or outside exact first; a full queue
  * drops the rest (counted; the door still builds them on a second
  * sighting). */
@@ -284,7 +293,8 @@ void pic_plan_keep_session(const pic_plan_ctx *ctx, const pic_plan_job *pj,
 
 /* Cache upkeep off the request path (the scheduler's keeper thread): the
  * prefix tree's checkpoint re-solve when it is due, else one deferred
- * client-document entry (pic_plan_door), else, when not busy (no request
+ * entry (pic_plan_door; one that is not a client document only when not
+ * busy), else, when not busy (no request
  * queued or running), one more pre-faulted checkpoint buffer
  * (pic_prefix_cache_prefault).  1 if it did work, 0 if nothing was
  * pending. */

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "budget.h"
+#include "gds.h"
 
 size_t
 pic_cache_budget_used(const pic_cache_budget *b)
@@ -65,10 +66,34 @@ pic_cache_budget_enforce(pic_cache_budget *b)
     }
 }
 
+int
+pic_cache_budget_admit(pic_cache_budget *b, int tokens, double reuses, size_t bytes)
+{
+    double h, hp, ht;
+
+    if (b == NULL || !b->cost_aware || bytes == 0
+        || pic_cache_budget_used(b) + bytes <= b->budget) {
+        return 1;
+    }
+    if (bytes > b->budget) {
+        __atomic_add_fetch(&b->refused, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    h = pic_gds_clock(&b->clock) + (double) tokens * b->per_token * reuses / (double) bytes;
+    hp = b->pool != NULL ? pic_pool_victim_priority(b->pool) : INFINITY;
+    ht = b->tree != NULL ? pic_prefix_cache_victim_priority(b->tree) : INFINITY;
+    if (h > fmin(hp, ht)) {
+        return 1;
+    }
+    __atomic_add_fetch(&b->refused, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
 void
 pic_cache_budget_set_cost(pic_cache_budget *b, double per_token)
 {
     b->cost_aware = per_token > 0.0;
+    b->per_token = per_token > 0.0 ? per_token : 0.0;
     if (b->pool != NULL) {
         pic_pool_set_cost(b->pool, per_token, &b->clock);
     }

@@ -17,6 +17,10 @@
  * item of smallest clock + cost / bytes goes first, whichever part holds
  * it.
  *
+ * Admission (pic_cache_budget_admit) uses the same priorities: an entry
+ * that would only displace items worth more per byte than it is not kept,
+ * so short segments get in while memory allows and leave first.
+ *
  * Thread safety: enforce takes each part's lock in turn, never both; any
  * thread may call it.  Concurrent inserts may overshoot until the next
  * enforce.
@@ -36,6 +40,8 @@ typedef struct {
     unsigned long     cross_evictions;  /* items evicted by enforce (atomic) */
     int               cost_aware;       /* GreedyDual-Size, not LRU */
     double            clock;            /* its shared L (atomic: gds.h) */
+    double            per_token;        /* FLOPs per token (cost-aware) */
+    unsigned long     refused;          /* entries pic_cache_budget_admit turned away (atomic) */
 } pic_cache_budget;
 
 /* Bytes the parts hold now (pool + tree). */
@@ -44,6 +50,13 @@ size_t pic_cache_budget_used(const pic_cache_budget *b);
 /* Evict least recently used items (or, cost-aware, those of smallest
  * priority) across the parts until they fit the budget (b NULL: nothing). */
 void pic_cache_budget_enforce(pic_cache_budget *b);
+
+/* Admission by value: 1 if an entry of `bytes` that saves `tokens` of
+ * recompute at each of `reuses` predicted reuses earns its place: it fits
+ * beside what is held, or (cost-aware) its priority clock + saving / bytes
+ * beats the lowest priority it would displace; LRU and b NULL: always 1.
+ * A refusal is counted in b->refused. */
+int pic_cache_budget_admit(pic_cache_budget *b, int tokens, double reuses, size_t bytes);
 
 /* Switch b's parts (set before) to cost-aware eviction with per_token
  * FLOPs per token (the model's; > 0) and one clock; 0: LRU. */

@@ -1125,7 +1125,8 @@ pic_oai_plan_job(size_t n, size_t useful, int always, pic_error *err)
 }
 
 /* Segment i of pj: bytes [off, off + len) of the prompt, its kind, flags
- * (PIC_SEG_FLAG_DOC of pic_segment.h; the others are not used) and key. */
+ * (PIC_SEG_FLAG_DOC and PIC_SEG_FLAG_AHEAD of pic_segment.h; the others
+ * are not used) and key. */
 static void
 pic_oai_plan_seg(pic_plan_job *pj, size_t i, size_t off, size_t len, pic_seg_kind kind,
                  uint32_t flags, const char *key)
@@ -1133,7 +1134,7 @@ pic_oai_plan_seg(pic_plan_job *pj, size_t i, size_t off, size_t len, pic_seg_kin
     pj->segs[i].offset = off;
     pj->segs[i].len = len;
     pj->segs[i].kind = kind;
-    pj->segs[i].flags = flags & PIC_SEG_FLAG_DOC;
+    pj->segs[i].flags = flags & (PIC_SEG_FLAG_DOC | PIC_SEG_FLAG_AHEAD);
     snprintf(pj->segs[i].key, sizeof(pj->segs[i].key), "%s", key);
 }
 
@@ -1175,6 +1176,11 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
         if (pic_template_render(&topts, r, &seg.render, err) != 0) {
             goto done;
         }
+        /* the documents of unmarked text, as the gateway's pipeline cut them */
+        if (pic_docsplit_render(&seg.render, PIC_DOCSPLIT_SOFT_MIN) != 0) {
+            pic_error_oom(err, __func__);
+            goto done;
+        }
         for (size_t i = 0; i < plan.n_segs; i++) {
             covered += plan.segs[i].key.len;
         }
@@ -1190,8 +1196,10 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
                  * knows them (the plan carries no flag) */
                 pic_oai_plan_seg(*pj, i, plan.segs[i].offset, plan.segs[i].key.len,
                                  plan.segs[i].kind,
-                                 pic_render_client_doc(&seg.render, plan.segs[i].offset)
-                                 ? PIC_SEG_FLAG_DOC : 0, plan.segs[i].key.hex);
+                                 (pic_render_client_doc(&seg.render, plan.segs[i].offset)
+                                  ? PIC_SEG_FLAG_DOC : 0)
+                                 | (pic_render_ahead(&seg.render, plan.segs[i].offset)
+                                    ? PIC_SEG_FLAG_AHEAD : 0), plan.segs[i].key.hex);
             }
             if (*pj == NULL && err->status != 0) {
                 goto done;
@@ -1224,6 +1232,7 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
     cfg.split_parts = 1;
     cfg.keys = &srv->keys;
     cfg.min_pic_bytes = srv->opts->min_segment;
+    cfg.unmarked_docs = 1;
     if (pic_segment_request(&cfg, r, &seg, err) != 0) {
         goto done;
     }

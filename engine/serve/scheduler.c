@@ -1235,7 +1235,8 @@ pic_worker_main(void *arg)
 /* The keeper: cache upkeep that no request waits for (pic_plan_idle: the
  * prefix tree's checkpoint re-solve), on one thread of its own at a lower
  * priority (nice + 10: the workers' requests come first wherever they
- * compete for a core). */
+ * compete for a core), with one thread while a request is queued or
+ * running and the workers' threads while none is. */
 static void *
 pic_keeper_main(void *arg)
 {
@@ -1247,6 +1248,8 @@ pic_keeper_main(void *arg)
     if (errno == 0) {
         (void) setpriority(PRIO_PROCESS, (id_t) tid, nv + 10 > 19 ? 19 : nv + 10);
     }
+    int        was_busy = 1;
+
     pic_kernels_set_threads(1);
     for (;;) {
         struct timespec ts;
@@ -1260,6 +1263,13 @@ pic_keeper_main(void *arg)
         }
         busy = s->running > 0 || s->qlen > 0;
         pthread_mutex_unlock(&s->qmu);
+        /* an idle engine's cores are the keeper's: a build queued at a first
+         * sighting is done before the next request more often (a request
+         * arriving meanwhile still comes first: the keeper is niced) */
+        if (busy != was_busy) {
+            pic_kernels_set_threads(busy ? 1 : s->o.threads);
+            was_busy = busy;
+        }
         if (pic_plan_idle(s->o.plan_ctx, busy)) {
             continue;
         }

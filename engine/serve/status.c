@@ -361,6 +361,9 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         cJSON_AddNumberToObject(o, "evictions",
                                 (double) __atomic_load_n(&srv->budget.cross_evictions,
                                                          __ATOMIC_RELAXED));
+        cJSON_AddNumberToObject(o, "admission_refused",
+                                (double) __atomic_load_n(&srv->budget.refused,
+                                                         __ATOMIC_RELAXED));
     }
 
     if (srv->reg) {

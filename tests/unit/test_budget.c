@@ -7,7 +7,8 @@
  * checkpoint, which saves a request tens of tokens) although it was used
  * more recently, where LRU takes the older tree block; the clock ages
  * items, so the expensive one goes too once enough cheap ones have; the
- * budget holds after every enforce.  And the heap itself against a sorted
+ * budget holds after every enforce; admission by value turns away what
+ * would only displace items worth more per byte.  And the heap itself against a sorted
  * oracle.
  */
 #include <math.h>
@@ -201,12 +202,48 @@ test_cheap_big_item_goes_before_expensive_small_one(void **unused)
     fx_free(&f);
 }
 
+/* Admission by value: an entry that fits is kept; one that would have to
+ * displace something is kept only when its saving per byte beats the
+ * lowest priority held (the tree leaf that saves tens of tokens in a few
+ * bytes outbids a short seam entry's T and S, unless that entry is
+ * predicted to be reused often enough); LRU admits everything. */
+static void
+test_admission_by_value(void **unused)
+{
+    fx  f;
+    int saves;
+
+    if (fx_init(&f, 1) != 0) {
+        skip();
+    }
+    saves = f.cheap->i1 - f.cheap->i0;
+    f.b.budget = pic_cache_budget_used(&f.b) + f.cheap->bytes;
+    assert_true(pic_cache_budget_admit(&f.b, saves, 1.0, f.cheap->bytes));
+    f.b.budget = pic_cache_budget_used(&f.b) + f.cheap->bytes - 1;
+    assert_false(pic_cache_budget_admit(&f.b, saves, 1.0, f.cheap->bytes));
+    assert_int_equal(f.b.refused, 1);
+    /* worth it when reused often enough, and a zero saving never is */
+    assert_true(pic_cache_budget_admit(&f.b, saves, 1e6, f.cheap->bytes));
+    assert_false(pic_cache_budget_admit(&f.b, 0, 1.0, f.cheap->bytes));
+    /* an entry larger than the whole budget never gets in */
+    f.b.budget = f.cheap->bytes - 1;
+    assert_false(pic_cache_budget_admit(&f.b, saves, 1e6, f.cheap->bytes));
+    fx_free(&f);
+
+    assert_int_equal(fx_init(&f, 0), 0);
+    f.b.budget = 1;
+    assert_true(pic_cache_budget_admit(&f.b, 1, 1.0, f.cheap->bytes));
+    assert_true(pic_cache_budget_admit(NULL, 1, 1.0, 1));
+    fx_free(&f);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_heap_keeps_the_minimum),
         cmocka_unit_test(test_cheap_big_item_goes_before_expensive_small_one),
+        cmocka_unit_test(test_admission_by_value),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -166,7 +166,7 @@ test_plan_from_segmentation_with_lpt(void **state)
     pic_plan         p, q;
     assert_int_equal(pic_cdc_init(&cdc, NULL, NULL), 0);
     assert_int_equal(pic_key_ctx_init(&keys, "fp", 2, "", 0, NULL), 0);
-    pic_segment_cfg cfg = { PIC_TEMPLATE_QWEN3_5, NULL, 0, &cdc, &keys, 64 };
+    pic_segment_cfg cfg = { PIC_TEMPLATE_QWEN3_5, NULL, 0, &cdc, &keys, 64, 0 };
     pic_buf body;
     pic_buf_init(&body);
     pic_buf_appends(&body, "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"sys\"},"

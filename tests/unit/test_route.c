@@ -68,7 +68,8 @@ test_load_bound(void **state)
     assert_int_equal(pic_route_pick(c, 3, UINT64_MAX, 1, 1, KEY), 0);
 }
 
-/* A byte the engine saw first counts half; seen = 0 leaves it out. */
+/* A byte the engine saw first counts half, a home byte a quarter; seen = 0
+ * leaves the seen bytes out. */
 static void
 test_seen_hint(void **state)
 {
@@ -81,9 +82,16 @@ test_seen_hint(void **state)
     assert_int_equal(pic_route_pick(c, 2, 10, 1, 0, KEY), 1);
     c[1].local = 600;
     assert_int_equal(pic_route_pick(c, 2, 10, 1, 1, KEY), 1);
-    /* home bytes (no Redis) count once, like hits */
-    c[0].home = 200;
-    assert_int_equal(pic_route_pick(c, 2, 10, 1, 1, KEY), 0);      /* 700 > 600 */
+    /* home bytes (no Redis) count a quarter: a guess, below a seen byte */
+    c[0].home = 400;
+    assert_int_equal(pic_route_pick(c, 2, 10, 1, 1, KEY), 0);      /* 600 = 600: */
+    c[1].home = 1000;                                               /* ... then the tie */
+    assert_int_equal(pic_route_pick(c, 2, 10, 1, 1, KEY), 1);      /* 850 > 600 */
+    c[1].home = 0;
+    c[1].seen = 200;
+    c[0].home = 0;
+    c[1].home = 1600;                                               /* 600+100+400 > 500 */
+    assert_int_equal(pic_route_pick(c, 2, 10, 1, 1, KEY), 1);
 }
 
 /* Equal scores: the least load, then the first key's rendezvous home. */

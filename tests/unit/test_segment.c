@@ -68,7 +68,7 @@ segment(fixture *f, const char *body, pic_template_dialect d, const pic_key_ctx 
 {
     pic_request     req;
     pic_error       err;
-    pic_segment_cfg cfg = { d, &f->marker, 0, &f->cdc, keys ? keys : &f->keys, 64 };
+    pic_segment_cfg cfg = { d, &f->marker, 0, &f->cdc, keys ? keys : &f->keys, 64, 0 };
     assert_int_equal(pic_request_parse(&req, PIC_REQ_CHAT, body, strlen(body), NULL, &err), 0);
     pic_segmentation_init(s);
     int rc = pic_segment_request(&cfg, &req, s, &err);
@@ -413,7 +413,7 @@ test_marked_form_round_trip(void **state)
     pic_segmentation s;
     const char *body = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
                        "\"quote: <|pic_sep|> and <\\\\| end\"}]}";
-    pic_segment_cfg cfg = { PIC_TEMPLATE_QWEN3, NULL, 0, &f->cdc, &f->keys, 0 };
+    pic_segment_cfg cfg = { PIC_TEMPLATE_QWEN3, NULL, 0, &f->cdc, &f->keys, 0, 0 };
     assert_int_equal(pic_request_parse(&req, PIC_REQ_CHAT, body, strlen(body), NULL, &err), 0);
     pic_segmentation_init(&s);
     assert_int_equal(pic_segment_request(&cfg, &req, &s, &err), 0);
@@ -464,7 +464,7 @@ test_token_prompt_has_no_segments(void **state)
     pic_request      req;
     pic_error        err;
     pic_segmentation s;
-    pic_segment_cfg  cfg = { PIC_TEMPLATE_QWEN3, &f->marker, 0, &f->cdc, &f->keys, 64 };
+    pic_segment_cfg  cfg = { PIC_TEMPLATE_QWEN3, &f->marker, 0, &f->cdc, &f->keys, 64, 0 };
     const char      *body = "{\"model\":\"m\",\"prompt\":[1,2,3]}";
     assert_int_equal(pic_request_parse(&req, PIC_REQ_COMPLETION, body, strlen(body), NULL,
                                        &err), 0);
@@ -473,6 +473,51 @@ test_token_prompt_has_no_segments(void **state)
     assert_int_equal(s.n_segs, 0);
     pic_segmentation_free(&s);
     pic_request_free(&req);
+}
+
+/* What is built at its first sighting (PIC_SEG_FLAG_AHEAD): content and
+ * glue before the newest message, never an assistant turn, never the
+ * newest message (an agent loop's fresh tool result). */
+static void
+test_ahead_of_the_newest_message(void **state)
+{
+    fixture         *f = *state;
+    pic_segmentation s;
+    char             body[4096];
+    char            *sys = document(21, 600), *res = document(22, 600), *q = document(23, 600);
+
+    snprintf(body, sizeof(body),
+             "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"%s\"},"
+             "{\"role\":\"user\",\"content\":\"do the task\"},"
+             "{\"role\":\"assistant\",\"content\":\"calling the tool now, then more\"},"
+             "{\"role\":\"tool\",\"content\":\"%s\"},"
+             "{\"role\":\"tool\",\"content\":\"%s\"}]}", sys, res, q);
+    segment(f, body, PIC_TEMPLATE_QWEN3_5, NULL, &s);
+    int seen_sys = 0, seen_res = 0, seen_new = 0;
+    for (size_t i = 0; i < s.n_segs; i++) {
+        const pic_segment *g = &s.segs[i];
+        int                ahead = (g->flags & PIC_SEG_FLAG_AHEAD) != 0;
+
+        if (g->region == PIC_REGION_SYSTEM) {
+            assert_true(ahead);
+            seen_sys = 1;
+        } else if (g->region == PIC_REGION_ASSISTANT) {
+            assert_false(ahead);
+        } else if (g->region == PIC_REGION_TOOL_RESULT && g->index == 3) {
+            assert_true(ahead);
+            seen_res = 1;
+        } else if (g->region == PIC_REGION_TOOL_RESULT && g->index == 4) {
+            assert_false(ahead);
+            seen_new = 1;
+        } else if (g->start > s.segs[s.n_segs - 1].start - 1 && i == s.n_segs - 1) {
+            assert_false(ahead);        /* the generation prompt */
+        }
+    }
+    assert_true(seen_sys && seen_res && seen_new);
+    pic_segmentation_free(&s);
+    free(sys);
+    free(res);
+    free(q);
 }
 
 int
@@ -488,6 +533,7 @@ main(void)
         cmocka_unit_test(test_marked_form_round_trip),
         cmocka_unit_test(test_glue_and_small_segments_dynamic),
         cmocka_unit_test(test_token_prompt_has_no_segments),
+        cmocka_unit_test(test_ahead_of_the_newest_message),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
