@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pic_docsplit.h"
 #include "pic_plan.h"
 #include "pic_segment.h"
 
@@ -106,7 +107,7 @@ fuzz_request(fuzz_env *env, pic_req_kind kind, const char *d, size_t n, int spli
     }
     for (int dialect = 0; dialect < 2; dialect++) {
         pic_segment_cfg cfg = { (pic_template_dialect) dialect, &env->marker, split_parts,
-                                &env->cdc, &env->keys, 16 };
+                                &env->cdc, &env->keys, 16, dialect };
         pic_segmentation s;
         pic_segmentation_init(&s);
         if (pic_segment_request(&cfg, &req, &s, &err) == 0) {
@@ -155,6 +156,14 @@ fuzz_marker(fuzz_env *env, const char *d, size_t n)
     CHECK(u.len == n && (n == 0 || !memcmp(u.data, d, n)));
     pic_buf_free(&e);
     pic_buf_free(&u);
+    /* document boundaries in the same bytes: ascending cuts inside the
+     * text, each at an ASCII byte (never inside a UTF-8 character) */
+    size_t cuts[64], k = pic_docsplit_cuts(d, n, n % 7 == 0 ? 1 : PIC_DOCSPLIT_SOFT_MIN,
+                                           cuts, 64);
+    for (size_t i = 0; i < k && i < 64; i++) {
+        CHECK(cuts[i] > 0 && cuts[i] < n && (i == 0 || cuts[i] > cuts[i - 1]));
+        CHECK((unsigned char) d[cuts[i]] < 0x80 || (unsigned char) d[cuts[i] - 1] < 0x80);
+    }
 }
 
 int

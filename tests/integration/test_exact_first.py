@@ -211,8 +211,9 @@ def test_client_documents_are_built_after_the_request(procs):
     the first sighting is recomputed exactly (the oracle's answer, nothing
     composed), and the keeper builds their entries after the request; the
     second sighting, reordered, composes them as cached tokens (nothing
-    built on its path: cached = exact + PIC).  A message of one document is
-    not a declared document: nothing is queued for it."""
+    built on its path: cached = exact + PIC).  The newest message is never
+    queued; a message of one document ahead of it is (content ahead of the
+    newest message, built while the engine is idle)."""
     e = engine(procs, "e")
     oracle = client(engine(procs, "full", "full").url)
     c = client(e.url)
@@ -243,11 +244,19 @@ def test_client_documents_are_built_after_the_request(procs):
     assert u1["pic"]["pic_tokens"] > 0 and u1["pic"]["exact_tokens"] > 0
     assert (u1["prompt_tokens_details"]["cached_tokens"]
             == u1["pic"]["exact_tokens"] + u1["pic"]["pic_tokens"])
+    # the newest message is never queued (an agent loop's fresh tool result:
+    # the next turn serves it exactly)
     ask_msgs(c, [{"role": "system", "content": SYSTEM},
-                 {"role": "user", "content": docs[2]},
-                 {"role": "user", "content": "question 2?"}])
+                 {"role": "user", "content": docs[2] + " question 2?"}])
     d = status(e.url)["prefix"]["deferred_builds"]
     assert d["queued"] == queued and d["dropped"] == 0
+    # a message of one document ahead of the newest one is content that
+    # recurs: queued too, and built while the engine is idle
+    ask_msgs(c, [{"role": "system", "content": SYSTEM},
+                 {"role": "user", "content": doc(703, 900)},
+                 {"role": "user", "content": "question 3?"}])
+    harness.wait_for(lambda: status(e.url)["prefix"]["deferred_builds"]["built"] == queued + 1,
+                     timeout=60, what="the build ahead of the newest message", proc=e)
 
 
 
