@@ -166,7 +166,9 @@ gguf_tensors(pic_gguf_ckpt *c, const char *arch, int64_t n_head, int64_t n_kv, c
         gm_err(err, errlen, "%s: out of memory", pic_gguf_path(c->g));
         return -1;
     }
-    c->st = pic_st_new_view(pic_gguf_path(c->g), pic_gguf_bytes(c->g, &len), len);
+    const uint8_t *bytes = pic_gguf_bytes(c->g, &len);    /* sets len first */
+
+    c->st = pic_st_new_view(pic_gguf_path(c->g), bytes, len);
     if (c->st == NULL) {
         free(src);
         gm_err(err, errlen, "%s: out of memory", pic_gguf_path(c->g));
