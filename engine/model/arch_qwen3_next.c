@@ -10,27 +10,7 @@
 static int
 qwen3_next_config(pic_cfg_ctx *c, pic_config *cfg)
 {
-    int any_lin = 0, any_full = 0;
-
-    cfg->norm_offset = 1;
-    cfg->attn_gate = 1;
-    cfg->attn_qk_norm = 1;
-    if (pic_cfg_refuse(c, c->tc, "attention_bias", "attention biases are not part of "
-                       "this architecture") != 0
-        || pic_cfg_hybrid_layers(c, cfg) != 0)
-    {
-        return -1;
-    }
-    for (int i = 0; i < cfg->n_layers; i++) {
-        any_lin |= cfg->layer_type[i] == PIC_LAYER_LINEAR;
-        any_full |= cfg->layer_type[i] == PIC_LAYER_FULL;
-    }
-    if ((any_full && pic_cfg_attention(c, cfg, 0.25, 0) != 0)
-        || (any_lin && pic_cfg_gdn(c, cfg) != 0))
-    {
-        return -1;
-    }
-    return pic_cfg_ffn(c, cfg, 1, 0);
+    return pic_cfg_hybrid(c, cfg, 0);
 }
 
 static const char *const qwen3_next_types[] = { "qwen3_next", NULL };

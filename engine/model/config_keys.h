@@ -72,6 +72,11 @@ int pic_cfg_attention_layers(pic_cfg_ctx *c, pic_config *cfg);
  * cfg->rope. */
 int pic_cfg_attention(pic_cfg_ctx *c, pic_config *cfg, double prf, int scalings);
 
+/* The Qwen3.5 / Qwen3-Next hybrid: (1+w) norms, gated attention with q/k
+ * norms (no biases), GDN and attention layers, their keys, the FFN
+ * (qwen35_moe: pic_cfg_ffn's). */
+int pic_cfg_hybrid(pic_cfg_ctx *c, pic_config *cfg, int qwen35_moe);
+
 /* The Gated DeltaNet keys (linear_*). */
 int pic_cfg_gdn(pic_cfg_ctx *c, pic_config *cfg);
 
