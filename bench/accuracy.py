@@ -65,7 +65,7 @@ import sys
 import tempfile
 import time
 
-from common import (PIC_LAB, QUICK, ROOT, ServeEngine, machine, need_binary, table,
+from common import (PIC_LAB, QUICK, ROOT, ServeEngine, machine, need_binary, table, wilson,
                     write_results)
 
 sys.path.insert(0, os.path.join(ROOT, "train"))
@@ -133,17 +133,6 @@ def segments(it):
     cuts = sorted(set(c for c in cuts if 0 < c < len(text)))
     bounds = [0] + cuts + [len(text)]
     return [text[a:b] for a, b in zip(bounds, bounds[1:])]
-
-
-def wilson(k, n, z=1.96):
-    """95% Wilson interval of k successes out of n."""
-    if n == 0:
-        return (0.0, 0.0)
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
 
 
 def run_task(tok, eos, task, dtype):

@@ -45,7 +45,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import BUILD, ENGINE, QUICK, ROOT, machine, need_binary, table, write_results  # noqa
+from common import BUILD, ENGINE, QUICK, ROOT, machine, need_binary, table, wilson, write_results  # noqa
 
 from tokenizers import Tokenizer  # noqa: E402
 
@@ -124,16 +124,6 @@ def item(rng, paras, k):
             "<|im_start|>assistant\n" % q)
     return {"segments": [head] + docs + [tail], "answer": str(nums[ask]),
             "others": [str(x) for i, x in enumerate(nums) if i != ask]}
-
-
-def wilson(k, n, z=1.96):
-    if n == 0:
-        return (0.0, 0.0)
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
 
 
 def lab(spec):

@@ -7,6 +7,7 @@ writes bench/results/NAME.json with top-level "summary", "machine", "config"
 import datetime
 import http.client
 import json
+import math
 import os
 import signal
 import subprocess
@@ -48,6 +49,17 @@ def machine(threads=0):
                          (["--quick"] if QUICK else []),
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out)
+
+
+def wilson(k, n, z=1.96):
+    """95% Wilson interval of k successes out of n."""
+    if n == 0:
+        return (0.0, 0.0)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
 
 
 def table(rows, cols, title=None):
