@@ -34,6 +34,11 @@ document tokens), and per mode points_below_full.
 
 Usage: make bench-accuracy_smollm2 [QUICK=1]   (PIC_ACC_N=items per k, default 30;
 QUICK: 8; PIC_ACC_K=4,8; PIC_ACC_WS=4,16,32,64)
+
+`accuracy_smollm2.py --calibration-prompts FILE [N]` writes N items per k (default 8;
+other seeds than the bench's) as chat requests for `pic-engine calibrate`: the
+documents unmarked in one user message, as RAG clients send them, SmolLM2's
+default system prompt from its template (`make calibrate-smollm2`).
 """
 import json
 import math
@@ -56,6 +61,7 @@ N = int(os.environ.get("PIC_ACC_N", "8" if QUICK else "30"))
 KS = [int(x) for x in os.environ.get("PIC_ACC_K", "4,8").split(",")]
 WS = [int(x) for x in os.environ.get("PIC_ACC_WS", "4,16,32,64").split(",")]
 SEED = 9100
+CAL_SEED = 5100                 # calibration requests: never the bench's items
 FACT_AT = int(os.environ.get("PIC_ACC_FACT_AT", "0"))  # the fact after sentence FACT_AT at most
 MAX_TOK = int(os.environ.get("PIC_ACC_MAXTOK", "140"))
 QFIRST = os.environ.get("PIC_ACC_QFIRST", "0") not in ("", "0")
@@ -124,6 +130,24 @@ def item(rng, paras, k):
             "<|im_start|>assistant\n" % q)
     return {"segments": [head] + docs + [tail], "answer": str(nums[ask]),
             "others": [str(x) for i, x in enumerate(nums) if i != ask]}
+
+
+def calibration_prompts(path, n):
+    """n items per k as OpenAI chat bodies (JSON Lines) into path."""
+    with tempfile.TemporaryDirectory() as d:
+        tj = os.path.join(d, "tokenizer.json")
+        subprocess.run([ENGINE, "gguf", GGUF, "--tokenizer-json", tj], check=True)
+        paras = paragraphs(Tokenizer.from_file(tj))
+    with open(path, "w") as f:
+        for k in KS:
+            rng = random.Random(CAL_SEED + k)
+            for _ in range(n):
+                it = item(rng, paras, k)
+                q = re.search(r"Question: (.*?) Answer with", it["segments"][-1]).group(1)
+                content = "Documents:\n\n" + "".join(it["segments"][1:-1]) + \
+                    "Question: %s Answer with the number only." % q
+                f.write(json.dumps({"messages": [{"role": "user", "content": content}],
+                                    "max_tokens": 24}) + "\n")
 
 
 def lab(spec):
@@ -226,4 +250,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) >= 3 and sys.argv[1] == "--calibration-prompts":
+        calibration_prompts(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 8)
+    else:
+        main()
