@@ -21,19 +21,21 @@ Modes, every item alike (pic-lab run, one process, the same segments):
   naive      every document's cached K/V placed (keys re-rotated exactly), no repair
   pic w=W    the same, with the first and last W tokens of each document recomputed
              with full context (EPIC-style seams), W in {4, 16, 32, 64}
-Selective recompute (CacheBlend-style: the r% tokens whose cached KV deviates most)
-is not implemented yet: its rows are absent, not zero.
+  blend r=R  selective recompute (CacheBlend-style, engine/pic/blend.h): layers 0-1 of
+             every token in context, then the R share of the documents' tokens whose
+             layer-1 K/V moved most through every layer, R in {0.1, 0.2, 0.3, 0.5}
 
 Exact match: the first 5-digit number of the greedy answer (24 tokens) is the asked
 office's.  Per k and mode: accuracy with a 95% Wilson interval, the wrong answers that
 are another document's number, the teacher-forced KL and argmax agreement against
 full recompute over full recompute's own greedy answer, and the share of document
-tokens recomputed.  Summary keys: full_accuracy_k4/k8, naive_points_below_full_k4/k8,
+tokens recomputed (in token-layers: blend's selection pass counts 2/L of every
+document token).  Summary keys: full_accuracy_k4/k8, naive_points_below_full_k4/k8,
 best_points_below_full_at_30pct_k4/k8 (the best mode recomputing at most 30% of the
 document tokens), and per mode points_below_full.
 
 Usage: make bench-accuracy_smollm2 [QUICK=1]   (PIC_ACC_N=items per k, default 30;
-QUICK: 8; PIC_ACC_K=4,8; PIC_ACC_WS=4,16,32,64)
+QUICK: 8; PIC_ACC_K=4,8; PIC_ACC_WS=4,16,32,64; PIC_ACC_RS=0.1,0.2,0.3,0.5)
 
 `accuracy_smollm2.py --calibration-prompts FILE [N]` writes N items per k (default 8;
 other seeds than the bench's) as chat requests for `pic-engine calibrate`: the
@@ -60,6 +62,7 @@ GGUF = os.environ.get("PIC_SMOLLM2_GGUF") or os.path.join(
 N = int(os.environ.get("PIC_ACC_N", "8" if QUICK else "30"))
 KS = [int(x) for x in os.environ.get("PIC_ACC_K", "4,8").split(",")]
 WS = [int(x) for x in os.environ.get("PIC_ACC_WS", "4,16,32,64").split(",")]
+RS = [float(x) for x in os.environ.get("PIC_ACC_RS", "0.1,0.2,0.3,0.5").split(",") if x]
 SEED = 9100
 CAL_SEED = 5100                 # calibration requests: never the bench's items
 FACT_AT = int(os.environ.get("PIC_ACC_FACT_AT", "0"))  # the fact after sentence FACT_AT at most
@@ -185,23 +188,31 @@ def run_k(tok, paras, k):
     teachers = [rq["runs"][0]["greedy"] for rq in ref["requests"]]
     for r, t in zip(reqs, teachers):
         eos = t.index(2) if 2 in t else len(t)
-        r.update({"teacher": t[:max(1, eos)], "compare": True, "ws": WS,
-                  "modes": ["full", "prefix", "naive", "pic"]})
+        r.update({"teacher": t[:max(1, eos)], "compare": True, "ws": WS, "rs": RS,
+                  "modes": ["full", "prefix", "naive", "pic"] + (["blend"] if RS else [])})
     out = lab({"dtype": "f32", "whole": True, "ws": WS, "docs": docs, "requests": reqs})
+    layers = out["model"]["layers"]
     res = {}
     for it, segs, rq in zip(items, enc, out["requests"]):
         doc_tokens = sum(len(s) for s in segs[1:-1])
-        q = len(segs[0]) + len(segs[-1])
+        head, query = len(segs[0]), len(segs[-1])
         for r in rq["runs"]:
-            key = r["mode"] if r["mode"] != "pic" else "pic w=%d" % r["w"]
+            key = {"pic": lambda: "pic w=%d" % r["w"],
+                   "blend": lambda: "blend r=%g" % r["r"]}.get(r["mode"], lambda: r["mode"])()
             g = r.get("greedy", [])
             text = tok.decode(g[:g.index(2)] if 2 in g else g)
             got = first_number(text)
+            # document tokens recomputed: what ran through the forward less the
+            # query and the head (unless the exact prefix served it); blend's
+            # selection pass ran every document token through 2 of the layers
+            doc = r.get("recomputed", 0) - query - (head - r.get("prefix_tokens", 0))
+            share = max(0, doc) / max(1, doc_tokens)
+            if r["mode"] == "blend":
+                share += 2.0 / layers
             res.setdefault(key, []).append({
                 "ok": got == it["answer"], "other": got in it["others"],
                 "kl": r.get("kl_mean", 0.0), "agree": r.get("argmax_match", 1.0),
-                "doc_recomputed": max(0, r.get("recomputed", 0) - q) / max(1, doc_tokens),
-                "answer": text[:60]})
+                "doc_recomputed": min(1.0, share), "answer": text[:60]})
     return res
 
 
@@ -234,7 +245,8 @@ def main():
             per[k][mode] = row
         summary["full_accuracy_k%d" % k] = full
         summary["naive_points_below_full_k%d" % k] = per[k]["naive"]["points_below_full"]
-        cands = [r for m, r in per[k].items() if m.startswith("pic") or m == "naive"]
+        cands = [r for m, r in per[k].items()
+                 if m.startswith("pic") or m.startswith("blend") or m == "naive"]
         cands = [r for r in cands if r["doc_tokens_recomputed"] <= 0.30]
         best = min(cands, key=lambda r: r["points_below_full"]) if cands else None
         summary["best_points_below_full_at_30pct_k%d" % k] = \
@@ -245,7 +257,7 @@ def main():
           "SmolLM2-135M-Instruct (f32 dequantized GGUF), retrieval over real prose")
     write_results("accuracy_smollm2", summary,
                   {"model": os.path.basename(GGUF), "weights": "f32", "n_per_k": N,
-                   "ks": KS, "ws": WS, "seed": SEED, "selective_recompute": "not implemented"},
+                   "ks": KS, "ws": WS, "rs": RS, "seed": SEED},
                   machine(), rows=rows)
 
 
