@@ -82,7 +82,7 @@ PIC_LAB_BIN := $(BUILD)/pic-lab
 BENCH_CSRCS := $(filter-out bench/pic_lab.c bench/cuda_bench.c,$(wildcard bench/*.c))
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_CSRCS))
 
-.PHONY: all deps test test-asan run help clean engine lab benchtools module unit cuda fuzz fuzz-long soak calibrate \
+.PHONY: all deps test test-asan run help clean engine lab benchtools module unit cuda fuzz fuzz-long soak calibrate calibrate-smollm2 \
         fixtures models distclean layers train
 .DEFAULT_GOAL := all
 
@@ -231,6 +231,11 @@ calibrate: deps engine ## choose the seam widths of $(CAL_MODEL) (every PIC segm
 	@set -e; p="$(CAL_PROMPTS)"; if [ -z "$$p" ]; then p=$(BUILD)/calibration_prompts.jsonl; \
 	  for t in single distract tool; do $(PY) train/tasks.py --json --marked --task $$t --seed 5000 --n 50 --level 0; done > $$p; fi; \
 	  $(ENGINE_BIN) calibrate --model $(CAL_MODEL) --prompts $$p $(ARGS)
+
+calibrate-smollm2: deps engine ## the seam widths of SmolLM2-135M-Instruct (make run's model) from 16 RAG requests of bench/accuracy_smollm2.py: writes models/SmolLM2-135M-Instruct.Q4_1.pic_calibration.json (~7 min on 2 cores)
+	@$(PY) bench/accuracy_smollm2.py --calibration-prompts $(BUILD)/calibration_smollm2.jsonl 8
+	@$(ENGINE_BIN) calibrate --model models/SmolLM2-135M-Instruct.Q4_1.gguf \
+	  --prompts $(BUILD)/calibration_smollm2.jsonl --ws 0,8,16,32,64 $(ARGS)
 
 bench-rag: all ## unmarked RAG behind per-request labels + the agentic patterns, every cache mode through nginx, two engines each (bench/results/rag.json; QUICK=1 ~5 min on demo)
 	@BUILD=$(BUILD) QUICK=$(QUICK) $(PY) bench/rag.py
