@@ -90,7 +90,7 @@ all: engine lab benchtools module unit cuda fuzz ## build pic-engine, pic-lab, t
 
 help: ## list the targets
 	@echo "ngx_pic make targets:"
-	@grep -hE '^[a-zA-Z_%-]+:.*## ' $(MAKEFILE_LIST) | \
+	@grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN{FS=":.*## "}{printf "  %-16s %s\n",$$1,$$2}'
 	@echo "Benchmarks: $(filter-out client common gateway_workloads,$(basename $(notdir $(wildcard bench/*.py))))"
 	@echo "Variables: PORT=8080 (make run), ASAN=1, QUICK=1 (benchmarks), AGENT_SET=quick|mid-short|full AGENT_GATEWAY=1 (bench-agent), RAG_REQUESTS=30 RAG_MODEL=demo|mid (bench-rag), PEER_FORMATS=f32,bf16,bf16dot,q8 (bench-peer), PIC_WEIGHTS=auto|f32|bf16|bf16dot|q8 (engines, benchmarks), PIC_SIMD=NAME (engines; test: the first path), PIC_ONE_PATH=1 (test: only that path), PYTEST_ARGS=..., FUZZ_TIME=600 (fuzz-long), FUZZ_SECONDS=5 (smoke)"
