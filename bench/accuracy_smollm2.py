@@ -37,13 +37,21 @@ document tokens), and per mode points_below_full.
 Usage: make bench-accuracy_smollm2 [QUICK=1]   (PIC_ACC_N=items per k, default 30;
 QUICK: 8; PIC_ACC_K=4,8; PIC_ACC_WS=4,16,32,64; PIC_ACC_RS=0.1,0.2,0.3,0.5)
 
+Through nginx (PIC_ACC_GATEWAY=1, the same items): one engine per mode behind the
+module at `make run`'s settings, each item sent as a RAG client sends it (the documents
+unmarked in one user message, the gateway's and the engine's own segmentation), first
+with the documents in reverse order (which leaves their entries), then, once the
+engine's deferred builds are done, in the item's order: "gw full" (--cache-mode full),
+"gw served" (the served defaults: the committed calibration), "gw w=16"
+(--seam-doc 16).  Rows: exact match and the share of document tokens served from PIC
+entries (usage.pic.pic_tokens).
+
 `accuracy_smollm2.py --calibration-prompts FILE [N]` writes N items per k (default 8;
 other seeds than the bench's) as chat requests for `pic-engine calibrate`: the
 documents unmarked in one user message, as RAG clients send them, SmolLM2's
 default system prompt from its template (`make calibrate-smollm2`).
 """
 import json
-import math
 import os
 import random
 import re
@@ -51,8 +59,7 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(__file__))
-from common import BUILD, ENGINE, QUICK, ROOT, machine, need_binary, table, wilson, write_results  # noqa
+from bench.common import BUILD, ENGINE, QUICK, ROOT, machine, need_binary, table, wilson, write_results  # noqa
 
 from tokenizers import Tokenizer  # noqa: E402
 
@@ -69,6 +76,9 @@ FACT_AT = int(os.environ.get("PIC_ACC_FACT_AT", "0"))  # the fact after sentence
 MAX_TOK = int(os.environ.get("PIC_ACC_MAXTOK", "140"))
 QFIRST = os.environ.get("PIC_ACC_QFIRST", "0") not in ("", "0")
 FULL_ONLY = os.environ.get("PIC_ACC_FULL_ONLY", "") not in ("", "0")
+GATEWAY = os.environ.get("PIC_ACC_GATEWAY", "") not in ("", "0")
+GW_MODES = [("gw full", ["--cache-mode", "full"]), ("gw served", []),
+            ("gw w=16", ["--seam-doc", "16"])]
 SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 KINDS = ["Library", "Bakery", "Rowing Club", "Railway", "Museum", "Observatory", "Dairy",
          "Brewery", "Harbour", "Theatre", "Orchard", "Mill", "Quarry", "School", "Clinic",
@@ -153,6 +163,65 @@ def calibration_prompts(path, n):
                                     "max_tokens": 24}) + "\n")
 
 
+def chat_body(it, order):
+    """An item as a RAG client sends it: its documents (in order) unmarked in one
+    user message, then the question; SmolLM2's template adds its system prompt."""
+    q = re.search(r"Question: (.*?) Answer with", it["segments"][-1]).group(1)
+    docs = it["segments"][1:-1]
+    content = "Documents:\n\n" + "".join(docs[i] for i in order) + \
+        "Question: %s Answer with the number only." % q
+    return {"messages": [{"role": "user", "content": content}], "max_tokens": 24,
+            "temperature": 0}
+
+
+def run_gateway(tok, paras, k):
+    """Rows of the nginx modes for k documents (the items of run_k)."""
+    from bench.common import ServeEngine
+    from tests import harness
+    rng = random.Random(SEED + k)
+    items = [item(rng, paras, k) for _ in range(N)]
+    tmp = tempfile.mkdtemp(prefix="pic-acc-gw-")
+    rows = []
+    for name, extra in GW_MODES:
+        eng = ServeEngine(name.replace(" ", "-").replace("=", ""), GGUF, tmp,
+                          extra=["--threads", "0"] + extra)
+        ngx = harness.Nginx(tmp, harness.gateway_conf([eng.addr], cdc=None, min_segment=None),
+                            name="nginx-" + name.replace(" ", "-").replace("=", ""), workers=1)
+        harness.wait_for(lambda: all(e.get("id") for e in json.loads(
+            harness.http("GET", ngx.url + "/pic/status")[2]).get("engines") or [{}]),
+            timeout=60, what="the gateway's probe")
+        res = []
+        for it in items:
+            n_doc = sum(len(tok.encode(d, add_special_tokens=False).ids)
+                        for d in it["segments"][1:-1])
+            if name != "gw full":
+                _post(ngx.url, chat_body(it, list(reversed(range(k)))))
+                harness.wait_for(lambda: eng.get("/status")["prefix"]["deferred_builds"]
+                                 ["pending"] == 0, timeout=300, what="the deferred builds")
+            ans, usage = _post(ngx.url, chat_body(it, range(k)))
+            got = first_number(ans)
+            res.append({"ok": got == it["answer"], "other": got in it["others"],
+                        "pic": usage.get("pic", {}).get("pic_tokens", 0) / max(1, n_doc)})
+        ngx.stop()
+        eng.stop()
+        ok = sum(x["ok"] for x in res)
+        lo, hi = wilson(ok, len(res))
+        rows.append({"k": k, "mode": name, "n": len(res), "exact_match": ok / len(res),
+                     "ci95_lo": lo, "ci95_hi": hi,
+                     "wrong_is_other_doc": sum(x["other"] and not x["ok"] for x in res),
+                     "doc_tokens_from_entries": sum(x["pic"] for x in res) / len(res)})
+    return rows
+
+
+def _post(url, body):
+    from tests import harness
+    st, _, raw = harness.http("POST", url + "/v1/chat/completions", body=body, timeout=600)
+    if st != 200:
+        sys.exit("POST /v1/chat/completions: %d %s" % (st, raw[:300]))
+    j = json.loads(raw)
+    return j["choices"][0]["message"].get("content") or "", j["usage"]
+
+
 def lab(spec):
     p = subprocess.run([PIC_LAB, "run", "--model", GGUF, "--threads", "0", "--weights",
                         "f32"], input=json.dumps(spec), stdout=subprocess.PIPE,
@@ -226,6 +295,19 @@ def main():
         tok = Tokenizer.from_file(tj)
     paras = paragraphs(tok)
     rows, summary, per = [], {}, {}
+    if GATEWAY:
+        gw = [r for k in KS for r in run_gateway(tok, paras, k)]
+        table(gw, ["k", "mode", "n", "exact_match", "ci95_lo", "ci95_hi", "wrong_is_other_doc",
+                   "doc_tokens_from_entries"],
+              "SmolLM2-135M-Instruct through nginx (the gateway's segmentation)")
+        for r in gw:
+            key = r["mode"].replace(" ", "_").replace("=", "")
+            summary["%s_accuracy_k%d" % (key, r["k"])] = r["exact_match"]
+            summary["%s_doc_share_k%d" % (key, r["k"])] = r["doc_tokens_from_entries"]
+        write_results("accuracy_smollm2_gateway", summary,
+                      {"model": os.path.basename(GGUF), "n_per_k": N, "ks": KS,
+                       "seed": SEED, "modes": [m for m, _ in GW_MODES]}, machine(), rows=gw)
+        return
     for k in KS:
         res = run_k(tok, paras, k)
         full = sum(x["ok"] for x in res["full"]) / len(res["full"])

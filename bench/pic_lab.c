@@ -608,8 +608,9 @@ done:
 static int
 pic_pic_run(int argc, char **argv)
 {
-    const char  *dir = NULL, *spec = "-";
+    const char  *dir = NULL, *spec = "-", *weights = NULL;
     int          threads = 0, rc = 1;
+    pic_weights_format wf;
     pic_model   *m = NULL;
     cJSON       *j = NULL, *out = NULL;
     pic_run_ctx  R;
@@ -629,13 +630,7 @@ pic_pic_run(int argc, char **argv)
         } else if (!strcmp(a, "--threads")) {
             threads = atoi(v);
         } else if (!strcmp(a, "--weights")) {
-            pic_weights_format wf;
-
-            if (pic_weights_parse(v, &wf) != 0) {
-                fprintf(stderr, "pic-lab run: --weights must be auto, f32, bf16 or q8\n");
-                return 2;
-            }
-            setenv("PIC_WEIGHTS", v, 1);    /* read by pic_model_load */
+            weights = v;
         } else {
             fprintf(stderr, "pic-lab run: unknown option %s\n", a);
             return 2;
@@ -646,6 +641,10 @@ pic_pic_run(int argc, char **argv)
         fprintf(stderr, "usage: pic-lab run --model DIR [--spec FILE] [--threads N] [--weights F]\n");
         return 2;
     }
+    if (pic_weights_choose(weights, 1, &wf, err, sizeof(err)) != 0) {
+        fprintf(stderr, "pic-lab run: %s\n", err);
+        return 2;
+    }
     pic_kernels_set_threads(threads);
     j = pic_read_json(spec, err, sizeof(err));
     if (j == NULL) {
@@ -653,7 +652,7 @@ pic_pic_run(int argc, char **argv)
         return 2;
     }
     double t0 = pic_now_s();
-    m = pic_model_load(dir, err, sizeof(err));
+    m = pic_model_load_as(dir, wf, err, sizeof(err));
     if (m == NULL) {
         fprintf(stderr, "pic-lab run: %s\n", err);
         goto done;

@@ -16,18 +16,16 @@ and refuses one of another checkpoint, bad files are refused with the line.
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-import harness
+from tests import harness
 
 ROOT = harness.ROOT
 ENGINE = harness.ENGINE_BIN
 MODEL = os.path.join(ROOT, "models", "pic-qa")
-sys.path.insert(0, os.path.join(ROOT, "train"))
 
-import tasks  # noqa: E402
+from train import tasks  # noqa: E402
 
 
 def prompts_file(path, n_tool=3, n_single=2):

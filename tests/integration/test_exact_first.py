@@ -14,8 +14,8 @@ import os
 import openai
 import pytest
 
-import harness
-from test_gateway import doc, gw_conf
+from tests import harness
+from tests.support.gateway import doc, gw_conf
 
 TINY = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
 pytestmark = pytest.mark.skipif(not os.path.isdir(TINY), reason="fixture models missing")
@@ -371,5 +371,5 @@ def test_one_budget_evicts_across_tree_and_pool(procs, policy):
 
 
 def rds_members(port, eid):
-    from test_server_pic import engine_segments
+    from tests.support.pool import engine_segments
     return engine_segments(port, eid)

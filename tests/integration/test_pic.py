@@ -12,7 +12,6 @@
 * Bookkeeping of every mode (tokens recomputed, runs), bf16 entries, entry
   sizes, and a malformed spec refused with a message.
 """
-import glob
 import json
 import os
 import subprocess

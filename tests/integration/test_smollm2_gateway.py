@@ -19,7 +19,7 @@ import os
 
 import pytest
 
-import harness
+from tests import harness
 
 ROOT = harness.ROOT
 GGUF = harness.smollm2_gguf()
@@ -37,7 +37,7 @@ def _ask(url, body):
 
 
 def test_readme_requests_answered_and_reordered_documents_reused(procs):
-    from test_gateway import gw_conf
+    from tests.support.gateway import gw_conf
     if GGUF is None:
         pytest.fail("SmolLM2 GGUF not found: run make deps")
     es = [procs.engine(name=n, model=GGUF, extra=["--threads", "1"]) for n in ("e1", "e2")]
