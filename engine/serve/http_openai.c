@@ -831,6 +831,9 @@ pic_oai_last_text(const pic_request *r, pic_buf *b)
     }
 }
 
+/* What closes a think block for the model (the Qwen templates' layout). */
+#define PIC_OAI_THINK_CLOSE "\n</think>\n\n"
+
 /* Tokens forced at the start of the answer: ids of text into the job. */
 static int
 pic_oai_force_text(pic_server *srv, pic_job *j, const char *text, size_t len, int stop,
@@ -847,6 +850,46 @@ pic_oai_force_text(pic_server *srv, pic_job *j, const char *text, size_t len, in
     j->force = ids;
     j->n_force = (int) n;
     j->force_stop = stop;
+    return 0;
+}
+
+/* ids of text (special tokens parsed) into *ids / *n; 0 or -1 with err. */
+static int
+pic_oai_ids(pic_server *srv, const char *text, size_t len, int32_t **ids, int *n,
+            pic_error *err)
+{
+    size_t cnt = 0;
+
+    free(*ids);
+    *ids = NULL;
+    *n = 0;
+    if (srv->tok == NULL
+        || pic_tokenizer_encode(srv->tok, text, len, ids, &cnt) != PIC_TOKENIZER_OK) {
+        return pic_error_oom(err, __func__);
+    }
+    *n = (int) cnt;
+    return 0;
+}
+
+/* The reasoning budget of a constrained answer: the request's
+ * thinking_budget (an extension, as Qwen's API names it) or the server's
+ * default; 0 or -1 with err (400). */
+static int
+pic_oai_think_budget(pic_server *srv, const pic_request *r, pic_job *j, pic_error *err)
+{
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(r->root, "thinking_budget");
+
+    j->think_budget = srv->opts->reasoning_budget;
+    if (b == NULL || cJSON_IsNull(b)) {
+        return 0;
+    }
+    if (!cJSON_IsNumber(b) || b->valuedouble < 0 || b->valuedouble > 1e9
+        || b->valuedouble != (double) (int) b->valuedouble) {
+        return pic_error_invalid(err, "thinking_budget", "invalid_value",
+                                 "'thinking_budget' must be a non-negative integer "
+                                 "(reasoning tokens before a constrained answer).");
+    }
+    j->think_budget = (int) b->valuedouble;
     return 0;
 }
 
@@ -978,19 +1021,31 @@ pic_oai_job_params(pic_server *srv, pic_inflight *c, const pic_request *r, pic_e
         }
         j->json_after_think = open_think;
         j->json_or_tool = r->tools != NULL && r->tool_choice == PIC_TOOL_CHOICE_AUTO;
+        if (open_think
+            && (pic_oai_think_budget(srv, r, j, err) != 0
+                || pic_oai_ids(srv, PIC_OAI_THINK_CLOSE, strlen(PIC_OAI_THINK_CLOSE),
+                               &j->think_close, &j->n_think_close, err) != 0)) {
+            return -1;
+        }
     }
     c->split_think = 1;
     pic_think_init(&c->think, open_think);
     c->one_call = !r->parallel_tool_calls;
     if (r->tool_choice == PIC_TOOL_CHOICE_REQUIRED || r->tool_choice == PIC_TOOL_CHOICE_FUNCTION) {
-        /* the answer opens a call (of that function): forced first tokens;
-         * an open think block is closed first (no reasoning then) */
+        /* the answer opens a call (of that function) and the rest of it
+         * follows the tool's schema; with a think block open the model
+         * reasons first (bounded), and the opening follows its close */
         pic_buf f;
         int     rc;
 
+        if (pic_oai_call_grammar(r, srv->dialect == PIC_TEMPLATE_QWEN3_5 ? PIC_GCALL_XML
+                                                                       : PIC_GCALL_JSON,
+                                 j) != 0) {
+            return pic_error_oom(err, __func__);
+        }
         pic_buf_init(&f);
         if (open_think) {
-            pic_buf_appends(&f, "\n</think>\n\n");
+            pic_buf_appends(&f, PIC_OAI_THINK_CLOSE);
         }
         pic_buf_appends(&f, "<tool_call>\n");
         if (r->tool_choice == PIC_TOOL_CHOICE_FUNCTION) {
@@ -1002,17 +1057,31 @@ pic_oai_job_params(pic_server *srv, pic_inflight *c, const pic_request *r, pic_e
                 pic_buf_appends(&f, ", \"arguments\": ");
             }
         }
-        rc = f.oom ? pic_error_oom(err, __func__)
-                   : pic_oai_force_text(srv, j, f.data, f.len, 0, err);
+        if (f.oom) {
+            rc = pic_error_oom(err, __func__);
+        } else if (open_think && j->json) {
+            /* after the model's own </think>: the template's blank line, then
+             * the opening */
+            size_t nc = strlen(PIC_OAI_THINK_CLOSE);
+            pic_buf a;
+
+            pic_buf_init(&a);
+            pic_buf_appends(&a, "\n\n");
+            pic_buf_append(&a, f.data + nc, f.len - nc);
+            j->json_after_think = 1;
+            rc = a.oom ? pic_error_oom(err, __func__)
+                 : pic_oai_think_budget(srv, r, j, err) != 0 ? -1
+                 : pic_oai_ids(srv, f.data, f.len, &j->think_close, &j->n_think_close, err)
+                   != 0 ? -1
+                 : pic_oai_ids(srv, a.data, a.len, &j->think_after, &j->n_think_after, err);
+            pic_buf_free(&a);
+        } else {
+            /* thinking off (or no schema to follow): forced first tokens */
+            rc = pic_oai_force_text(srv, j, f.data, f.len, 0, err);
+        }
         pic_buf_free(&f);
         if (rc != 0) {
             return -1;
-        }
-        /* and the rest of the call follows the tool's schema */
-        if (pic_oai_call_grammar(r, srv->dialect == PIC_TEMPLATE_QWEN3_5 ? PIC_GCALL_XML
-                                                                       : PIC_GCALL_JSON,
-                                 j) != 0) {
-            return pic_error_oom(err, __func__);
         }
     }
 script:

@@ -86,6 +86,17 @@ typedef struct pic_job {
     cJSON             *json_schema; /* ... following this schema (owned), or NULL:
                                      * any JSON object */
     int                json_after_think;  /* constrain only after </think> */
+    int                think_budget;      /* json_after_think: reasoning tokens before
+                                           * the think block is closed for the model
+                                           * (at most half of what it may generate) */
+    int32_t           *think_close; /* (n_think_close) ids that close the think block
+                                     * for the model (its budget spent, or a stop
+                                     * token inside it), then open the constrained
+                                     * answer (a forced call's opening); owned */
+    int                n_think_close;
+    int32_t           *think_after; /* (n_think_after) ids after the model's own
+                                     * </think> (a forced call's opening); owned */
+    int                n_think_after;
     int                json_or_tool;      /* a <tool_call> first lifts it */
     int                call;        /* with json: the answer is one tool call after
                                      * the forced "<tool_call>\n..." (tool_choice);
