@@ -900,11 +900,12 @@ pic_oai_think_budget(pic_server *srv, const pic_request *r, pic_job *j, pic_erro
  * name a call could not carry is left out (no function left: only the
  * opening is forced).  0 or -1 (ENOMEM). */
 static int
-pic_oai_call_grammar(const pic_request *r, pic_gcall_syntax syn, pic_job *j)
+pic_oai_call_grammar(const pic_request *r, pic_gcall_syntax syn, pic_job *j, int strict_only)
 {
     const cJSON *t;
     char         path[200], msg[256];
-    int          named = r->tool_choice == PIC_TOOL_CHOICE_FUNCTION, found = 0;
+    int          named = !strict_only && r->tool_choice == PIC_TOOL_CHOICE_FUNCTION, found = 0;
+    int          strict = 0;
 
     if (!named && (j->call_fns = cJSON_CreateArray()) == NULL) {
         return -1;
@@ -920,9 +921,13 @@ pic_oai_call_grammar(const pic_request *r, pic_gcall_syntax syn, pic_job *j)
             || (named && strcmp(nm->valuestring, r->tool_choice_name.ptr) != 0)) {
             continue;
         }
+        if (strict_only && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fn, "strict"))) {
+            ps = NULL;                  /* tool_choice auto: only strict tools' schemas */
+        }
         if (ps != NULL && pic_grammar_check(ps, path, sizeof(path), msg, sizeof(msg)) != 0) {
             ps = NULL;
         }
+        strict += ps != NULL;
         found++;
         if (named) {
             if (ps != NULL && (j->call_fns = cJSON_Duplicate(ps, 1)) == NULL) {
@@ -939,9 +944,13 @@ pic_oai_call_grammar(const pic_request *r, pic_gcall_syntax syn, pic_job *j)
         }
         cJSON_AddItemToArray(j->call_fns, item);
     }
-    if (found == 0) {
+    if (found == 0 || (strict_only && strict == 0)) {
         cJSON_Delete(j->call_fns);
         j->call_fns = NULL;
+        return 0;
+    }
+    if (strict_only) {
+        j->call_strict = 1 + (int) syn;
         return 0;
     }
     j->json = 1;
@@ -1031,6 +1040,7 @@ pic_oai_job_params(pic_server *srv, pic_inflight *c, const pic_request *r, pic_e
     c->split_think = 1;
     pic_think_init(&c->think, open_think);
     c->one_call = !r->parallel_tool_calls;
+    j->one_call = c->one_call;
     if (r->tool_choice == PIC_TOOL_CHOICE_REQUIRED || r->tool_choice == PIC_TOOL_CHOICE_FUNCTION) {
         /* the answer opens a call (of that function) and the rest of it
          * follows the tool's schema; with a think block open the model
@@ -1040,7 +1050,7 @@ pic_oai_job_params(pic_server *srv, pic_inflight *c, const pic_request *r, pic_e
 
         if (pic_oai_call_grammar(r, srv->dialect == PIC_TEMPLATE_QWEN3_5 ? PIC_GCALL_XML
                                                                        : PIC_GCALL_JSON,
-                                 j) != 0) {
+                                 j, 0) != 0) {
             return pic_error_oom(err, __func__);
         }
         pic_buf_init(&f);
@@ -1083,6 +1093,19 @@ pic_oai_job_params(pic_server *srv, pic_inflight *c, const pic_request *r, pic_e
         if (rc != 0) {
             return -1;
         }
+    }
+    if (r->tool_choice == PIC_TOOL_CHOICE_AUTO && r->tools != NULL && srv->tok != NULL
+        && pic_tokenizer_token_id(srv->tok, "<tool_call>") >= 0) {
+        /* strict tools: a call the model opens itself follows its schema */
+        if (pic_oai_call_grammar(r, srv->dialect == PIC_TEMPLATE_QWEN3_5 ? PIC_GCALL_XML
+                                                                       : PIC_GCALL_JSON,
+                                 j, 1) != 0
+            || (j->call_strict
+                && pic_oai_ids(srv, "\n", 1, &j->call_nl, &j->n_call_nl,
+                               err) != 0)) {
+            return pic_error_oom(err, __func__);
+        }
+        j->strict_think = open_think;
     }
 script:
     if (srv->script != NULL) {

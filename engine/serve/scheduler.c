@@ -56,6 +56,8 @@ struct pic_seq {
                                  * the document's shortest completion */
     int          n_inj, i_inj;
     int32_t     *own_inj;       /* inj when it is the completion (owned) */
+    int          strict_wait;   /* call_strict: still inside the think block */
+    int          strict_on;     /* call_strict: a call's grammar is running */
     char        *hold;          /* (n_hold) text held back for stop strings */
     size_t       n_hold, cap_hold;
 };
@@ -146,6 +148,7 @@ pic_job_free(pic_job *j)
     free(j->force);
     free(j->think_close);
     free(j->think_after);
+    free(j->call_nl);
     cJSON_Delete(j->json_schema);
     cJSON_Delete(j->call_fns);
     free(j);
@@ -498,6 +501,7 @@ sampler:
         q->json_wait = j->json_after_think;
         q->think_left = -1;
     }
+    q->strict_wait = j->strict_think;
     if (s->o.tok != NULL) {
         pic_detok_init(&q->dt, s->o.tok, 1);
         q->have_dt = 1;
@@ -567,6 +571,39 @@ pic_seq_mask(pic_sched *s, pic_seq *q, const float *logits, int vocab, int keep)
     }
 }
 
+/* Inject n ids (borrowed from the job) from the next choice on. */
+static void
+pic_seq_inject(pic_seq *q, const int32_t *ids, int n)
+{
+    q->inj = ids;
+    q->n_inj = n;
+    q->i_inj = 0;
+}
+
+/* A <tool_call> the model wrote with strict tools on offer: the call
+ * grammar over them from the "\n" after it; 0, or -1 (no memory: the call
+ * stays free). */
+static int
+pic_seq_strict_start(pic_sched *s, pic_job *j, pic_seq *q)
+{
+    int V = s->o.model->cfg.vocab;
+
+    if (q->gs == NULL) {
+        q->gs = malloc(sizeof(*q->gs));
+    }
+    if (q->masked == NULL) {
+        q->masked = malloc((size_t) V * sizeof(float));
+    }
+    if (q->gs == NULL || q->masked == NULL) {
+        return -1;
+    }
+    pic_gstate_init_call(q->gs, (pic_gcall_syntax) (j->call_strict - 1), j->call_fns, NULL);
+    q->json_off = 0;
+    q->strict_on = 1;
+    pic_seq_inject(q, j->call_nl, j->n_call_nl);
+    return 0;
+}
+
 /* The sampler's choice among the tokens that keep the answer valid JSON
  * (the sampled one when it does, else a draw with the others masked); the
  * end of the answer once the document is complete. */
@@ -575,7 +612,7 @@ pic_seq_choose_json(pic_sched *s, pic_job *j, const float *logits, int vocab)
 {
     const pic_tokenizer *tok = s->o.tok;
     pic_seq             *q = j->seq;
-    int                  id, tool = j->json_or_tool
+    int                  id, tool = j->json_or_tool && !q->strict_on
                                     ? pic_tokenizer_token_id(tok, "<tool_call>") : -1;
     size_t               n = 0;
     const char          *b;
@@ -590,6 +627,9 @@ pic_seq_choose_json(pic_sched *s, pic_job *j, const float *logits, int vocab)
         if (q->masked[id] == -INFINITY) {
             return s->o.model->cfg.eos_ids[0] >= 0 ? s->o.model->cfg.eos_ids[0] : 0;
         }
+    }
+    if (id == tool && tool >= 0 && j->call_strict && pic_seq_strict_start(s, j, q) == 0) {
+        return id;                      /* a call instead, following its schema */
     }
     if (id == tool && tool >= 0) {
         /* a tool call instead of the answer: the grammar's buffers go */
@@ -638,15 +678,6 @@ pic_seq_close_due(pic_sched *s, pic_job *j, pic_seq *q)
     q->n_inj = (int) n;
     q->i_inj = 0;
     return 1;
-}
-
-/* Inject n ids (borrowed from the job) from the next choice on. */
-static void
-pic_seq_inject(pic_seq *q, const int32_t *ids, int n)
-{
-    q->inj = ids;
-    q->n_inj = n;
-    q->i_inj = 0;
 }
 
 /* The reasoning of a constrained answer: the sampled id, unless the budget
@@ -715,9 +746,16 @@ pic_seq_choose(pic_sched *s, pic_job *j, const float *logits, int vocab)
         id = pic_seq_choose_json(s, j, logits, vocab);
     } else {
         id = pic_sampler_sample(&q->smp, logits);
+        if (j->call_strict && !q->strict_wait && !q->strict_on
+            && id == pic_tokenizer_token_id(s->o.tok, "<tool_call>")) {
+            pic_seq_strict_start(s, j, q);
+        }
     }
     if (q->json_wait && id == pic_tokenizer_token_id(s->o.tok, "</think>")) {
         q->json_wait = 0;           /* the answer (JSON) starts now */
+    }
+    if (q->strict_wait && id == pic_tokenizer_token_id(s->o.tok, "</think>")) {
+        q->strict_wait = 0;
     }
     pic_sampler_accept(&q->smp, id);
     if (j->logprobs) {
@@ -730,8 +768,8 @@ pic_seq_choose(pic_sched *s, pic_job *j, const float *logits, int vocab)
 static int
 pic_seq_doc_done(const pic_seq *q)
 {
-    return q->gs != NULL && !q->json_off && !q->json_wait && q->i_inj >= q->n_inj
-           && pic_gstate_done(q->gs);
+    return q->gs != NULL && !q->json_off && !q->json_wait && !q->strict_on
+           && q->i_inj >= q->n_inj && pic_gstate_done(q->gs);
 }
 
 /* Keep the chosen token's logprobs for the loop; caller holds j->mu. */
@@ -801,6 +839,14 @@ pic_seq_emit(pic_sched *s, pic_job *j, int id)
         q->n_hold -= emit;
     }
     q->last = id;
+    if (q->strict_on && q->i_inj >= q->n_inj && pic_gstate_done(q->gs)) {
+        q->strict_on = 0;               /* the call is complete: free text again */
+        q->json_off = 1;
+        if (j->one_call) {
+            pic_job_finish(s, j, PIC_FINISH_STOP, PIC_JOB_ERROR_NONE, NULL);
+            return 1;
+        }
+    }
     if ((j->force_stop && q->n_forced >= j->n_force) || pic_seq_doc_done(q)) {
         pic_job_finish(s, j, PIC_FINISH_STOP, PIC_JOB_ERROR_NONE, NULL);
         return 1;

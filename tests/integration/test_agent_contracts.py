@@ -225,3 +225,28 @@ def test_default_model_contracts(procs):
             check(name, content, calls, finish)
             got.append((content, [(c["name"], json.loads(c["arguments"])) for c in calls]))
         assert got[0] == got[1], name
+
+
+@pytest.mark.parametrize("model", [TINY, TINY_NEXT], ids=["qwen3.5-xml", "qwen3next-json"])
+def test_strict_tools_constrain_the_models_own_calls(procs, model):
+    """tool_choice auto with strict tools: a call the model opens itself (a
+    logit bias makes the random model write <tool_call>) follows the schema
+    of the function it names; without strict, the same request gives no
+    valid call at all (the constraint, not the model, made it)."""
+    import tokenizers
+    tok = tokenizers.Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
+    _, ngx = stack(procs, model)
+    strict_weather = {"type": "function", "function": dict(WEATHER["function"], strict=True)}
+    for stream in (False, True):
+        for seed in (1, 2):
+            body = dict(model="m", tools=[strict_weather, FORECAST_TOOL], temperature=1.0,
+                        seed=seed, max_tokens=300, parallel_tool_calls=False,
+                        logit_bias={str(tok.token_to_id("<tool_call>")): 100},
+                        messages=[{"role": "user", "content": "Weather in Paris?"}],
+                        chat_template_kwargs={"enable_thinking": False})
+            content, _, calls, finish, _ = ask(ngx.url, body, stream)
+            check("required", content, calls, finish)
+    loose = [{"type": "function", "function": dict(t["function"], strict=False)}
+             for t in TOOLS]
+    content, _, calls, finish, _ = ask(ngx.url, dict(body, tools=loose), False)
+    assert calls == [] and finish == "length"
