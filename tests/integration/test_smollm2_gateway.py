@@ -58,3 +58,17 @@ def test_readme_requests_answered_and_reordered_documents_reused(procs):
     assert u2["prompt_tokens"] == u1["prompt_tokens"], (u1, u2)
     assert u2["pic"]["pic_tokens"] > 0, u2
     assert u2["prompt_tokens_details"]["cached_tokens"] > u2["pic"]["exact_tokens"], u2
+
+    # /pic/status tells it as one story: the engines' reported PIC tokens beside the
+    # gateway's plan, which could not count the entries built after it routed the
+    # first request (the keeper's), and the line saying so
+    def served():
+        return json.loads(harness.http("GET", ngx.url + "/pic/status")[2])["served"]
+
+    harness.wait_for(lambda: served()["reported_by_engines"]["requests"] >= 3, timeout=10,
+                     what="the answers' usage in the gateway's counters")
+    sv = served()
+    rep, plan = sv["reported_by_engines"], sv["planned_by_gateway"]
+    assert rep["pic_tokens"] >= u2["pic"]["pic_tokens"] > 0, sv
+    assert plan["requests"] == 3 and "above_prefix_tokens_est" in plan, sv
+    assert "built after the plan" in sv["note"], sv
