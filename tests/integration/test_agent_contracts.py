@@ -250,3 +250,29 @@ def test_strict_tools_constrain_the_models_own_calls(procs, model):
              for t in TOOLS]
     content, _, calls, finish, _ = ask(ngx.url, dict(body, tools=loose), False)
     assert calls == [] and finish == "length"
+
+
+def test_trained_model_keeps_the_contracts_with_thinking_on(procs):
+    """The project's own trained model (models/pic-qa, Qwen3.5 layout, thinking on by
+    default), asked as a new user would: JSON of the weather, and a named get_weather
+    call.  It may end its reasoning at once or never; either way the answer is JSON /
+    a valid call, streamed and not."""
+    model = os.path.join(harness.ROOT, "models", "pic-qa")
+    if not os.path.isfile(os.path.join(model, "model.safetensors")):
+        pytest.fail("models/pic-qa missing")
+    _, ngx = stack(procs, model)
+    weather = {"role": "user", "content": "Give me the weather in Paris as a JSON object."}
+    cases = [("json_object", dict(CONTRACTS["json_object"], messages=[weather])),
+             ("named", dict(tools=[WEATHER], messages=[weather],
+                            tool_choice={"type": "function",
+                                         "function": {"name": "get_weather"}}))]
+    for name, body in cases:
+        for stream, seed in ((False, 1), (True, 1), (False, 2), (True, 3)):
+            content, reasoning, calls, finish, _ = ask(
+                ngx.url, dict(body, model="m", max_tokens=200, seed=seed), stream)
+            assert finish != "length", (name, stream, content, reasoning)
+            if name == "named":
+                [call] = calls
+                assert call["name"] == "get_weather"
+                jsonschema.validate(json.loads(call["arguments"]), SCHEMAS["get_weather"])
+            check(name if name != "named" else "required", content, calls, finish)
