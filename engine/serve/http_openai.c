@@ -1003,6 +1003,9 @@ pic_oai_job_params(pic_server *srv, pic_inflight *c, const pic_request *r, pic_e
         goto script;
     }
     open_think = j->text != NULL && pic_think_prompt_open(j->text, j->text_len);
+    if (pic_oai_think_budget(srv, r, j, err) != 0) {
+        return -1;
+    }
     if (r->response_format != PIC_RESPONSE_TEXT && r->tool_choice != PIC_TOOL_CHOICE_REQUIRED
         && r->tool_choice != PIC_TOOL_CHOICE_FUNCTION) {
         /* constrained decoding of the answer (after any reasoning); with
@@ -1031,9 +1034,8 @@ pic_oai_job_params(pic_server *srv, pic_inflight *c, const pic_request *r, pic_e
         j->json_after_think = open_think;
         j->json_or_tool = r->tools != NULL && r->tool_choice == PIC_TOOL_CHOICE_AUTO;
         if (open_think
-            && (pic_oai_think_budget(srv, r, j, err) != 0
-                || pic_oai_ids(srv, PIC_OAI_THINK_CLOSE, strlen(PIC_OAI_THINK_CLOSE),
-                               &j->think_close, &j->n_think_close, err) != 0)) {
+            && pic_oai_ids(srv, PIC_OAI_THINK_CLOSE, strlen(PIC_OAI_THINK_CLOSE),
+                           &j->think_close, &j->n_think_close, err) != 0) {
             return -1;
         }
     }
@@ -1080,7 +1082,6 @@ pic_oai_job_params(pic_server *srv, pic_inflight *c, const pic_request *r, pic_e
             pic_buf_append(&a, f.data + nc, f.len - nc);
             j->json_after_think = 1;
             rc = a.oom ? pic_error_oom(err, __func__)
-                 : pic_oai_think_budget(srv, r, j, err) != 0 ? -1
                  : pic_oai_ids(srv, f.data, f.len, &j->think_close, &j->n_think_close, err)
                    != 0 ? -1
                  : pic_oai_ids(srv, a.data, a.len, &j->think_after, &j->n_think_after, err);
