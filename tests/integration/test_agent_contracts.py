@@ -25,8 +25,8 @@ import os
 import jsonschema
 import pytest
 
-import harness
-from test_gateway import gw_conf
+from tests import harness
+from tests.support.gateway import gw_conf
 
 MODELS = os.path.join(harness.ROOT, "tests", "fixtures", "models")
 TINY = os.path.join(MODELS, "tiny-qwen35")
