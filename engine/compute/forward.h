@@ -73,6 +73,9 @@ typedef struct {
      * s->conv[layer] to cut position cuts[cut] (read them, change
      * nothing).  Called once per layer and cut, in position order. */
     void (*on_cut)(void *user, int layer, int cut);
+    /* Mamba2 layer `layer` is about to advance its state over tokens
+     * p0..p0+a->n−1 (as on_gdn: a->S the entering state, a->y NULL). */
+    void (*on_ssd)(void *user, int layer, int p0, const pic_ssd_args *a);
 } pic_forward_hooks;
 
 typedef struct {
