@@ -64,7 +64,7 @@ typedef struct {
  * dt = clamp(softplus(dt_raw + dt_bias[h]), dt_min, dt_max), a = e^{dt·A[h]},
  * S[h] ← a S[h] + dt x_t B_tᵀ (S[h] is P × N), y_t = S[h] C_t + D[h] x_t.
  * Any entering state works, so S = 0 with y == NULL gives a segment's
- * zero-start state S|0, and decay its transition Π a (DESIGN.md §3.5). */
+ * zero-start state S|0, and decay its transition Π a (DESIGN.md §3.8). */
 typedef struct {
     int          n;         /* tokens */
     int          H, G;      /* heads, B/C groups (H % G == 0) */

@@ -5,7 +5,7 @@
  * segment exactly (S_end = (Π a) S_start + S|0, the scalar transition
  * family); on the committed Mamba2 hybrids a forward cut in pieces equals
  * one forward, and prefix reuse from the tree's checkpoints equals full
- * recompute.
+ * recompute; an entry holds one transition scalar per head and Mamba2 layer.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "entry.h"
 #include "forward.h"
 #include "model.h"
 #include "fixture_models.h"
@@ -380,6 +381,64 @@ test_prefix_resume_equals_full(void **unused)
     }
 }
 
+/* A Mamba2 entry: per Mamba2 layer T is one decay product per head (Hv
+ * floats, each in [0, 1)), S|0 (Hv, P, N) and the conv tail; it survives
+ * serialisation bit for bit. */
+static void
+test_entry_holds_a_scalar_per_head(void **unused)
+{
+    (void) unused;
+    pic_model *m = fixture_load("tiny-granite-h");
+    if (m == NULL) {
+        skip();
+    }
+    const pic_config *c = &m->cfg;
+    char              err[256];
+    int              *ids = fixture_tokens(100, c->vocab, 4u);
+    pic_entry_opts    o = { .w = 8, .dtype = PIC_DTYPE_F32 };
+    pic_entry        *e = NULL, *back;
+    size_t            n_ssm = 0;
+    int               n_live = 0;
+
+    assert_int_equal(pic_entry_build(m, NULL, ids, 100, &o, &e, NULL, err, sizeof(err)),
+                     0);
+    assert_non_null(e);
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_type[l] != PIC_LAYER_MAMBA2) {
+            assert_null(e->layer[l].T);
+            continue;
+        }
+        n_ssm++;
+        for (int h = 0; h < c->ssm_heads; h++) {
+            float a = ((const float *) e->layer[l].T)[h];
+
+            assert_true(a >= 0.0f && a < 1.0f);     /* fast heads underflow to 0 */
+            n_live += a > 0.0f;
+        }
+    }
+    assert_true(n_live > 0);
+    assert_int_equal(e->bytes_T, n_ssm * c->ssm_heads * sizeof(float));
+    assert_int_equal(e->bytes_S,
+                     n_ssm * c->ssm_heads * c->ssm_head_dim * c->ssm_state * sizeof(float));
+    size_t n = pic_entry_serialized_size(e);
+    void  *buf = malloc(n);
+    assert_int_equal(pic_entry_serialize(e, buf, n), n);
+    back = pic_entry_deserialize(m, buf, n, err, sizeof(err));
+    assert_non_null(back);
+    assert_int_equal(back->bytes_T, e->bytes_T);
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_type[l] == PIC_LAYER_MAMBA2) {
+            assert_memory_equal(back->layer[l].T, e->layer[l].T,
+                                (size_t) c->ssm_heads * sizeof(float));
+        }
+    }
+    free(buf);
+    free(ids);
+    pic_entry_unref(e);
+    pic_entry_unref(back);
+    pic_model_free(m);
+}
+
 int
 main(void)
 {
@@ -389,6 +448,7 @@ main(void)
         cmocka_unit_test(test_gated_rmsnorm_groups),
         cmocka_unit_test(test_cut_states_equal_stopped_forwards),
         cmocka_unit_test(test_prefix_resume_equals_full),
+        cmocka_unit_test(test_entry_holds_a_scalar_per_head),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
