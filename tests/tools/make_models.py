@@ -151,6 +151,13 @@ PRESETS = {
         Hm=8, G=4, N=8, K=4, expand=2, chunk=16, E=0, Is=96, rope=False,
         emb_mult=2.0, resid_mult=0.7, attn_mult=0.3, logits_scaling=1.5,
         tied=True, dtype="bf16-mixed"),
+    # a grown Granite 4.0-H for timing (not committed, ~70 MB): 6 Mamba2 layers (Hm 16
+    # heads of 64, N 128, one group, Granite-4.0-H-Tiny's mixer shapes per head) + 2 attention
+    "mid-granite-h": dict(
+        family="granitemoehybrid", H=512, layer_types=[L, L, L, F, L, L, L, F], Hq=4, Hkv=2,
+        hd=128, Hm=16, G=1, N=128, K=4, expand=2, chunk=256, E=0, Is=1536, rope=True,
+        emb_mult=1.25, resid_mult=0.8, attn_mult=0.088, logits_scaling=2.0,
+        tied=True, dtype="bf16-mixed"),
     # benchmark model: Qwen3.5-0.8B shapes, 8 layers (not committed, ~850 MB)
     "mid": dict(
         family="qwen3_5", H=1024, layer_types=[L, L, L, F, L, L, L, F],

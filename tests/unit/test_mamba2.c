@@ -21,6 +21,7 @@
 #include "entry.h"
 #include "forward.h"
 #include "model.h"
+#include "model_config.h"
 #include "fixture_models.h"
 #include "prefix_cache.h"
 #include "state.h"
@@ -439,6 +440,50 @@ test_entry_holds_a_scalar_per_head(void **unused)
     pic_model_free(m);
 }
 
+/* Mamba2 configs the engine cannot run are refused at parse time with the
+ * key named; a good one fills the state's shape into the GDN fields. */
+static void
+test_config_refusals_name_the_key(void **unused)
+{
+    (void) unused;
+    static const char *base =
+        "{\"model_type\": \"bamba\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+        " \"vocab_size\": 100, \"intermediate_size\": 32, \"num_attention_heads\": 4,"
+        " \"num_key_value_heads\": 2, \"mamba_n_heads\": 8, \"mamba_d_state\": 12%s}";
+    static const char *good = ", \"mamba_n_groups\": 2, \"attn_layer_indices\": [1]";
+    static const struct { const char *extra, *want; } bad[] = {
+        { ", \"mamba_proj_bias\": true", "mamba_proj_bias" },
+        { ", \"mamba_n_groups\": 3", "multiple of mamba_n_groups" },
+        { ", \"attn_layer_indices\": [5]", "attn_layer_indices" },
+        { ", \"mamba_d_head\": 10", "mamba_d_head" },
+        { ", \"time_step_limit\": [0.5, 0.1]", "time_step_limit" },
+        { ", \"time_step_limit\": [0.0, \"inf\"]", "time_step_limit" },
+        { ", \"hidden_act\": \"gelu\"", "hidden_act" },
+    };
+    pic_config cfg;
+    char       json[1024], err[512];
+
+    snprintf(json, sizeof(json), base, good);
+    assert_int_equal(pic_config_parse(&cfg, json, strlen(json), "config.json", err,
+                                      sizeof(err)), 0);
+    assert_int_equal(cfg.layer_type[0], PIC_LAYER_MAMBA2);
+    assert_int_equal(cfg.layer_type[1], PIC_LAYER_FULL);
+    assert_int_equal(cfg.ssm_head_dim, 16);
+    assert_int_equal(cfg.lin_v_heads, 8);
+    assert_int_equal(pic_config_conv_ch(&cfg), 128 + 2 * 2 * 12);
+    assert_true(isinf(cfg.ssm_dt_max) && cfg.ssm_dt_min == 0.0f);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(json, sizeof(json), base, bad[i].extra);
+        err[0] = '\0';
+        assert_int_equal(pic_config_parse(&cfg, json, strlen(json), "config.json", err,
+                                          sizeof(err)), -1);
+        if (strstr(err, bad[i].want) == NULL) {
+            print_message("%s: %s\n", bad[i].extra, err);
+        }
+        assert_non_null(strstr(err, bad[i].want));
+    }
+}
+
 int
 main(void)
 {
@@ -449,6 +494,7 @@ main(void)
         cmocka_unit_test(test_cut_states_equal_stopped_forwards),
         cmocka_unit_test(test_prefix_resume_equals_full),
         cmocka_unit_test(test_entry_holds_a_scalar_per_head),
+        cmocka_unit_test(test_config_refusals_name_the_key),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
