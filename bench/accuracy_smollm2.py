@@ -21,22 +21,37 @@ Modes, every item alike (pic-lab run, one process, the same segments):
   naive      every document's cached K/V placed (keys re-rotated exactly), no repair
   pic w=W    the same, with the first and last W tokens of each document recomputed
              with full context (EPIC-style seams), W in {4, 16, 32, 64}
-Selective recompute (CacheBlend-style: the r% tokens whose cached KV deviates most)
-is not implemented yet: its rows are absent, not zero.
+  blend r=R  selective recompute (CacheBlend-style, engine/pic/blend.h): layers 0-1 of
+             every token in context, then the R share of the documents' tokens whose
+             layer-1 K/V moved most through every layer, R in {0.1, 0.2, 0.3, 0.5}
 
 Exact match: the first 5-digit number of the greedy answer (24 tokens) is the asked
 office's.  Per k and mode: accuracy with a 95% Wilson interval, the wrong answers that
 are another document's number, the teacher-forced KL and argmax agreement against
 full recompute over full recompute's own greedy answer, and the share of document
-tokens recomputed.  Summary keys: full_accuracy_k4/k8, naive_points_below_full_k4/k8,
+tokens recomputed (in token-layers: blend's selection pass counts 2/L of every
+document token).  Summary keys: full_accuracy_k4/k8, naive_points_below_full_k4/k8,
 best_points_below_full_at_30pct_k4/k8 (the best mode recomputing at most 30% of the
 document tokens), and per mode points_below_full.
 
 Usage: make bench-accuracy_smollm2 [QUICK=1]   (PIC_ACC_N=items per k, default 30;
-QUICK: 8; PIC_ACC_K=4,8; PIC_ACC_WS=4,16,32,64)
+QUICK: 8; PIC_ACC_K=4,8; PIC_ACC_WS=4,16,32,64; PIC_ACC_RS=0.1,0.2,0.3,0.5)
+
+Through nginx (PIC_ACC_GATEWAY=1, the same items): one engine per mode behind the
+module at `make run`'s settings, each item sent as a RAG client sends it (the documents
+unmarked in one user message, the gateway's and the engine's own segmentation), first
+with the documents in reverse order (which leaves their entries), then, once the
+engine's deferred builds are done, in the item's order: "gw full" (--cache-mode full),
+"gw served" (the served defaults: the committed calibration), "gw w=16"
+(--seam-doc 16).  Rows: exact match and the share of document tokens served from PIC
+entries (usage.pic.pic_tokens).
+
+`accuracy_smollm2.py --calibration-prompts FILE [N]` writes N items per k (default 8;
+other seeds than the bench's) as chat requests for `pic-engine calibrate`: the
+documents unmarked in one user message, as RAG clients send them, SmolLM2's
+default system prompt from its template (`make calibrate-smollm2`).
 """
 import json
-import math
 import os
 import random
 import re
@@ -44,8 +59,7 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(__file__))
-from common import BUILD, ENGINE, QUICK, ROOT, machine, need_binary, table, wilson, write_results  # noqa
+from bench.common import BUILD, ENGINE, QUICK, ROOT, machine, need_binary, table, wilson, write_results  # noqa
 
 from tokenizers import Tokenizer  # noqa: E402
 
@@ -55,11 +69,16 @@ GGUF = os.environ.get("PIC_SMOLLM2_GGUF") or os.path.join(
 N = int(os.environ.get("PIC_ACC_N", "8" if QUICK else "30"))
 KS = [int(x) for x in os.environ.get("PIC_ACC_K", "4,8").split(",")]
 WS = [int(x) for x in os.environ.get("PIC_ACC_WS", "4,16,32,64").split(",")]
+RS = [float(x) for x in os.environ.get("PIC_ACC_RS", "0.1,0.2,0.3,0.5").split(",") if x]
 SEED = 9100
+CAL_SEED = 5100                 # calibration requests: never the bench's items
 FACT_AT = int(os.environ.get("PIC_ACC_FACT_AT", "0"))  # the fact after sentence FACT_AT at most
 MAX_TOK = int(os.environ.get("PIC_ACC_MAXTOK", "140"))
 QFIRST = os.environ.get("PIC_ACC_QFIRST", "0") not in ("", "0")
 FULL_ONLY = os.environ.get("PIC_ACC_FULL_ONLY", "") not in ("", "0")
+GATEWAY = os.environ.get("PIC_ACC_GATEWAY", "") not in ("", "0")
+GW_MODES = [("gw full", ["--cache-mode", "full"]), ("gw served", []),
+            ("gw w=16", ["--seam-doc", "16"])]
 SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 KINDS = ["Library", "Bakery", "Rowing Club", "Railway", "Museum", "Observatory", "Dairy",
          "Brewery", "Harbour", "Theatre", "Orchard", "Mill", "Quarry", "School", "Clinic",
@@ -126,6 +145,83 @@ def item(rng, paras, k):
             "others": [str(x) for i, x in enumerate(nums) if i != ask]}
 
 
+def calibration_prompts(path, n):
+    """n items per k as OpenAI chat bodies (JSON Lines) into path."""
+    with tempfile.TemporaryDirectory() as d:
+        tj = os.path.join(d, "tokenizer.json")
+        subprocess.run([ENGINE, "gguf", GGUF, "--tokenizer-json", tj], check=True)
+        paras = paragraphs(Tokenizer.from_file(tj))
+    with open(path, "w") as f:
+        for k in KS:
+            rng = random.Random(CAL_SEED + k)
+            for _ in range(n):
+                it = item(rng, paras, k)
+                q = re.search(r"Question: (.*?) Answer with", it["segments"][-1]).group(1)
+                content = "Documents:\n\n" + "".join(it["segments"][1:-1]) + \
+                    "Question: %s Answer with the number only." % q
+                f.write(json.dumps({"messages": [{"role": "user", "content": content}],
+                                    "max_tokens": 24}) + "\n")
+
+
+def chat_body(it, order):
+    """An item as a RAG client sends it: its documents (in order) unmarked in one
+    user message, then the question; SmolLM2's template adds its system prompt."""
+    q = re.search(r"Question: (.*?) Answer with", it["segments"][-1]).group(1)
+    docs = it["segments"][1:-1]
+    content = "Documents:\n\n" + "".join(docs[i] for i in order) + \
+        "Question: %s Answer with the number only." % q
+    return {"messages": [{"role": "user", "content": content}], "max_tokens": 24,
+            "temperature": 0}
+
+
+def run_gateway(tok, paras, k):
+    """Rows of the nginx modes for k documents (the items of run_k)."""
+    from bench.common import ServeEngine
+    from tests import harness
+    rng = random.Random(SEED + k)
+    items = [item(rng, paras, k) for _ in range(N)]
+    tmp = tempfile.mkdtemp(prefix="pic-acc-gw-")
+    rows = []
+    for name, extra in GW_MODES:
+        eng = ServeEngine(name.replace(" ", "-").replace("=", ""), GGUF, tmp,
+                          extra=["--threads", "0"] + extra)
+        ngx = harness.Nginx(tmp, harness.gateway_conf([eng.addr], cdc=None, min_segment=None),
+                            name="nginx-" + name.replace(" ", "-").replace("=", ""), workers=1)
+        harness.wait_for(lambda: all(e.get("id") for e in json.loads(
+            harness.http("GET", ngx.url + "/pic/status")[2]).get("engines") or [{}]),
+            timeout=60, what="the gateway's probe")
+        res = []
+        for it in items:
+            n_doc = sum(len(tok.encode(d, add_special_tokens=False).ids)
+                        for d in it["segments"][1:-1])
+            if name != "gw full":
+                _post(ngx.url, chat_body(it, list(reversed(range(k)))))
+                harness.wait_for(lambda: eng.get("/status")["prefix"]["deferred_builds"]
+                                 ["pending"] == 0, timeout=300, what="the deferred builds")
+            ans, usage = _post(ngx.url, chat_body(it, range(k)))
+            got = first_number(ans)
+            res.append({"ok": got == it["answer"], "other": got in it["others"],
+                        "pic": usage.get("pic", {}).get("pic_tokens", 0) / max(1, n_doc)})
+        ngx.stop()
+        eng.stop()
+        ok = sum(x["ok"] for x in res)
+        lo, hi = wilson(ok, len(res))
+        rows.append({"k": k, "mode": name, "n": len(res), "exact_match": ok / len(res),
+                     "ci95_lo": lo, "ci95_hi": hi,
+                     "wrong_is_other_doc": sum(x["other"] and not x["ok"] for x in res),
+                     "doc_tokens_from_entries": sum(x["pic"] for x in res) / len(res)})
+    return rows
+
+
+def _post(url, body):
+    from tests import harness
+    st, _, raw = harness.http("POST", url + "/v1/chat/completions", body=body, timeout=600)
+    if st != 200:
+        sys.exit("POST /v1/chat/completions: %d %s" % (st, raw[:300]))
+    j = json.loads(raw)
+    return j["choices"][0]["message"].get("content") or "", j["usage"]
+
+
 def lab(spec):
     p = subprocess.run([PIC_LAB, "run", "--model", GGUF, "--threads", "0", "--weights",
                         "f32"], input=json.dumps(spec), stdout=subprocess.PIPE,
@@ -161,23 +257,31 @@ def run_k(tok, paras, k):
     teachers = [rq["runs"][0]["greedy"] for rq in ref["requests"]]
     for r, t in zip(reqs, teachers):
         eos = t.index(2) if 2 in t else len(t)
-        r.update({"teacher": t[:max(1, eos)], "compare": True, "ws": WS,
-                  "modes": ["full", "prefix", "naive", "pic"]})
+        r.update({"teacher": t[:max(1, eos)], "compare": True, "ws": WS, "rs": RS,
+                  "modes": ["full", "prefix", "naive", "pic"] + (["blend"] if RS else [])})
     out = lab({"dtype": "f32", "whole": True, "ws": WS, "docs": docs, "requests": reqs})
+    layers = out["model"]["layers"]
     res = {}
     for it, segs, rq in zip(items, enc, out["requests"]):
         doc_tokens = sum(len(s) for s in segs[1:-1])
-        q = len(segs[0]) + len(segs[-1])
+        head, query = len(segs[0]), len(segs[-1])
         for r in rq["runs"]:
-            key = r["mode"] if r["mode"] != "pic" else "pic w=%d" % r["w"]
+            key = {"pic": lambda: "pic w=%d" % r["w"],
+                   "blend": lambda: "blend r=%g" % r["r"]}.get(r["mode"], lambda: r["mode"])()
             g = r.get("greedy", [])
             text = tok.decode(g[:g.index(2)] if 2 in g else g)
             got = first_number(text)
+            # document tokens recomputed: what ran through the forward less the
+            # query and the head (unless the exact prefix served it); blend's
+            # selection pass ran every document token through 2 of the layers
+            doc = r.get("recomputed", 0) - query - (head - r.get("prefix_tokens", 0))
+            share = max(0, doc) / max(1, doc_tokens)
+            if r["mode"] == "blend":
+                share += 2.0 / layers
             res.setdefault(key, []).append({
                 "ok": got == it["answer"], "other": got in it["others"],
                 "kl": r.get("kl_mean", 0.0), "agree": r.get("argmax_match", 1.0),
-                "doc_recomputed": max(0, r.get("recomputed", 0) - q) / max(1, doc_tokens),
-                "answer": text[:60]})
+                "doc_recomputed": min(1.0, share), "answer": text[:60]})
     return res
 
 
@@ -191,6 +295,19 @@ def main():
         tok = Tokenizer.from_file(tj)
     paras = paragraphs(tok)
     rows, summary, per = [], {}, {}
+    if GATEWAY:
+        gw = [r for k in KS for r in run_gateway(tok, paras, k)]
+        table(gw, ["k", "mode", "n", "exact_match", "ci95_lo", "ci95_hi", "wrong_is_other_doc",
+                   "doc_tokens_from_entries"],
+              "SmolLM2-135M-Instruct through nginx (the gateway's segmentation)")
+        for r in gw:
+            key = r["mode"].replace(" ", "_").replace("=", "")
+            summary["%s_accuracy_k%d" % (key, r["k"])] = r["exact_match"]
+            summary["%s_doc_share_k%d" % (key, r["k"])] = r["doc_tokens_from_entries"]
+        write_results("accuracy_smollm2_gateway", summary,
+                      {"model": os.path.basename(GGUF), "n_per_k": N, "ks": KS,
+                       "seed": SEED, "modes": [m for m, _ in GW_MODES]}, machine(), rows=gw)
+        return
     for k in KS:
         res = run_k(tok, paras, k)
         full = sum(x["ok"] for x in res["full"]) / len(res["full"])
@@ -210,7 +327,8 @@ def main():
             per[k][mode] = row
         summary["full_accuracy_k%d" % k] = full
         summary["naive_points_below_full_k%d" % k] = per[k]["naive"]["points_below_full"]
-        cands = [r for m, r in per[k].items() if m.startswith("pic") or m == "naive"]
+        cands = [r for m, r in per[k].items()
+                 if m.startswith("pic") or m.startswith("blend") or m == "naive"]
         cands = [r for r in cands if r["doc_tokens_recomputed"] <= 0.30]
         best = min(cands, key=lambda r: r["points_below_full"]) if cands else None
         summary["best_points_below_full_at_30pct_k%d" % k] = \
@@ -221,9 +339,12 @@ def main():
           "SmolLM2-135M-Instruct (f32 dequantized GGUF), retrieval over real prose")
     write_results("accuracy_smollm2", summary,
                   {"model": os.path.basename(GGUF), "weights": "f32", "n_per_k": N,
-                   "ks": KS, "ws": WS, "seed": SEED, "selective_recompute": "not implemented"},
+                   "ks": KS, "ws": WS, "rs": RS, "seed": SEED},
                   machine(), rows=rows)
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) >= 3 and sys.argv[1] == "--calibration-prompts":
+        calibration_prompts(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 8)
+    else:
+        main()

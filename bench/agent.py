@@ -72,10 +72,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import client  # noqa: E402
-from common import QUICK, ServeEngine, machine, table, write_results  # noqa: E402
-from common import BUILD, ensure_model, need_binary  # noqa: E402
+from bench import client  # noqa: E402
+from bench.common import QUICK, ServeEngine, machine, table, write_results  # noqa: E402
+from bench.common import BUILD, ensure_model, need_binary  # noqa: E402
 
 SET = os.environ.get("AGENT_SET") or ("quick" if QUICK else "full")
 GATEWAY = os.environ.get("AGENT_GATEWAY", "0") == "1"
@@ -180,9 +179,7 @@ class Gateway:
     nginx (port), status() adds up the engines' figures that the bench reads."""
 
     def __init__(self, mode, model, logdir, extra):
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                                        "tests"))
-        import harness
+        from tests import harness
         self.engines = []
         try:
             for i in range(2):

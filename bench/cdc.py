@@ -23,10 +23,8 @@ import json
 import os
 import platform
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+from bench import common  # noqa: E402
 
 ROOT = common.ROOT
 BUILD = common.BUILD

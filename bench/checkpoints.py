@@ -59,8 +59,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BUILD, PIC_LAB, QUICK, ServeEngine, machine, table, write_results  # noqa: E402
+from bench.common import BUILD, PIC_LAB, QUICK, ServeEngine, machine, table, write_results  # noqa: E402
 
 BLOCK = 64
 POLICIES = ["dp", "balanced", "block", "log"]
@@ -282,7 +281,7 @@ def rag_requests(system, n_req, n_docs, seed=5):
     """The RAG mix: system prompt, 3 of n_docs documents in a drawn order, a question."""
     import random
 
-    import agent
+    from bench import agent
     rnd = random.Random(seed)
     docs = [agent.text(700 + i, 1200 if QUICK else 4000) for i in range(n_docs)]
     out = []
@@ -299,8 +298,8 @@ def eviction(info):
     an engine."""
     import tempfile
 
-    import agent
-    from common import ensure_model
+    from bench import agent
+    from bench.common import ensure_model
     if not os.path.exists(os.path.join(BUILD, "pic-engine")):
         return {}
     agent.SESSIONS = 4 if QUICK else 6
@@ -381,8 +380,8 @@ def sparse_vs_dense(info):
     """The real-engine comparison (module docstring); {} when the engine is missing."""
     import tempfile
 
-    import agent
-    from common import ensure_model
+    from bench import agent
+    from bench.common import ensure_model
     if not os.path.exists(os.path.join(BUILD, "pic-engine")):
         return {}
     agent.SESSIONS = 4 if QUICK else 6

@@ -34,12 +34,10 @@ import os
 import random
 import struct
 import subprocess
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import client  # noqa: E402
-from common import ENGINE, QUICK, ROOT, ServeEngine, ensure_model, machine, table, write_results  # noqa: E402
+from bench import client  # noqa: E402
+from bench.common import ENGINE, QUICK, ROOT, ServeEngine, ensure_model, machine, table, write_results  # noqa: E402
 
 MODEL = os.environ.get("PIC_BENCH_MODEL", os.path.join(ROOT, "models", "mid"))
 MARK = "<|pic_sep|>"

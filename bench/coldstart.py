@@ -22,15 +22,13 @@ settings come from the environment as for any run (e.g. OMP_PROC_BIND=true binds
 thread of a team to its own core: config.omp_proc_bind). Random weights: the figures are about time, not text.
 """
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import QUICK, ServeEngine, ensure_model, machine, table, write_results  # noqa: E402
+from bench.common import QUICK, ServeEngine, ensure_model, machine, table, write_results  # noqa: E402
 
 os.environ.setdefault("AGENT_SET", "quick" if QUICK else "mid-short")
-import agent  # noqa: E402  (its sessions and turns: the quick texts, demo or mid)
+from bench import agent  # noqa: E402  (its sessions and turns: the quick texts, demo or mid)
 
 GAP = float(os.environ.get("COLD_GAP_S", "0.3"))    # idle before a cold turn
 MODEL = agent.MODEL

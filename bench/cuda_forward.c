@@ -66,11 +66,15 @@ main(int argc, char **argv)
         printf("{\"skipped\": \"%s\"}\n", err);
         return 0;
     }
-    if (getenv("PIC_WEIGHTS") == NULL) {
-        setenv("PIC_WEIGHTS", "bf16", 1);
+    /* the device's format unless the operator's $PIC_WEIGHTS names one */
+    pic_weights_format wf;
+
+    if (pic_weights_choose(NULL, be->host, &wf, err, sizeof(err)) != 0) {
+        fprintf(stderr, "cuda_forward: %s\n", err);
+        return 2;
     }
     double t0 = pic_now_s();
-    m = pic_model_load(argv[1], err, sizeof(err));
+    m = pic_model_load_as(argv[1], wf, err, sizeof(err));
     if (m == NULL) {
         fprintf(stderr, "cuda_forward: %s\n", err);
         return 1;

@@ -16,14 +16,12 @@ bandwidth).  Summary: batch8_over_roundrobin (on the largest model run) and per 
 QUICK=1: the demo model only, G = 32, REPEAT = 1; under two minutes.
 """
 import os
-import sys
 import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import client  # noqa: E402
-from common import QUICK, ROOT, ServeEngine, ensure_model, machine, table, write_results  # noqa: E402
+from bench import client  # noqa: E402
+from bench.common import QUICK, ServeEngine, ensure_model, machine, table, write_results  # noqa: E402
 
 MODELS = ["demo"] if QUICK else ["demo", "mid"]
 CONCURRENCY = [1, 2, 4, 8]

@@ -27,8 +27,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PIC_LAB, QUICK, ROOT, ensure_model, machine, table, write_results  # noqa: E402
+from bench.common import PIC_LAB, QUICK, ROOT, ensure_model, machine, table, write_results  # noqa: E402
 
 TINY = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads"]
 MID = os.environ.get("PIC_BENCH_MODEL", os.path.join(ROOT, "models", "mid"))

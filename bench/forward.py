@@ -42,8 +42,7 @@ import time
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 BUILD = os.environ.get("BUILD") or os.environ.get("PIC_BUILD") or "build"
 BUILD = BUILD if os.path.isabs(BUILD) else os.path.join(ROOT, BUILD)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ensure_model, need_binary  # noqa: E402
+from bench.common import ensure_model, need_binary  # noqa: E402
 QUICK = os.environ.get("QUICK", "") not in ("", "0")
 THREADS = int(os.environ.get("THREADS", "0") or 0)
 MODEL = os.path.join(ROOT, "models", "mid")

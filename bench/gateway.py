@@ -37,12 +37,10 @@ import tempfile
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-import gateway_workloads as wl  # noqa: E402
+from bench import common  # noqa: E402
+from bench import gateway_workloads as wl  # noqa: E402
 
-sys.path.insert(0, os.path.join(common.ROOT, "tests"))
-import harness  # noqa: E402  (the processes of the integration tests)
+from tests import harness  # noqa: E402  (the processes of the integration tests)
 
 ROOT = common.ROOT
 BUILD = common.BUILD

@@ -29,13 +29,10 @@ import platform
 import random
 import statistics
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+from bench import common  # noqa: E402
 
-sys.path.insert(0, os.path.join(common.ROOT, "tests", "tools"))
-from make_tokenizer import byte_to_unicode, make_tokenizer  # noqa: E402
+from tests.tools.make_tokenizer import byte_to_unicode, make_tokenizer  # noqa: E402
 
 HELPER = os.path.join(common.BUILD, "bench", "grammar_bench")
 VOCAB = 32000 if common.QUICK else 248044

@@ -27,14 +27,12 @@ import http.client
 import json
 import os
 import random
-import sys
 import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import client  # noqa: E402
-from common import QUICK, ROOT, ServeEngine, ensure_model, machine, table, write_results  # noqa: E402
+from bench import client  # noqa: E402
+from bench.common import QUICK, ROOT, ServeEngine, ensure_model, machine, table, write_results  # noqa: E402
 
 MODEL = os.environ.get("PIC_BENCH_MODEL", os.path.join(ROOT, "models", "demo"))
 MARK = "<|pic_sep|>"

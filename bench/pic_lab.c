@@ -22,12 +22,13 @@
  *   { "dtype": "f32"|"bf16", "ws": [8], "whole": true, "repeat": 1,
  *     "docs": [[ids...], ...],
  *     "requests": [ { "docs": [0, 1], "query": [ids...],
- *                     "modes": ["full", "prefix", "naive", "pic", "pic_ctx"],
- *                     "ws": [0, 8], "compare": true, "teacher": [ids...],
+ *                     "modes": ["full", "prefix", "naive", "pic", "pic_ctx", "blend"],
+ *                     "ws": [0, 8], "rs": [0.15], "compare": true, "teacher": [ids...],
  *                     "greedy": 16, "ideal": true, "logits": false } ] }
  * "pic" runs once per seam width (the request's ws, else the spec's);
  * "pic_ctx" uses oracle entries from the full-context forward (DESIGN §3.3
- * check 1).  Timings are the minimum over `repeat` runs, every mode alike (one
+ * check 1); "blend" (all-attention models) runs once per ratio of "rs"
+ * (default 0.15): selective recompute over the whole entries (blend.h).  Timings are the minimum over `repeat` runs, every mode alike (one
  * pic_assemble call each, state allocated before the timed region).
  */
 #include <errno.h>
@@ -41,6 +42,7 @@
 
 #include "checkpoint.h"
 #include "assemble.h"
+#include "blend.h"
 #include "checkpoint_dp.h"
 #include "drift.h"
 #include "entry.h"
@@ -270,6 +272,7 @@ pic_stats_json(cJSON *o, const pic_assemble_stats *st)
     cJSON_AddNumberToObject(o, "runs", st->n_runs);
     cJSON_AddNumberToObject(o, "composed", st->n_composed);
     cJSON_AddNumberToObject(o, "rejected", st->n_rejected);
+    cJSON_AddNumberToObject(o, "partial", st->n_partial);
     cJSON_AddNumberToObject(o, "compose_flops", st->compose_flops);
     cJSON_AddNumberToObject(o, "t_forward_s", st->t_forward);
     cJSON_AddNumberToObject(o, "t_compose_s", st->t_compose);
@@ -302,7 +305,7 @@ pic_ws_index(const pic_run_ctx *R, int w)
 /* One mode of one request: assemble (repeat times, keep the fastest),
  * compare against ref when given.  Appends an object to arr. */
 static int
-pic_run_mode(pic_run_ctx *R, const char *mode_name, pic_mode mode, int w,
+pic_run_mode(pic_run_ctx *R, const char *mode_name, pic_mode mode, int w, double ratio,
              pic_asm_segment *sg, int n_seg, const int *toks, int n, pic_ref *ref,
              const int *teacher, int nt, int g, int want_logits, pic_state *s,
              float *logits, cJSON *arr, char *err, size_t errlen)
@@ -317,9 +320,15 @@ pic_run_mode(pic_run_ctx *R, const char *mode_name, pic_mode mode, int w,
     if (w >= 0) {
         cJSON_AddNumberToObject(o, "w", w);
     }
+    if (ratio >= 0) {
+        cJSON_AddNumberToObject(o, "r", ratio);
+    }
     best.t_total = DBL_MAX;
     for (int r = 0; r < reps; r++) {
-        if (pic_assemble(m, NULL, s, sg, n_seg, mode, logits, &st, err, errlen) != 0) {
+        if (ratio >= 0 ? pic_assemble_blend(m, NULL, s, sg, n_seg, ratio, logits, &st, err,
+                                            errlen) != 0
+                       : pic_assemble(m, NULL, s, sg, n_seg, mode, logits, &st, err,
+                                      errlen) != 0) {
             return -1;
         }
         if (st.t_total < best.t_total) {
@@ -331,6 +340,8 @@ pic_run_mode(pic_run_ctx *R, const char *mode_name, pic_mode mode, int w,
     char wtag[24] = "";
     if (w >= 0) {
         snprintf(wtag, sizeof(wtag), " w=%d", w);
+    } else if (ratio >= 0) {
+        snprintf(wtag, sizeof(wtag), " r=%.2f", ratio);
     }
     fprintf(stderr, "pic run: %d tokens, %s%s: %.3f s, %d recomputed\n", n, mode_name,
             wtag, best.t_total, best.n_recomputed);
@@ -357,6 +368,9 @@ pic_run_request(pic_run_ctx *R, const cJSON *rq, cJSON *out_arr, char *err,
     const cJSON     *jd = cJSON_GetObjectItemCaseSensitive(rq, "docs");
     const cJSON     *jm = cJSON_GetObjectItemCaseSensitive(rq, "modes");
     const cJSON     *jw = cJSON_GetObjectItemCaseSensitive(rq, "ws");
+    const cJSON     *jr = cJSON_GetObjectItemCaseSensitive(rq, "rs");
+    double           rs[PIC_MAX_WS] = { 0.15 };
+    int              n_rs = 1;
     int             *query = NULL, nq = 0, *teacher = NULL, nt = 0;
     int              n_seg = 0, n = 0, g = pic_json_int(rq, "greedy", 0);
     int              compare = pic_json_int(rq, "compare", 0);
@@ -394,6 +408,12 @@ pic_run_request(pic_run_ctx *R, const cJSON *rq, cJSON *out_arr, char *err,
     } else {
         n_ws = R->n_ws;
         memcpy(ws, R->ws, sizeof(int) * (size_t) n_ws);
+    }
+    if (cJSON_IsArray(jr)) {
+        n_rs = 0;
+        for (const cJSON *x = jr->child; x && n_rs < PIC_MAX_WS; x = x->next) {
+            rs[n_rs++] = x->valuedouble;
+        }
     }
     int nd = cJSON_GetArraySize(jd);
     n_seg = nd + (nq > 0);
@@ -475,18 +495,26 @@ pic_run_request(pic_run_ctx *R, const cJSON *rq, cJSON *out_arr, char *err,
     for (const cJSON *x = jm->child; x != NULL; x = x->next) {
         const char *name = cJSON_IsString(x) ? x->valuestring : "";
         pic_mode    mode;
-        int         is_ctx = !strcmp(name, "pic_ctx");
+        int         is_ctx = !strcmp(name, "pic_ctx"), is_blend = !strcmp(name, "blend");
 
-        if (!is_ctx && pic_mode_parse(name, &mode) != 0) {
+        if (!is_ctx && !is_blend && pic_mode_parse(name, &mode) != 0) {
             snprintf(err, errlen, "unknown mode '%s'", name);
             goto done;
         }
         if (is_ctx) {
             mode = PIC_MODE_PIC;
         }
-        int n_pass = mode == PIC_MODE_PIC ? n_ws : 1;
+        if (is_blend) {
+            mode = PIC_MODE_NAIVE;          /* its entries: the whole ones */
+            if (R->whole == NULL) {
+                snprintf(err, errlen, "blend needs whole entries (spec \"whole\": true)");
+                goto done;
+            }
+        }
+        int n_pass = mode == PIC_MODE_PIC ? n_ws : is_blend ? n_rs : 1;
         for (int p = 0; p < n_pass; p++) {
-            int w = mode == PIC_MODE_PIC ? ws[p] : -1;
+            int    w = mode == PIC_MODE_PIC ? ws[p] : -1;
+            double ratio = is_blend ? rs[p] : -1.0;
             int wi = w >= 0 ? pic_ws_index(R, w) : -1;
 
             if (mode == PIC_MODE_PIC && !is_ctx && wi < 0) {
@@ -523,7 +551,7 @@ pic_run_request(pic_run_ctx *R, const cJSON *rq, cJSON *out_arr, char *err,
                     sg[i].entry = i < nd ? ctx[i] : NULL;
                 }
             }
-            if (pic_run_mode(R, name, mode, w, sg, n_seg, toks, n,
+            if (pic_run_mode(R, name, mode, w, ratio, sg, n_seg, toks, n,
                              compare ? &ref : NULL, teacher, nt, g, want_logits, s,
                              logits, runs, err, errlen) != 0) {
                 goto done;
@@ -580,8 +608,9 @@ done:
 static int
 pic_pic_run(int argc, char **argv)
 {
-    const char  *dir = NULL, *spec = "-";
+    const char  *dir = NULL, *spec = "-", *weights = NULL;
     int          threads = 0, rc = 1;
+    pic_weights_format wf;
     pic_model   *m = NULL;
     cJSON       *j = NULL, *out = NULL;
     pic_run_ctx  R;
@@ -601,13 +630,7 @@ pic_pic_run(int argc, char **argv)
         } else if (!strcmp(a, "--threads")) {
             threads = atoi(v);
         } else if (!strcmp(a, "--weights")) {
-            pic_weights_format wf;
-
-            if (pic_weights_parse(v, &wf) != 0) {
-                fprintf(stderr, "pic-lab run: --weights must be auto, f32, bf16 or q8\n");
-                return 2;
-            }
-            setenv("PIC_WEIGHTS", v, 1);    /* read by pic_model_load */
+            weights = v;
         } else {
             fprintf(stderr, "pic-lab run: unknown option %s\n", a);
             return 2;
@@ -618,6 +641,10 @@ pic_pic_run(int argc, char **argv)
         fprintf(stderr, "usage: pic-lab run --model DIR [--spec FILE] [--threads N] [--weights F]\n");
         return 2;
     }
+    if (pic_weights_choose(weights, 1, &wf, err, sizeof(err)) != 0) {
+        fprintf(stderr, "pic-lab run: %s\n", err);
+        return 2;
+    }
     pic_kernels_set_threads(threads);
     j = pic_read_json(spec, err, sizeof(err));
     if (j == NULL) {
@@ -625,7 +652,7 @@ pic_pic_run(int argc, char **argv)
         return 2;
     }
     double t0 = pic_now_s();
-    m = pic_model_load(dir, err, sizeof(err));
+    m = pic_model_load_as(dir, wf, err, sizeof(err));
     if (m == NULL) {
         fprintf(stderr, "pic-lab run: %s\n", err);
         goto done;

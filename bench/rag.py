@@ -44,11 +44,10 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("AGENT_SET", "quick")     # agent.py's short loop, its demo texts
-from common import QUICK, ensure_model, machine, table, write_results  # noqa: E402
-import agent  # noqa: E402  (its Gateway, post, pct and agent loop)
-import gateway_workloads  # noqa: E402
+from bench.common import QUICK, ensure_model, machine, table, write_results  # noqa: E402
+from bench import agent  # noqa: E402  (its Gateway, post, pct and agent loop)
+from bench import gateway_workloads  # noqa: E402
 
 MODEL = os.environ.get("RAG_MODEL", "demo")
 N_RAG = int(os.environ.get("RAG_REQUESTS", "20" if QUICK else "30"))

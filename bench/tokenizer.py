@@ -28,8 +28,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 BUILD = os.path.join(ROOT, os.environ.get("PIC_BUILD", os.environ.get("BUILD", "build")))
 ENGINE = os.path.join(BUILD, "pic-engine")
 QUICK = os.environ.get("QUICK", "0") not in ("", "0")
-sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
-from make_tokenizer import make_tokenizer  # noqa: E402
+from tests.tools.make_tokenizer import make_tokenizer  # noqa: E402
 
 EXTRA = ("我们今天去公园散步，天气非常好。机器学习是人工智能的一个分支。\n"
          "日本語のテキストも含まれています。한국어 문장도 포함되어 있습니다.\n"

@@ -19,8 +19,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import PIC_LAB, QUICK, ensure_model, machine, write_results  # noqa: E402
+from bench.common import PIC_LAB, QUICK, ensure_model, machine, write_results
 
 MODEL = os.environ.get("PIC_BENCH_MODEL", "mid-granite-h")
 

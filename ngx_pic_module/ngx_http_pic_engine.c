@@ -1026,6 +1026,22 @@ ngx_http_pic_probe_read(ngx_event_t *rev)
  * Returns 1 when the engine at this address changed or restarted.
  */
 
+/* An engine's /status seam width as kept (index.h: width + 1, or
+ * NGX_HTTP_PIC_SEAM_OFF for "off"); dflt when it says neither. */
+static ngx_uint_t
+ngx_http_pic_engine_seam(const cJSON *j, ngx_uint_t dflt)
+{
+    if (cJSON_IsString(j) && ngx_strcmp(j->valuestring, "off") == 0) {
+        return NGX_HTTP_PIC_SEAM_OFF;
+    }
+
+    if (cJSON_IsNumber(j) && j->valuedouble >= 0 && j->valuedouble <= 1024) {
+        return (ngx_uint_t) j->valuedouble + 1;
+    }
+
+    return dflt;
+}
+
 static ngx_uint_t
 ngx_http_pic_probe_learn_locked(ngx_http_pic_engine_sh_t *e, cJSON *doc)
 {
@@ -1098,17 +1114,11 @@ ngx_http_pic_probe_learn_locked(ngx_http_pic_engine_sh_t *e, cJSON *doc)
     if (cJSON_IsObject(obj)) {
         sub = cJSON_GetObjectItemCaseSensitive(obj, "seam");
 
-        if (cJSON_IsNumber(sub) && sub->valuedouble >= 0
-            && sub->valuedouble <= 1024)
-        {
-            e->seam = (ngx_uint_t) sub->valuedouble + 1;
-        }
+        e->seam = ngx_http_pic_engine_seam(sub, e->seam);
 
         sub = cJSON_GetObjectItemCaseSensitive(obj, "seam_doc");
 
-        e->seam_doc = (cJSON_IsNumber(sub) && sub->valuedouble >= 0
-                       && sub->valuedouble <= 1024)
-                      ? (ngx_uint_t) sub->valuedouble + 1 : e->seam;
+        e->seam_doc = ngx_http_pic_engine_seam(sub, e->seam);
 
         sub = cJSON_GetObjectItemCaseSensitive(obj, "seam_source");
 

@@ -34,6 +34,10 @@
 #define NGX_HTTP_PIC_SEAM_UNKNOWN     0
 #define NGX_HTTP_PIC_SEAM_DEFAULT     1        /* 8, nothing said */
 #define NGX_HTTP_PIC_SEAM_FLAG        2        /* --seam */
+
+/* an engine's seam "width" for a class it recomputes (--seam off, or a
+ * calibration that met its bound at no width) */
+#define NGX_HTTP_PIC_SEAM_OFF         ((ngx_uint_t) -1)
 #define NGX_HTTP_PIC_SEAM_CALIBRATION 3        /* pic-engine calibrate's file */
 
 /* first sightings (ngx_http_pic_index_seen_*): a direct-mapped table, as
@@ -77,7 +81,8 @@ typedef struct {
     ngx_int_t                    dialect;      /* its chat template, or -1 */
     ngx_uint_t                   cache;        /* NGX_HTTP_PIC_CACHE_* */
     ngx_uint_t                   break_even;   /* its L*, tokens; 0: unknown */
-    ngx_uint_t                   seam;         /* its seam width + 1; 0: unknown */
+    ngx_uint_t                   seam;         /* its seam width + 1; 0: unknown;
+                                                * NGX_HTTP_PIC_SEAM_OFF: recomputed */
     ngx_uint_t                   seam_doc;     /* that of client-delimited documents + 1 */
     ngx_uint_t                   seam_source;  /* NGX_HTTP_PIC_SEAM_* */
     time_t                       started;      /* now - its uptime */

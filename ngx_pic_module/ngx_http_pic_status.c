@@ -475,6 +475,17 @@ ngx_http_pic_status_snapshot(ngx_http_request_t *r,
 }
 
 
+/* An engine's seam as JSON at p: its width, "off" or null (unknown). */
+static u_char *
+ngx_http_pic_status_seam(u_char *p, ngx_uint_t seam)
+{
+    if (seam == NGX_HTTP_PIC_SEAM_OFF) {
+        return ngx_cpymem(p, "\"off\"", 5);
+    }
+
+    return seam ? ngx_sprintf(p, "%ui", seam - 1) : ngx_cpymem(p, "null", 4);
+}
+
 static ngx_buf_t *
 ngx_http_pic_status_json(ngx_http_request_t *r,
     ngx_http_pic_status_snapshot_t *s)
@@ -610,11 +621,10 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
                         ngx_http_pic_seam_sources[e->seam_source
                                                   <= NGX_HTTP_PIC_SEAM_CALIBRATION
                                                   ? e->seam_source : 0]);
-        p = e->seam ? ngx_sprintf(p, "%ui", e->seam - 1)
-                    : ngx_cpymem(p, "null", 4);
+        p = ngx_http_pic_status_seam(p, e->seam);
         p = ngx_cpymem(p, ",\"seam_doc\":", sizeof(",\"seam_doc\":") - 1);
-        p = e->seam_doc ? ngx_sprintf(p, "%ui}", e->seam_doc - 1)
-                        : ngx_cpymem(p, "null}", 5);
+        p = ngx_http_pic_status_seam(p, e->seam_doc);
+        p = ngx_cpymem(p, "}", 1);
     }
 
     p = ngx_cpymem(p, "]", 1);

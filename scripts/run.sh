@@ -27,7 +27,7 @@ trap cleanup INT TERM EXIT
 
 if [ ! -f "$MODEL/config.json" ] && [ "$(basename "$MODEL")" = demo ] && [ -f tests/tools/make_models.py ]; then
   echo "creating the demo model in $MODEL (first run only)"
-  .venv/bin/python tests/tools/make_models.py --preset demo --out "$(dirname "$MODEL")"
+  .venv/bin/python -m tests.tools.make_models --preset demo --out "$(dirname "$MODEL")"
 fi
 [ -e "$MODEL" ] || [ "$(basename "$MODEL")" != SmolLM2-135M-Instruct.Q4_1.gguf ] || scripts/models.sh
 model_args=()

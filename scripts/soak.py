@@ -28,8 +28,7 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-import harness  # noqa: E402
+from tests import harness  # noqa: E402
 
 if harness.ASAN:
     # the sanitizer settings of scripts/test.sh (make test-asan): nginx's own

@@ -1,6 +1,7 @@
 """Real processes for integration tests and benchmarks: nginx with the module,
 pic-engine, redis-server (tests/integration/conftest.py's fixtures, bench/agent.py's
-gateway mode, bench/gateway.py, bench/accuracy.py, scripts/soak.py: add tests/ to sys.path).
+gateway mode, bench/gateway.py, bench/accuracy.py, scripts/soak.py: `from tests import
+harness`, the repository root being on the venv's path).
 
 Every process listens on a loopback port chosen at run time, writes its log
 under the test's own log directory (kept for the report), and is stopped even

@@ -14,7 +14,7 @@ value is one of those facts."""
 import bisect
 import re
 
-import tasks
+from train import tasks
 
 FIELDS = ["order_id", "status", "total", "items", "warehouse", "name", "user_id",
           "team", "room", "tracking_id", "depot", "eta_days"]

@@ -8,7 +8,7 @@ position that predicts the answer (the lookup's query).  Positions: --at value (
 value's first token), before (the token before it), attr (the attribute's last
 word in the fact sentence: the probe's own check, the attribute is there).
 
-    .venv-oracle/bin/python train/binding_probe.py models/pic-qa --layer 7 --at value
+    .venv-oracle/bin/python -m train.binding_probe models/pic-qa --layer 7 --at value
 """
 import argparse
 import os
@@ -16,9 +16,8 @@ import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 
-import tasks   # noqa: E402
+from train import tasks   # noqa: E402
 
 
 def collect(model, tok, n, layer, at):
@@ -83,7 +82,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args(argv)
     import json
-    import heldout
+    from train import heldout
     model, tok, _ = heldout.load(a.ckpt, a.threads)
     keys, queries, k = collect(model, tok, a.n, a.layer, a.at)
     print(json.dumps({"ckpt": a.ckpt, "layer": a.layer, "at": a.at, "n": a.n,

@@ -23,9 +23,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
 
-import tasks   # noqa: E402
+from train import tasks   # noqa: E402
 
 
 def main(argv=None):

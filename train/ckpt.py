@@ -14,12 +14,10 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
-sys.path.insert(0, HERE)
 
-import make_models as mm          # noqa: E402
-import make_tokenizer as mt       # noqa: E402
-import tasks                      # noqa: E402
+from tests.tools import make_models as mm          # noqa: E402
+from tests.tools import make_tokenizer as mt       # noqa: E402
+from train import tasks                      # noqa: E402
 
 L, F = mm.L, mm.F
 

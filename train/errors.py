@@ -16,8 +16,8 @@ the answer's first token right and went on copying another value that begins the
 same way (`continued_twin`), and a tool item's by where it asks (`by_asked`: with
 the request, before the results, or after them).
 
-    .venv-oracle/bin/python train/errors.py models/pic-qa --level 0 --n 100 --tasks single,distract,tool
-    .venv-oracle/bin/python train/errors.py models/pic-qa --level 0 --first 1000 --n 400 --tasks single
+    .venv-oracle/bin/python -m train.errors models/pic-qa --level 0 --n 100 --tasks single,distract,tool
+    .venv-oracle/bin/python -m train.errors models/pic-qa --level 0 --first 1000 --n 400 --tasks single
 
 Prints a JSON summary (one line per task) and, with --items FILE, every item's record.
 """
@@ -28,10 +28,9 @@ import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 
-import ckpt    # noqa: E402
-import tasks   # noqa: E402
+from train import ckpt    # noqa: E402
+from train import tasks   # noqa: E402
 
 
 def lev(a, b):
@@ -117,7 +116,7 @@ def kind(ans):
 
 def analyse(model, tok, eos, task, seed, level):
     import torch
-    import train
+    from train import train
     it = tasks.item(task, seed, level)
     ids, a0 = train.encode_item(tok, it, eos)
     with torch.no_grad():
@@ -273,7 +272,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--items", help="write every item's record here (jsonl)")
     a = ap.parse_args(argv)
-    import heldout
+    from train import heldout
     model, tok, eos = heldout.load(a.ckpt, a.threads)
     fo = open(a.items, "w") if a.items else None
     for task in a.tasks.split(","):

@@ -53,7 +53,7 @@ have=$("$PY" -c "import json; print(json.load(open('models/pic-qa/train_state.js
 PRESET=${PRESET:-$have}
 if [ ! -f "$RUN/state.pt" ]; then
   if [ "$have" != "$PRESET" ]; then
-    "$PY" train/grow.py models/pic-qa "$RUN/state.pt" --preset "$PRESET"
+    "$PY" -m train.grow models/pic-qa "$RUN/state.pt" --preset "$PRESET"
   else
     cp models/pic-qa/* "$RUN/release/"
     RESUME=--resume-from-release
@@ -71,7 +71,7 @@ GPU_ARGS=(--device "$DEVICE" --workers 12 --threads 4 --stream 2 --level 1 --max
   --eval-level 0 --eval-tasks single,distract,tool --eval-n 100
   --eval-every "$(awk "BEGIN { print $MIN / 3.2 }")" --log-every 40 --seed 1234)
 
-"$PY" train/train.py --run "$RUN" --out "$RUN/release" --minutes "$MIN" \
+"$PY" -m train.train --run "$RUN" --out "$RUN/release" --minutes "$MIN" \
   "${GPU_ARGS[@]}" ${RESUME:-} "$@" 2>&1 | grep -v "falling back to its reference" | tee "$OUT/train.log"
 
 rm -rf "$RUN/out"
@@ -79,7 +79,7 @@ mkdir -p "$RUN/out/best" "$RUN/out/final"
 if [ -f "$RUN/release/model.safetensors" ]; then
   cp "$RUN/release/model.safetensors" "$RUN/release/train_state.json" "$RUN/out/best/"
 fi
-"$PY" train/release.py "$RUN/state.pt" "$RUN/final" --like "$RUN/release" 2>&1 \
+"$PY" -m train.release "$RUN/state.pt" "$RUN/final" --like "$RUN/release" 2>&1 \
   | grep -v "falling back to its reference"
 for f in config.json generation_config.json model.safetensors train_state.json train_log.jsonl; do
   cp "$RUN/final/$f" "$RUN/out/final/"

@@ -9,7 +9,7 @@ STATE_IN is a train.py state (state.pt) or a release checkpoint directory
 Run L10 (session 9): L9's step-7,400 state (h128x4) grown to h128x8 and resumed
 with train.py (train/README.md):
 
-    .venv-oracle/bin/python train/grow.py train/run/L9/snap/t124211.pt train/run/L10/state.pt
+    .venv-oracle/bin/python -m train.grow train/run/L9/snap/t124211.pt train/run/L10/state.pt
 
 The new preset's first layers take the old state's layers as they are; each
 added layer is a copy of the old layer of the same type at the same position in
@@ -24,19 +24,19 @@ continue; its preset becomes the new one.
 
 Deeper by one group (h256x8 -> h256x12, a third attention layer; session 19):
 
-    .venv-oracle/bin/python train/grow.py train/run/W6/state.pt train/run/D1/state.pt --preset h256x12
+    .venv-oracle/bin/python -m train.grow train/run/W6/state.pt train/run/D1/state.pt --preset h256x12
 
 Ungrouped (more key-value heads, the same query heads: each new KV head a
 copy of the one its query heads shared, so repeat_kv hands every query head
 the same keys and values as before; exact; AdamW moments copied alike; the
 step 22,818 release to h256x8k, session 22):
 
-    .venv-oracle/bin/python train/grow.py models/pic-qa train/run/K1/state.pt --preset h256x8k
+    .venv-oracle/bin/python -m train.grow models/pic-qa train/run/K1/state.pt --preset h256x8k
 
 Wider (same layer types, larger H / heads / I; the step 11,353 release grown
 from h128x8 to h256x8 for a lent GPU, train/README.md):
 
-    .venv-oracle/bin/python train/grow.py models/pic-qa train/run/W1/state.pt --preset h256x8
+    .venv-oracle/bin/python -m train.grow models/pic-qa train/run/W1/state.pt --preset h256x8
 
 The old weights become the leading block of every new tensor (old heads first,
 old residual and MLP units first); the new residual units start at zero: the
@@ -59,9 +59,8 @@ import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 
-import ckpt     # noqa: E402
+from train import ckpt     # noqa: E402
 
 ZEROED = ("linear_attn.out_proj.weight", "self_attn.o_proj.weight", "mlp.down_proj.weight")
 
@@ -214,7 +213,7 @@ def load_any(path, tok):
     """(model state dict, st counters, opt state or None) of a train.py state or a
     release checkpoint directory."""
     import torch
-    import train
+    from train import train
     if os.path.isdir(path):
         with open(os.path.join(path, "train_state.json")) as f:
             rel = json.load(f)
@@ -240,7 +239,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
 
     import torch
-    import train
+    from train import train
     old_sd, old_st, old_opt = load_any(a.state_in, a.tok)
     old_preset = old_st.get("preset", ckpt.LEGACY_PRESET)
     ckpt.use_preset(old_preset)

@@ -7,7 +7,7 @@ match compares the greedy answer's decoded text with the item's answer
 by other token ids than the answer's own counts right ("tf_exact_match": the
 teacher-forced count of the training log, which does not).
 
-    .venv-oracle/bin/python train/heldout.py models/pic-qa --level -1 --n 100 --tasks single
+    .venv-oracle/bin/python -m train.heldout models/pic-qa --level -1 --n 100 --tasks single
 """
 import argparse
 import json
@@ -15,16 +15,15 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 
-import ckpt    # noqa: E402
-import tasks   # noqa: E402
+from train import ckpt    # noqa: E402
+from train import tasks   # noqa: E402
 
 
 def load(ckpt_dir, threads):
     """(model fp32 in eval mode, tokenizer, id of <|im_end|>) of a release checkpoint."""
     import torch
-    import fastgdn
+    from train import fastgdn
     from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM
     fastgdn.patch()
@@ -48,7 +47,7 @@ def main(argv=None):
                     help="write the exact match into CKPT/train_state.json (heldout, "
                          "heldout_level, heldout_n, heldout_digit_acc)")
     a = ap.parse_args(argv)
-    import train
+    from train import train
     model, tok, eos = load(a.ckpt, a.threads)
     rec = {"ckpt": a.ckpt, "level": a.level, "n": a.n}
     if a.first:

@@ -9,7 +9,7 @@ the same segments) decodes each greedily, and the probe counts which document's 
 each mode answered (first, middle, last document, or none) and how often naive and
 PIC answer as full recompute does (tasks.answer_ok).  Needs build/pic-lab.
 
-    .venv/bin/python train/latest_probe.py [--model models/pic-qa] [--n 150]
+    .venv/bin/python -m train.latest_probe [--model models/pic-qa] [--n 150]
 """
 import argparse
 import collections
@@ -21,11 +21,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-import errors   # noqa: E402
-import tasks    # noqa: E402
+from train import errors   # noqa: E402
+from train import tasks    # noqa: E402
 
 
 def probe_item(seed):
@@ -57,7 +55,7 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=150)
     ap.add_argument("--build", default=os.environ.get("PIC_BUILD", "build"))
     a = ap.parse_args(argv)
-    import accuracy
+    from bench import accuracy
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(os.path.join(a.model, "tokenizer.json"))
     eos = tok.token_to_id("<|im_end|>")

@@ -9,7 +9,7 @@ separators its ":" and " " ids, so what is learned is in the embeddings the
 released model uses.  The sequences are tasks.raw_item()'s (the raw-token levels
 train.py trains), so a probe and the curriculum see the same data.
 
-    OMP_WAIT_POLICY=PASSIVE .venv-oracle/bin/python train/recall_probe.py \
+    OMP_WAIT_POLICY=PASSIVE .venv-oracle/bin/python -m train.recall_probe \
         --preset h128x4 --shapes adj:1,sep:1 --minutes 15 --lr 3e-3
 
 --shapes: raw-level names with weights (the share of each batch); held-out
@@ -25,10 +25,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
 
-import ckpt    # noqa: E402
-import tasks   # noqa: E402
+from train import ckpt    # noqa: E402
+from train import tasks   # noqa: E402
 
 
 def main(argv=None):
@@ -57,8 +56,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
 
     import torch
-    import fastgdn
-    import train
+    from train import fastgdn
+    from train import train
     from tokenizers import Tokenizer
     fastgdn.patch()
     torch.set_num_threads(1)

@@ -7,7 +7,7 @@ when the evaluation beats the state's best), in the layout train.py writes
 recorded at that step) and the logs up to that step as train_log.jsonl (--log, in
 order: the runs the state descends from, each a `start` record and what followed).
 
-    .venv-oracle/bin/python train/release.py train/run/L9/state.pt /tmp/rel \
+    .venv-oracle/bin/python -m train.release train/run/L9/state.pt /tmp/rel \
         --log train/run/L8/log.jsonl --log train/run/L9/log.jsonl
 
 Then `heldout.py OUT --record` measures it (all tasks) into train_state.json.
@@ -20,9 +20,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
 
-import ckpt    # noqa: E402
+from train import ckpt    # noqa: E402
 
 
 def default_log(state):
@@ -46,7 +45,7 @@ def main(argv=None):
                     help="a release whose tokenizer files are the state's")
     a = ap.parse_args(argv)
     import torch
-    import train
+    from train import train
     s = torch.load(a.state, weights_only=False, map_location="cpu")
     st = s["st"]
     os.makedirs(a.out, exist_ok=True)

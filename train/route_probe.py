@@ -6,7 +6,7 @@ token is predicted again; per set, how many held-out single-hop items greedy dec
 answers right keep their first token right (and how many it answers wrong get it).
 A set whose zeroing keeps the right answers is not where the lookup happens.
 
-    .venv-oracle/bin/python train/route_probe.py models/pic-qa --zero 3,7 --zero 0,1,2
+    .venv-oracle/bin/python -m train.route_probe models/pic-qa --zero 3,7 --zero 0,1,2
 """
 import argparse
 import json
@@ -14,16 +14,15 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 
-import tasks   # noqa: E402
+from train import tasks   # noqa: E402
 
 
 def first_tokens(model, tok, items, zero):
     """[argmax of the first answer token] of items with the mixers of the layers in
     `zero` zeroed at the last prompt position (route.RouteDrop's hooks)."""
     import torch
-    import route
+    from train import route
     drop = route.RouteDrop(model, zero, 1.0)
     out = []
     try:
@@ -47,8 +46,8 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=150)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args(argv)
-    import heldout
-    import train
+    from train import heldout
+    from train import train
     model, tok, eos = heldout.load(a.ckpt, a.threads)
     items = [tasks.item("single", s, 0) for s in range(a.first, a.first + a.n)]
     ok = [tasks.answer_ok(train.greedy_text(model, tok, tok.encode(tasks.prompt_text(it)).ids,

@@ -4,7 +4,7 @@ every tensor the weighted mean of the same tensor in each, in f32, stored in
 the first one's dtype; the other files copied from the first, its
 train_state.json with a "soup" record of the ingredients.
 
-    .venv-oracle/bin/python train/soup.py OUT models/pic-qa train/run/A1/rel \
+    .venv-oracle/bin/python -m train.soup OUT models/pic-qa train/run/A1/rel \
         train/run/T1/rel=2
 
 An ingredient may carry a weight (PATH=W, default 1).  Session 26: the mean

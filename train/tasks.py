@@ -71,7 +71,7 @@ _PROSE = None
 def prose():
     """Sorted list of prose paragraphs (120-700 ASCII chars, one line each) from
     the standard library's docstrings; or the lines of the file $PIC_PROSE (a dump
-    of this list made by `python3 train/tasks.py --dump-prose FILE`, so another
+    of this list made by `python3 -m train.tasks --dump-prose FILE`, so another
     Python version makes the same items)."""
     global _PROSE
     if _PROSE is None and os.environ.get("PIC_PROSE"):

@@ -45,10 +45,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
 
-import ckpt    # noqa: E402
-import tasks   # noqa: E402
+from train import ckpt    # noqa: E402
+from train import tasks   # noqa: E402
 
 MIX = ["single", "distract", "tool", "multihop", "shift", "single", "distract", "tool"]
 
@@ -641,7 +640,7 @@ def main(argv=None):
     import random
     import torch
     from tokenizers import Tokenizer
-    import fastgdn
+    from train import fastgdn
     fastgdn.patch()
     torch.set_num_threads(a.threads)
     os.makedirs(a.run, exist_ok=True)
@@ -683,12 +682,12 @@ def main(argv=None):
                             weight_decay=a.wd)
     route = None
     if a.route_drop:
-        import route as route_mod
+        from train import route as route_mod
         route = route_mod.RouteDrop(model, [int(x) for x in a.route_layers.split(",")],
                                     a.route_drop, a.seed)
     bind, opt_b = None, None
     if a.bind_w:            # its heads and their optimizer: training state, not the release
-        import binding
+        from train import binding
         bind = binding.Binder(tok, model.config.hidden_size,
                               [int(x) for x in a.bind_layers.split(",")], a.bind_w)
         opt_b = torch.optim.AdamW(bind.heads.parameters(), lr=10 * a.lr, betas=(0.9, 0.95),

@@ -22,4 +22,4 @@ if ! "$PY" -c "import torch, transformers, tokenizers, safetensors, numpy" 2>/de
   # shellcheck disable=SC2086
   "$VENV/bin/pip" install -q --disable-pip-version-check $REQS
 fi
-exec nice -n "${NICE:-15}" "$PY" train/train.py --resume-from-release "$@"
+exec nice -n "${NICE:-15}" "$PY" -m train.train --resume-from-release "$@"

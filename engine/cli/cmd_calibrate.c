@@ -294,6 +294,17 @@ calib_write(const char *path, const cJSON *doc)
 }
 
 /* Print class c's figures at every width, row `chosen` marked (-1: none). */
+/* "w = N", or "recomputed" for PIC_CALIB_RECOMPUTE, into out (n bytes). */
+static void
+calib_width(char *out, size_t n, int w)
+{
+    if (w == PIC_CALIB_RECOMPUTE) {
+        snprintf(out, n, "recomputed");
+    } else {
+        snprintf(out, n, "w = %d", w);
+    }
+}
+
 static void
 calib_table(const char *title, const pic_calib_class *c, const pic_calib_opts *o, int chosen)
 {
@@ -436,6 +447,7 @@ pic_cmd_calibrate(int argc, char **argv)
     cfg.split_parts = 1;
     cfg.keys = &keys;
     cfg.min_pic_bytes = (size_t) min_segment;
+    cfg.unmarked_docs = 1;          /* serve cuts unmarked documents apart too */
     if (calib_read(prompts, &cfg, tok, &cs) != 0) {
         goto done;
     }
@@ -448,7 +460,7 @@ pic_cmd_calibrate(int argc, char **argv)
     }
     calib_table("every PIC segment at w", &res.all, &o, res.chosen);
     if (!res.met) {
-        fprintf(stderr, "no width is within the bound %.2g; chose the least drift, w = %d\n",
+        fprintf(stderr, "no width is within the bound %.2g (least drift at w = %d)\n",
                 o.kl_bound, res.all.rows[res.chosen].w);
     }
     calib_table("client-delimited documents alone at w (the rest recomputed)", &res.doc, &o,
@@ -456,11 +468,23 @@ pic_cmd_calibrate(int argc, char **argv)
     calib_table("the other PIC segments alone at w (documents recomputed)", &res.other, &o,
                 -1);
     if (res.have_split) {
-        fprintf(stderr, "documents w = %d, the others w = %d: KL mean %.2e (estimated %.2e), "
-                "same answer %.3f, from entries %.3f: %s\n", res.split_w_doc, res.split.w,
+        char wd[16], wo[16];
+
+        calib_width(wd, sizeof(wd), res.split_w_doc);
+        calib_width(wo, sizeof(wo), res.split.w);
+        fprintf(stderr, "documents %s, the others %s: KL mean %.2e (estimated %.2e), "
+                "same answer %.3f, from entries %.3f: %s\n", wd, wo,
                 res.split.kl_mean, res.split_estimate, res.split.greedy_same,
                 res.split.pic_share, res.split_met ? "within the bound, served"
                                                    : "above the bound, not served");
+    }
+    if (res.w == PIC_CALIB_RECOMPUTE || res.w_doc == PIC_CALIB_RECOMPUTE) {
+        char wd[16], wo[16];
+
+        calib_width(wd, sizeof(wd), res.w_doc);
+        calib_width(wo, sizeof(wo), res.w);
+        fprintf(stderr, "served: documents %s, the other PIC segments %s (a recomputed class "
+                "is served exactly: no width kept its drift within the bound)\n", wd, wo);
     }
     char mname[256];
     pic_model_dir_name(co.model, mname, sizeof(mname));

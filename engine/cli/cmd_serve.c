@@ -53,9 +53,10 @@ serve_usage(FILE *f)
         "  --prefix-block N        prefix tree block in tokens (default 64)\n"
         "  --checkpoints M         recurrent checkpoints per prefix-tree edge (path between\n"
         "                          branch points; default 4)\n"
-        "  --seam N                seam width of PIC entries (default: the calibration's,\n"
+        "  --seam N|off            seam width of PIC entries; off: PIC segments recomputed\n"
+        "                          (exact prefix reuse only; default: the calibration's,\n"
         "                          else 8)\n"
-        "  --seam-doc N            seam width of client-delimited documents (default: the\n"
+        "  --seam-doc N|off        that of client-delimited documents (default: the\n"
         "                          calibration's, else --seam's)\n"
         "  --calibration FILE      seam widths from this file of `pic-engine calibrate`\n"
         "                          (default: DIR/pic_calibration.json, or FILE without\n"
@@ -214,6 +215,10 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_CKPT: case OPT_CBYTES:
             break;
         default: serve_usage(stderr); return 2;
+        }
+        if ((c == OPT_SEAM || c == OPT_SEAMDOC) && strcmp(optarg, "off") == 0) {
+            *(c == OPT_SEAM ? &opts.seam : &opts.seam_doc) = PIC_SEAM_OFF;
+            continue;
         }
         v = serve_number(optarg, max);
         if (v < 0) {

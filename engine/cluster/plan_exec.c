@@ -271,6 +271,12 @@ pic_plan_seam(const pic_plan_ctx *ctx, uint32_t flags)
     return (flags & PIC_SEG_FLAG_DOC) ? &ctx->seam_doc : &ctx->seam;
 }
 
+int
+pic_plan_recomputes(const pic_plan_ctx *ctx, uint32_t flags)
+{
+    return (flags & PIC_SEG_FLAG_DOC) ? ctx->recompute_doc : ctx->recompute;
+}
+
 void
 pic_plan_defer(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m)
 {
@@ -286,7 +292,7 @@ pic_plan_defer(const pic_plan_ctx *ctx, pic_plan_job *pj, const pic_model *m)
         int             *ids;
 
         if (g->kind != PIC_SEG_PIC || !(g->flags & (PIC_SEG_FLAG_DOC | PIC_SEG_FLAG_AHEAD))
-            || g->entry != NULL
+            || pic_plan_recomputes(ctx, g->flags) || g->entry != NULL
             || !pic_plan_after_exact(pj, g,
                                      pic_entry_head(&m->cfg, pic_plan_seam(ctx, g->flags)->w))
             || g->n_ids == 0
@@ -511,6 +517,9 @@ pic_plan_resolve(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const pic_mod
     if (g->n_ids == 0 || g->kind == PIC_SEG_DYNAMIC) {
         return 0;
     }
+    if (!build_all && !whole && pic_plan_recomputes(ctx, g->flags)) {
+        return 0;
+    }
     if (!build_all && (ctx->mode == PIC_MODE_FULL
                        || (ctx->mode == PIC_MODE_PREFIX && !whole))) {
         return 0;
@@ -591,7 +600,8 @@ pic_plan_resolve_exact(const pic_plan_ctx *ctx, pic_plan_job *pj, int i, const p
     const pic_entry_opts *so = pic_plan_seam(ctx, g->flags);
 
     g->source = PIC_SRC_RECOMPUTE;
-    if (g->n_ids == 0 || g->kind != PIC_SEG_PIC || ctx->mode == PIC_MODE_PREFIX) {
+    if (g->n_ids == 0 || g->kind != PIC_SEG_PIC || ctx->mode == PIC_MODE_PREFIX
+        || pic_plan_recomputes(ctx, g->flags)) {
         return 0;
     }
     e = pic_plan_lookup(ctx, m, g, ctx->mode == PIC_MODE_PIC, 0);

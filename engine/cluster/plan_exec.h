@@ -206,6 +206,10 @@ typedef struct {
     pic_entry_opts    seam;             /* PIC segments: w, dtype */
     pic_entry_opts    seam_doc;         /* those of them that are client-delimited
                                          * documents (PIC_SEG_FLAG_DOC) */
+    int               recompute;        /* 1: PIC segments other than documents are
+                                         * recomputed (the calibration met its bound
+                                         * at no width: served wrong otherwise) */
+    int               recompute_doc;    /* 1: documents are */
     pic_pool         *pool;
     pic_registry     *reg;              /* NULL: no index */
     pic_prefix_cache *prefix;           /* NULL: no exact-first (pic-only modes) */
@@ -236,6 +240,10 @@ typedef enum {
 /* The seam entry options of a segment with flags (PIC_SEG_FLAG_*) under
  * ctx: seam_doc for a client-delimited document, else seam. */
 const pic_entry_opts *pic_plan_seam(const pic_plan_ctx *ctx, uint32_t flags);
+
+/* 1 when segments with flags are recomputed under ctx rather than served
+ * from entries (recompute / recompute_doc). */
+int pic_plan_recomputes(const pic_plan_ctx *ctx, uint32_t flags);
 
 /* Name of phase i of pic_plan_job.t_ns ("tokenize", "restore", …). */
 const char *pic_plan_phase_name(int i);

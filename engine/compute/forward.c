@@ -237,7 +237,10 @@ pic_forward_layers(const pic_model *m, const pic_backend *be, pic_ws *w,
     }
     pic_ws_put(be, w->pos, w->h_pos, (size_t) nb * sizeof(int));
 
-    for (int l = 0; l < c->n_layers; l++) {
+    int nl = hooks != NULL && hooks->layers > 0 && hooks->layers < c->n_layers
+             ? hooks->layers : c->n_layers;
+
+    for (int l = 0; l < nl; l++) {
         const pic_layer_weights *lw = &m->w.layers[l];
 
         float                   *res;
@@ -308,6 +311,14 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
     if (s->be != be && !(s->be->host && be->host)) {
         snprintf(err, errlen, "%s: state on backend %s, forward on %s", __func__,
                  s->be->name, be->name);
+        if (sp != &one) {
+            free(sp);
+        }
+        return -1;
+    }
+    if (hooks != NULL && hooks->layers > 0 && mode != PIC_LOGITS_NONE) {
+        snprintf(err, errlen, "%s: logits asked of a pass through some layers only",
+                 __func__);
         if (sp != &one) {
             free(sp);
         }

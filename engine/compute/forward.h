@@ -73,6 +73,11 @@ typedef struct {
      * s->conv[layer] to cut position cuts[cut] (read them, change
      * nothing).  Called once per layer and cut, in position order. */
     void (*on_cut)(void *user, int layer, int cut);
+    /* > 0: only layers [0, layers) run (selective recompute's selection
+     * pass: the attention layers among them write K/V at the run's
+     * positions, the layers above are untouched); no logits may be asked.
+     * 0: every layer. */
+    int layers;
     /* Mamba2 layer `layer` is about to advance its state over tokens
      * p0..p0+a->n−1 (as on_gdn: a->S the entering state, a->y NULL). */
     void (*on_ssd)(void *user, int layer, int p0, const pic_ssd_args *a);

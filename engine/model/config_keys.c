@@ -401,6 +401,26 @@ cfg_rope_scale(pic_cfg_ctx *c, pic_config *cfg, int scalings)
         cfg_rope_llama3(&cfg->rope, (float) factor, (float) low, (float) high, (float) old);
         return 0;
     }
+    if (strcmp(type, "freq_factors") == 0 && (scalings & PIC_ROPE_SCALE_LLAMA3)) {
+        /* llama3 scaling as a GGUF file holds it (gguf_model.c): one divisor
+         * per frequency, as llama.cpp's rope applies it */
+        const cJSON *fa = cJSON_GetObjectItemCaseSensitive(o, "factors");
+        int          i = 0;
+
+        if (!cJSON_IsArray(fa) || cJSON_GetArraySize(fa) != cfg->rope.dim / 2) {
+            pic_cfg_err(c, "rope_type 'freq_factors' needs %d factors (rotary dims / 2)",
+                        cfg->rope.dim / 2);
+            return -1;
+        }
+        for (const cJSON *f = fa->child; f != NULL; f = f->next, i++) {
+            if (!cJSON_IsNumber(f) || !(f->valuedouble > 0.0 && f->valuedouble < 1e6)) {
+                pic_cfg_err(c, "rope factor %d must be a number in (0, 1e6)", i);
+                return -1;
+            }
+            cfg->rope.inv_freq[i] /= (float) f->valuedouble;
+        }
+        return 0;
+    }
     pic_cfg_err(c, "rope_type '%.32s' is not supported by model_type %s (%s%s%sdefault)",
                 type, cfg->model_type,
                 scalings & PIC_ROPE_SCALE_LINEAR ? "linear, " : "",

@@ -255,6 +255,7 @@ gguf_config(pic_gguf_ckpt *c, const char *arch, int64_t *n_head, int64_t *n_kv,
             char *err, size_t errlen)
 {
     const pic_gguf *g = c->g;
+    const pic_gguf_tensor *rf;
     cJSON          *o = cJSON_CreateObject();
     int64_t         hidden, layers, ffn, ctx, vocab, hd, rd, eos;
     double          theta = 10000.0, eps = 1e-5, factor;
@@ -340,11 +341,33 @@ gguf_config(pic_gguf_ckpt *c, const char *arch, int64_t *n_head, int64_t *n_kv,
             return -1;
         }
     }
-    if (pic_gguf_tensor_find(g, "rope_freqs.weight") != NULL) {
-        gm_err(err, errlen, "%s: a rope_freqs table (llama3 RoPE scaling) is not read from "
-               "GGUF files yet", pic_gguf_path(g));
-        cJSON_Delete(o);
-        return -1;
+    /* llama3 RoPE scaling as llama.cpp keeps it: a table of per-frequency
+     * divisors (the config's arithmetic already done by the converter) */
+    if ((rf = pic_gguf_tensor_find(g, "rope_freqs.weight")) != NULL) {
+        cJSON *rs, *fa;
+
+        if (rf->type != 0 || rf->ndim != 1 || rf->numel < 1 || rf->numel > 4096
+            || rf->nbytes != rf->numel * sizeof(float))
+        {
+            gm_err(err, errlen, "%s: rope_freqs.weight must be one F32 row", pic_gguf_path(g));
+            cJSON_Delete(o);
+            return -1;
+        }
+        if (cJSON_GetObjectItemCaseSensitive(o, "rope_scaling") != NULL) {
+            gm_err(err, errlen, "%s: both a RoPE scaling type and a rope_freqs table",
+                   pic_gguf_path(g));
+            cJSON_Delete(o);
+            return -1;
+        }
+        rs = cJSON_AddObjectToObject(o, "rope_scaling");
+        cJSON_AddStringToObject(rs, "rope_type", "freq_factors");
+        fa = cJSON_AddArrayToObject(rs, "factors");
+        for (uint64_t i = 0; fa != NULL && i < rf->numel; i++) {
+            float f;
+
+            memcpy(&f, rf->data + i * sizeof(float), sizeof(f));
+            cJSON_AddItemToArray(fa, cJSON_CreateNumber((double) f));
+        }
     }
     if (pic_gguf_get_i64(g, "tokenizer.ggml.eos_token_id", &eos) == 0) {
         cJSON_AddNumberToObject(o, "eos_token_id", (double) eos);

@@ -61,6 +61,8 @@ typedef struct {
     int    n_runs;                  /* forward calls */
     int    n_composed;              /* entries composed (prefix included) */
     int    n_rejected;              /* entries that did not fit: recomputed */
+    int    n_partial;               /* tokens run through the first layers only
+                                     * (selective recompute's selection, blend.h) */
     double compose_flops;           /* T·S GEMM FLOPs */
     double t_kv;                    /* seconds placing / rotating interior KV */
     double t_compose;               /* seconds composing linear states */

@@ -307,27 +307,31 @@ pic_calib_choose(const pic_calib_row *rows, int n_ws, double bound, int *met)
     return chosen;
 }
 
-/* The pair of widths (documents *wd, others *wo; indices into the widths)
- * with the largest share from entries whose drift, estimated from the
- * classes' sums (of pic_calibrate's first pass), is within the bound and
- * whose share beats share0; 0 if there is none. */
+/* The pair of widths (documents *wd, others *wo: indices into the widths,
+ * or -1: the class recomputed) with the largest share from entries whose
+ * drift, estimated from the classes' sums (of pic_calibrate's first pass),
+ * is within the bound and whose share beats share0; 0 if there is none.
+ * A recomputed class adds no drift and no share, so a pair with one class
+ * recomputed is the other class measured alone. */
 static int
 pic_calib_pair(const pic_calib_sum *sums, int n_ws, int n_prompts, double bound,
                double share0, int *wd, int *wo, double *estimate)
 {
+    static const pic_calib_sum none;
     double best = share0;
     int    found = 0;
 
-    if (sums[1].prompts == 0 || sums[2].prompts == 0) {
+    if (sums[1].prompts == 0 && sums[2].prompts == 0) {
         return 0;
     }
-    for (int d = 0; d < n_ws; d++) {
-        for (int t = 0; t < n_ws; t++) {
-            const pic_calib_sum *a = &sums[3 * d + 1], *b = &sums[3 * t + 2];
+    for (int d = -1; d < n_ws; d++) {
+        for (int t = -1; t < n_ws; t++) {
+            const pic_calib_sum *a = d < 0 ? &none : &sums[3 * d + 1];
+            const pic_calib_sum *b = t < 0 ? &none : &sums[3 * t + 2];
             double est = (a->kl_prompts + b->kl_prompts) / n_prompts;
             double share = (double) (a->pic_tokens + b->pic_tokens) / (double) sums[0].tokens;
 
-            if (d != t && est <= bound && share > best) {
+            if ((d != t || d < 0) && est <= bound && share > best) {
                 best = share;
                 *wd = d;
                 *wo = t;
@@ -408,10 +412,13 @@ pic_calibrate(const pic_model *m, const pic_calib_prompt *prompts, int n_prompts
         pic_calib_fill(&r->other.rows[wi], o->ws[wi], &sums[3 * wi + 2]);
     }
     r->chosen = pic_calib_choose(r->all.rows, o->n_ws, o->kl_bound, &r->met);
-    r->w = r->w_doc = o->ws[r->chosen];
+    /* no width within the bound: every class recomputed (a PIC answer this
+     * far from full recompute's is a wrong answer), unless a pair serves one */
+    r->w = r->w_doc = r->met ? o->ws[r->chosen] : PIC_CALIB_RECOMPUTE;
     if (pic_calib_pair(sums, o->n_ws, n_prompts, o->kl_bound,
-                       r->all.rows[r->chosen].pic_share, &wd, &wo, &r->split_estimate)) {
-        pic_calib_variant sv = { o->ws[wd], o->ws[wo], 0 };
+                       r->met ? r->all.rows[r->chosen].pic_share : 0.0, &wd, &wo,
+                       &r->split_estimate)) {
+        pic_calib_variant sv = { wd < 0 ? -1 : o->ws[wd], wo < 0 ? -1 : o->ws[wo], 0 };
         pic_calib_sum     ss;
 
         memset(&ss, 0, sizeof(ss));
@@ -512,11 +519,11 @@ pic_calib_json(const pic_model *m, const char *model_name, const pic_calib_opts 
     return doc;
 }
 
-/* 1 if j is an integer width in 0..PIC_ENTRY_MAX_W. */
+/* 1 if j is an integer width in lo..PIC_ENTRY_MAX_W. */
 static int
-pic_calib_width_ok(const cJSON *j)
+pic_calib_width_ok(const cJSON *j, int lo)
 {
-    return cJSON_IsNumber(j) && j->valuedouble >= 0 && j->valuedouble <= PIC_ENTRY_MAX_W
+    return cJSON_IsNumber(j) && j->valuedouble >= lo && j->valuedouble <= PIC_ENTRY_MAX_W
            && j->valuedouble == (int) j->valuedouble;
 }
 
@@ -564,10 +571,12 @@ pic_calib_load(const char *path, const pic_model *m, int *w, int *w_doc, cJSON *
     js = cJSON_GetObjectItemCaseSensitive(d, "served");
     jsw = cJSON_GetObjectItemCaseSensitive(js, "w");
     jsd = cJSON_GetObjectItemCaseSensitive(js, "w_doc");
-    if (!pic_calib_width_ok(jw)
-        || (js != NULL && (!pic_calib_width_ok(jsw) || !pic_calib_width_ok(jsd)))) {
-        snprintf(err, errlen, "%s: chosen.w%s must be an integer in 0..%d", path,
-                 js != NULL ? ", served.w and served.w_doc" : "", PIC_ENTRY_MAX_W);
+    if (!pic_calib_width_ok(jw, 0)
+        || (js != NULL && (!pic_calib_width_ok(jsw, PIC_CALIB_RECOMPUTE)
+                           || !pic_calib_width_ok(jsd, PIC_CALIB_RECOMPUTE)))) {
+        snprintf(err, errlen, "%s: chosen.w must be an integer in 0..%d%s", path,
+                 PIC_ENTRY_MAX_W, js != NULL ? ", served.w and served.w_doc one in -1..that"
+                 " (-1: recomputed)" : "");
         cJSON_Delete(d);
         return -1;
     }

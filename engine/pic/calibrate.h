@@ -27,7 +27,12 @@
  * from entries adds up exactly; the pair with the largest share whose
  * estimate is within the bound (one that serves more than the one width)
  * is then measured over every prompt, and serve takes it when it is within
- * the bound, else the one width for both classes.
+ * the bound, else the one width for both classes.  A class may also be
+ * recomputed in a pair (no drift, no share: the other class measured
+ * alone); when no width is within the bound for both classes together and no
+ * pair is, every class is recomputed (PIC_CALIB_RECOMPUTE): a checkpoint
+ * that leans on cross-segment attention is served exactly (prefix reuse
+ * only) rather than wrong.
  *
  * A calibration file (JSON, object "pic.calibration") records the model's
  * fingerprint, the options, every width's figures and the choice;
@@ -46,6 +51,10 @@
 #include "pic_segment.h"
 
 #define PIC_CALIB_MAX_WS 16
+
+/* A served width that is none: the class's segments are recomputed (no
+ * width met the bound). */
+#define PIC_CALIB_RECOMPUTE (-1)
 
 /* Default drift bound: mean KL (nats) on the answer tokens. */
 #define PIC_CALIB_KL_BOUND 1e-3
@@ -94,12 +103,14 @@ typedef struct {
     int             chosen;     /* all's row: the first kl_mean <= bound, else the least drift */
     int             met;        /* that row is within the bound */
     int             have_split; /* a pair of widths was measured (below) */
-    int             split_w_doc;    /* the documents' width of the pair */
+    int             split_w_doc;    /* the documents' width of the pair (-1: recomputed;
+                                     * split.w the others', likewise) */
     double          split_estimate; /* its drift estimated from the classes alone */
     pic_calib_row   split;      /* the pair measured over every prompt (w: the others') */
     int             split_met;  /* split.kl_mean <= bound */
     int             w, w_doc;   /* served: the pair when it is measured within the
-                                 * bound, else all's choice for both */
+                                 * bound, else all's choice for both when met, else
+                                 * PIC_CALIB_RECOMPUTE for both */
 } pic_calib_result;
 
 /* Measure every width of o over prompts (n_prompts >= 1), per class and
@@ -120,9 +131,10 @@ cJSON *pic_calib_json(const pic_model *m, const char *model_name, const pic_cali
 /* Read calibration file path for model m: *w = the served width of PIC
  * segments, *w_doc = that of client-delimited documents (both the chosen
  * width in a file without a per-class choice) and *doc = the parsed document
- * (the caller's; cJSON_Delete it).  -1 + err when the file cannot be read,
- * is not a calibration, was measured on another checkpoint (fingerprint), or
- * names a width above PIC_ENTRY_MAX_W. */
+ * (the caller's; cJSON_Delete it); either served width may be
+ * PIC_CALIB_RECOMPUTE.  -1 + err when the file cannot be read, is not a
+ * calibration, was measured on another checkpoint (fingerprint), or names a
+ * width above PIC_ENTRY_MAX_W. */
 int pic_calib_load(const char *path, const pic_model *m, int *w, int *w_doc, cJSON **doc,
                    char *err, size_t errlen);
 

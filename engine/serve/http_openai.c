@@ -1404,9 +1404,9 @@ pic_oai_models(pic_server *srv, struct evhttp_request *req)
         cJSON_AddStringToObject(pic, "cache_mode", srv->pool ? pic_mode_name(srv->plan.mode)
                                                              : "full");
         if (srv->pool) {
-            cJSON_AddNumberToObject(pic, "seam", srv->plan.seam.w);
+            pic_seam_json(pic, "seam", srv->plan.seam.w, srv->plan.recompute);
             cJSON_AddStringToObject(pic, "seam_source", srv->seam_source);
-            cJSON_AddNumberToObject(pic, "seam_doc", srv->plan.seam_doc.w);
+            pic_seam_json(pic, "seam_doc", srv->plan.seam_doc.w, srv->plan.recompute_doc);
             cJSON_AddStringToObject(pic, "seam_doc_source", srv->seam_doc_source);
             cJSON_AddStringToObject(pic, "entry_dtype",
                                     srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32");

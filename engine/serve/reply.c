@@ -117,3 +117,13 @@ pic_reply_pic_error(pic_server *srv, struct evhttp_request *req, const pic_error
                                             err->message));
 }
 
+
+void
+pic_seam_json(cJSON *o, const char *name, int w, int recompute)
+{
+    if (recompute) {
+        cJSON_AddStringToObject(o, name, "off");
+    } else {
+        cJSON_AddNumberToObject(o, name, w);
+    }
+}

@@ -41,4 +41,7 @@ cJSON *pic_error_doc(int status, const char *type, const char *param,
 /* Count an answer of status code (>= 400) in the HTTP counters. */
 void pic_count_error(pic_server *srv, int code);
 
+/* o[name] = a seam width w, or "off" when its class is recomputed. */
+void pic_seam_json(cJSON *o, const char *name, int w, int recompute);
+
 #endif /* PIC_REPLY_H */

@@ -174,29 +174,40 @@ pic_server_on_evict(void *user, const char *key, uint64_t len, size_t bytes)
     }
 }
 
+/* Width w of a class into *width and *recompute: a width, or none (its
+ * segments recomputed) for PIC_SEAM_OFF / PIC_CALIB_RECOMPUTE. */
+static void
+pic_server_seam_set(int w, int *width, int *recompute)
+{
+    *recompute = w == PIC_SEAM_OFF || w == PIC_CALIB_RECOMPUTE;
+    *width = *recompute ? 0 : w;
+}
+
 /* The seam widths: --seam, else the calibration file's choice (--calibration,
  * or the checkpoint's, pic_checkpoint_calibration_path, when present), else 8; the
- * documents' (PIC_SEG_FLAG_DOC) --seam-doc, else the same source's.  A
- * --calibration file that cannot be used stops the start; the model
- * directory's is then skipped with a warning.  0 or -1. */
+ * documents' (PIC_SEG_FLAG_DOC) --seam-doc, else the same source's.  A class
+ * may be recomputed instead (--seam off, or a calibration that met its bound
+ * at no width).  A --calibration file that cannot be used stops the start;
+ * the model directory's is then skipped with a warning.  0 or -1. */
 static int
 pic_server_choose_seam(pic_server *srv)
 {
     const pic_server_opts *o = srv->opts;
+    pic_plan_ctx          *p = &srv->plan;
     char                   err[512];
     int                    w, w_doc;
 
-    srv->plan.seam.w = srv->plan.seam_doc.w = 8;
+    p->seam.w = p->seam_doc.w = 8;
     srv->seam_source = srv->seam_doc_source = "default";
-    if (o->seam_doc >= 0) {
-        srv->plan.seam_doc.w = o->seam_doc;
+    if (o->seam_doc != -1) {
+        pic_server_seam_set(o->seam_doc, &p->seam_doc.w, &p->recompute_doc);
         srv->seam_doc_source = "--seam-doc";
     }
-    if (o->seam >= 0) {
-        srv->plan.seam.w = o->seam;
+    if (o->seam != -1) {
+        pic_server_seam_set(o->seam, &p->seam.w, &p->recompute);
         srv->seam_source = "--seam";
-        if (o->seam_doc < 0) {
-            srv->plan.seam_doc.w = o->seam;
+        if (o->seam_doc == -1) {
+            pic_server_seam_set(o->seam, &p->seam_doc.w, &p->recompute_doc);
             srv->seam_doc_source = "--seam";
         }
         return 0;
@@ -218,10 +229,10 @@ pic_server_choose_seam(pic_server *srv)
         srv->calibration_path[0] = '\0';
         return o->calibration != NULL ? -1 : 0;
     }
-    srv->plan.seam.w = w;
+    pic_server_seam_set(w, &p->seam.w, &p->recompute);
     srv->seam_source = "calibration";
-    if (o->seam_doc < 0) {
-        srv->plan.seam_doc.w = w_doc;
+    if (o->seam_doc == -1) {
+        pic_server_seam_set(w_doc, &p->seam_doc.w, &p->recompute_doc);
         srv->seam_doc_source = "calibration";
     }
     return 0;
@@ -283,6 +294,12 @@ pic_server_init_cache(pic_server *srv)
     XXH64_update(h, &w, sizeof(w));
     if (srv->plan.seam_doc.w != srv->plan.seam.w) {
         w = 0x646f6300u | (uint32_t) srv->plan.seam_doc.w;     /* "doc" + w */
+        XXH64_update(h, &w, sizeof(w));
+    }
+    /* a recomputed class builds no entries: it keys apart from one that
+     * serves them, so the two never count each other's segments as held */
+    if (srv->plan.recompute || srv->plan.recompute_doc) {
+        w = 0x6f666600u | (uint32_t) (srv->plan.recompute | srv->plan.recompute_doc << 1);
         XXH64_update(h, &w, sizeof(w));
     }
     snprintf(srv->key_fp, sizeof(srv->key_fp), "%016llx",
@@ -471,13 +488,17 @@ pic_server_load_model(pic_server *srv)
         fprintf(stderr, "pic-engine[%s]: %s\n", o->id, err);
         return -1;
     }
+    char ws[16], wd[16];
+
+    snprintf(ws, sizeof(ws), srv->plan.recompute ? "off" : "%d", srv->plan.seam.w);
+    snprintf(wd, sizeof(wd), srv->plan.recompute_doc ? "off" : "%d", srv->plan.seam_doc.w);
     fprintf(stderr, "pic-engine[%s]: model %s (%s, template %s), context %d, "
-            "%d worker(s) x %d thread(s), batch %d, queue %d, cache %s (w=%d from %s, "
-            "documents w=%d from %s, %s), device %s\n", o->id,
+            "%d worker(s) x %d thread(s), batch %d, queue %d, cache %s (w=%s from %s, "
+            "documents w=%s from %s, %s), device %s\n", o->id,
             srv->model_name, srv->model->cfg.model_type,
             pic_template_dialect_name(srv->dialect), srv->max_ctx, so.workers, so.threads,
-            so.max_batch, so.max_queue, srv->mode_name, srv->plan.seam.w, srv->seam_source,
-            srv->plan.seam_doc.w, srv->seam_doc_source,
+            so.max_batch, so.max_queue, srv->mode_name, ws, srv->seam_source,
+            wd, srv->seam_doc_source,
             srv->plan.seam.dtype == PIC_DTYPE_BF16 ? "bf16" : "f32", be->name);
     return 0;
 }

@@ -7,6 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* --seam off: the class's segments are recomputed (never served from entries). */
+#define PIC_SEAM_OFF (-2)
+
 typedef struct {
     const char *host;           /* listen address (IP), default 127.0.0.1 */
     int         port;           /* listen port; 0 picks a free one */
@@ -38,10 +41,10 @@ typedef struct {
     uint64_t    prefix_bytes;   /* deprecated (cmd_serve folds it into cache_bytes) */
     int         prefix_block;   /* prefix tree block (tokens); 0: 64 */
     int         checkpoints;    /* checkpoints planned per request (M); 0: 4 */
-    int         seam;           /* seam width w of PIC entries; < 0: the calibration's,
-                                 * else 8 */
-    int         seam_doc;       /* that of client-delimited documents; < 0: the
-                                 * calibration's (with seam < 0), else seam's */
+    int         seam;           /* seam width w of PIC entries; PIC_SEAM_OFF: PIC
+                                 * segments recomputed; -1: the calibration's, else 8 */
+    int         seam_doc;       /* that of client-delimited documents; -1: the
+                                 * calibration's (with seam -1), else seam's */
     const char *calibration;    /* calibration file (calibrate.h); NULL: the model
                                  * directory's pic_calibration.json when there is one */
     const char *entry_dtype;    /* "bf16" (default) or "f32" for PIC entries */

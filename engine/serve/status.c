@@ -254,9 +254,9 @@ pic_endpoint_status(pic_server *srv, struct evhttp_request *req)
         pic_pool_stats_get(srv->pool, &ps);
         o = cJSON_AddObjectToObject(doc, "cache");
         cJSON_AddStringToObject(o, "mode", srv->mode_name);
-        cJSON_AddNumberToObject(o, "seam", srv->plan.seam.w);
+        pic_seam_json(o, "seam", srv->plan.seam.w, srv->plan.recompute);
         cJSON_AddStringToObject(o, "seam_source", srv->seam_source);
-        cJSON_AddNumberToObject(o, "seam_doc", srv->plan.seam_doc.w);
+        pic_seam_json(o, "seam_doc", srv->plan.seam_doc.w, srv->plan.recompute_doc);
         cJSON_AddStringToObject(o, "seam_doc_source", srv->seam_doc_source);
         if (srv->calibration != NULL) {
             cJSON *c = cJSON_Duplicate(srv->calibration, 1);

@@ -2,12 +2,10 @@
 import os
 import re
 import shutil
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import harness  # noqa: E402  (tests/harness.py, shared with bench/ and scripts/)
+from tests import harness  # noqa: E402  (tests/harness.py, shared with bench/ and scripts/)
 
 
 def pytest_configure(config):

@@ -16,18 +16,16 @@ and refuses one of another checkpoint, bad files are refused with the line.
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-import harness
+from tests import harness
 
 ROOT = harness.ROOT
 ENGINE = harness.ENGINE_BIN
 MODEL = os.path.join(ROOT, "models", "pic-qa")
-sys.path.insert(0, os.path.join(ROOT, "train"))
 
-import tasks  # noqa: E402
+from train import tasks  # noqa: E402
 
 
 def prompts_file(path, n_tool=3, n_single=2):
@@ -57,27 +55,32 @@ def chosen_by_rule(rows, bound):
 
 
 def served_by_rule(doc):
-    """(w, w_doc) the file's figures give: the pair of class widths with the most
-    prompt tokens from entries whose estimated drift (the classes' sums over every
-    prompt) is within the bound and beats the one width, when measured within it."""
+    """(w, w_doc) the file's figures give: the pair of class widths (-1: the class
+    recomputed, which adds no drift and no share) with the most prompt tokens from
+    entries whose estimated drift (the classes' sums over every prompt) is within
+    the bound and beats the one width (nothing, when no width met the bound),
+    when measured within it; else the one width when met, else both recomputed."""
     bound, n, tokens = doc["kl_bound"], doc["prompts"], doc["prompt_tokens"]
     d, o = doc["classes"]["documents"], doc["classes"]["other"]
     one = next(r for r in doc["seams"] if r["w"] == doc["chosen"]["w"])
-    best, pair = one["pic_share"], None
-    for rd in d["seams"]:
-        for ro in o["seams"]:
+    met = doc["chosen"]["met"]
+    fallback = (one["w"], one["w"]) if met else (-1, -1)
+    off = {"w": -1, "kl_mean": 0.0, "pic_share": 0.0}
+    best, pair = (one["pic_share"] if met else 0.0), None
+    for rd in [off] + d["seams"]:
+        for ro in [off] + o["seams"]:
             est = (rd["kl_mean"] * d["prompts"] + ro["kl_mean"] * o["prompts"]) / n
             share = (rd["pic_share"] * d["prompt_tokens"]
                      + ro["pic_share"] * o["prompt_tokens"]) / tokens
-            if rd["w"] != ro["w"] and est <= bound and share > best + 1e-12:
+            if (rd["w"] != ro["w"] or rd["w"] < 0) and est <= bound and share > best + 1e-12:
                 best, pair = share, (rd["w"], ro["w"], est, share)
     if pair is None:
         assert "split" not in doc
-        return one["w"], one["w"]
+        return fallback
     sp = doc["split"]
     assert (sp["w_doc"], sp["w"]) == pair[:2]
     assert sp["kl_estimate"] == pytest.approx(pair[2], rel=1e-9)
-    return (pair[1], pair[0]) if sp["met"] else (one["w"], one["w"])
+    return (pair[1], pair[0]) if sp["met"] else fallback
 
 
 def test_the_choice_follows_the_figures(tmp_path):
@@ -114,6 +117,9 @@ def test_the_choice_follows_the_figures(tmp_path):
     w, met = chosen_by_rule(doc["seams"], 1e-12)
     assert not met and doc["chosen"]["w"] == w and doc["chosen"]["met"] is False
     assert "no width is within the bound" in r.stderr
+    # ... and nothing is served from entries: every class recomputed, said so
+    assert (doc["served"]["w"], doc["served"]["w_doc"]) == served_by_rule(doc) == (-1, -1)
+    assert "served: documents recomputed, the other PIC segments recomputed" in r.stderr
     r = calibrate("--prompts", p, "--ws", "0,8", "--kl-bound", "10", "--out", "-")
     assert json.loads(r.stdout)["chosen"] == {"w": 0, "kl_mean": json.loads(
         r.stdout)["seams"][0]["kl_mean"], "met": True}
@@ -121,10 +127,11 @@ def test_the_choice_follows_the_figures(tmp_path):
 
 def test_documents_and_tool_results_get_their_own_widths(tmp_path):
     """A bound just above the pair (documents w = 0, tool results w = 16)
-    serves that pair: more of the prompts from entries than one width within
-    the bound.  No prompt holds both classes, so the pair measured over every
-    prompt is exactly the classes' figures added up (each class's own run
-    recomputes the other, the oracle)."""
+    serves a pair at least as good (a class may also be recomputed): more of
+    the prompts from entries than one width within the bound.  No prompt
+    holds both classes, so the pair measured over every prompt is exactly the
+    classes' figures added up (each class's own run recomputes the other, the
+    oracle)."""
     p = prompts_file(str(tmp_path / "p.jsonl"))
     r = calibrate("--prompts", p, "--ws", "0,16", "--kl-bound", "10", "--out", "-")
     assert r.returncode == 0, r.stderr
@@ -137,15 +144,21 @@ def test_documents_and_tool_results_get_their_own_widths(tmp_path):
     r = calibrate("--prompts", p, "--ws", "0,16", "--kl-bound", repr(bound), "--out", "-")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert served_by_rule(doc) == (16, 0)
-    assert doc["served"] == {"w": 16, "w_doc": 0}
+    served = served_by_rule(doc)
+    assert (doc["served"]["w"], doc["served"]["w_doc"]) == served
     sp = doc["split"]
     assert sp["met"] and sp["kl_mean"] == pytest.approx(sp["kl_estimate"], rel=1e-6)
-    share = (d["seams"][0]["pic_share"] * d["prompt_tokens"]
-             + o["seams"][1]["pic_share"] * o["prompt_tokens"]) / doc["prompt_tokens"]
+
+    def class_share(c, w):
+        return 0.0 if w < 0 else next(x for x in c["seams"] if x["w"] == w)["pic_share"]
+
+    share = (class_share(d, sp["w_doc"]) * d["prompt_tokens"]
+             + class_share(o, sp["w"]) * o["prompt_tokens"]) / doc["prompt_tokens"]
     assert sp["pic_share"] == pytest.approx(share, rel=1e-6)
-    assert sp["pic_share"] > doc["seams"][1]["pic_share"]
-    assert "documents w = 0, the others w = 16" in r.stderr and "served" in r.stderr
+    pair_0_16 = (d["seams"][0]["pic_share"] * d["prompt_tokens"]
+                 + o["seams"][1]["pic_share"] * o["prompt_tokens"]) / doc["prompt_tokens"]
+    assert sp["pic_share"] >= pair_0_16 - 1e-12 > doc["seams"][1]["pic_share"]
+    assert "documents " in r.stderr and "within the bound, served" in r.stderr
 
 
 def test_a_width_that_composes_nothing_drifts_nothing(tmp_path):
@@ -201,6 +214,13 @@ def test_serve_takes_the_width_from_the_calibration(procs, tmp_path):
         assert (m["seam"], m["seam_source"], m["seam_doc"], m["seam_doc_source"]) == want
         key_fps.add(json.loads(harness.http("GET", e.url + "/status")[2])["model"]["fingerprint"])
     assert len(key_fps) == 4        # entries of other widths never share a key
+    # a class the calibration recomputes (-1): shown as "off", keyed apart
+    json.dump(dict(doc, served={"w": 4, "w_doc": -1}), open(cal2, "w"))
+    e = procs.engine(name="pairoff", model=MODEL, extra=["--threads", "1", "--calibration", cal2])
+    m = json.loads(harness.http("GET", e.url + "/v1/models")[2])["data"][0]["pic"]
+    assert (m["seam"], m["seam_doc"], m["seam_doc_source"]) == (4, "off", "calibration")
+    assert json.loads(harness.http("GET", e.url + "/status")[2])["model"]["fingerprint"] \
+        not in key_fps
     # a pair outside 0..64 stops the engine
     json.dump(dict(doc, served={"w": 4, "w_doc": 65}), open(cal2, "w"))
     pr = subprocess.run([ENGINE, "serve", "--model", MODEL, "--port", "0", "--threads", "1",

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-import harness
+from tests import harness
 
 EXAMPLES = sorted(glob.glob(os.path.join(harness.ROOT, "conf-examples", "*.conf")))
 
@@ -39,7 +39,7 @@ def test_example_passes_nginx_t(path, logdir):
     conf = os.path.join(prefix, "nginx.conf")
     harness.pool_secret(prefix, "pool.secret")      # pic_pool_secret_file's file
     if "tls/" in open(path).read():                 # the certificates nginx loads
-        from test_tls import Pki
+        from tests.support.pki import Pki
         os.makedirs(os.path.join(prefix, "tls"), exist_ok=True)
         Pki(os.path.join(prefix, "tls")).cert("gateway")
     with open(path) as f, open(conf, "w") as out:

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-import harness
-from test_gateway import MARK, doc, gw_conf
+from tests import harness
+from tests.support.gateway import MARK, doc, gw_conf
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 HTML = os.path.join(harness.ROOT, "ngx_pic_module", "dashboard", "pic_dashboard.html")

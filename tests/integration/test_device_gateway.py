@@ -9,10 +9,8 @@ on the GPU.
 """
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import harness  # noqa: E402
+from tests import harness  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 MODEL = os.path.join(ROOT, "models", "pic-qa")

@@ -14,8 +14,8 @@ import os
 import openai
 import pytest
 
-import harness
-from test_gateway import doc, gw_conf
+from tests import harness
+from tests.support.gateway import doc, gw_conf
 
 TINY = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
 pytestmark = pytest.mark.skipif(not os.path.isdir(TINY), reason="fixture models missing")
@@ -206,6 +206,37 @@ def test_keeper_places_checkpoints_off_the_request_path(procs):
     assert p["max_checkpoints_on_an_edge"] <= p["checkpoints_per_edge"]
 
 
+def test_a_recomputed_class_is_never_served_from_entries(procs):
+    """--seam-doc off (what a calibration that met its bound at no width
+    serves): client-delimited documents are recomputed on every sighting —
+    nothing queued or composed for them, the answer full recompute's — while
+    the exact prefix is still reused; /status and /v1/models say "off"."""
+    e = procs.engine(name="off", model=TINY, extra=["--threads", "1", "--seam-doc", "off"])
+    oracle = client(engine(procs, "full", "full").url)
+    c = client(e.url)
+    docs = [doc(750 + i, 900) for i in range(2)]
+
+    def ask_msgs(cl, order, q):
+        content = "<|pic_sep|>".join([docs[i] for i in order] + [f"question {q}?"])
+        return cl.chat.completions.create(
+            model="m", messages=[{"role": "system", "content": SYSTEM},
+                                 {"role": "user", "content": content}],
+            max_tokens=5, temperature=0)
+
+    st = status(e.url)["cache"]
+    assert (st["seam_doc"], st["seam_doc_source"]) == ("off", "--seam-doc")
+    assert st["seam"] == 8
+    m = json.loads(harness.http("GET", e.url + "/v1/models")[2])["data"][0]["pic"]
+    assert m["seam_doc"] == "off"
+    for order, q in (([0, 1], 0), ([1, 0], 1), ([1, 0], 2)):
+        r, want = ask_msgs(c, order, q), ask_msgs(oracle, order, q)
+        assert r.choices[0].message.content == want.choices[0].message.content
+        u = r.usage.model_dump()
+        assert u["pic"]["pic_tokens"] == 0, u
+    assert u["pic"]["exact_tokens"] > 0, u      # the system prompt, exactly
+    assert status(e.url)["prefix"]["deferred_builds"]["queued"] == 0
+
+
 def test_client_documents_are_built_after_the_request(procs):
     """Documents the client delimited with <|pic_sep|> (declared reusable):
     the first sighting is recomputed exactly (the oracle's answer, nothing
@@ -340,5 +371,5 @@ def test_one_budget_evicts_across_tree_and_pool(procs, policy):
 
 
 def rds_members(port, eid):
-    from test_server_pic import engine_segments
+    from tests.support.pool import engine_segments
     return engine_segments(port, eid)

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-import harness
+from tests import harness
 
 FIX = os.path.join(harness.ROOT, "tests", "fixtures")
 

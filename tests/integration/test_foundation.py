@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-import harness
+from tests import harness
 
 
 STATUS_CONF = """

@@ -24,10 +24,10 @@ import tempfile
 
 import pytest
 
-import harness
+from tests import harness
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")   # no network at import
-from test_gateway import gw_conf
+from tests.support.gateway import gw_conf
 
 MODEL = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
 pytestmark = pytest.mark.skipif(not os.path.isdir(MODEL), reason="fixture models missing")

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-import harness
-from test_gateway import client, doc, engines, gw_conf, planned_lines, probed
+from tests import harness
+from tests.support.gateway import client, doc, engines, gw_conf, planned_lines, probed
 
 _spec = importlib.util.spec_from_file_location(
     "gateway_workloads", os.path.join(harness.ROOT, "bench", "gateway_workloads.py"))

@@ -4,12 +4,11 @@ is forwarded or cached.  The peer is a capture backend because the point is to
 see that nothing reaches it."""
 import http.client
 import json
-import os
 
 import pytest
 
-import harness
-from test_gateway import MARK, doc, gw_conf
+from tests import harness
+from tests.support.gateway import MARK, doc, gw_conf
 
 
 def setup(procs, loc="", name="nginx", **kw):

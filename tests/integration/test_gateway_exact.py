@@ -17,9 +17,10 @@ import time
 import openai
 import pytest
 
-import harness
-from test_gateway import access_lines, doc, gw_conf, planned_lines, xxh128_key
-from test_gateway_resilience import post, prompt, redis_cmd, status
+from tests import harness
+from tests.support.gateway import access_lines, doc, gw_conf, planned_lines, xxh128_key
+from tests.support.gateway import post, prompt, status
+from tests.support.redis import redis_raw as redis_cmd
 
 TINY = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
 

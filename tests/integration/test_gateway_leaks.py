@@ -28,8 +28,8 @@ import time
 
 import pytest
 
-import harness
-from test_gateway import MARK, doc, gw_conf
+from tests import harness
+from tests.support.gateway import MARK, doc, gw_conf
 
 TINY = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
 WARM, N = 20, 100

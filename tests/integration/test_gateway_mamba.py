@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-import harness
-from test_gateway import MARK, client, doc, gw_conf, planned_lines, probed
+from tests import harness
+from tests.support.gateway import MARK, client, doc, gw_conf, planned_lines, probed
 
 FIXTURES = os.path.join(harness.ROOT, "tests", "fixtures", "models")
 GRANITE = os.path.join(FIXTURES, "tiny-granite-h")

@@ -4,37 +4,16 @@ coming back, reload keeping the shm zone, SSE passed through unbuffered, an
 engine that dies mid-stream or never answers."""
 import json
 import os
-import signal
 import socket
 import threading
 import time
 
 import pytest
 
-import harness
-from test_gateway import MARK, client, doc, engines, gw_conf, planned_lines, xxh128_key
-
-
-def status(ngx):
-    return json.loads(harness.http("GET", ngx.url + "/pic/status")[2])
-
-
-def redis_cmd(port, *args):
-    """One RESP command; returns the raw reply line(s)."""
-    msg = b"*%d\r\n" % len(args) + b"".join(
-        b"$%d\r\n%s\r\n" % (len(a), a) for a in (x if isinstance(x, bytes) else x.encode()
-                                                  for x in args))
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-        s.sendall(msg)
-        return s.recv(4096)
-
-
-def post(ngx, body, path="/v1/completions"):
-    return harness.http("POST", ngx.url + path, body=body)
-
-
-def prompt(*docs):
-    return MARK.join(docs)
+from tests import harness
+from tests.support.gateway import client, doc, engines, gw_conf, planned_lines, xxh128_key
+from tests.support.gateway import post, prompt, status  # noqa: F401
+from tests.support.redis import redis_raw as redis_cmd
 
 
 # --- redis ------------------------------------------------------------------------

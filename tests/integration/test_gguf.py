@@ -15,14 +15,13 @@ gguf-py, llama.cpp's own reader (PyPI `gguf`), through `pic-engine gguf`.
   the same way.
 """
 import json
-import os
 import struct
 import subprocess
 
 import numpy as np
 import pytest
 
-import harness
+from tests import harness
 
 gguf = pytest.importorskip("gguf")      # make deps installs it: absent means no deps
 from gguf import GGMLQuantizationType as Q  # noqa: E402

@@ -8,23 +8,10 @@ import urllib.request
 
 import pytest
 
-import harness
-from test_gateway import MODEL, MARK, access_lines, doc, gw_conf
-from test_server_pool import (KEY_FP, FakePeer, addr, assign, ask, base_plan, body_with, engine,
-                              oracle, status)  # noqa: F401  (oracle is a fixture)
-
-
-def gw_status(ngx):
-    return json.loads(harness.http("GET", ngx.url + "/pic/status")[2])
-
-
-def signed(secret, body, timeout=""):
-    """A gateway request's body and headers: X-PIC-Auth over (timeout, body)."""
-    raw = json.dumps(body).encode()
-    hdrs = {"X-PIC-Auth": harness.pool_tag(secret, "pic-plan-v1", timeout, raw)}
-    if timeout:
-        hdrs["X-PIC-Timeout-Ms"] = timeout
-    return raw, hdrs
+from tests import harness
+from tests.support.gateway import MODEL, MARK, access_lines, doc, gw_conf
+from tests.support.pool import KEY_FP, FakePeer, addr, assign, base_plan, body_with, engine, oracle, status  # noqa: F401  (oracle is a fixture)
+from tests.support.gateway import gw_status, signed  # noqa: F401
 
 
 def peer_headers(secret, method, uri, body=b""):
@@ -276,7 +263,7 @@ def test_plan_that_does_not_fit_is_served_uncached(procs, logdir):
     """Tenant t1's plan does not match the engine's rendering: before, the
     engine cut the prompt itself under the global scope, so a later global
     request was told (cached_tokens) what t1 had sent."""
-    from test_server_pic import DOC_A, DOC_B, SYSTEM, plan_for
+    from tests.support.pool import DOC_A, DOC_B, SYSTEM, plan_for
     path, secret = harness.pool_secret(logdir)
     e = engine(procs, "e1", ("--pool-secret-file", path))
     msgs = [{"role": "system", "content": SYSTEM},
@@ -357,7 +344,7 @@ def test_client_deadline_header_is_ignored(procs, logdir):
 def test_client_hang_up_does_not_eject_the_engine(procs):
     import socket
 
-    from test_gateway import access_lines
+    from tests.support.gateway import access_lines
     fake = procs._add(harness.FakeBackend("hang"))
     ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"]))
     req = json.dumps({"model": "m", "prompt": "hello"}).encode()
@@ -448,7 +435,7 @@ def test_too_many_segments_is_413_not_500(procs):
 
 def test_one_request_opens_a_bounded_number_of_peer_connections(procs):
     """A plan naming a holder for each of 24 documents: at most 16 pulls."""
-    from test_server_pic import SYSTEM, plan_for
+    from tests.support.pool import SYSTEM, plan_for
     docs = ["Document %02d: %s\n" % (i, doc(100 + i, 160)) for i in range(24)]
     e1 = engine(procs, "e1")
     fake = FakePeer(lambda h: h.send_error(404))
@@ -670,7 +657,7 @@ class TurnCounter:
 
 
 def numsub(port, password=None):
-    from test_gateway_resilience import redis_cmd
+    from tests.support.redis import redis_raw as redis_cmd
     if password:
         return redis_auth_cmd(port, password, "PUBSUB", "NUMSUB", "pic:events")[1]
     return int(redis_cmd(port, "PUBSUB", "NUMSUB", "pic:events").split(b"\r\n")[-2][1:])
@@ -695,7 +682,7 @@ def test_one_lookup_is_one_round_trip_whatever_the_segment_count(procs):
 
 
 def test_one_worker_of_the_zone_applies_redis_events(procs, logdir):
-    from test_gateway_resilience import redis_cmd
+    from tests.support.redis import redis_raw as redis_cmd
     red = procs.redis()
     fake = procs._add(harness.FakeBackend("capture", name="fa"))
     ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"],
@@ -831,8 +818,8 @@ def test_a_malformed_held_header_records_nothing(procs):
 def test_with_redis_the_engines_announcements_record_holders(procs, logdir):
     """An engine's "add" event on pic:events records it as a holder, even of a
     segment whose plans it refused."""
-    from test_gateway_resilience import redis_cmd
-    from test_gateway import xxh128_key
+    from tests.support.redis import redis_raw as redis_cmd
+    from tests.support.gateway import xxh128_key
     red = procs.redis()
     fake = procs._add(harness.FakeBackend("busy", name="fa"))
     ngx = procs.nginx(gw_conf([f"127.0.0.1:{fake.port}"], cdc="512 1024 4096",

@@ -36,11 +36,12 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-import harness
+from tests import harness
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("PIC_BUILD", "build")
@@ -216,6 +217,66 @@ def _perturb_f32(model_dir, tensor, index, delta):
 
 PERTURB_CASES = [c for c in CASES if c.values[0]["preset"] == "tiny-qwen35"
                  and c.values[1]["name"] == "long"]
+
+
+LLAMA3_CASES = [c for c in CASES if c.values[0]["preset"] == "tiny-llama"]
+
+
+@pytest.fixture(scope="module")
+def llama3_gguf(tmp_path_factory):
+    """tiny-llama (llama3 RoPE scaling) as llama.cpp's converter lays it out:
+    q/k rows interleaved, the scaling as a rope_freqs divisor table."""
+    out = str(tmp_path_factory.mktemp("gguf") / "tiny-llama.gguf")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "tools", "hf_to_gguf.py"),
+                        os.path.join(ROOT, "tests", "fixtures", "models", "tiny-llama"), out],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@pytest.mark.skipif(not LLAMA3_CASES, reason="no tiny-llama oracle fixture")
+@pytest.mark.parametrize("meta,prompt", LLAMA3_CASES)
+def test_llama3_gguf_with_rope_freqs_matches_transformers(meta, prompt, llama3_gguf, tmp_path):
+    """A Llama 3 GGUF file carries its RoPE scaling only as rope_freqs (one
+    divisor per frequency): the engine turns by it and meets transformers'
+    llama3 scaling on the same weights within the oracle's bound."""
+    want32, want64 = _expected(meta, prompt)
+    got = _engine_logits(meta, _tokens(prompt), tmp_path, model_dir=llama3_gguf)
+    _check(got[:len(want32)], want32, want64, "GGUF " + prompt["name"])
+
+
+def test_bad_rope_freqs_are_refused(llama3_gguf, tmp_path):
+    import gguf
+    bad = str(tmp_path / "bad.gguf")
+    rd = gguf.GGUFReader(llama3_gguf)
+    w = gguf.GGUFWriter(bad, "llama")
+    for f in rd.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        v = f.contents()
+        if f.name.startswith("tokenizer.ggml.token_type"):
+            w.add_array(f.name, v)
+        elif isinstance(v, list):
+            w.add_array(f.name, v)
+        elif isinstance(v, str):
+            w.add_string(f.name, v)
+        elif isinstance(v, float):
+            w.add_float32(f.name, v)
+        else:
+            w.add_uint32(f.name, v)
+    for t in rd.tensors:
+        a = np.array(t.data)
+        if t.name == "rope_freqs.weight":
+            a = a[:5]                           # 12 frequencies, 5 factors
+        w.add_tensor(t.name, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = subprocess.run([ENGINE, "logits", "--model", bad, "--tokens", "1,2,3",
+                        "--out", str(tmp_path / "x.f32")], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0 and "needs 12 factors" in r.stderr, r.stderr[-400:]
 
 
 @pytest.mark.skipif(not PERTURB_CASES, reason="no tiny-qwen35 long-prompt fixture")

@@ -17,7 +17,7 @@ import time
 import openai
 import pytest
 
-import harness
+from tests import harness
 
 MODELS = os.path.join(harness.ROOT, "tests", "fixtures", "models")
 TINY = os.path.join(MODELS, "tiny-qwen35")

@@ -13,7 +13,6 @@ scripted reply (--script) is generated token by token through the model.
 import json
 import os
 import subprocess
-import sys
 import tempfile
 
 import numpy as np
@@ -21,10 +20,9 @@ import openai
 import pytest
 import tokenizers
 
-import harness
+from tests import harness
 
-sys.path.insert(0, os.path.join(harness.ROOT, "tests", "tools"))
-from make_tokenizer import byte_to_unicode  # noqa: E402
+from tests.tools.make_tokenizer import byte_to_unicode  # noqa: E402
 
 MODELS = os.path.join(harness.ROOT, "tests", "fixtures", "models")
 TINY = os.path.join(MODELS, "tiny-qwen35")

@@ -11,7 +11,7 @@ import subprocess
 import openai
 import pytest
 
-import harness
+from tests import harness
 
 MODEL = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35-moe")
 PROMPT, N = "then", 16

@@ -19,7 +19,7 @@ import threading
 import pytest
 import tokenizers
 
-import harness
+from tests import harness
 
 TINY = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
 

@@ -14,19 +14,13 @@ import subprocess
 import openai
 import pytest
 
-import harness
-from test_server_registry import redis_cmd
+from tests import harness
+from tests.support.pool import DOC_A, DOC_B, SYSTEM, engine_segments, plan_for  # noqa: F401
 
 TINY = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
 MARK = "<|pic_sep|>"
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(TINY), reason="fixture models missing")
-
-SYSTEM = "You are a careful assistant that answers from the documents. " * 6
-# documents end in a newline: a segment boundary then falls where the
-# tokenizer splits anyway, so per-segment token ids equal whole-text ids
-DOC_A = ("Alpha document: caches keep states of segments for reuse later. " * 8)[:-1] + "\n"
-DOC_B = ("Bravo document: recurrent layers compose transition operators. " * 8)[:-1] + "\n"
 
 
 def engine(procs, extra=(), **kw):
@@ -96,12 +90,6 @@ def key_of(fp, scope, data, tmpdir):
     return out.stdout.split()[0]
 
 
-def engine_segments(port, eid):
-    keys = redis_cmd(port, "KEYS", "pic:seg:*") or []
-    return {k[len("pic:seg:"):] for k in keys
-            if redis_cmd(port, "SISMEMBER", k, eid) == 1}
-
-
 def test_entries_are_registered_and_evictions_unregistered(procs, logdir):
     rds = procs.redis()
     eng = engine(procs, name="e1", extra=(
@@ -125,36 +113,6 @@ def test_entries_are_registered_and_evictions_unregistered(procs, logdir):
     harness.wait_for(lambda: (lambda s: s["registry"]["segment_evicts"]
                               == s["cache"]["evictions"])(status(eng)),
                      what="every eviction unregistered")
-
-
-def plan_for(eng, docs, q, system=SYSTEM, fp=None, scope=""):
-    """A plan as the gateway would send it for the Qwen3.5 rendering (contents
-    stripped, markers removed): prefix, glue, one "pic" segment per document,
-    the dynamic tail.  Keys are arbitrary unless fp (the engines' key
-    fingerprint) is given: a combine node checks entries by their tokens, but
-    a worker's prefill recomputes each key from its text."""
-    system = system.strip()
-    text = (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n"
-            + "".join(docs) + q + "<|im_end|>\n<|im_start|>assistant\n<think>\n")
-    raw = text.encode()
-    cuts = [len(f"<|im_start|>system\n{system}".encode())]
-    pos = len(f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n".encode())
-    cuts.append(pos)
-    for d in docs:
-        pos += len(d.encode())
-        cuts.append(pos)
-    cuts.append(len(raw))
-    # prefix, glue, one "pic" segment per document, the dynamic tail
-    kinds = ["prefix", "dynamic"] + ["pic"] * len(docs) + ["dynamic"]
-    segs, start = [], 0
-    for i, (end, kind) in enumerate(zip(cuts, kinds)):
-        key = ("%032x" % (0xabc0 + i) if fp is None or kind == "dynamic"
-               else harness.segment_key(fp, scope, raw[start:end]))
-        segs.append({"key": key, "offset": start, "bytes": end - start,
-                     "tokens": (end - start + 3) // 4, "kind": kind, "holders": [],
-                     "worker": None})
-        start = end
-    return {"version": 1, "id": "p1", "combine": "e1", "scope": scope, "segments": segs}
 
 
 def test_gateway_plan_is_used_refused_or_ignored(procs):

@@ -8,8 +8,6 @@ holder sends a corrupt frame (the combine node then computes the segment
 itself and counts the event in /status).  Fake peers are used only for what
 a real engine cannot be made to do (a corrupt frame, a connection cut after
 the first record)."""
-import copy
-import http.server
 import json
 import os
 import signal
@@ -20,75 +18,12 @@ import urllib.request
 
 import pytest
 
-import harness
-from test_server_pic import DOC_A, DOC_B, MARK, SYSTEM, plan_for
+from tests import harness
+from tests.support.pool import DOC_A, DOC_B
+from tests.support.pool import FakePeer, TINY, addr, ask, assign, base_plan, body_with, engine, oracle, status  # noqa: F401
 
-TINY = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
-DOC_C = ("Charlie document: seams are recomputed at every boundary of a splice. " * 8
-         )[:-1] + "\n"
-DOCS = [DOC_A, DOC_B, DOC_C]
-QUESTION = "which document mentions seams?"
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(TINY), reason="fixture models missing")
-
-
-KEY_FP = []        # the engines' key fingerprint (same model, seam and dtype for all)
-
-
-def engine(procs, name, extra=()):
-    # peers and plans as such: PIC only (exact first would recompute the
-    # fresh entries these tests count; see test_exact_first.py)
-    eng = procs.engine(model=TINY, name=name, extra=(
-        "--threads", "1", "--peer-timeout-ms", "1500", "--cache-mode", "pic") + tuple(extra))
-    if not KEY_FP:
-        KEY_FP.append(status(eng)["model"]["fingerprint"])
-    return eng
-
-
-def status(eng):
-    return json.loads(harness.http("GET", eng.url + "/status")[2])
-
-
-def body_with(plan):
-    return {"model": "m", "max_tokens": 8, "temperature": 0, "ignore_eos": True,
-            "messages": [{"role": "system", "content": SYSTEM},
-                         {"role": "user", "content": MARK.join(DOCS + [QUESTION])}],
-            "pic": plan}
-
-
-def base_plan():
-    """Real keys: a worker recomputes them from the text it is sent."""
-    return plan_for(None, DOCS, QUESTION, fp=KEY_FP[0])
-
-
-def assign(plan, worker=None, holder=None):
-    plan = copy.deepcopy(plan)
-    for s in plan["segments"]:
-        if s["kind"] == "pic":
-            s["worker"] = worker
-            s["holders"] = [holder] if holder else []
-    return plan
-
-
-def ask(eng, plan):
-    code, _, raw = harness.http("POST", eng.url + "/v1/chat/completions", body_with(plan),
-                                timeout=60)
-    assert code == 200, raw
-    doc = json.loads(raw)
-    return doc["choices"][0]["message"]["content"], doc["usage"]
-
-
-@pytest.fixture
-def oracle(procs):
-    """The answer of the plan computed by one engine alone."""
-    alone = engine(procs, "alone")
-    text, usage = ask(alone, base_plan())
-    assert usage["prompt_tokens_details"]["cached_tokens"] == 0
-    return text
-
-
-def addr(eng):
-    return f"127.0.0.1:{eng.port}"
 
 
 def test_worker_prefills_and_streams_entries(procs, oracle):
@@ -143,7 +78,6 @@ def test_stalled_worker_hits_the_deadline(procs, oracle):
     assert status(e1)["cache"]["peer_failures"] == 1
 
 
-
 def test_exact_first_composes_worker_entries_past_the_first_composed_segment(procs):
     """Exact first (DESIGN §3.5): the combine node recomputes exactly up to
     the first segment it composes from an entry that existed before the
@@ -170,38 +104,6 @@ def test_exact_first_composes_worker_entries_past_the_first_composed_segment(pro
     assert status(worker)["cache"]["frames_sent"] == 2
     st = status(e1)["cache"]
     assert st["segment_peer"] == 3 and st["peer_failures"] == 0
-
-class FakePeer:
-    """An engine impostor on a thread: `handler(req)` writes the answer."""
-
-    def __init__(self, handler):
-        outer = self
-        self.requests = []
-
-        class H(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                outer.requests.append(self.path)
-                handler(self)
-
-            def do_POST(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                self.body = self.rfile.read(n)
-                outer.requests.append(self.path)
-                handler(self)
-
-        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.port = self.srv.server_address[1]
-        self.thread = threading.Thread(target=self.srv.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.srv.shutdown()
-        self.srv.server_close()
 
 
 def test_corrupt_frame_from_a_holder_is_recomputed(procs, oracle):

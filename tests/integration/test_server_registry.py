@@ -6,42 +6,16 @@ covered in tests/unit/test_registry.c against a real redis-server too.)"""
 import json
 import os
 import signal
-import socket
 
 import openai
 import pytest
 
-import harness
+from tests import harness
+from tests.support.redis import redis_cmd  # noqa: F401
 
 TINY = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(TINY), reason="fixture models missing")
-
-
-def redis_cmd(port, *args):
-    """One RESP command on a fresh connection; the decoded reply."""
-    out = b"*%d\r\n" % len(args) + b"".join(
-        b"$%d\r\n%s\r\n" % (len(a.encode()), a.encode()) for a in map(str, args))
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-        s.sendall(out)
-        f = s.makefile("rb")
-        return _read(f)
-
-
-def _read(f):
-    line = f.readline().rstrip(b"\r\n")
-    kind, rest = line[:1], line[1:]
-    if kind in (b"+", b"-"):
-        return rest.decode()
-    if kind == b":":
-        return int(rest)
-    if kind == b"$":
-        n = int(rest)
-        return None if n < 0 else f.read(n + 2)[:-2].decode()
-    if kind == b"*":
-        n = int(rest)
-        return None if n < 0 else [_read(f) for _ in range(n)]
-    raise ValueError(line)
 
 
 def engine_hash(port, eid):

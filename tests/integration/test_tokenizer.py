@@ -11,15 +11,13 @@ import json
 import os
 import random
 import subprocess
-import sys
 
 import pytest
 from tokenizers import Tokenizer
 
-import harness
+from tests import harness
 
-sys.path.insert(0, os.path.join(harness.ROOT, "tests", "tools"))
-from make_tokenizer import byte_to_unicode, make_tokenizer  # noqa: E402
+from tests.tools.make_tokenizer import byte_to_unicode, make_tokenizer  # noqa: E402
 
 ENGINE = harness.ENGINE_BIN
 VARIANTS = ["qwen3_5", "qwen3_next"]
@@ -232,7 +230,7 @@ def test_large_vocab_equals_tokenizers(tok, tmp_path):
     """40k tokens / 38k merges grown at random from the trained ones: long
     merge chains and big hash tables, as in a real Qwen vocab."""
     path, _ = tok
-    from make_tokenizer import corpus_lines
+    from tests.tools.make_tokenizer import corpus_lines
 
     def edit(d):
         vocab, merges = d["model"]["vocab"], d["model"]["merges"]

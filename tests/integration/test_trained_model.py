@@ -18,23 +18,21 @@ import json
 import re
 import os
 import subprocess
-import sys
 import tempfile
 import time
 
 import pytest
 
-import harness
+from tests import harness
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("PIC_BUILD", "build")
 ENGINE = os.path.join(ROOT, BUILD, "pic-engine") if not os.path.isabs(BUILD) \
     else os.path.join(BUILD, "pic-engine")
 MODEL = os.path.join(ROOT, "models", "pic-qa")
-sys.path.insert(0, os.path.join(ROOT, "train"))
 
-import tasks  # noqa: E402
-import ckpt   # noqa: E402
+from train import tasks  # noqa: E402
+from train import ckpt  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
 
@@ -117,7 +115,7 @@ def test_the_model_answers_through_nginx(procs):
     the reversed pass is served in part from PIC entries.  In each pass the gateway
     answers as many right as a full-recompute engine does (within one) and at least
     4 of 12 (step 641 answered none)."""
-    from test_gateway import gw_conf
+    from tests.support.gateway import gw_conf
     full = procs.engine(name="full", model=MODEL, extra=["--cache-mode", "full", "--threads", "1"])
     es = [procs.engine(name=n, model=MODEL, extra=["--threads", "1"]) for n in ("e1", "e2")]
     ngx = procs.nginx(gw_conf(["127.0.0.1:%d" % e.port for e in es]))
@@ -171,7 +169,7 @@ def test_make_run_example_is_served_from_cache_when_reordered(procs):
     PIC entry (the engine's keeper builds it after the request: waited for), so the
     second request's usage reports PIC tokens for both documents and cached tokens
     beyond its exact prefix, and /pic/status (the dashboard's source) counts them."""
-    from test_gateway import gw_conf
+    from tests.support.gateway import gw_conf
     first, second = (json.load(open(p)) for p in (ASK, ASK_REORDERED))
     parts = [[p["text"] for p in b["messages"][-1]["content"]] for b in (first, second)]
     assert parts[1] == parts[0][:1] + parts[0][1:-1][::-1] + parts[0][-1:]

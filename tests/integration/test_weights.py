@@ -34,7 +34,7 @@ import subprocess
 import numpy as np
 import pytest
 
-import harness
+from tests import harness
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("PIC_BUILD", "build")

@@ -56,8 +56,7 @@ import tempfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from make_tokenizer import make_tokenizer  # noqa: E402
+from tests.tools.make_tokenizer import make_tokenizer  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 FIXTURE_DIR = os.path.join(ROOT, "tests", "fixtures", "models")

@@ -61,8 +61,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import oracle  # noqa: E402  (float64 machinery, versions, kernel check)
+from tests.tools import oracle  # noqa: E402  (float64 machinery, versions, kernel check)
 
 ROOT = oracle.ROOT
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -1,0 +1,2 @@
+"""The training recipe of models/pic-qa (not in CI); scripts run as
+`python -m train.NAME` from the repository root."""
