@@ -58,6 +58,32 @@ typedef struct {
     int          ldo;
 } pic_gdn_args;
 
+/* Arguments of the Mamba2 scan (MODEL.md §9 items 4–6), token by token.
+ *
+ * Head h (0 ≤ h < H) reads B and C of group h / (H/G).  Per token t:
+ * dt = clamp(softplus(dt_raw + dt_bias[h]), dt_min, dt_max), a = e^{dt·A[h]},
+ * S[h] ← a S[h] + dt x_t B_tᵀ (S[h] is P × N), y_t = S[h] C_t + D[h] x_t.
+ * Any entering state works, so S = 0 with y == NULL gives a segment's
+ * zero-start state S|0, and decay its transition Π a (DESIGN.md §3.8). */
+typedef struct {
+    int          n;         /* tokens */
+    int          H, G;      /* heads, B/C groups (H % G == 0) */
+    int          P, N;      /* head dim, state size */
+    const float *x;         /* (n, ldx) head h at x + t*ldx + h*P */
+    const float *B;         /* (n, ldx) group g at B + t*ldx + g*N */
+    const float *C;         /* (n, ldx) group g at C + t*ldx + g*N; NULL iff y == NULL */
+    int          ldx;       /* row stride of x, B and C (the conv's channels) */
+    const float *dt;        /* (n, H) raw dt (in_proj rows), before bias and softplus */
+    const float *dt_bias;   /* (H) */
+    float        dt_min, dt_max;
+    const float *A;         /* (H) A = −e^{A_log} < 0 */
+    const float *D;         /* (H) skip, or NULL */
+    float       *S;         /* (H, P, N) entering state, updated in place */
+    float       *y;         /* (n, ldy) head h at y + t*ldy + h*P; NULL: no output */
+    int          ldy;
+    float       *decay;     /* (H) or NULL: each multiplied by Π_t a_t */
+} pic_ssd_args;
+
 /* --- compact weights --- */
 
 /* Storage of a projection matrix.  Activations, accumulators and every other
@@ -217,6 +243,21 @@ typedef struct pic_backend {
      * selw(n, k) their p, renormalised to sum 1 when renorm != 0. */
     void (*moe_route)(int *sel, float *selw, float *p, int n, int E, int k,
                       int renorm);
+
+    /* --- Mamba2 (MODEL.md §9) --- */
+
+    /* The Mamba2 recurrence over a->n tokens (pic_ssd_args): the scalar
+     * reference on the CPU, for prefill and decode alike. */
+    void (*ssd_scan)(const pic_ssd_args *a);
+
+    /* y(n, dim) ← RMSNorm over each of the groups runs of dim/groups values
+     * of y · silu(z), times w(dim) (Mamba2's gated norm, gate before norm);
+     * z(n, dim) unchanged. */
+    void (*gated_rmsnorm)(float *y, const float *z, const float *w, int n,
+                          int dim, int groups, float eps);
+
+    /* y(n) ← a·x + b·y elementwise (Granite's multipliers); x may alias y. */
+    void (*scale_add)(float *y, const float *x, float a, float b, size_t n);
 
     /* --- memory: where every tensor the ops above take lives --- */
 

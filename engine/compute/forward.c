@@ -186,6 +186,10 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     }
     be->rope(w->q, qd, w->pos, nb, Hq, hd, &c->rope);
     be->rope(w->k, kvd, w->pos, nb, Hkv, hd, &c->rope);
+    if (c->attn_scale > 0.0f) {         /* the op scales by 1/sqrt(hd) */
+        be->scale_add(w->q, w->q, 0.0f, c->attn_scale * sqrtf((float) hd),
+                      (size_t) nb * qd);
+    }
 
     /* K/V into each sequence's cache at their positions, then 4. causal
      * GQA over its slots [0, p0+n).  Consecutive spans on one state (seam
@@ -239,14 +243,22 @@ pic_forward_layers(const pic_model *m, const pic_backend *be, pic_ws *w,
     for (int l = 0; l < nl; l++) {
         const pic_layer_weights *lw = &m->w.layers[l];
 
+        float                   *res;
+
         be->rmsnorm(w->xn, w->x, lw->input_norm, nb, H, c->rms_eps, c->norm_offset);
+        res = pic_forward_resid_begin(m, be, w, nb);
         if (c->layer_type[l] == PIC_LAYER_LINEAR) {
             pic_gdn_layer(m, be, l, w, nb, sp, n_sp, hooks);
+        } else if (c->layer_type[l] == PIC_LAYER_MAMBA2) {
+            pic_mamba2_layer(m, be, l, w, nb, sp, n_sp, hooks);
         } else {
             pic_attn_layer(m, be, l, w, nb, sp, n_sp);
         }
+        pic_forward_resid_end(m, be, w, nb, res);
         be->rmsnorm(w->xn, w->x, lw->post_norm, nb, H, c->rms_eps, c->norm_offset);
+        res = pic_forward_resid_begin(m, be, w, nb);
         pic_ffn_forward(m, be, l, w, nb);
+        pic_forward_resid_end(m, be, w, nb, res);
     }
 }
 
@@ -342,6 +354,7 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
         memcpy(w.h_ids, tokens + tok0, (size_t) nb * sizeof(int));
         pic_ws_put(be, w.ids, w.h_ids, (size_t) nb * sizeof(int));
         be->gather_rows(w.x, &m->w.embed, w.ids, nb);
+        pic_forward_scale_embed(m, be, w.x, nb);
         pic_forward_layers(m, be, &w, nb, sp, ns, hooks);
 
         /* logits out (backend → host) */
@@ -350,6 +363,7 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
 
             be->rmsnorm(w.xn, w.x, m->w.final_norm, nb, H, c->rms_eps, c->norm_offset);
             be->matmul_w(out, w.xn, lm, nb, 0);
+            pic_forward_scale_logits(m, be, out, nb);
             if (!be->host) {
                 be->mem_download(logits + (size_t) tok0 * V, out,
                                  (size_t) nb * V * sizeof(float));
@@ -360,6 +374,7 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
             be->rmsnorm(w.xn, w.x + (size_t) (nb - 1) * H, m->w.final_norm, 1,
                         H, c->rms_eps, c->norm_offset);
             be->matmul_w(out, w.xn, lm, 1, 0);
+            pic_forward_scale_logits(m, be, out, 1);
             if (!be->host) {
                 be->mem_download(logits, out, (size_t) V * sizeof(float));
             }
@@ -498,6 +513,12 @@ pic_forward_flops(const pic_config *c, int n, int p0, pic_logits_mode mode)
             p += H * (C + vd + 2.0 * c->lin_v_heads) + vd * H;
             /* recurrence: Sᵀk, k δᵀ, Sᵀq per value head */
             f += (double) n * 6.0 * c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+        } else if (c->layer_type[l] == PIC_LAYER_MAMBA2) {
+            double mi = (double) c->ssm_heads * c->ssm_head_dim;
+
+            p += H * (mi + C + c->ssm_heads) + mi * H;
+            /* scan: a S + dt x Bᵀ and S C per head */
+            f += (double) n * 4.0 * mi * c->ssm_state;
         } else {
             p += H * ((c->attn_gate ? 2.0 : 1.0) * qd + 2.0 * kvd) + qd * H;
             /* scores + weighted sum over the causal keys of each token */

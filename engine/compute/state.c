@@ -50,7 +50,7 @@ pic_state_init_on(const pic_config *cfg, int max_ctx, const pic_backend *be,
     s->hd = cfg->head_dim;
 
     for (int l = 0; l < cfg->n_layers; l++) {
-        if (cfg->layer_type[l] != PIC_LAYER_LINEAR) {
+        if (!pic_layer_recurrent(cfg->layer_type[l])) {
             continue;
         }
         s->S[l] = pic_state_zalloc(s, (size_t) s->Hv * s->dk * s->dv * sizeof(float));

@@ -64,6 +64,15 @@ pic_ws_layout(const pic_config *c, int nb, int lg_rows, float *base, pic_ws *w)
     PIC_TAKE(ids, int, nb);
     PIC_TAKE(sg, float, nb);
     PIC_TAKE(lg, float, (size_t) lg_rows * c->vocab);
+    {
+        size_t mi = (size_t) c->ssm_heads * c->ssm_head_dim;
+        int    scaled = c->resid_mult != 0.0f && c->resid_mult != 1.0f;
+
+        PIC_TAKE(mz, float, (size_t) nb * mi);
+        PIC_TAKE(mdt, float, (size_t) nb * c->ssm_heads);
+        PIC_TAKE(my, float, (size_t) nb * mi);
+        PIC_TAKE(xr, float, scaled ? (size_t) nb * c->hidden : 0);
+    }
 #undef PIC_TAKE
     return off;
 }

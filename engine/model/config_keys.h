@@ -85,4 +85,21 @@ int pic_cfg_gdn(pic_cfg_ctx *c, pic_config *cfg);
  * then intermediate_size when a layer is dense. */
 int pic_cfg_ffn(pic_cfg_ctx *c, pic_config *cfg, int moe, int qwen35_moe);
 
+/* --- Mamba2 hybrids (config_mamba.c) --- */
+
+/* The Mamba2 mixer's keys (mamba_n_heads, _n_groups, _d_state, _d_head,
+ * _d_conv, _expand, _chunk_size, _conv_bias; time_step_limit; proj biases
+ * refused) into cfg->ssm_*, and the state's shape into the lin_* fields. */
+int pic_cfg_mamba2(pic_cfg_ctx *c, pic_config *cfg);
+
+/* Every layer Mamba2 but those layer_types names attention ("full_attention"
+ * or "attention"; the others "linear_attention" or "mamba"), or, without
+ * layer_types, those attn_layer_indices lists. */
+int pic_cfg_mamba_layers(pic_cfg_ctx *c, pic_config *cfg);
+
+/* A Mamba2 + attention hybrid with plain x·w norms: the layer list, the
+ * attention keys (partial_rotary_factor default prf) where a layer attends,
+ * the mixer's keys where one is Mamba2.  The FFN is the caller's. */
+int pic_cfg_mamba_hybrid(pic_cfg_ctx *c, pic_config *cfg, double prf);
+
 #endif /* PIC_CONFIG_KEYS_H */

@@ -30,6 +30,9 @@ typedef enum {
     PIC_ARCH_LLAMA,             /* llama, mistral: plain GQA attention */
     PIC_ARCH_QWEN3,             /* qwen3: GQA with per-head q/k RMSNorm */
     PIC_ARCH_QWEN2,             /* qwen2: GQA with q/k/v biases */
+    PIC_ARCH_BAMBA,             /* bamba: Mamba2 + GQA attention */
+    PIC_ARCH_GRANITEMOEHYBRID,  /* granitemoehybrid (Granite 4.0-H): Mamba2 +
+                                 * attention, multipliers, MoE + shared MLP */
 } pic_arch;
 
 /* The mixer of a layer.  Attention comes in the variants the config's
@@ -38,7 +41,16 @@ typedef enum {
 typedef enum {
     PIC_LAYER_LINEAR = 0,       /* Gated DeltaNet */
     PIC_LAYER_FULL,             /* full (causal softmax) attention */
+    PIC_LAYER_MAMBA2,           /* Mamba2 (SSD) mixer, MODEL.md §9 */
 } pic_layer_type;
+
+/* 1 for the layers that carry a recurrent state (S and a conv window in
+ * pic_state) instead of a K/V cache: Gated DeltaNet and Mamba2. */
+static inline int
+pic_layer_recurrent(pic_layer_type t)
+{
+    return t == PIC_LAYER_LINEAR || t == PIC_LAYER_MAMBA2;
+}
 
 typedef struct {
     pic_arch arch;
@@ -83,12 +95,36 @@ typedef struct {
 
     int      max_position;      /* max_position_embeddings */
     int      eos_ids[4];        /* stop tokens from config (-1 unused) */
+
+    /* Mamba2 (layer_type == PIC_LAYER_MAMBA2; ssm_heads 0: none).  The
+     * recurrent state's shape is also in the GDN fields above, so that
+     * every state consumer (pic_state, checkpoints, entries) sizes it the
+     * same way: lin_v_heads = ssm_heads, lin_k_heads = ssm_groups,
+     * lin_k_dim = ssm_head_dim, lin_v_dim = ssm_state, conv_kernel = K;
+     * S per head is (P, N) and the conv runs over I + 2·G·N channels. */
+    int      ssm_heads;         /* Hm */
+    int      ssm_head_dim;      /* P (Hm·P = I, the mixer's inner width) */
+    int      ssm_state;         /* N */
+    int      ssm_groups;        /* G: heads h·G/Hm share B, C (Hm % G == 0) */
+    int      ssm_chunk;         /* mamba_chunk_size (the SSD grid) */
+    int      ssm_conv_bias;     /* conv1d carries a bias */
+    float    ssm_dt_min;        /* dt clamped to [min, max] (time_step_limit) */
+    float    ssm_dt_max;
+    /* Granite's scalars (1.0 elsewhere; 0 read as 1) */
+    float    embed_mult;        /* embeddings × this */
+    float    resid_mult;        /* every mixer and FFN output × this */
+    float    attn_scale;        /* softmax scale (0: 1/sqrt(hd)) */
+    float    logits_div;        /* logits ÷ this */
+    int      rope_none;         /* attention without positions (nope) */
 } pic_config;
 
 /* GDN conv channels C = 2*Hk*dk + Hv*dv: q, k and v go through the conv. */
 static inline int
 pic_config_conv_ch(const pic_config *c)
 {
+    if (c->ssm_heads > 0) {             /* Mamba2: x (I), B and C (G·N each) */
+        return c->ssm_heads * c->ssm_head_dim + 2 * c->ssm_groups * c->ssm_state;
+    }
     return 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
 }
 
@@ -143,6 +179,18 @@ typedef struct {
     pic_expert_weights *experts;/* [E] */
     pic_expert_weights shared;  /* (Is, H)/(H, Is); data NULL if absent */
     float *shared_gate;         /* (1, H) or NULL */
+
+    /* Mamba2 (layer_type == PIC_LAYER_MAMBA2); I = Hm·P, C = I + 2·G·N */
+    pic_wmat ssm_in_z;          /* (I, H) in_proj rows [0, I): the gate z */
+    pic_wmat ssm_in_xbc;        /* (C, H) rows [I, I+C): x | B | C */
+    pic_wmat ssm_in_dt;         /* (Hm, H) rows [I+C, I+C+Hm): dt */
+    float *ssm_conv_w;          /* (C, K) */
+    float *ssm_conv_b;          /* (C) or NULL (no ssm_conv_bias) */
+    float *ssm_dt_bias;         /* (Hm) */
+    float *ssm_A;               /* (Hm) A = −exp(A_log), made at load */
+    float *ssm_D;               /* (Hm) skip */
+    float *ssm_norm;            /* (I) gated RMSNorm weight, G groups */
+    pic_wmat ssm_out;           /* (H, I) */
 } pic_layer_weights;
 
 typedef struct {

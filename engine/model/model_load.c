@@ -20,6 +20,7 @@
 #include "pic_time.h"
 #include "safetensors.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -721,6 +722,8 @@ ld_moe(ld_ctx *L, pic_layer_weights *lw, int i)
 }
 
 
+static int ld_layer_mamba_hybrid(ld_ctx *L, int i);
+
 static int
 ld_layer(ld_ctx *L, int i)
 {
@@ -728,6 +731,9 @@ ld_layer(ld_ctx *L, int i)
     pic_layer_weights *lw = &L->m->w.layers[i];
     char               n[512];
 
+    if (c->arch == PIC_ARCH_BAMBA || c->arch == PIC_ARCH_GRANITEMOEHYBRID) {
+        return ld_layer_mamba_hybrid(L, i);
+    }
     if (!(lw->input_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
                                      "input_layernorm.weight"), 1, c->hidden,
                                      0, 0))
@@ -743,6 +749,163 @@ ld_layer(ld_ctx *L, int i)
         return -1;
     }
     return c->layer_is_moe[i] ? ld_moe(L, lw, i) : ld_mlp(L, lw, i);
+}
+
+
+/* --- Mamba2 hybrids (Bamba, Granite 4.0-H) --- */
+
+/* A Mamba2 mixer: in_proj (I + C + Hm, H) read whole and viewed as its
+ * z, xBC and dt rows; conv1d (C, 1, K) (+ bias); dt_bias, A_log (kept as
+ * A = −exp(A_log), what the scan multiplies by), D, the gated norm (I),
+ * out_proj (H, I). */
+static int
+ld_mamba2(ld_ctx *L, pic_layer_weights *lw, int i)
+{
+    const pic_config    *c = &L->m->cfg;
+    const pic_st_tensor *t;
+    int64_t              H = c->hidden, Hm = c->ssm_heads;
+    int64_t              I = Hm * c->ssm_head_dim, C = pic_config_conv_ch(c);
+    int64_t              dims[2] = { I + C + Hm, H };
+    pic_wmat             in;
+    char                 n[512];
+
+    t = ld_expect(L, ld_name(L, n, sizeof(n), i, "mamba.in_proj.weight"), 2, dims);
+    if (t == NULL || ld_wmat_alloc(L, I + C + Hm, H, &in) != 0
+        || ld_wread(L, t, 0, t->numel, &in, 0) != 0)
+    {
+        return -1;
+    }
+    lw->ssm_in_z = pic_wmat_view(&in, 0, (int) I);
+    lw->ssm_in_xbc = pic_wmat_view(&in, (int) I, (int) C);
+    lw->ssm_in_dt = pic_wmat_view(&in, (int) (I + C), (int) Hm);
+    if (!(lw->ssm_conv_w = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                     "mamba.conv1d.weight"), 3, C, 1, c->conv_kernel))
+        || (c->ssm_conv_bias
+            && !(lw->ssm_conv_b = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                            "mamba.conv1d.bias"), 1, C, 0, 0)))
+        || !(lw->ssm_dt_bias = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                         "mamba.dt_bias"), 1, Hm, 0, 0))
+        || !(lw->ssm_A = ld_tensor(L, ld_name(L, n, sizeof(n), i, "mamba.A_log"), 1,
+                                   Hm, 0, 0))
+        || !(lw->ssm_D = ld_tensor(L, ld_name(L, n, sizeof(n), i, "mamba.D"), 1, Hm,
+                                   0, 0))
+        || !(lw->ssm_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                      "mamba.norm.weight"), 1, I, 0, 0)))
+    {
+        return -1;
+    }
+    for (int64_t h = 0; h < Hm; h++) {
+        lw->ssm_A[h] = -expf(lw->ssm_A[h]);
+    }
+    return ld_wtensor(L, ld_name(L, n, sizeof(n), i, "mamba.out_proj.weight"), H, I,
+                      &lw->ssm_out);
+}
+
+
+/* A SwiGLU MLP under prefix (gate_proj / up_proj / down_proj). */
+static int
+ld_mlp_at(ld_ctx *L, pic_layer_weights *lw, int i, const char *prefix)
+{
+    const pic_config *c = &L->m->cfg;
+    int64_t           H = c->hidden, I = c->intermediate;
+    char              n[512];
+
+    if (ld_wtensor(L, ld_name(L, n, sizeof(n), i, "%s.gate_proj.weight", prefix),
+                   I, H, &lw->mlp_gate) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i, "%s.up_proj.weight", prefix),
+                      I, H, &lw->mlp_up) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i, "%s.down_proj.weight", prefix),
+                      H, I, &lw->mlp_down) != 0)
+    {
+        return -1;
+    }
+    return 0;
+}
+
+
+/* Granite's FFN: shared_mlp (input_linear (2·Is, H) = [gate | up],
+ * output_linear (H, Is)) as the dense MLP, or as the shared expert beside
+ * block_sparse_moe (router.layer (E, H), input_linear (E, 2·Ie, H) gate
+ * rows first, output_linear (E, H, Ie)). */
+static int
+ld_granite_ffn(ld_ctx *L, pic_layer_weights *lw, int i)
+{
+    const pic_config    *c = &L->m->cfg;
+    const pic_st_tensor *t;
+    int                  moe = c->layer_is_moe[i];
+    int64_t              H = c->hidden, E = c->n_experts, Ie = c->moe_intermediate;
+    int64_t              Is = moe ? c->shared_intermediate : c->intermediate, dims[3];
+    pic_wmat             gu, down, *g = moe ? &lw->shared.gate : &lw->mlp_gate;
+    char                 n[512];
+
+    if (ld_wtensor(L, ld_name(L, n, sizeof(n), i, "shared_mlp.input_linear.weight"),
+                   2 * Is, H, &gu) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i, "shared_mlp.output_linear.weight"),
+                      H, Is, moe ? &lw->shared.down : &lw->mlp_down) != 0)
+    {
+        return -1;
+    }
+    *g = pic_wmat_view(&gu, 0, (int) Is);
+    *(moe ? &lw->shared.up : &lw->mlp_up) = pic_wmat_view(&gu, (int) Is, (int) Is);
+    if (!moe) {
+        return 0;
+    }
+    lw->router = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                           "block_sparse_moe.router.layer.weight"), 2, E, H, 0);
+    lw->experts = ld_keep(L, (size_t) E * sizeof(*lw->experts));
+    if (lw->router == NULL || lw->experts == NULL
+        || ld_wmat_alloc(L, E * 2 * Ie, H, &gu) != 0
+        || ld_wmat_alloc(L, E * H, Ie, &down) != 0)
+    {
+        return -1;
+    }
+    dims[0] = E;
+    dims[1] = 2 * Ie;
+    dims[2] = H;
+    t = ld_expect(L, ld_name(L, n, sizeof(n), i, "block_sparse_moe.input_linear.weight"),
+                  3, dims);
+    if (t == NULL || ld_wread(L, t, 0, t->numel, &gu, 0) != 0) {
+        return -1;
+    }
+    dims[1] = H;
+    dims[2] = Ie;
+    t = ld_expect(L, ld_name(L, n, sizeof(n), i,
+                  "block_sparse_moe.output_linear.weight"), 3, dims);
+    if (t == NULL || ld_wread(L, t, 0, t->numel, &down, 0) != 0) {
+        return -1;
+    }
+    for (int64_t e = 0; e < E; e++) {
+        lw->experts[e].gate = pic_wmat_view(&gu, (int) (e * 2 * Ie), (int) Ie);
+        lw->experts[e].up = pic_wmat_view(&gu, (int) (e * 2 * Ie + Ie), (int) Ie);
+        lw->experts[e].down = pic_wmat_view(&down, (int) (e * H), (int) H);
+    }
+    return 0;
+}
+
+
+/* A Bamba or Granite 4.0-H layer: input_layernorm, the mixer (mamba.* or
+ * self_attn.*), the FFN's norm (pre_ff_layernorm / post_attention_layernorm)
+ * and FFN (feed_forward.* / shared_mlp + block_sparse_moe). */
+static int
+ld_layer_mamba_hybrid(ld_ctx *L, int i)
+{
+    const pic_config  *c = &L->m->cfg;
+    pic_layer_weights *lw = &L->m->w.layers[i];
+    int                bamba = c->arch == PIC_ARCH_BAMBA;
+    char               n[512];
+
+    if (!(lw->input_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                     "input_layernorm.weight"), 1, c->hidden, 0, 0))
+        || !(lw->post_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                       bamba ? "pre_ff_layernorm.weight"
+                                             : "post_attention_layernorm.weight"),
+                                       1, c->hidden, 0, 0))
+        || (c->layer_type[i] == PIC_LAYER_MAMBA2 ? ld_mamba2(L, lw, i)
+                                                 : ld_attn(L, lw, i)) != 0)
+    {
+        return -1;
+    }
+    return bamba ? ld_mlp_at(L, lw, i, "feed_forward") : ld_granite_ffn(L, lw, i);
 }
 
 
@@ -1179,7 +1342,9 @@ pic_model_load_progress(const char *dir, pic_weights_format f,
         goto fail;
     }
     m->w.final_norm = ld_tensor(&L, ld_name(&L, name, sizeof(name), -1,
-                                "norm.weight"), 1, c->hidden, 0, 0);
+                                c->arch == PIC_ARCH_BAMBA ? "final_layernorm.weight"
+                                                          : "norm.weight"),
+                                1, c->hidden, 0, 0);
     if (m->w.final_norm == NULL) {
         goto fail;
     }

@@ -12,6 +12,7 @@
 #include "entry.h"
 #include "forward.h"
 #include "state.h"
+#include "transition.h"
 
 /* --- storage conversion --- */
 
@@ -123,15 +124,14 @@ pic_entry_alloc(const pic_model *m, const int *tokens, int L, int h, int w,
     e->hd = c->head_dim;
     memcpy(e->layer_type, c->layer_type, sizeof(e->layer_type));
 
-    size_t nT = (size_t) e->Hv * e->dk * e->dk * es;
     size_t nS = (size_t) e->Hv * e->dk * e->dv * es;
     size_t nC = (size_t) e->conv_ch * e->conv_k1 * sizeof(float);
     size_t nK = (size_t) e->Hkv * (e->i1 - e->i0) * e->hd * es;
     size_t tok = (size_t) L * sizeof(int);
 
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
-            e->bytes_T += has_T ? nT : 0;
+        if (pic_layer_recurrent(c->layer_type[l])) {
+            e->bytes_T += has_T ? pic_transition_bytes(c, c->layer_type[l], es) : 0;
             e->bytes_S += nS;
             e->bytes_conv += nC;
         } else {
@@ -152,10 +152,10 @@ pic_entry_alloc(const pic_model *m, const int *tokens, int L, int h, int w,
     off = (tok + 63) & ~(size_t) 63;
     for (int l = 0; l < c->n_layers; l++) {
         pic_entry_layer *el = &e->layer[l];
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+        if (pic_layer_recurrent(c->layer_type[l])) {
             if (has_T) {
                 el->T = p + off;
-                off += nT;
+                off += pic_transition_bytes(c, c->layer_type[l], es);
             }
             el->S = p + off;
             off += nS;
@@ -260,7 +260,9 @@ pic_entry_take_conv(pic_entry *e, const pic_state *s)
 typedef struct {
     const pic_backend *be;
     int                active;          /* accumulate only while set */
-    float             *T[PIC_MAX_LAYERS];   /* (Hv, dk, dk) fp32 */
+    const pic_transition *tr[PIC_MAX_LAYERS];  /* the layer's family, or NULL */
+    float             *T[PIC_MAX_LAYERS];   /* (Hv, head_floats(dk)) fp32:
+                                             * (Hv, dk, dk) dense, (Hv) scalar */
     float             *S[PIC_MAX_LAYERS];   /* (Hv, dk, dv) fp32 */
     int                Hv, dk, dv;
 } pic_tacc;
@@ -290,6 +292,27 @@ pic_tacc_hook(void *user, int layer, int p0, const pic_gdn_args *a)
     t->be->gdn_chunked(&za);
 }
 
+/* Mamba2: S|0 and Π a of the tokens a describes, advanced from the
+ * accumulator's (a zero start and 1 at the interior's first token). */
+static void
+pic_tacc_ssd_hook(void *user, int layer, int p0, const pic_ssd_args *a)
+{
+    pic_tacc *t = user;
+
+    (void) p0;
+
+    if (!t->active || t->T[layer] == NULL) {
+        return;
+    }
+    pic_ssd_args za = *a;
+
+    za.C = NULL;
+    za.y = NULL;
+    za.S = t->S[layer];
+    za.decay = t->T[layer];
+    t->be->ssd_scan(&za);
+}
+
 /* T = I, S = 0 for every linear layer. */
 static void
 pic_tacc_reset(pic_tacc *t, int n_layers)
@@ -298,12 +321,11 @@ pic_tacc_reset(pic_tacc *t, int n_layers)
         if (t->T[l] == NULL) {
             continue;
         }
-        memset(t->T[l], 0, (size_t) t->Hv * t->dk * t->dk * sizeof(float));
+        size_t nh = t->tr[l]->head_floats(t->dk);
+
         memset(t->S[l], 0, (size_t) t->Hv * t->dk * t->dv * sizeof(float));
         for (int h = 0; h < t->Hv; h++) {
-            for (int i = 0; i < t->dk; i++) {
-                t->T[l][(size_t) h * t->dk * t->dk + (size_t) i * t->dk + i] = 1.0f;
-            }
+            t->tr[l]->identity(t->T[l] + (size_t) h * nh, t->dk);
         }
     }
 }
@@ -328,10 +350,11 @@ pic_tacc_init(pic_tacc *t, const pic_model *m, const pic_backend *be)
     t->dk = c->lin_k_dim;
     t->dv = c->lin_v_dim;
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer_type[l] != PIC_LAYER_LINEAR) {
+        t->tr[l] = pic_transition_of(c->layer_type[l]);
+        if (t->tr[l] == NULL) {
             continue;
         }
-        t->T[l] = malloc((size_t) t->Hv * t->dk * t->dk * sizeof(float));
+        t->T[l] = malloc((size_t) t->Hv * t->tr[l]->head_floats(t->dk) * sizeof(float));
         t->S[l] = malloc((size_t) t->Hv * t->dk * t->dv * sizeof(float));
         if (t->T[l] == NULL || t->S[l] == NULL) {
             pic_tacc_free(t, c->n_layers);
@@ -350,8 +373,8 @@ pic_tacc_store(const pic_tacc *t, pic_entry *e)
         if (t->T[l] == NULL) {
             continue;
         }
-        pic_entry_store(e->layer[l].T, t->T[l], (size_t) t->Hv * t->dk * t->dk,
-                        e->dtype);
+        pic_entry_store(e->layer[l].T, t->T[l],
+                        (size_t) t->Hv * t->tr[l]->head_floats(t->dk), e->dtype);
         pic_entry_store(e->layer[l].S, t->S[l], (size_t) t->Hv * t->dk * t->dv,
                         e->dtype);
     }
@@ -420,7 +443,8 @@ pic_entry_build(const pic_model *m, const pic_backend *be, const int *tokens,
             goto done;
         }
         acc_ok = 1;
-        pic_forward_hooks hooks = { .user = &acc, .on_gdn = pic_tacc_hook };
+        pic_forward_hooks hooks = { .user = &acc, .on_gdn = pic_tacc_hook,
+                                    .on_ssd = pic_tacc_ssd_hook };
 
         if (h > 0 && pic_forward(m, be, s, tokens, h, 0, PIC_LOGITS_NONE, NULL,
                                  NULL, err, errlen) != 0) {
@@ -551,7 +575,8 @@ pic_entry_build_context(const pic_model *m, const pic_backend *be,
     }
     qsort(cuts, n_cut, sizeof(int), pic_int_cmp);
 
-    pic_forward_hooks hooks = { .user = &acc, .on_gdn = pic_tacc_hook };
+    pic_forward_hooks hooks = { .user = &acc, .on_gdn = pic_tacc_hook,
+                                    .on_ssd = pic_tacc_ssd_hook };
     int               seg = 0;
 
     for (int k = 0; k + 1 < n_cut; k++) {
@@ -675,9 +700,11 @@ pic_entry_tensors(const pic_entry *e, pic_entry_tensor *out, int max)
 
     for (int l = 0; l < e->n_layers; l++) {
         const pic_entry_layer *el = &e->layer[l];
-        if (e->layer_type[l] == PIC_LAYER_LINEAR) {
+        if (pic_layer_recurrent(e->layer_type[l])) {
+            int tk = e->layer_type[l] == PIC_LAYER_MAMBA2 ? 1 : e->dk;  /* scalar: (Hv, 1, 1) */
+
             if (e->has_T) {
-                PIC_ADD(l, PIC_TENSOR_T, e->dtype, 3, e->Hv, e->dk, e->dk, el->T, es);
+                PIC_ADD(l, PIC_TENSOR_T, e->dtype, 3, e->Hv, tk, tk, el->T, es);
             }
             PIC_ADD(l, PIC_TENSOR_S, e->dtype, 3, e->Hv, e->dk, e->dv, el->S, es);
             PIC_ADD(l, PIC_TENSOR_CONV, PIC_DTYPE_F32, 2, e->conv_ch, e->conv_k1, 1,

@@ -48,7 +48,9 @@ typedef enum {
 #define PIC_ENTRY_MAX_W 64
 
 typedef struct {
-    void  *T;               /* (Hv, dk, dk) dtype; linear layers with T, else NULL */
+    void  *T;               /* linear layers with T, else NULL: (Hv, dk, dk) dtype
+                             * for GDN (dense), (Hv) for Mamba2 (scalar: Π a per
+                             * head; transition.h) */
     void  *S;               /* (Hv, dk, dv) dtype; linear layers, else NULL */
     float *conv;            /* (C, K−1) fp32; linear layers, else NULL */
     void  *K;               /* (Hkv, n_int, hd) dtype, RoPE at local positions; full layers */

@@ -498,7 +498,7 @@ pic_prefix_cache_init(const pic_model *m, const pic_prefix_opts *o, char *err,
     int C = pic_config_conv_ch(c);
     int K1 = pic_config_conv_k1(c);
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+        if (pic_layer_recurrent(c->layer_type[l])) {
             pc->ck_floats += (size_t) c->lin_v_heads * c->lin_k_dim * c->lin_v_dim
                              + (size_t) C * K1;
         } else {
@@ -601,7 +601,7 @@ pic_pc_ck_take(const pic_prefix_cache *pc, const pic_state *s)
     size_t            nC = (size_t) s->conv_ch * s->conv_k1;
 
     for (int l = 0; ck != NULL && l < c->n_layers; l++) {
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+        if (pic_layer_recurrent(c->layer_type[l])) {
             s->be->mem_download(d, s->S[l], nS * sizeof(float));
             s->be->mem_download(d + nS, s->conv[l], nC * sizeof(float));
             d += nS + nC;
@@ -618,7 +618,7 @@ pic_pc_ck_to_state(const pic_prefix_cache *pc, const float *ck, pic_state *s)
     size_t            nC = (size_t) s->conv_ch * s->conv_k1;
 
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+        if (pic_layer_recurrent(c->layer_type[l])) {
             s->be->mem_upload(s->S[l], ck, nS * sizeof(float));
             s->be->mem_upload(s->conv[l], ck + nS, nC * sizeof(float));
             ck += nS + nC;
@@ -969,11 +969,11 @@ pic_prefix_cache_snap_layer(const pic_prefix_cache *pc, const pic_state *s, int 
     size_t            nC = (size_t) s->conv_ch * s->conv_k1;
 
     if (ck == NULL || layer < 0 || layer >= c->n_layers
-        || c->layer_type[layer] != PIC_LAYER_LINEAR) {
+        || !pic_layer_recurrent(c->layer_type[layer])) {
         return;
     }
     for (int l = 0; l < layer; l++) {       /* the layers before it, as ck_take */
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+        if (pic_layer_recurrent(c->layer_type[l])) {
             ck += nS + nC;
         }
     }

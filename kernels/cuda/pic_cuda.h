@@ -205,6 +205,18 @@ int pic_cuda_kv_store(float *kc, float *vc, int cap, const float *k,
 int pic_cuda_moe_route(int *sel, float *selw, float *p, int n, int E, int k,
                        int renorm);
 
+/* --- Mamba2 (ssd.cu; contracts: pic_kernels.h) --- */
+
+/* The Mamba2 scan token by token, one thread per state row. */
+int pic_cuda_ssd_scan(const pic_ssd_args *a);
+
+/* y(n, dim) ← grouped RMSNorm of y · silu(z), times w(dim). */
+int pic_cuda_gated_rmsnorm(float *y, const float *z, const float *w, int n, int dim,
+                           int groups, float eps);
+
+/* y(n) ← a·x + b·y. */
+int pic_cuda_scale_add(float *y, const float *x, float a, float b, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1326,6 +1326,10 @@ test_loads_committed_fixture_models(void **state)
         { "tiny-qwen3next", PIC_ARCH_QWEN3_NEXT, 6, 8, 32, 8, 0,
           "L.LML.F.L.FM" },
         { "tiny-realheads", PIC_ARCH_QWEN3_5, 3, 0, 256, 64, 1, "L.L.F." },
+        /* Mamba2 hybrids: L here a Mamba2 layer */
+        { "tiny-bamba", PIC_ARCH_BAMBA, 4, 0, 16, 8, 1, "L.L.F.L." },
+        { "tiny-granite-h", PIC_ARCH_GRANITEMOEHYBRID, 5, 4, 16, 16, 1, "LMFMLMLMFM" },
+        { "tiny-granite-h-dense", PIC_ARCH_GRANITEMOEHYBRID, 4, 0, 16, 16, 1, "L.L.F.L." },
     };
     const char *base = getenv("PIC_FIXTURES");
     char        dir[512];
@@ -1358,6 +1362,9 @@ test_loads_committed_fixture_models(void **state)
         for (i = 0; i < m->cfg.n_layers; i++) {
             assert_int_equal(m->cfg.layer_type[i] == PIC_LAYER_FULL,
                              want[k].types[2 * i] == 'F');
+            assert_true(m->cfg.layer_type[i] == PIC_LAYER_FULL
+                        || m->cfg.layer_type[i] == (m->cfg.ssm_heads > 0 ? PIC_LAYER_MAMBA2
+                                                                        : PIC_LAYER_LINEAR));
             assert_int_equal(m->cfg.layer_is_moe[i],
                              want[k].types[2 * i + 1] == 'M');
         }
