@@ -376,6 +376,11 @@ pic_entry_opts_check(const pic_model *m, const pic_entry_opts *o, char *err,
         snprintf(err, errlen, "%s: too many layers", __func__);
         return -1;
     }
+    if (m->cfg.mla) {
+        snprintf(err, errlen, "%s: PIC entries of multi-head latent attention "
+                 "(model_type %s) are not implemented", __func__, m->cfg.model_type);
+        return -1;
+    }
     return 0;
 }
 
