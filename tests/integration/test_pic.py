@@ -25,8 +25,10 @@ BUILD = os.environ.get("PIC_BUILD", "build")
 PIC_LAB = os.path.join(ROOT, BUILD, "pic-lab")  # bench/pic_lab.c
 ORACLE_DIR = os.path.join(ROOT, "tests", "fixtures", "oracle")
 MODELS = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads"]
-# all-attention architectures: an entry is K/V only (no state, no conv window)
-ATTN_MODELS = ["tiny-llama", "tiny-llama-tied", "tiny-qwen3", "tiny-qwen2"]
+# all-attention architectures: an entry is K/V only (no state, no conv window);
+# MLA (DeepSeek): the latent rows [k_pe | c_KV] only, k_pe re-rotated at placement
+ATTN_MODELS = ["tiny-llama", "tiny-llama-tied", "tiny-qwen3", "tiny-qwen2",
+               "tiny-deepseek-v2", "tiny-deepseek-v3"]
 
 
 def model_dir(name):
