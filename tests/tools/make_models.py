@@ -154,6 +154,21 @@ PRESETS = {
         first_dense=1, n_group=4, topk_group=2, routed_scale=2.5, norm_topk_prob=True,
         tied=False, dtype="bf16-mixed", rms_eps=1e-05, max_pos=4096,
         rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}),
+    # bench/mla.py's three of one size (H 512, 4 layers, dense 1024, 8 query heads;
+    # not committed): MLA in the V3 layout (q_lora 256, kv_lora 256, nope/rope/v
+    # 64/32/64), GQA (Llama, 8/2 heads of 64) and the hybrid (3 GDN + 1 attention)
+    "bench-mla": dict(
+        family="deepseek_v3", H=512, layer_types=[F, F, F, F], Hq=8, Hkv=8, hd=32, I=1024,
+        q_lora=256, kv_lora=256, dn=64, dr=32, dv=64, E=8, topk=2, Ie=64, n_shared=1,
+        first_dense=4, n_group=1, topk_group=1, routed_scale=1.0, norm_topk_prob=True,
+        tied=True, dtype="bf16-mixed", rms_eps=1e-06, max_pos=32768,
+        rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}),
+    "bench-gqa": dict(
+        family="llama", H=512, layer_types=[F, F, F, F], Hq=8, Hkv=2, hd=64, I=1024,
+        tied=True, dtype="bf16-all", rope_theta=10000.0, rms_eps=1e-05, max_pos=32768),
+    "bench-hybrid": dict(
+        family="qwen3_5", H=512, layer_types=[L, L, L, F], Hq=8, Hkv=2, hd=64,
+        Hk=4, Hv=4, dk=64, dv=64, I=1024, tied=True, dtype="bf16-mixed"),
     # benchmark model: Qwen3.5-0.8B shapes, 8 layers (not committed, ~850 MB)
     "mid": dict(
         family="qwen3_5", H=1024, layer_types=[L, L, L, F, L, L, L, F],
