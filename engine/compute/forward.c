@@ -623,6 +623,16 @@ pic_forward_flops(const pic_config *c, int n, int p0, pic_logits_mode mode)
             p += H * (C + vd + 2.0 * c->lin_v_heads) + vd * H;
             /* recurrence: Sᵀk, k δᵀ, Sᵀq per value head */
             f += (double) n * 6.0 * c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+        } else if (c->mla) {
+            double hq = (double) c->qk_nope_dim + c->qk_rope_dim, r = c->kv_lora_rank;
+            double qr = c->q_lora_rank, Hq = c->n_q_heads;
+            double keys = (double) n * p0 + (double) n * (n + 1) / 2.0;
+
+            /* projections; the per-head expansion of the latents counted as
+             * one W_kvb pass per token (the absorbed form's cost) */
+            p += (qr > 0 ? H * qr + qr * Hq * hq : H * Hq * hq) + H * (r + c->qk_rope_dim)
+                 + r * Hq * (c->qk_nope_dim + c->v_head_dim) + Hq * c->v_head_dim * H;
+            f += 2.0 * Hq * (hq + c->v_head_dim) * keys;
         } else {
             p += H * ((c->attn_gate ? 2.0 : 1.0) * qd + 2.0 * kvd) + qd * H;
             /* scores + weighted sum over the causal keys of each token */
