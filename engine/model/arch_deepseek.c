@@ -115,6 +115,16 @@ deepseek_config(pic_cfg_ctx *c, pic_config *cfg)
     }
     cfg->moe_grouped = 1;
     cfg->moe_sigmoid = v3;
+    /* the released configs name the scoring; transformers fixes it per version */
+    v = cJSON_GetObjectItemCaseSensitive(c->tc, "scoring_func");
+    if (v != NULL && !cJSON_IsNull(v)
+        && !(cJSON_IsString(v) && strcmp(v->valuestring, v3 ? "sigmoid" : "softmax") == 0))
+    {
+        pic_cfg_err(c, "'scoring_func' %.32s: %s routes with %s scores only",
+                    cJSON_IsString(v) ? v->valuestring : "?", cfg->model_type,
+                    v3 ? "sigmoid" : "softmax");
+        return -1;
+    }
     if (pic_cfg_int(c, c->tc, "num_experts_per_tok", &cfg->n_experts_per_tok, 1,
                     cfg->n_experts, 1, 0) != 0
         || pic_cfg_int(c, c->tc, "moe_intermediate_size", &cfg->moe_intermediate, 1,

@@ -1405,6 +1405,8 @@ test_deepseek_configs(void **state)
         { "tiny-deepseek-v3", "n_group", "3", "do not make whole groups" },
         { "tiny-deepseek-v3", "topk_group", "9", "'topk_group'" },
         { "tiny-deepseek-v3", "q_lora_rank", "\"x\"", "'q_lora_rank'" },
+        { "tiny-deepseek-v3", "scoring_func", "\"softmax\"", "'scoring_func' softmax" },
+        { "tiny-deepseek-v2", "scoring_func", "\"sigmoid\"", "'scoring_func' sigmoid" },
     };
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         err[0] = '\0';
