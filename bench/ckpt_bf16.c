@@ -82,7 +82,9 @@ main(int argc, char **argv)
             } else if (cfg->layer_type[l] == PIC_LAYER_FULL && (how & 2)) {
                 for (int j = 0; j < s->Hkv; j++) {
                     round_all(s->kc[l] + (size_t) j * s->cap * s->hd, (size_t) c * s->hd);
-                    round_all(s->vc[l] + (size_t) j * s->cap * s->hd, (size_t) c * s->hd);
+                    if (s->vd > 0) {        /* MLA: no V cache */
+                        round_all(s->vc[l] + (size_t) j * s->cap * s->vd, (size_t) c * s->vd);
+                    }
                 }
             }
         }

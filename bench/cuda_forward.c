@@ -171,7 +171,9 @@ main(int argc, char **argv)
             bytes += 2.0 * 4 * ((double) c->lin_v_heads * c->lin_k_dim * c->lin_v_dim
                                 + C * (c->conv_kernel - 1));
         } else {
-            bytes += 4.0 * 2 * c->n_kv_heads * c->head_dim * (double) (n0 + steps / 2 + 1);
+            bytes += 4.0 * pic_config_cache_heads(c)
+                     * (pic_config_cache_kdim(c) + pic_config_cache_vdim(c))
+                     * (double) (n0 + steps / 2 + 1);
         }
     }
     double droof = copy * 1e9 / bytes;

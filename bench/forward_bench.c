@@ -136,7 +136,8 @@ decode_bytes(const pic_model *m, int pos)
             b += 2.0 * 4 * ((double) c->lin_v_heads * c->lin_k_dim * c->lin_v_dim
                             + C * (c->conv_kernel - 1));
         } else {
-            b += 4.0 * 2 * c->n_kv_heads * c->head_dim * (double) (pos + 1);
+            b += 4.0 * pic_config_cache_heads(c)
+                 * (pic_config_cache_kdim(c) + pic_config_cache_vdim(c)) * (double) (pos + 1);
         }
     }
     return b;

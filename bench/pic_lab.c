@@ -277,6 +277,7 @@ pic_stats_json(cJSON *o, const pic_assemble_stats *st)
     cJSON_AddNumberToObject(o, "t_forward_s", st->t_forward);
     cJSON_AddNumberToObject(o, "t_compose_s", st->t_compose);
     cJSON_AddNumberToObject(o, "t_kv_s", st->t_kv);
+    cJSON_AddNumberToObject(o, "t_kv_s", st->t_kv);
 }
 
 typedef struct {

@@ -58,6 +58,38 @@ typedef struct {
     int          ldo;
 } pic_gdn_args;
 
+/* Arguments of the absorbed MLA attention (MODEL.md §4.2).  Head h's keys
+ * and values are never formed: q_nope goes through W_UK[h] into the latent
+ * space, scores are scale·(q_pe·k_pe + (W_UK[h]ᵀ q_nope)·c), the weighted
+ * sum of latents goes out through W_UV[h]. */
+typedef struct pic_wmat pic_wmat;
+typedef struct {
+    int             n;          /* queries */
+    int             Hq;         /* heads */
+    int             dn, dr, dv; /* nope, rope and value dims per head */
+    int             r;          /* latent width (kv_lora_rank) */
+    const float    *q;          /* (n, Hq*(dr+dn)) per head [q_pe | q_nope] */
+    const int      *qpos;       /* (n) query t attends slots 0..min(qpos[t], n_keys−1) */
+    const float    *lat;        /* (≥ n_keys, dr+r) slot p = position p: [k_pe | c_KV] */
+    int             n_keys;
+    const pic_wmat *kvb;        /* (Hq*(dn+dv), r) per head [W_UK (dn) | W_UV (dv)];
+                                 * the struct host memory, its data the backend's */
+    float           scale;      /* softmax scale */
+    float          *o;          /* (n, Hq*dv) */
+} pic_mla_args;
+
+/* Arguments of the grouped MoE router (DeepSeek V2 / V3). */
+typedef struct {
+    int          n, E, k;       /* rows, experts, experts per row */
+    int          groups;        /* expert groups of E/groups (1: no limit), <= 64 */
+    int          topk_groups;   /* groups a row may pick from */
+    int          sigmoid;       /* 1: scores σ(x), choice σ(x)+bias, a group
+                                 * ranked by its two best choices (V3); 0:
+                                 * softmax scores, a group by its best (V2) */
+    const float *bias;          /* (E) correction bias (sigmoid only) or NULL */
+    int          renorm;        /* weights / (their sum + 1e-20) */
+    float        scale;         /* then × scale (routed_scaling_factor) */
+} pic_moe_group_args;
 /* Arguments of the Mamba2 scan (MODEL.md §9 items 4–6), token by token.
  *
  * Head h (0 ≤ h < H) reads B and C of group h / (H/G).  Per token t:
@@ -99,7 +131,7 @@ typedef enum {
 /* A weight matrix W (rows, cols), y = W x, row-major.  Q8: value (r, c) =
  * qs[r*cols + c] * fp16 scale[r*cols/32 + c/32] (Q8_0-like, 34 bytes per
  * 32 values); cols % PIC_Q8_BLOCK == 0. */
-typedef struct {
+struct pic_wmat {
     pic_wtype       type;
     int             rows, cols;
     const void     *data;       /* F32 float / BF16 uint16_t / Q8 int8_t: (rows, cols) */
@@ -109,7 +141,7 @@ typedef struct {
                                  * summed in fp32: bf16 dot products, what
                                  * llama.cpp's BF16 computes (--weights
                                  * bf16dot); 0 = x as fp32 (exact products) */
-} pic_wmat;
+};
 
 /* The rotary frequencies of a model: pair i of every head turns by
  * pos · inv_freq[i].  Made once at load from the config (default, linear or
@@ -244,6 +276,22 @@ typedef struct pic_backend {
     void (*moe_route)(int *sel, float *selw, float *p, int n, int E, int k,
                       int renorm);
 
+    /* MLA attention over the latent cache in the absorbed form (decode:
+     * per token Hq·(dn+dv)·r for the two absorptions plus (dr+2r) per
+     * key and head, no per-head keys built); softmax in fp32. */
+    void (*mla_attention)(const pic_mla_args *a);
+
+    /* x + r*ld (dim floats) ×= alpha for r < n (the MLA queries' softmax
+     * scale, and YaRN's attention factor on their rotary dims). */
+    void (*scale_rows)(float *x, int ld, int n, int dim, float alpha);
+
+    /* Grouped MoE router over a->n rows: p(n, E) ← scores in place
+     * (softmax or sigmoid); groups ranked as a says, the topk_groups best
+     * kept (ties: lower index); sel(n, k) the k best choices among their
+     * experts in descending order, selw(n, k) their scores (without the
+     * bias), renormalised and scaled as a says. */
+    void (*moe_route_grouped)(int *sel, float *selw, float *p,
+                              const pic_moe_group_args *a);
     /* --- Mamba2 (MODEL.md §9) --- */
 
     /* The Mamba2 recurrence over a->n tokens (pic_ssd_args): the scalar

@@ -27,6 +27,8 @@
 #define PIC_ROPE_SCALE_LINEAR   1   /* positions divided by factor */
 #define PIC_ROPE_SCALE_DYNAMIC  2   /* NTK past max_position: exact below it */
 #define PIC_ROPE_SCALE_LLAMA3   4   /* Llama 3.1's per-band frequencies */
+#define PIC_ROPE_SCALE_YARN     8   /* YaRN: ramped interpolation, attention
+                                     * factor into cfg->rope_attn_factor */
 
 typedef struct {
     const cJSON *tc;                /* object holding the text keys */
@@ -71,6 +73,18 @@ int pic_cfg_attention_layers(pic_cfg_ctx *c, pic_config *cfg);
  * (PIC_ROPE_SCALE_*; any other rope_type is refused by name) into
  * cfg->rope. */
 int pic_cfg_attention(pic_cfg_ctx *c, pic_config *cfg, double prf, int scalings);
+
+/* RoPE over dim dims per head: rope_theta (default 10000) and the
+ * scalings in scalings into cfg->rope (rope_attn_factor 1 unless YaRN
+ * sets it); for layouts whose rotary part is not head_dim's share. */
+int pic_cfg_rope(pic_cfg_ctx *c, pic_config *cfg, int dim, int scalings);
+
+/* The rope dict that names the scaling (its rope_type or type) with *type
+ * set, or NULL and *type "default". */
+const cJSON *pic_cfg_rope_dict(pic_cfg_ctx *c, const char **type);
+
+/* YaRN's mscale: 1 for factor <= 1, else 0.1·m·ln(factor) + 1. */
+double pic_yarn_mscale(double factor, double m);
 
 /* The Qwen3.5 / Qwen3-Next hybrid: (1+w) norms, gated attention with q/k
  * norms (no biases), GDN and attention layers, their keys, the FFN

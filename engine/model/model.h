@@ -30,6 +30,8 @@ typedef enum {
     PIC_ARCH_LLAMA,             /* llama, mistral: plain GQA attention */
     PIC_ARCH_QWEN3,             /* qwen3: GQA with per-head q/k RMSNorm */
     PIC_ARCH_QWEN2,             /* qwen2: GQA with q/k/v biases */
+    PIC_ARCH_DEEPSEEK_V2,       /* deepseek_v2: MLA, softmax-routed MoE */
+    PIC_ARCH_DEEPSEEK_V3,       /* deepseek_v3 (Kimi, GLM): MLA, sigmoid-routed MoE */
     PIC_ARCH_BAMBA,             /* bamba: Mamba2 + GQA attention */
     PIC_ARCH_GRANITEMOEHYBRID,  /* granitemoehybrid (Granite 4.0-H): Mamba2 +
                                  * attention, multipliers, MoE + shared MLP */
@@ -78,6 +80,22 @@ typedef struct {
     int      norm_offset;       /* 1: every RMSNorm weight zero-centred,
                                  * x·(1+w) (Qwen3.5, Next); 0: x·w */
 
+    /* multi-head latent attention (mla != 0, MODEL.md §4.2): every
+     * attention layer caches one latent row per position, [k_pe (dr) |
+     * c_KV (r)], and head_dim / n_kv_heads are unused */
+    int      mla;
+    int      q_lora_rank;       /* qr (0: q_proj straight from x) */
+    int      kv_lora_rank;      /* r */
+    int      qk_nope_dim;       /* dn */
+    int      qk_rope_dim;       /* dr (= rope.dim) */
+    int      v_head_dim;        /* dv */
+    int      mla_hdp;           /* max(dn+dr, dv): the padded head of the
+                                 * expanded prefill (the attention op) */
+    float    mla_scale;         /* softmax scale: (dn+dr)^-1/2 · mscale² */
+    float    rope_attn_factor;  /* yarn's attention factor on cos and sin */
+    int      mla_interleave;    /* rotary pairs (2i, 2i+1) on disk (V2, V3's
+                                 * rope_interleave): de-interleaved at load */
+
     /* gated deltanet */
     int      lin_k_heads;       /* Hk */
     int      lin_v_heads;       /* Hv */
@@ -92,6 +110,13 @@ typedef struct {
     int      shared_intermediate; /* Is (0: no shared expert) */
     int      norm_topk_prob;
     int      layer_is_moe[PIC_MAX_LAYERS];
+    /* DeepSeek routing (moe_route_grouped; moe_grouped 0: moe_route) */
+    int      moe_grouped;
+    int      moe_sigmoid;       /* 1: sigmoid scores + correction bias (V3),
+                                 * 0: softmax (V2) */
+    int      moe_groups;        /* n_group (1: no group limit) */
+    int      moe_topk_groups;   /* topk_group */
+    float    moe_scale;         /* routed_scaling_factor */
 
     int      max_position;      /* max_position_embeddings */
     int      eos_ids[4];        /* stop tokens from config (-1 unused) */
@@ -117,6 +142,27 @@ typedef struct {
     float    logits_div;        /* logits ÷ this */
     int      rope_none;         /* attention without positions (nope) */
 } pic_config;
+
+/* The attention cache of a layer: heads × slots × K row width, and the V
+ * row width (0: no V cache).  GQA: Hkv, hd, hd; MLA: 1, dr + r, 0 (the
+ * latent row [k_pe | c_KV] is the K row; V comes from it). */
+static inline int
+pic_config_cache_heads(const pic_config *c)
+{
+    return c->mla ? 1 : c->n_kv_heads;
+}
+
+static inline int
+pic_config_cache_kdim(const pic_config *c)
+{
+    return c->mla ? c->qk_rope_dim + c->kv_lora_rank : c->head_dim;
+}
+
+static inline int
+pic_config_cache_vdim(const pic_config *c)
+{
+    return c->mla ? 0 : c->head_dim;
+}
 
 /* GDN conv channels C = 2*Hk*dk + Hv*dv: q, k and v go through the conv. */
 static inline int
@@ -169,6 +215,16 @@ typedef struct {
     float *bv;                  /* (Hkv*hd) or NULL */
     float *bo;                  /* (H) or NULL (no attn_o_bias) */
 
+    /* MLA (cfg.mla): q rows per head [q_pe (dr) | q_nope (dn)], scaled by
+     * mla_scale·sqrt(mla_hdp) (q_pe also by rope_attn_factor²) and with
+     * interleaved rotary pairs de-interleaved at load; wo (H, Hq*dv) */
+    pic_wmat q_a;               /* (qr, H) or data NULL (no q_lora) */
+    float *q_a_norm;            /* (qr) or NULL */
+    pic_wmat q_b;               /* (Hq*(dr+dn), qr), or (Hq*(dr+dn), H) as q_proj */
+    pic_wmat kv_a;              /* (dr + r, H) rows [k_pe | c_KV] */
+    float *kv_a_norm;           /* (r) */
+    pic_wmat kv_b;              /* (Hq*(dn+dv), r) per head [W_UK (dn) | W_UV (dv)] */
+
     /* dense MLP (layer_is_moe == 0) */
     pic_wmat mlp_gate;          /* (I, H) */
     pic_wmat mlp_up;            /* (I, H) */
@@ -179,6 +235,7 @@ typedef struct {
     pic_expert_weights *experts;/* [E] */
     pic_expert_weights shared;  /* (Is, H)/(H, Is); data NULL if absent */
     float *shared_gate;         /* (1, H) or NULL */
+    float *router_bias;         /* (E) e_score_correction_bias or NULL */
 
     /* Mamba2 (layer_type == PIC_LAYER_MAMBA2); I = Hm·P, C = I + 2·G·N */
     pic_wmat ssm_in_z;          /* (I, H) in_proj rows [0, I): the gate z */

@@ -589,6 +589,125 @@ ld_attn(ld_ctx *L, pic_layer_weights *lw, int i)
 }
 
 
+/* The 2-D tensor name (rows, cols) as a matrix whose row r is the file's
+ * row src[r]. */
+static int
+ld_wtensor_rows(ld_ctx *L, const char *name, int64_t rows, int64_t cols,
+                const int *src, pic_wmat *w)
+{
+    const pic_st_tensor *t;
+    int64_t              dims[2] = { rows, cols };
+    float               *row;
+
+    t = ld_expect(L, name, 2, dims);
+    if (t == NULL || ld_wmat_alloc(L, rows, cols, w) != 0) {
+        return -1;
+    }
+    row = malloc((size_t) cols * sizeof(float));
+    if (row == NULL) {
+        ld_err(L, "out of memory");
+        return -1;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        uint64_t at = (uint64_t) (r * cols);
+
+        if (ld_read(L, t, (uint64_t) src[r] * (uint64_t) cols, (uint64_t) cols, row) != 0) {
+            free(row);
+            return -1;
+        }
+        if (w->type == PIC_WTYPE_F32) {
+            memcpy((float *) w->data + at, row, (size_t) cols * sizeof(float));
+        } else if (w->type == PIC_WTYPE_BF16) {
+            pic_bf16_from_f32((uint16_t *) w->data + at, row, (size_t) cols);
+        } else {
+            pic_q8_from_f32((int8_t *) w->data + at,
+                            (uint16_t *) w->scale + at / PIC_Q8_BLOCK, row, (size_t) cols);
+        }
+    }
+    free(row);
+    return 0;
+}
+
+
+/* Rotary dim j of the engine's NeoX order as the file's dim: interleaved
+ * pairs (2i, 2i+1) de-interleaved into halves, else as is. */
+static int
+ld_rope_src(const pic_config *c, int j)
+{
+    int half = c->qk_rope_dim / 2;
+
+    if (!c->mla_interleave) {
+        return j;
+    }
+    return j < half ? 2 * j : 2 * (j - half) + 1;
+}
+
+
+/* Multi-head latent attention (MODEL.md §4.2): q rows per head moved to
+ * [q_pe | q_nope], kv_a rows to [k_pe | c_KV], rotary dims in NeoX order
+ * (a row permutation: every format rounds the file's rows as they are). */
+static int
+ld_mla(ld_ctx *L, pic_layer_weights *lw, int i)
+{
+    const pic_config *c = &L->m->cfg;
+    int64_t           H = c->hidden, Hq = c->n_q_heads, r = c->kv_lora_rank;
+    int64_t           dn = c->qk_nope_dim, dr = c->qk_rope_dim, dv = c->v_head_dim;
+    int64_t           hq = dn + dr, qrows = Hq * hq;
+    int64_t           qin = c->q_lora_rank > 0 ? c->q_lora_rank : H;
+    int              *src = malloc((size_t) (qrows + dr + r) * sizeof(int));
+    char              n[512];
+    int               rc = -1;
+
+    if (src == NULL) {
+        ld_err(L, "out of memory");
+        goto done;
+    }
+    for (int64_t h = 0; h < Hq; h++) {
+        for (int64_t j = 0; j < hq; j++) {
+            int64_t o = h * hq + j;
+
+            src[o] = (int) (j < dr ? h * hq + dn + ld_rope_src(c, (int) j)
+                                   : h * hq + (j - dr));
+        }
+    }
+    if (c->q_lora_rank > 0
+        && (ld_wtensor(L, ld_name(L, n, sizeof(n), i, "self_attn.q_a_proj.weight"),
+                       qin, H, &lw->q_a) != 0
+            || !(lw->q_a_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                          "self_attn.q_a_layernorm.weight"), 1, qin,
+                                          0, 0))))
+    {
+        goto done;
+    }
+    if (ld_wtensor_rows(L, ld_name(L, n, sizeof(n), i, c->q_lora_rank > 0
+                                   ? "self_attn.q_b_proj.weight"
+                                   : "self_attn.q_proj.weight"),
+                        qrows, qin, src, &lw->q_b) != 0)
+    {
+        goto done;
+    }
+    for (int64_t j = 0; j < dr + r; j++) {
+        src[j] = (int) (j < dr ? r + ld_rope_src(c, (int) j) : j - dr);
+    }
+    if (ld_wtensor_rows(L, ld_name(L, n, sizeof(n), i,
+                        "self_attn.kv_a_proj_with_mqa.weight"), dr + r, H, src,
+                        &lw->kv_a) != 0
+        || !(lw->kv_a_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                       "self_attn.kv_a_layernorm.weight"), 1, r, 0, 0))
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i, "self_attn.kv_b_proj.weight"),
+                      Hq * (dn + dv), r, &lw->kv_b) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i, "self_attn.o_proj.weight"),
+                      H, Hq * dv, &lw->wo) != 0)
+    {
+        goto done;
+    }
+    rc = 0;
+done:
+    free(src);
+    return rc;
+}
+
+
 static int
 ld_mlp(ld_ctx *L, pic_layer_weights *lw, int i)
 {
@@ -700,8 +819,26 @@ ld_moe(ld_ctx *L, pic_layer_weights *lw, int i)
     if (lw->router == NULL || ld_experts(L, lw, i) != 0) {
         return -1;
     }
+    if (c->moe_sigmoid
+        && !(lw->router_bias = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                         "mlp.gate.e_score_correction_bias"), 1,
+                                         c->n_experts, 0, 0)))
+    {
+        return -1;
+    }
     if (Is == 0) {
         return 0;
+    }
+    if (c->mla) {               /* DeepSeek: n_shared experts as one, ungated */
+        return ld_wtensor(L, ld_name(L, n, sizeof(n), i,
+                          "mlp.shared_experts.gate_proj.weight"), Is, H,
+                          &lw->shared.gate) != 0
+               || ld_wtensor(L, ld_name(L, n, sizeof(n), i,
+                             "mlp.shared_experts.up_proj.weight"), Is, H,
+                             &lw->shared.up) != 0
+               || ld_wtensor(L, ld_name(L, n, sizeof(n), i,
+                             "mlp.shared_experts.down_proj.weight"), H, Is,
+                             &lw->shared.down) != 0 ? -1 : 0;
     }
     if (ld_wtensor(L, ld_name(L, n, sizeof(n), i,
                    "mlp.shared_expert.gate_proj.weight"), Is, H,
@@ -744,7 +881,7 @@ ld_layer(ld_ctx *L, int i)
         return -1;
     }
     if ((c->layer_type[i] == PIC_LAYER_LINEAR ? ld_gdn(L, lw, i)
-                                              : ld_attn(L, lw, i)) != 0)
+         : c->mla ? ld_mla(L, lw, i) : ld_attn(L, lw, i)) != 0)
     {
         return -1;
     }

@@ -146,8 +146,9 @@ int
 pic_assemble_place_kv(const pic_model *m, pic_state *s, const pic_entry *e, int off)
 {
     const pic_config *c = &m->cfg;
-    int               ni = e->i1 - e->i0, hd = e->hd;
+    int               ni = e->i1 - e->i0, hd = e->hd, vd = e->vd;
     size_t            es = pic_dtype_size(e->dtype), rows = (size_t) ni * hd;
+    size_t            vrows = (size_t) ni * vd;
 
     if (ni <= 0) {
         return 0;
@@ -159,12 +160,18 @@ pic_assemble_place_kv(const pic_model *m, pic_state *s, const pic_entry *e, int 
         for (int j = 0; j < e->Hkv; j++) {
             size_t slot = ((size_t) j * s->cap + off + e->i0) * hd;
             const unsigned char *k = (const unsigned char *) e->layer[l].K + j * rows * es;
-            const unsigned char *v = (const unsigned char *) e->layer[l].V + j * rows * es;
 
             pic_entry_load_f32(s->kc[l] + slot, k, rows, e->dtype);
-            pic_entry_load_f32(s->vc[l] + slot, v, rows, e->dtype);
+            if (vd > 0) {
+                const unsigned char *v = (const unsigned char *) e->layer[l].V
+                                         + j * vrows * es;
+
+                pic_entry_load_f32(s->vc[l] + ((size_t) j * s->cap + off + e->i0) * vd, v,
+                                   vrows, e->dtype);
+            }
             if (off != 0) {
-                /* p_global − p_local = off for every row */
+                /* p_global − p_local = off for every row; MLA: the latent
+                 * row's first dr dims are k_pe, the only ones that turn */
                 pic_rerotate(s->kc[l] + slot, ni, hd, &c->rope, off);
             }
         }

@@ -120,13 +120,15 @@ pic_entry_alloc(const pic_model *m, const int *tokens, int L, int h, int w,
     e->dv = c->lin_v_dim;
     e->conv_ch = pic_config_conv_ch(c);
     e->conv_k1 = pic_config_conv_k1(c);
-    e->Hkv = c->n_kv_heads;
-    e->hd = c->head_dim;
+    e->Hkv = pic_config_cache_heads(c);
+    e->hd = pic_config_cache_kdim(c);
+    e->vd = pic_config_cache_vdim(c);
     memcpy(e->layer_type, c->layer_type, sizeof(e->layer_type));
 
     size_t nS = (size_t) e->Hv * e->dk * e->dv * es;
     size_t nC = (size_t) e->conv_ch * e->conv_k1 * sizeof(float);
     size_t nK = (size_t) e->Hkv * (e->i1 - e->i0) * e->hd * es;
+    size_t nV = (size_t) e->Hkv * (e->i1 - e->i0) * e->vd * es;
     size_t tok = (size_t) L * sizeof(int);
 
     for (int l = 0; l < c->n_layers; l++) {
@@ -136,7 +138,7 @@ pic_entry_alloc(const pic_model *m, const int *tokens, int L, int h, int w,
             e->bytes_conv += nC;
         } else {
             e->bytes_K += nK;
-            e->bytes_V += nK;
+            e->bytes_V += nV;
         }
     }
     size_t total = tok + e->bytes_T + e->bytes_S + e->bytes_conv + e->bytes_K
@@ -164,8 +166,8 @@ pic_entry_alloc(const pic_model *m, const int *tokens, int L, int h, int w,
         } else {
             el->K = p + off;
             off += nK;
-            el->V = p + off;
-            off += nK;
+            el->V = nV > 0 ? p + off : NULL;
+            off += nV;
         }
     }
     e->bytes = sizeof(*e) + total + 64;
@@ -204,6 +206,7 @@ pic_entry_take_kv(pic_entry *e, const pic_model *m, const pic_backend *be,
 {
     const pic_config *c = &m->cfg;
     size_t            rows = (size_t) n * e->hd, es = pic_dtype_size(e->dtype);
+    size_t            vrows = (size_t) n * e->vd;
     float            *tmp = NULL;
     int              *pos = NULL;
 
@@ -225,17 +228,21 @@ pic_entry_take_kv(pic_entry *e, const pic_model *m, const pic_backend *be,
         }
         for (int j = 0; j < e->Hkv; j++) {
             const float   *ks = s->kc[l] + ((size_t) j * s->cap + p0) * e->hd;
-            const float   *vs = s->vc[l] + ((size_t) j * s->cap + p0) * e->hd;
             unsigned char *kd = (unsigned char *) e->layer[l].K + j * rows * es;
-            unsigned char *vd = (unsigned char *) e->layer[l].V + j * rows * es;
 
+            /* MLA: rope.dim = dr, so only k_pe, first in the row, turns */
             if (delta != 0) {
                 memcpy(tmp, ks, rows * sizeof(float));
                 be->rope(tmp, e->hd, pos, n, 1, e->hd, &c->rope);
                 ks = tmp;
             }
             pic_entry_store(kd, ks, rows, e->dtype);
-            pic_entry_store(vd, vs, rows, e->dtype);
+            if (e->vd > 0) {
+                const float   *vs = s->vc[l] + ((size_t) j * s->cap + p0) * e->vd;
+                unsigned char *vd = (unsigned char *) e->layer[l].V + j * vrows * es;
+
+                pic_entry_store(vd, vs, vrows, e->dtype);
+            }
         }
     }
     free(tmp);
@@ -639,7 +646,8 @@ pic_entry_shapes_ok(const pic_entry *e, const pic_config *c)
     if (e->n_layers != c->n_layers || e->Hv != c->lin_v_heads
         || e->dk != c->lin_k_dim || e->dv != c->lin_v_dim
         || e->conv_ch != pic_config_conv_ch(c) || e->conv_k1 != pic_config_conv_k1(c)
-        || e->Hkv != c->n_kv_heads || e->hd != c->head_dim) {
+        || e->Hkv != pic_config_cache_heads(c) || e->hd != pic_config_cache_kdim(c)
+        || e->vd != pic_config_cache_vdim(c)) {
         return 0;
     }
     for (int l = 0; l < c->n_layers; l++) {
@@ -711,7 +719,9 @@ pic_entry_tensors(const pic_entry *e, pic_entry_tensor *out, int max)
                     el->conv, 4);
         } else {
             PIC_ADD(l, PIC_TENSOR_K, e->dtype, 3, e->Hkv, ni, e->hd, el->K, es);
-            PIC_ADD(l, PIC_TENSOR_V, e->dtype, 3, e->Hkv, ni, e->hd, el->V, es);
+            if (e->vd > 0) {
+                PIC_ADD(l, PIC_TENSOR_V, e->dtype, 3, e->Hkv, ni, e->vd, el->V, es);
+            }
         }
     }
 #undef PIC_ADD
@@ -846,7 +856,7 @@ pic_entry_deserialize(const pic_model *m, const void *buf, size_t len,
     if (nl != c->n_layers || hdr[4] != c->lin_v_heads || hdr[5] != c->lin_k_dim
         || hdr[6] != c->lin_v_dim || hdr[7] != pic_config_conv_ch(c)
         || hdr[8] != pic_config_conv_k1(c)
-        || hdr[9] != c->n_kv_heads || hdr[10] != c->head_dim) {
+        || hdr[9] != pic_config_cache_heads(c) || hdr[10] != pic_config_cache_kdim(c)) {
         snprintf(err, errlen, "%s: shapes differ from the model's", __func__);
         return NULL;
     }

@@ -116,7 +116,7 @@ static void
 pic_status_capacity(const pic_server *srv, const pic_pool_stats *ps, cJSON *o)
 {
     const pic_config *c;
-    size_t es = pic_dtype_size(srv->plan.seam.dtype), fixed = 0, kv = 0;
+    size_t es = pic_dtype_size(srv->plan.seam.dtype), fixed = 0, kv = 0, gqa = 0;
     double mean, tokens;
     const char *family = "none";
 
@@ -133,7 +133,11 @@ pic_status_capacity(const pic_server *srv, const pic_pool_stats *ps, cJSON *o)
                      + (size_t) pic_config_conv_ch(c) * pic_config_conv_k1(c) * sizeof(float);
             family = pic_transition_of(c->layer_type[l])->name;
         } else {
-            kv += (size_t) 2 * c->n_kv_heads * c->head_dim * es;
+            /* MLA: the latent row; gqa: the same heads' K and V as GQA keeps them */
+            kv += (size_t) pic_config_cache_heads(c)
+                  * (pic_config_cache_kdim(c) + pic_config_cache_vdim(c)) * es;
+            gqa += c->mla ? (size_t) c->n_q_heads
+                            * (c->qk_nope_dim + c->qk_rope_dim + c->v_head_dim) * es : 0;
         }
     }
     tokens = kv ? (double) fixed / (double) kv : 0.0;
@@ -145,6 +149,9 @@ pic_status_capacity(const pic_server *srv, const pic_pool_stats *ps, cJSON *o)
     cJSON_AddStringToObject(o, "transition_family", family);
     cJSON_AddNumberToObject(o, "entry_fixed_bytes", (double) fixed);
     cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double) kv);
+    if (c->mla) {
+        cJSON_AddNumberToObject(o, "kv_bytes_per_token_as_gqa", (double) gqa);
+    }
     cJSON_AddNumberToObject(o, "break_even_tokens", kv ? (double) fixed / (double) kv : 0.0);
     cJSON_AddNumberToObject(o, "mean_entry_tokens", tokens);
     cJSON_AddNumberToObject(o, "entries", mean > 0 ? (double) (size_t) (ps->budget / mean) : 0);

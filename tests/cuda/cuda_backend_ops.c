@@ -44,6 +44,11 @@
  *   gdn_gates:  a = n, b = Hv
  *   kv_store:   a = n, b = Hkv, c = hd, d = cap, e = p0
  *   moe_route:  a = n, b = E, c = k, d = renorm (sel must match exactly)
+ *   moe_route_grouped: a = n, b = E, c = k, d = groups, e = topk groups,
+ *               f = sigmoid + bias + renorm (V3; 0: softmax, V2)
+ *   scale_rows: a = n, b = ld, c = dim
+ *   mla_attention: a = n, b = Hq, c = r, d = first qpos, e = n_keys (dn 128,
+ *               dr 64, dv 128: the released head dims); wt of kv_b */
  *   ssd_scan:   a = n, b = H, c = G, d = P, e = N, f = 1: no output, decay
  *               product (a segment's S|0 and Π a)
  *   gated_rmsnorm: a = n, b = dim, c = groups
@@ -183,6 +188,11 @@ static const cuda_case cases[] = {
     { "kv_store", 1, 2, 256, 4096, 4095, 0, F32, 0 },
     { "moe_route", 7, 64, 8, 1, 0, 0, F32, 1e-12 },
     { "moe_route", 33, 128, 4, 0, 0, 0, F32, 1e-12 },
+    { "moe_route_grouped", 9, 64, 6, 8, 3, 1, F32, 1e-12 },
+    { "moe_route_grouped", 5, 64, 6, 8, 4, 0, F32, 1e-12 },
+    { "scale_rows", 17, 48, 40, 0, 0, 0, F32, 0 },
+    { "mla_attention", 1, 16, 512, 300, 301, 0, BF16, 1e-10 },
+    { "mla_attention", 4, 8, 512, 40, 44, 0, F32, 1e-10 },
 
     /* Mamba2: Granite 4.0-H-Tiny's mixer (48 heads × 64, N 128, 1 group) and odd ones */
     { "ssd_scan", 1, 48, 1, 64, 128, 0, F32, 1e-10 },
@@ -722,6 +732,73 @@ run_glue(const pic_backend *cpu, const pic_backend *gpu, const cuda_case *c)
         e = ev > e ? ev : e;
         pic_cuda_free(dkc); pic_cuda_free(dvc); pic_cuda_free(dk); pic_cuda_free(dv);
         free(kc); free(vc); free(k); free(v);
+    } else if (strcmp(c->op, "moe_route_grouped") == 0) {
+        int    n = c->a, E = c->b, k = c->c;
+        float *p = host_rand((size_t) n * E, 4.0f), *w = malloc((size_t) n * k * 4);
+        float *bias = host_rand((size_t) E, 0.2f), *dbias = dev_copy(bias, (size_t) E * 4);
+        int   *sel = malloc((size_t) n * k * sizeof(int)), *got = malloc((size_t) n * k * sizeof(int));
+        float *dp = dev_copy(p, (size_t) n * E * 4), *dw = pic_cuda_malloc((size_t) n * k * 4);
+        int   *dsel = pic_cuda_malloc((size_t) n * k * sizeof(int));
+        pic_moe_group_args a = { .n = n, .E = E, .k = k, .groups = c->d,
+                                 .topk_groups = c->e, .sigmoid = c->f, .renorm = c->f,
+                                 .scale = 2.5f, .bias = c->f ? bias : NULL };
+        pic_moe_group_args da = a;
+        double ew;
+
+        da.bias = c->f ? dbias : NULL;
+        cpu->moe_route_grouped(sel, w, p, &a);
+        gpu->moe_route_grouped(dsel, dw, dp, &da);
+        e = cmp(dp, p, (size_t) n * E);
+        ew = cmp(dw, w, (size_t) n * k);
+        e = ew > e ? ew : e;
+        assert_int_equal(pic_cuda_download(got, dsel, (size_t) n * k * sizeof(int)), 0);
+        if (memcmp(got, sel, (size_t) n * k * sizeof(int)) != 0) {
+            print_message("moe_route_grouped: the selected experts differ\n");
+            e = INFINITY;
+        }
+        pic_cuda_free(dp); pic_cuda_free(dw); pic_cuda_free(dsel); pic_cuda_free(dbias);
+        free(p); free(w); free(sel); free(got); free(bias);
+    } else if (strcmp(c->op, "scale_rows") == 0) {
+        int    n = c->a, ld = c->b, dim = c->c;
+        float *x = host_rand((size_t) n * ld, 1.0f), *dx = dev_copy(x, (size_t) n * ld * 4);
+
+        cpu->scale_rows(x, ld, n, dim, 1.7f);
+        gpu->scale_rows(dx, ld, n, dim, 1.7f);
+        e = cmp(dx, x, (size_t) n * ld);
+        pic_cuda_free(dx);
+        free(x);
+    } else if (strcmp(c->op, "mla_attention") == 0) {
+        int       n = c->a, Hq = c->b, r = c->c, dn = 128, dr = 64, dv = 128, nk = c->e;
+        size_t    nq = (size_t) n * Hq * (dr + dn), nl = (size_t) nk * (dr + r);
+        size_t    no = (size_t) n * Hq * dv;
+        float    *q = host_rand(nq, 1.0f), *lat = host_rand(nl, 1.0f);
+        float    *o = malloc(no * 4);
+        int      *qpos = malloc((size_t) n * sizeof(int));
+        cuda_wmat W;
+
+        for (int t = 0; t < n; t++) {
+            qpos[t] = c->d + t;
+        }
+        wmat_make(&W, c->wt, Hq * (dn + dv), r);
+        float *dq = dev_copy(q, nq * 4), *dl = dev_copy(lat, nl * 4);
+        float *dout = pic_cuda_malloc(no * 4);
+        int   *dpos = dev_copy(qpos, (size_t) n * sizeof(int));
+        pic_mla_args a = { .n = n, .Hq = Hq, .dn = dn, .dr = dr, .dv = dv, .r = r,
+                           .q = q, .qpos = qpos, .lat = lat, .n_keys = nk, .kvb = &W.h,
+                           .scale = 1.0f / sqrtf(192.0f), .o = o };
+        pic_mla_args da = a;
+
+        da.q = dq;
+        da.qpos = dpos;
+        da.lat = dl;
+        da.kvb = &W.d;
+        da.o = dout;
+        cpu->mla_attention(&a);
+        gpu->mla_attention(&da);
+        e = cmp(dout, o, no);
+        pic_cuda_free(dq); pic_cuda_free(dl); pic_cuda_free(dout); pic_cuda_free(dpos);
+        wmat_drop(&W);
+        free(q); free(lat); free(o); free(qpos);
     } else if (strcmp(c->op, "moe_route") == 0) {
         int    n = c->a, E = c->b, k = c->c, renorm = c->d;
         float *p = host_rand((size_t) n * E, 4.0f), *w = malloc((size_t) n * k * 4);
@@ -918,6 +995,9 @@ static void test_scatter_add_matches_cpu(void **state) { run_op("scatter_add"); 
 static void test_gdn_gates_matches_cpu(void **state) { run_op("gdn_gates"); }
 static void test_kv_store_matches_cpu(void **state) { run_op("kv_store"); }
 static void test_moe_route_matches_cpu(void **state) { run_op("moe_route"); }
+static void test_moe_route_grouped_matches_cpu(void **state) { run_op("moe_route_grouped"); }
+static void test_scale_rows_matches_cpu(void **state) { run_op("scale_rows"); }
+static void test_mla_attention_matches_cpu(void **state) { run_op("mla_attention"); }
 static void test_ssd_scan_matches_cpu(void **state) { run_op("ssd_scan"); }
 static void test_gated_rmsnorm_matches_cpu(void **state) { run_op("gated_rmsnorm"); }
 static void test_scale_add_matches_cpu(void **state) { run_op("scale_add"); }
@@ -998,6 +1078,9 @@ main(void)
         cmocka_unit_test(test_gdn_gates_matches_cpu),
         cmocka_unit_test(test_kv_store_matches_cpu),
         cmocka_unit_test(test_moe_route_matches_cpu),
+        cmocka_unit_test(test_moe_route_grouped_matches_cpu),
+        cmocka_unit_test(test_scale_rows_matches_cpu),
+        cmocka_unit_test(test_mla_attention_matches_cpu),
         cmocka_unit_test(test_ssd_scan_matches_cpu),
         cmocka_unit_test(test_gated_rmsnorm_matches_cpu),
         cmocka_unit_test(test_scale_add_matches_cpu),

@@ -62,6 +62,7 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 FIXTURE_DIR = os.path.join(ROOT, "tests", "fixtures", "models")
 FIXTURE_PRESETS = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads",
                    "tiny-llama", "tiny-llama-tied", "tiny-qwen3", "tiny-qwen2",
+                   "tiny-deepseek-v2", "tiny-deepseek-v3",
                    "tiny-bamba", "tiny-granite-h", "tiny-granite-h-dense"]
 
 # transformers version whose save_pretrained output the json files reproduce
@@ -73,6 +74,8 @@ L, F = "linear_attention", "full_attention"
 
 # families without Gated DeltaNet: every layer full attention, norms x * w
 PLAIN = ("llama", "qwen2", "qwen3")
+# multi-head latent attention (every layer), dense first layers, then MoE; norms x * w
+DEEPSEEK = ("deepseek_v2", "deepseek_v3")
 # Mamba2 + attention hybrids: L marks a Mamba2 layer, F an attention layer; norms x * w
 MAMBA = ("bamba", "granitemoehybrid")
 
@@ -130,6 +133,44 @@ PRESETS = {
         family="qwen2", H=64, layer_types=[F, F], Hq=4, Hkv=2, hd=16, I=112,
         tied=False, dtype="f32", rope_theta=1000000.0, rms_eps=1e-06,
         max_pos=32768, legacy_config=True),
+    # DeepSeek-V2 layout: q_proj straight from x (no q_lora), head dims that differ
+    # (nope 16, rope 8, v 12: the expanded head pads V to 24), YaRN with mscale !=
+    # mscale_all_dim (attention factor 1.065 on cos/sin, softmax scale x 1.14),
+    # layer 0 dense, layers 1-2 MoE routed group-limited (4 groups of 2, best 2
+    # groups), rms_norm_eps 1e-5 (the low-rank norms keep 1e-6), tied, BF16 matrices
+    "tiny-deepseek-v2": dict(
+        family="deepseek_v2", H=64, layer_types=[F, F, F], Hq=4, Hkv=4, hd=8, I=96,
+        q_lora=None, kv_lora=32, dn=16, dr=8, dv=12, E=8, topk=2, Ie=24, n_shared=1,
+        first_dense=1, n_group=4, topk_group=2, topk_method="group_limited_greedy",
+        routed_scale=1.5, tied=True, dtype="bf16-mixed", rms_eps=1e-05, max_pos=4096,
+        rope_parameters={"beta_fast": 32, "beta_slow": 1, "factor": 4.0, "mscale": 1.0,
+                         "mscale_all_dim": 0.5, "original_max_position_embeddings": 1024,
+                         "rope_theta": 10000.0, "rope_type": "yarn"}),
+    # DeepSeek-V3 layout: q_lora 24, v_head_dim 32 > nope + rope 24 (the expanded head
+    # pads K), interleaved rotary pairs, default RoPE, sigmoid router with a
+    # correction bias, 4 groups ranked by their two best, top-3 renormalised, x 2.5,
+    # one shared expert, layer 0 dense; untied, BF16 matrices with F32 norms / bias
+    "tiny-deepseek-v3": dict(
+        family="deepseek_v3", H=64, layer_types=[F, F, F], Hq=4, Hkv=4, hd=8, I=96,
+        q_lora=24, kv_lora=32, dn=16, dr=8, dv=32, E=8, topk=3, Ie=24, n_shared=1,
+        first_dense=1, n_group=4, topk_group=2, routed_scale=2.5, norm_topk_prob=True,
+        tied=False, dtype="bf16-mixed", rms_eps=1e-05, max_pos=4096,
+        rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}),
+    # bench/mla.py's three of one size (H 512, 4 layers, dense 1024, 8 query heads;
+    # not committed): MLA in the V3 layout (q_lora 256, kv_lora 256, nope/rope/v
+    # 64/32/64), GQA (Llama, 8/2 heads of 64) and the hybrid (3 GDN + 1 attention)
+    "bench-mla": dict(
+        family="deepseek_v3", H=512, layer_types=[F, F, F, F], Hq=8, Hkv=8, hd=32, I=1024,
+        q_lora=256, kv_lora=256, dn=64, dr=32, dv=64, E=8, topk=2, Ie=64, n_shared=1,
+        first_dense=4, n_group=1, topk_group=1, routed_scale=1.0, norm_topk_prob=True,
+        tied=True, dtype="bf16-mixed", rms_eps=1e-06, max_pos=32768,
+        rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}),
+    "bench-gqa": dict(
+        family="llama", H=512, layer_types=[F, F, F, F], Hq=8, Hkv=2, hd=64, I=1024,
+        tied=True, dtype="bf16-all", rope_theta=10000.0, rms_eps=1e-05, max_pos=32768),
+    "bench-hybrid": dict(
+        family="qwen3_5", H=512, layer_types=[L, L, L, F], Hq=8, Hkv=2, hd=64,
+        Hk=4, Hv=4, dk=64, dv=64, I=1024, tied=True, dtype="bf16-mixed"),
     # Bamba: Mamba2 (Hm 8 heads of P 16, N 12, 2 groups, chunk 16: the prompts cross
     # chunk edges) + GQA attention with partial RoPE (0.5) on layer 2, dense MLP
     "tiny-bamba": dict(
@@ -224,7 +265,7 @@ def text_dims(p, vocab):
     d = dict(p)
     d["V"] = p.get("vocab", vocab)
     d["n_layers"] = len(p["layer_types"])
-    if p["family"] in PLAIN:
+    if p["family"] in PLAIN or p["family"] in DEEPSEEK:
         return d
     if p["family"] in MAMBA:
         d["Im"] = p["expand"] * p["H"]
@@ -263,6 +304,8 @@ def tensor_specs(d):
     ("normal", std) | ("normal_around", centre, std) | ("A_log",) | ("uniform", lo, hi)."""
     H, V = d["H"], d["V"]
     fam = d["family"]
+    if fam in DEEPSEEK:
+        return deepseek_tensor_specs(d)
     if fam in PLAIN:
         return plain_tensor_specs(d)
     if fam in MAMBA:
@@ -534,9 +577,63 @@ def vision_specs(out_hidden):
     return specs
 
 
+def deepseek_tensor_specs(d):
+    """(name, shape, init) of a DeepSeek-V2 / V3 checkpoint: MLA projections
+    (q_proj, or q_a_proj + q_a_layernorm + q_b_proj; kv_a_proj_with_mqa [r + dr, H],
+    kv_a_layernorm, kv_b_proj [Hq (dn + dv), r]), dense MLP on the first
+    first_dense layers, then router (+ V3 e_score_correction_bias), experts one by
+    one and the shared experts as one MLP of n_shared * Ie."""
+    H, V, fam = d["H"], d["V"], d["family"]
+    Hq, dn, dr, dv, r = d["Hq"], d["dn"], d["dr"], d["dv"], d["kv_lora"]
+    emb_std = EMB_SCALE / math.sqrt(H)
+    specs = []
+
+    def lin(name, out_f, in_f, gain=1.0):
+        specs.append((name, (out_f, in_f), ("normal", gain / math.sqrt(in_f))))
+
+    def rms(name, n, std=PLAIN_NORM_STD):
+        specs.append((name, (n,), ("normal_around", 1.0, std)))
+
+    def mlp(pre, inter):
+        lin(pre + "gate_proj.weight", inter, H)
+        lin(pre + "up_proj.weight", inter, H)
+        lin(pre + "down_proj.weight", H, inter, OUT_GAIN)
+
+    specs.append(("model.embed_tokens.weight", (V, H), ("normal", emb_std)))
+    for i in range(d["n_layers"]):
+        lp = "model.layers.%d." % i
+        rms(lp + "input_layernorm.weight", H)
+        rms(lp + "post_attention_layernorm.weight", H)
+        s = lp + "self_attn."
+        if d["q_lora"]:
+            lin(s + "q_a_proj.weight", d["q_lora"], H)
+            rms(s + "q_a_layernorm.weight", d["q_lora"])
+            lin(s + "q_b_proj.weight", Hq * (dn + dr), d["q_lora"])
+        else:
+            lin(s + "q_proj.weight", Hq * (dn + dr), H)
+        lin(s + "kv_a_proj_with_mqa.weight", r + dr, H)
+        rms(s + "kv_a_layernorm.weight", r)
+        lin(s + "kv_b_proj.weight", Hq * (dn + dv), r)
+        lin(s + "o_proj.weight", H, Hq * dv, OUT_GAIN)
+        m = lp + "mlp."
+        if i < d["first_dense"]:
+            mlp(m, d["I"])
+            continue
+        lin(m + "gate.weight", d["E"], H)
+        if fam == "deepseek_v3":
+            specs.append((m + "gate.e_score_correction_bias", (d["E"],), ("normal", 0.05)))
+        for e in range(d["E"]):
+            mlp(m + "experts.%d." % e, d["Ie"])
+        mlp(m + "shared_experts.", d["n_shared"] * d["Ie"])
+    rms("model.norm.weight", H)
+    if not d["tied"]:
+        specs.append(("lm_head.weight", (V, H), ("normal", emb_std)))
+    return sorted(specs, key=lambda s: s[0])
+
+
 def storage_dtype(policy, name):
     """'F32' or 'BF16' for tensor `name` under a preset's dtype policy."""
-    if policy == "f32":
+    if policy == "f32" or name.endswith("e_score_correction_bias"):
         return "F32"
     if policy == "bf16-all":
         return "BF16"
@@ -724,9 +821,64 @@ def plain_config(d, special):
     return c
 
 
+def deepseek_config(d, special):
+    """config.json of a DeepSeek-V2 / V3 preset as transformers 5.x save_pretrained
+    writes it (head_dim and qk_head_dim are derived keys it saves)."""
+    fam, v3 = d["family"], d["family"] == "deepseek_v3"
+    c = {
+        "architectures": ["DeepseekV3ForCausalLM" if v3 else "DeepseekV2ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": special["<|endoftext|>"],
+        "dtype": "float32" if d["dtype"] == "f32" else "bfloat16",
+        "eos_token_id": special["<|im_end|>"],
+        "first_k_dense_replace": d["first_dense"],
+        "head_dim": d["dr"],
+        "hidden_act": "silu",
+        "hidden_size": d["H"],
+        "initializer_range": 0.02,
+        "intermediate_size": d["I"],
+        "kv_lora_rank": d["kv_lora"],
+        "max_position_embeddings": d["max_pos"],
+        "model_type": fam,
+        "moe_intermediate_size": d["Ie"],
+        "n_group": d["n_group"],
+        "n_routed_experts": d["E"],
+        "n_shared_experts": d["n_shared"],
+        "norm_topk_prob": d.get("norm_topk_prob", False),
+        "num_attention_heads": d["Hq"],
+        "num_experts_per_tok": d["topk"],
+        "num_hidden_layers": d["n_layers"],
+        "num_key_value_heads": d["Hkv"],
+        "output_router_logits": False,
+        "pad_token_id": None,
+        "pretraining_tp": 1,
+        "q_lora_rank": d["q_lora"],
+        "qk_head_dim": d["dn"] + d["dr"],
+        "qk_nope_head_dim": d["dn"],
+        "qk_rope_head_dim": d["dr"],
+        "rms_norm_eps": d["rms_eps"],
+        "rope_parameters": dict(d["rope_parameters"]),
+        "routed_scaling_factor": d["routed_scale"],
+        "tie_word_embeddings": d["tied"],
+        "topk_group": d["topk_group"],
+        "transformers_version": TRANSFORMERS_VERSION,
+        "use_cache": True,
+        "v_head_dim": d["dv"],
+        "vocab_size": d["V"],
+    }
+    if v3:
+        c.update({"num_nextn_predict_layers": 1, "rope_interleave": True})
+    else:
+        c.update({"mlp_bias": False, "topk_method": d["topk_method"]})
+    return c
+
+
 def model_config(d, special):
     """The whole config.json."""
     fam = d["family"]
+    if fam in DEEPSEEK:
+        return deepseek_config(d, special)
     if fam in PLAIN:
         return plain_config(d, special)
     if fam in MAMBA:
@@ -803,6 +955,10 @@ def describe(preset, vocab=None):
     lt = "".join("L" if t == L else "F" for t in p["layer_types"])
     s = ("%-16s %-11s H=%d layers=%s Hq/Hkv/hd=%d/%d/%d"
          % (preset, p["family"], p["H"], lt, p["Hq"], p["Hkv"], p["hd"]))
+    if p["family"] in DEEPSEEK:
+        s += " q_lora=%s kv_lora=%d dn/dr/dv=%d/%d/%d rope=%s" % (
+            p["q_lora"], p["kv_lora"], p["dn"], p["dr"], p["dv"],
+            p["rope_parameters"]["rope_type"])
     if p["family"] in MAMBA:
         s += " Hm/G/N/K=%d/%d/%d/%d chunk=%d" % (p["Hm"], p["G"], p["N"], p["K"], p["chunk"])
     elif p["family"] in PLAIN:
@@ -814,7 +970,8 @@ def describe(preset, vocab=None):
     if "I" in p:
         s += " I=%d" % p["I"]
     if p.get("E"):
-        s += " E=%d top%d Ie=%d Is=%d" % (p["E"], p["topk"], p["Ie"], p["Is"])
+        s += " E=%d top%d Ie=%d Is=%d" % (p["E"], p["topk"], p["Ie"],
+                                          p.get("Is", p.get("n_shared", 0) * p["Ie"]))
     s += " vocab=%s %s %s" % (p.get("vocab", "tok"), "tied" if p["tied"] else "untied",
                               p["dtype"])
     return s

@@ -50,6 +50,7 @@ import importlib.util
 import inspect
 import json
 import logging
+import math
 import os
 import platform
 import re
@@ -275,7 +276,7 @@ def v5_config(cfg):
 
 def expected_inv_freq(cfg):
     """RoPE inverse frequencies of a config.json (text part), computed here in float64
-    numpy from the published formulas (default; llama3 scaling)."""
+    numpy from the published formulas (default; llama3 and yarn scaling)."""
     tc = cfg.get("text_config", cfg)
     tc, _ = v5_config(tc)
     rp = tc["rope_parameters"]
@@ -289,6 +290,22 @@ def expected_inv_freq(cfg):
         smooth = (old / wl - lo) / (hi - lo)
         mid = (1 - smooth) * inv / f + smooth * inv
         inv = np.where(wl > old / lo, inv / f, np.where(wl < old / hi, inv, mid))
+    elif rp["rope_type"] == "yarn":
+        base, f = rp["rope_theta"], rp["factor"]
+        old = rp["original_max_position_embeddings"]
+        fast, slow = rp.get("beta_fast") or 32, rp.get("beta_slow") or 1
+
+        def corr(rot):
+            return dim * math.log(old / (rot * 2 * math.pi)) / (2 * math.log(base))
+        lo, hi = corr(fast), corr(slow)
+        if rp.get("truncate", True):
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, dim - 1)
+        if lo == hi:
+            hi += 0.001
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - lo) / (hi - lo), 0, 1)
+        keep = 1 - ramp
+        inv = inv / f * (1 - keep) + inv * keep
     elif rp["rope_type"] != "default":
         raise SystemExit("oracle: no reference for rope_type %s" % rp["rope_type"])
     return inv
