@@ -31,8 +31,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+from bench import common
 
 MODELS = ["bench-mla", "bench-gqa", "bench-hybrid"]
 DOCS = 6

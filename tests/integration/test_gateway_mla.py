@@ -17,9 +17,9 @@ import json
 
 import openai
 
-import harness
-from test_gateway import gw_conf, planned_lines
-from test_gateway_exact import addr, fresh, ready
+from tests import harness
+from tests.support.gateway import fresh, gw_conf, planned_lines, ready
+from tests.support.pool import addr
 
 MODEL = harness.ROOT + "/tests/fixtures/models/tiny-deepseek-v3"
 
