@@ -48,7 +48,7 @@
  *               f = sigmoid + bias + renorm (V3; 0: softmax, V2)
  *   scale_rows: a = n, b = ld, c = dim
  *   mla_attention: a = n, b = Hq, c = r, d = first qpos, e = n_keys (dn 128,
- *               dr 64, dv 128: the released head dims); wt of kv_b */
+ *               dr 64, dv 128: the released head dims); wt of kv_b
  *   ssd_scan:   a = n, b = H, c = G, d = P, e = N, f = 1: no output, decay
  *               product (a segment's S|0 and Π a)
  *   gated_rmsnorm: a = n, b = dim, c = groups
