@@ -76,13 +76,15 @@ main(int argc, char **argv)
             return 1;
         }
         for (int l = 0; l < cfg->n_layers; l++) {
-            if (cfg->layer_type[l] == PIC_LAYER_LINEAR && (how & 1)) {
+            if (pic_layer_recurrent(cfg->layer_type[l]) && (how & 1)) {
                 round_all(s->S[l], (size_t) s->Hv * s->dk * s->dv);
                 round_all(s->conv[l], (size_t) s->conv_ch * s->conv_k1);
             } else if (cfg->layer_type[l] == PIC_LAYER_FULL && (how & 2)) {
                 for (int j = 0; j < s->Hkv; j++) {
                     round_all(s->kc[l] + (size_t) j * s->cap * s->hd, (size_t) c * s->hd);
-                    round_all(s->vc[l] + (size_t) j * s->cap * s->hd, (size_t) c * s->hd);
+                    if (s->vd > 0) {        /* MLA: no V cache */
+                        round_all(s->vc[l] + (size_t) j * s->cap * s->vd, (size_t) c * s->vd);
+                    }
                 }
             }
         }

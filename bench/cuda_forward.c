@@ -165,14 +165,15 @@ main(int argc, char **argv)
      * read whole), the GDN state and conv window twice, the KV cache */
     double bytes = (double) m->weight_bytes;
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
-            double C = 2.0 * c->lin_k_heads * c->lin_k_dim
-                       + (double) c->lin_v_heads * c->lin_v_dim;
+        if (pic_layer_recurrent(c->layer_type[l])) {
+            double C = pic_config_conv_ch(c);
 
             bytes += 2.0 * 4 * ((double) c->lin_v_heads * c->lin_k_dim * c->lin_v_dim
                                 + C * (c->conv_kernel - 1));
         } else {
-            bytes += 4.0 * 2 * c->n_kv_heads * c->head_dim * (double) (n0 + steps / 2 + 1);
+            bytes += 4.0 * pic_config_cache_heads(c)
+                     * (pic_config_cache_kdim(c) + pic_config_cache_vdim(c))
+                     * (double) (n0 + steps / 2 + 1);
         }
     }
     double droof = copy * 1e9 / bytes;

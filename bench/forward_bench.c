@@ -130,14 +130,14 @@ decode_bytes(const pic_model *m, int pos)
         b -= (double) pic_wmat_bytes(&m->w.embed) - pic_wmat_bytes(&m->w.embed) / c->vocab;
     }
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
-            double C = 2.0 * c->lin_k_heads * c->lin_k_dim
-                       + (double) c->lin_v_heads * c->lin_v_dim;
+        if (pic_layer_recurrent(c->layer_type[l])) {
+            double C = pic_config_conv_ch(c);
 
             b += 2.0 * 4 * ((double) c->lin_v_heads * c->lin_k_dim * c->lin_v_dim
                             + C * (c->conv_kernel - 1));
         } else {
-            b += 4.0 * 2 * c->n_kv_heads * c->head_dim * (double) (pos + 1);
+            b += 4.0 * pic_config_cache_heads(c)
+                 * (pic_config_cache_kdim(c) + pic_config_cache_vdim(c)) * (double) (pos + 1);
         }
     }
     return b;

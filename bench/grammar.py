@@ -19,7 +19,15 @@ state, a subtree of such bytes allows its run of tokens unwalked).  The masks mu
 and median) and the speed-up, side by side in one run.
 
 The scheduler masks only when the sampled token breaks the grammar (a
-trained model rarely does), so these are the worst case per generated token.
+trained model rarely does).  What constrained decoding adds to a generated
+token is measured both ways: a token the grammar allows (the shortest
+completion for the max_tokens check, one token through a copy of the state)
+and one it refuses (that, the trie mask, the masked logits, a second draw);
+against the floor of a decode step at this vocabulary: the bf16 output
+projection (vocab x HIDDEN, 1024 = Qwen3.5-0.8B's, the smallest model with
+this vocabulary) on every thread.  The overhead is given as a fraction of
+that floor (a whole step, with the layers, costs more: the fraction is an
+upper bound).
 
 Writes bench/results/grammar.json ("summary", "machine", "config", "rows").
 """
@@ -37,6 +45,7 @@ from tests.tools.make_tokenizer import byte_to_unicode, make_tokenizer  # noqa: 
 HELPER = os.path.join(common.BUILD, "bench", "grammar_bench")
 VOCAB = 32000 if common.QUICK else 248044
 REPS = 3 if common.QUICK else 7
+HIDDEN = 1024
 
 
 def fill_vocab(path, size, seed=14):
@@ -89,15 +98,26 @@ def main():
         os.makedirs(out_dir, exist_ok=True)
         make_tokenizer(out_dir, "qwen3_5")
         fill_vocab(path, VOCAB)
-    cmd = [HELPER, path, "--reps", str(REPS)]
+    cmd = [HELPER, path, "--reps", str(REPS), "--hidden", str(HIDDEN)]
     out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
     rows = out["states"]
     for r in rows:
         r["speedup_median"] = round(r["each_ms_median"] / max(r["trie_ms_median"], 1e-6), 1)
+    lm = out["lm_head"]
+    for r in rows:
+        r["allowed_pct_of_lm_head"] = round(100 * r["token_allowed_ms_median"]
+                                            / lm["ms_median"], 3)
+        r["refused_pct_of_lm_head"] = round(100 * r["token_refused_ms_median"]
+                                            / lm["ms_median"], 2)
     common.table(rows, ["state", "allowed", "each_ms_best", "each_ms_median", "trie_ms_best",
                         "trie_ms_median", "speedup_median"],
                  title="mask of a %d-id vocabulary, ms per generated token (best/median of %d)"
                        % (out["vocab"], REPS))
+    common.table(rows, ["state", "token_allowed_ms_median", "allowed_pct_of_lm_head",
+                        "token_refused_ms_median", "refused_pct_of_lm_head"],
+                 title="per generated token, against the output projection (%d x %d bf16, "
+                       "%d threads, %s): %.2f ms" % (lm["rows"], lm["hidden"], lm["threads"],
+                                                     lm["simd"], lm["ms_median"]))
     summary = {
         "vocab": out["vocab"],
         "each_ms_median_max": max(r["each_ms_median"] for r in rows),
@@ -107,10 +127,15 @@ def main():
             [r["speedup_median"] for r in rows]), 1),
         "trie_build_ms": out["trie_build_ms"],
         "masks_equal": all(r["same_mask"] for r in rows),
+        "lm_head_ms_median": lm["ms_median"],
+        "token_allowed_ms_median_max": max(r["token_allowed_ms_median"] for r in rows),
+        "token_refused_ms_median_max": max(r["token_refused_ms_median"] for r in rows),
+        "allowed_pct_of_lm_head_max": max(r["allowed_pct_of_lm_head"] for r in rows),
+        "refused_pct_of_lm_head_max": max(r["refused_pct_of_lm_head"] for r in rows),
     }
     info = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
             "note": "shared machine; figures are ratios taken side by side"}
-    config = {"rounds": REPS, "tokenizer": "tests/tools/make_tokenizer.py qwen3_5, vocab %d"
+    config = {"rounds": REPS, "hidden": HIDDEN, "lm_head": lm, "tokenizer": "tests/tools/make_tokenizer.py qwen3_5, vocab %d"
               % VOCAB, "states": [r["state"] for r in rows]}
     common.write_results("grammar", summary, config, info, rows=rows)
 

@@ -174,7 +174,7 @@ pic_compare(const pic_model *m, pic_state *s, const float *last, const pic_ref *
     for (int l = 0; l < c->n_layers; l++) {
         cJSON   *lo = cJSON_CreateObject();
         pic_diff d;
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+        if (pic_layer_recurrent(c->layer_type[l])) {
             d = pic_vec_diff(s->S[l], ref->s->S[l], (size_t) s->Hv * s->dk * s->dv);
             l0 = l0 < 0 ? l : l0;
             deep = l;
@@ -200,7 +200,7 @@ pic_compare(const pic_model *m, pic_state *s, const float *last, const pic_ref *
             cJSON_AddNumberToObject(o, "layer0_rel_l2", d.rel);
             cJSON_AddNumberToObject(o, "layer0_angle_deg", d.angle);
         }
-        if (l == deep && c->layer_type[l] == PIC_LAYER_LINEAR) {
+        if (l == deep && pic_layer_recurrent(c->layer_type[l])) {
             cJSON_DeleteItemFromObject(o, "deep_rel_l2");
             cJSON_DeleteItemFromObject(o, "deep_angle_deg");
             cJSON_AddNumberToObject(o, "deep_rel_l2", d.rel);
@@ -276,6 +276,7 @@ pic_stats_json(cJSON *o, const pic_assemble_stats *st)
     cJSON_AddNumberToObject(o, "compose_flops", st->compose_flops);
     cJSON_AddNumberToObject(o, "t_forward_s", st->t_forward);
     cJSON_AddNumberToObject(o, "t_compose_s", st->t_compose);
+    cJSON_AddNumberToObject(o, "t_kv_s", st->t_kv);
     cJSON_AddNumberToObject(o, "t_kv_s", st->t_kv);
 }
 

@@ -43,6 +43,12 @@ static const pic_backend pic_cpu_backend = {
     .gdn_gates     = pic_cpu_gdn_gates,
     .kv_store      = pic_cpu_kv_store,
     .moe_route     = pic_cpu_moe_route,
+    .mla_attention = pic_cpu_mla_attention,
+    .scale_rows    = pic_cpu_scale_rows,
+    .moe_route_grouped = pic_cpu_moe_route_grouped,
+    .ssd_scan      = pic_cpu_ssd_scan,
+    .gated_rmsnorm = pic_cpu_gated_rmsnorm,
+    .scale_add     = pic_cpu_scale_add,
     .host          = 1,
     .mem_alloc     = pic_cpu_mem_alloc,
     .mem_free      = pic_cpu_mem_free,
@@ -231,7 +237,8 @@ pic_backend_complete(const pic_backend *b)
            && b->l2norm && b->rope && b->attention && b->gdn_chunked
            && b->gdn_recurrent && b->mul && b->add_rows && b->copy_rows && b->l2norm_heads
            && b->gather_rows && b->scatter_add && b->gdn_gates && b->kv_store
-           && b->moe_route && b->mem_alloc && b->mem_free && b->mem_upload
+           && b->moe_route && b->ssd_scan && b->gated_rmsnorm && b->scale_add
+           && b->mem_alloc && b->mem_free && b->mem_upload
            && b->mem_download && b->mem_copy && b->mem_zero;
 }
 

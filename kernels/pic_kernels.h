@@ -58,6 +58,64 @@ typedef struct {
     int          ldo;
 } pic_gdn_args;
 
+/* Arguments of the absorbed MLA attention (MODEL.md §4.2).  Head h's keys
+ * and values are never formed: q_nope goes through W_UK[h] into the latent
+ * space, scores are scale·(q_pe·k_pe + (W_UK[h]ᵀ q_nope)·c), the weighted
+ * sum of latents goes out through W_UV[h]. */
+typedef struct pic_wmat pic_wmat;
+typedef struct {
+    int             n;          /* queries */
+    int             Hq;         /* heads */
+    int             dn, dr, dv; /* nope, rope and value dims per head */
+    int             r;          /* latent width (kv_lora_rank) */
+    const float    *q;          /* (n, Hq*(dr+dn)) per head [q_pe | q_nope] */
+    const int      *qpos;       /* (n) query t attends slots 0..min(qpos[t], n_keys−1) */
+    const float    *lat;        /* (≥ n_keys, dr+r) slot p = position p: [k_pe | c_KV] */
+    int             n_keys;
+    const pic_wmat *kvb;        /* (Hq*(dn+dv), r) per head [W_UK (dn) | W_UV (dv)];
+                                 * the struct host memory, its data the backend's */
+    float           scale;      /* softmax scale */
+    float          *o;          /* (n, Hq*dv) */
+} pic_mla_args;
+
+/* Arguments of the grouped MoE router (DeepSeek V2 / V3). */
+typedef struct {
+    int          n, E, k;       /* rows, experts, experts per row */
+    int          groups;        /* expert groups of E/groups (1: no limit), <= 64 */
+    int          topk_groups;   /* groups a row may pick from */
+    int          sigmoid;       /* 1: scores σ(x), choice σ(x)+bias, a group
+                                 * ranked by its two best choices (V3); 0:
+                                 * softmax scores, a group by its best (V2) */
+    const float *bias;          /* (E) correction bias (sigmoid only) or NULL */
+    int          renorm;        /* weights / (their sum + 1e-20) */
+    float        scale;         /* then × scale (routed_scaling_factor) */
+} pic_moe_group_args;
+/* Arguments of the Mamba2 scan (MODEL.md §9 items 4–6), token by token.
+ *
+ * Head h (0 ≤ h < H) reads B and C of group h / (H/G).  Per token t:
+ * dt = clamp(softplus(dt_raw + dt_bias[h]), dt_min, dt_max), a = e^{dt·A[h]},
+ * S[h] ← a S[h] + dt x_t B_tᵀ (S[h] is P × N), y_t = S[h] C_t + D[h] x_t.
+ * Any entering state works, so S = 0 with y == NULL gives a segment's
+ * zero-start state S|0, and decay its transition Π a (DESIGN.md §3.8). */
+typedef struct {
+    int          n;         /* tokens */
+    int          H, G;      /* heads, B/C groups (H % G == 0) */
+    int          P, N;      /* head dim, state size */
+    const float *x;         /* (n, ldx) head h at x + t*ldx + h*P */
+    const float *B;         /* (n, ldx) group g at B + t*ldx + g*N */
+    const float *C;         /* (n, ldx) group g at C + t*ldx + g*N; NULL iff y == NULL */
+    int          ldx;       /* row stride of x, B and C (the conv's channels) */
+    const float *dt;        /* (n, H) raw dt (in_proj rows), before bias and softplus */
+    const float *dt_bias;   /* (H) */
+    float        dt_min, dt_max;
+    const float *A;         /* (H) A = −e^{A_log} < 0 */
+    const float *D;         /* (H) skip, or NULL */
+    float       *S;         /* (H, P, N) entering state, updated in place */
+    float       *y;         /* (n, ldy) head h at y + t*ldy + h*P; NULL: no output */
+    int          ldy;
+    float       *decay;     /* (H) or NULL: each multiplied by Π_t a_t */
+} pic_ssd_args;
+
 /* --- compact weights --- */
 
 /* Storage of a projection matrix.  Activations, accumulators and every other
@@ -73,7 +131,7 @@ typedef enum {
 /* A weight matrix W (rows, cols), y = W x, row-major.  Q8: value (r, c) =
  * qs[r*cols + c] * fp16 scale[r*cols/32 + c/32] (Q8_0-like, 34 bytes per
  * 32 values); cols % PIC_Q8_BLOCK == 0. */
-typedef struct {
+struct pic_wmat {
     pic_wtype       type;
     int             rows, cols;
     const void     *data;       /* F32 float / BF16 uint16_t / Q8 int8_t: (rows, cols) */
@@ -83,7 +141,7 @@ typedef struct {
                                  * summed in fp32: bf16 dot products, what
                                  * llama.cpp's BF16 computes (--weights
                                  * bf16dot); 0 = x as fp32 (exact products) */
-} pic_wmat;
+};
 
 /* The rotary frequencies of a model: pair i of every head turns by
  * pos · inv_freq[i].  Made once at load from the config (default, linear or
@@ -217,6 +275,37 @@ typedef struct pic_backend {
      * selw(n, k) their p, renormalised to sum 1 when renorm != 0. */
     void (*moe_route)(int *sel, float *selw, float *p, int n, int E, int k,
                       int renorm);
+
+    /* MLA attention over the latent cache in the absorbed form (decode:
+     * per token Hq·(dn+dv)·r for the two absorptions plus (dr+2r) per
+     * key and head, no per-head keys built); softmax in fp32. */
+    void (*mla_attention)(const pic_mla_args *a);
+
+    /* x + r*ld (dim floats) ×= alpha for r < n (the MLA queries' softmax
+     * scale, and YaRN's attention factor on their rotary dims). */
+    void (*scale_rows)(float *x, int ld, int n, int dim, float alpha);
+
+    /* Grouped MoE router over a->n rows: p(n, E) ← scores in place
+     * (softmax or sigmoid); groups ranked as a says, the topk_groups best
+     * kept (ties: lower index); sel(n, k) the k best choices among their
+     * experts in descending order, selw(n, k) their scores (without the
+     * bias), renormalised and scaled as a says. */
+    void (*moe_route_grouped)(int *sel, float *selw, float *p,
+                              const pic_moe_group_args *a);
+    /* --- Mamba2 (MODEL.md §9) --- */
+
+    /* The Mamba2 recurrence over a->n tokens (pic_ssd_args): the scalar
+     * reference on the CPU, for prefill and decode alike. */
+    void (*ssd_scan)(const pic_ssd_args *a);
+
+    /* y(n, dim) ← RMSNorm over each of the groups runs of dim/groups values
+     * of y · silu(z), times w(dim) (Mamba2's gated norm, gate before norm);
+     * z(n, dim) unchanged. */
+    void (*gated_rmsnorm)(float *y, const float *z, const float *w, int n,
+                          int dim, int groups, float eps);
+
+    /* y(n) ← a·x + b·y elementwise (Granite's multipliers); x may alias y. */
+    void (*scale_add)(float *y, const float *x, float a, float b, size_t n);
 
     /* --- memory: where every tensor the ops above take lives --- */
 

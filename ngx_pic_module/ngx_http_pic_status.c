@@ -17,6 +17,14 @@
 #include "ngx_http_pic_redis.h"
 #include "ngx_http_pic_dashboard.h"
 
+/* why the gateway's planned hits and the engines' reported tokens differ */
+#define NGX_HTTP_PIC_SERVED_NOTE                                              \
+    "The gateway plans from the segments its index held when it routed a "   \
+    "request; the engines report what they served: entries built after the " \
+    "plan (a repeated document is built once seen, off the request path) "   \
+    "count for them only, entries evicted since for the plan only, and "     \
+    "seams are recomputed."
+
 
 
 
@@ -503,7 +511,8 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
 
     st = &s->st;
 
-    size = 2048 + ngx_http_pic_counters_size()
+    size = 2048 + 10 * NGX_ATOMIC_T_LEN + sizeof(NGX_HTTP_PIC_SERVED_NOTE)
+           + ngx_http_pic_counters_size()
            + s->zone.len * 6 + s->redis.len * 6
            + PIC_TTFT_BUCKETS * 2 * NGX_ATOMIC_T_LEN
            + s->nengines * (776 + 6 * NGX_SOCKADDR_STRLEN
@@ -655,6 +664,24 @@ ngx_http_pic_status_history(u_char *p, ngx_http_pic_status_snapshot_t *s)
                     "\"pic\":%uA,\"recomputed\":%uA}",
                     s->st.usage_reports, s->st.tokens_exact, s->st.tokens_pic,
                     s->st.tokens_recomputed);
+
+    /*
+     * the same requests told twice: what the gateway planned when it routed
+     * them (bytes of segments its index held then) and what the engines
+     * say they served (tokens, usage.pic); NGX_HTTP_PIC_SERVED_NOTE says
+     * why the two differ
+     */
+    p = ngx_sprintf(p, ",\"served\":{\"planned_by_gateway\":{\"requests\":%uA,"
+                    "\"exact_prefix_bytes\":%uA,\"above_prefix_bytes\":%uA,"
+                    "\"novel_bytes\":%uA,\"above_prefix_tokens_est\":%uA},"
+                    "\"reported_by_engines\":{\"requests\":%uA,"
+                    "\"exact_tokens\":%uA,\"pic_tokens\":%uA,"
+                    "\"recomputed_tokens\":%uA},\"note\":\"%s\"}",
+                    s->st.planned, s->st.bytes_prefix,
+                    s->st.bytes_above_prefix, s->st.bytes_novel,
+                    s->st.bytes_above_prefix / NGX_HTTP_PIC_BYTES_PER_TOKEN,
+                    s->st.usage_reports, s->st.tokens_exact, s->st.tokens_pic,
+                    s->st.tokens_recomputed, NGX_HTTP_PIC_SERVED_NOTE);
 
     p = ngx_sprintf(p, ",\"history\":{\"size\":%d,\"recorded\":%ui,"
                     "\"requests\":[", NGX_HTTP_PIC_HISTORY, s->history_count);

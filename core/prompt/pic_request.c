@@ -508,10 +508,11 @@ pic_parse_sampling(pic_request *req, const cJSON *root, pic_error *err)
 
 /* Top-level fields a request may carry.  Fields read elsewhere (model,
  * messages, prompt, tools, chat_template_kwargs, add_generation_prompt,
- * ignore_eos, pic: the gateway's plan) are listed so that they pass; fields
- * we accept without effect are only those that change no output (user,
- * metadata, prompt_cache_key: our caching is automatic).  Anything else is
- * a 400 naming it, as OpenAI answers "Unrecognized request argument". */
+ * ignore_eos, thinking_budget, pic: the gateway's plan) are listed so that
+ * they pass; fields we accept without effect are only those that change no
+ * output (user, metadata, prompt_cache_key: our caching is automatic).
+ * Anything else is a 400 naming it, as OpenAI answers "Unrecognized
+ * request argument". */
 static const char *const pic_chat_fields[] = {
     "model", "messages", "stream", "stream_options", "max_tokens",
     "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "n",
@@ -519,7 +520,7 @@ static const char *const pic_chat_fields[] = {
     "add_generation_prompt", "logprobs", "top_logprobs", "presence_penalty",
     "frequency_penalty", "repetition_penalty", "logit_bias", "response_format", "user",
     "metadata", "store", "service_tier", "modalities", "prompt_cache_key",
-    "safety_identifier", "ignore_eos", "pic", NULL
+    "safety_identifier", "ignore_eos", "thinking_budget", "pic", NULL
 };
 
 static const char *const pic_completion_fields[] = {

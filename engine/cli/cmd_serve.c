@@ -30,7 +30,9 @@ serve_usage(FILE *f)
         "  --queue N               waiting requests before 429 (default 64)\n"
         "  --ctx N                 positions per sequence (default min(model, 32768))\n"
         "  --max-tokens N          when a request sets none (default 0: up to the context)\n"
-        "  --request-timeout-ms N  per-request deadline, 504 after (default 600000; 0 off)\n"
+        "  --reasoning-budget N    reasoning tokens before a constrained answer (response_format,\n"
+        "                          forced tool call) with thinking on; then the think block is\n"
+        "                          closed for the model (default 256; per request: thinking_budget)\n"        "  --request-timeout-ms N  per-request deadline, 504 after (default 600000; 0 off)\n"
         "  --max-body BYTES        request body limit, 413 above (default 16777216)\n"
         "  --redis IP:PORT         register in Redis (or unix:/path); default: no registry\n"
         "  --redis-password-file PATH\n"
@@ -111,7 +113,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_HEARTBEAT, OPT_TTL, OPT_POOL, OPT_MODE, OPT_SEAM, OPT_DTYPE, OPT_WEIGHTS, OPT_MINSEG,
         OPT_SEAMDOC, OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT, OPT_INSECURE,
         OPT_PBYTES, OPT_PBLOCK, OPT_CKPT, OPT_HOLD, OPT_CBYTES, OPT_RPASS, OPT_RUSER,
-        OPT_EVICT, OPT_TLSCERT, OPT_TLSKEY, OPT_TLSCA, OPT_DEVICE, OPT_CALIB,
+        OPT_EVICT, OPT_TLSCERT, OPT_TLSKEY, OPT_TLSCA, OPT_DEVICE, OPT_CALIB, OPT_RBUDGET,
     };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -128,6 +130,7 @@ pic_cmd_serve(int argc, char **argv)
         { "queue", required_argument, NULL, OPT_QUEUE },
         { "ctx", required_argument, NULL, OPT_CTX },
         { "max-tokens", required_argument, NULL, OPT_MAXTOK },
+        { "reasoning-budget", required_argument, NULL, OPT_RBUDGET },
         { "request-timeout-ms", required_argument, NULL, OPT_TIMEOUT },
         { "max-body", required_argument, NULL, OPT_MAXBODY },
         { "redis", required_argument, NULL, OPT_REDIS },
@@ -170,6 +173,7 @@ pic_cmd_serve(int argc, char **argv)
         .seam = -1, .seam_doc = -1, .min_segment = 128, .peer_timeout_ms = 30000,
         .max_frame_bytes = 256u << 20,
         .prefix_bytes = 512u << 20, .prefix_block = 64, .checkpoints = 4,
+        .reasoning_budget = 256,
     };
     char            idbuf[64];
     long long       v;
@@ -212,7 +216,7 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_MAXTOK: case OPT_TIMEOUT: case OPT_MAXBODY: case OPT_HEARTBEAT:
         case OPT_TTL: case OPT_POOL: case OPT_SEAM: case OPT_SEAMDOC: case OPT_MINSEG:
         case OPT_PEERTO: case OPT_MAXFRAME: case OPT_PBYTES: case OPT_PBLOCK:
-        case OPT_CKPT: case OPT_CBYTES:
+        case OPT_CKPT: case OPT_CBYTES: case OPT_RBUDGET:
             break;
         default: serve_usage(stderr); return 2;
         }
@@ -233,6 +237,7 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_QUEUE: opts.max_queue = (int) v; break;
         case OPT_CTX: opts.ctx = (int) v; break;
         case OPT_MAXTOK: opts.default_max_tokens = (int) v; break;
+        case OPT_RBUDGET: opts.reasoning_budget = (int) v; break;
         case OPT_TIMEOUT: opts.request_timeout_ms = v; break;
         case OPT_MAXBODY: opts.max_body = (size_t) v; break;
         case OPT_HEARTBEAT: opts.heartbeat_ms = (int) v; break;

@@ -36,8 +36,18 @@ pic_ffn_moe(const pic_model *m, const pic_backend *be,
     int Ie = cfg->moe_intermediate, Is = cfg->shared_intermediate;
 
     be->matmul(w->rl, w->xn, lw->router, nb, H, E, 0);
-    be->moe_route(w->sel, w->selw, w->rl, nb, E, k,
-                  cfg->norm_topk_prob || cfg->arch == PIC_ARCH_QWEN3_5);
+    if (cfg->moe_grouped) {
+        pic_moe_group_args ga = {
+            .n = nb, .E = E, .k = k, .groups = cfg->moe_groups,
+            .topk_groups = cfg->moe_topk_groups, .sigmoid = cfg->moe_sigmoid,
+            .bias = lw->router_bias, .renorm = cfg->norm_topk_prob,
+            .scale = cfg->moe_scale,
+        };
+        be->moe_route_grouped(w->sel, w->selw, w->rl, &ga);
+    } else {
+        be->moe_route(w->sel, w->selw, w->rl, nb, E, k,
+                      cfg->norm_topk_prob || cfg->arch == PIC_ARCH_QWEN3_5);
+    }
 
     /* shared expert first (reads xn only), gated by sigmoid(w_sg · x) */
     if (Is > 0 && lw->shared.gate.data != NULL) {

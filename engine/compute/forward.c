@@ -186,6 +186,10 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     }
     be->rope(w->q, qd, w->pos, nb, Hq, hd, &c->rope);
     be->rope(w->k, kvd, w->pos, nb, Hkv, hd, &c->rope);
+    if (c->attn_scale > 0.0f) {         /* the op scales by 1/sqrt(hd) */
+        be->scale_add(w->q, w->q, 0.0f, c->attn_scale * sqrtf((float) hd),
+                      (size_t) nb * qd);
+    }
 
     /* K/V into each sequence's cache at their positions, then 4. causal
      * GQA over its slots [0, p0+n).  Consecutive spans on one state (seam
@@ -215,9 +219,134 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     }
 }
 
+/* --- multi-head latent attention layer (MODEL.md §4.2) --- */
+
+/* Spans of at most this many rows attend in the absorbed form (one
+ * mla_attention op over the latent rows); longer ones expand each head's
+ * keys and values from the latents and run the attention op per head. */
+#define PIC_MLA_ABSORB_ROWS 4
+
+/* Rows [r0, r0+n) of w attend the latent cache kc (slots [0, nk)) head by
+ * head: per head h, k_nope_h | v_h = W_kvb[h] c for every slot (one GEMM),
+ * K_h = [k_pe | k_nope_h | 0], V_h = [v_h | 0], q_h = [q_pe | q_nope | 0]
+ * padded to mla_hdp (the attention op's one head width; q carries the
+ * scale that makes its 1/sqrt(hdp) the model's: pic_mla_layer).  -1 on OOM. */
+static int
+pic_mla_expanded(const pic_model *m, const pic_backend *be, const pic_layer_weights *lw,
+                 pic_ws *w, pic_state *s, const float *kc, int r0, int n, int nk)
+{
+    const pic_config *c = &m->cfg;
+    int    Hq = c->n_q_heads, dn = c->qk_nope_dim, dr = c->qk_rope_dim;
+    int    dv = c->v_head_dim, r = c->kv_lora_rank, hq = dr + dn, hp = c->mla_hdp;
+    size_t need = (size_t) nk * r + (size_t) nk * (dn + dv) + 2 * (size_t) nk * hp
+                  + 2 * (size_t) n * hp;
+    float *cc = pic_ws_scratch(s, need);            /* (nk, r) the c_KV rows */
+
+    if (cc == NULL) {
+        return -1;
+    }
+    float *kv = cc + (size_t) nk * r;               /* (nk, dn+dv) head h's */
+    float *K = kv + (size_t) nk * (dn + dv);        /* (nk, hp) */
+    float *V = K + (size_t) nk * hp;                /* (nk, hp) */
+    float *qh = V + (size_t) nk * hp;               /* (n, hp) */
+    float *oh = qh + (size_t) n * hp;               /* (n, hp) */
+
+    be->mem_zero(K, (2 * (size_t) nk * hp + (size_t) n * hp) * sizeof(float));
+    be->copy_rows(cc, r, kc + dr, dr + r, nk, r);
+    be->copy_rows(K, hp, kc, dr + r, nk, dr);       /* k_pe: every head's */
+    for (int h = 0; h < Hq; h++) {
+        pic_wmat wh = pic_wmat_view(&lw->kv_b, h * (dn + dv), dn + dv);
+
+        be->matmul_w(kv, cc, &wh, nk, 0);
+        be->copy_rows(K + dr, hp, kv, dn + dv, nk, dn);
+        be->copy_rows(V, hp, kv + dn, dn + dv, nk, dv);
+        be->copy_rows(qh, hp, w->mq + (size_t) r0 * Hq * hq + (size_t) h * hq, Hq * hq,
+                      n, hq);
+        be->attention(oh, qh, w->pos + r0, n, 1, 1, hp, K, V, nk, nk);
+        be->copy_rows(w->mo + (size_t) r0 * Hq * dv + (size_t) h * dv, Hq * dv, oh, hp,
+                      n, dv);
+    }
+    return 0;
+}
+
+/* MLA: q (direct or through q_lora and its RMSNorm), the latent row
+ * [k_pe | c_KV] from kv_a (c_KV through kv_a_layernorm), RoPE on q_pe and
+ * k_pe, latent rows into the cache at their positions, attention
+ * (absorbed for short spans, expanded for long), o_proj.  -1 on OOM. */
+static int
+pic_mla_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
+              int nb, const pic_fwd_span *sp, int n_sp)
+{
+    const pic_config        *c = &m->cfg;
+    const pic_layer_weights *lw = &m->w.layers[l];
+    int Hq = c->n_q_heads, dn = c->qk_nope_dim, dr = c->qk_rope_dim;
+    int dv = c->v_head_dim, r = c->kv_lora_rank, hq = dr + dn, lwd = dr + r;
+
+    /* 1. projections; the low-rank norms use transformers' default eps */
+    if (lw->q_a.data != NULL) {
+        be->matmul_w(w->mqa, w->xn, &lw->q_a, nb, 0);
+        be->rmsnorm(w->mqa, w->mqa, lw->q_a_norm, nb, c->q_lora_rank, 1e-6f, 0);
+        be->matmul_w(w->mq, w->mqa, &lw->q_b, nb, 0);
+    } else {
+        be->matmul_w(w->mq, w->xn, &lw->q_b, nb, 0);
+    }
+    /* the scale that makes the attention's 1/sqrt(hdp) the model's, and
+     * YaRN's factor on cos and sin squared (q_pe·k_pe carries it twice) */
+    {
+        float qs = c->mla_scale * sqrtf((float) c->mla_hdp);
+        float af2 = c->rope_attn_factor * c->rope_attn_factor;
+
+        if (qs != 1.0f) {
+            be->scale_rows(w->mq, hq, nb * Hq, hq, qs);
+        }
+        if (af2 != 1.0f) {
+            be->scale_rows(w->mq, hq, nb * Hq, dr, af2);
+        }
+    }
+    be->matmul_w(w->mlat, w->xn, &lw->kv_a, nb, 0);
+    be->copy_rows(w->mcn, r, w->mlat + dr, lwd, nb, r);
+    be->rmsnorm(w->mcn, w->mcn, lw->kv_a_norm, nb, r, 1e-6f, 0);
+    be->copy_rows(w->mlat + dr, lwd, w->mcn, r, nb, r);
+
+    /* 2. RoPE on the first dr dims: q_pe of every head, the shared k_pe */
+    be->rope(w->mq, Hq * hq, w->pos, nb, Hq, hq, &c->rope);
+    be->rope(w->mlat, lwd, w->pos, nb, 1, lwd, &c->rope);
+
+    /* 3. latent rows into each sequence's cache, then attention over its
+     * slots [0, p0+n), consecutive spans on one state in one call */
+    for (int i = 0, j; i < n_sp; i = j) {
+        pic_state *s = sp[i].s;
+
+        for (j = i; j < n_sp && sp[j].s == s; j++) {
+            be->mem_copy(s->kc[l] + (size_t) sp[j].p0 * lwd,
+                         w->mlat + (size_t) sp[j].row * lwd,
+                         (size_t) sp[j].n * lwd * sizeof(float));
+        }
+        int r0 = sp[i].row, n = sp[j - 1].row + sp[j - 1].n - r0;
+        int nk = sp[j - 1].p0 + sp[j - 1].n;
+
+        if (n <= PIC_MLA_ABSORB_ROWS) {
+            pic_mla_args a = {
+                .n = n, .Hq = Hq, .dn = dn, .dr = dr, .dv = dv, .r = r,
+                .q = w->mq + (size_t) r0 * Hq * hq, .qpos = w->pos + r0,
+                .lat = s->kc[l], .n_keys = nk, .kvb = &lw->kv_b,
+                .scale = 1.0f / sqrtf((float) c->mla_hdp),
+                .o = w->mo + (size_t) r0 * Hq * dv,
+            };
+            be->mla_attention(&a);
+        } else if (pic_mla_expanded(m, be, lw, w, s, s->kc[l], r0, n, nk) != 0) {
+            return -1;
+        }
+    }
+
+    /* 4. o_proj into the residual */
+    be->matmul_w(w->x, w->mo, &lw->wo, nb, 1);
+    return 0;
+}
+
 /* --- the model --- */
 
-void
+int
 pic_forward_layers(const pic_model *m, const pic_backend *be, pic_ws *w,
                    int nb, const pic_fwd_span *sp, int n_sp,
                    const pic_forward_hooks *hooks)
@@ -239,15 +368,28 @@ pic_forward_layers(const pic_model *m, const pic_backend *be, pic_ws *w,
     for (int l = 0; l < nl; l++) {
         const pic_layer_weights *lw = &m->w.layers[l];
 
+        float                   *res;
+
         be->rmsnorm(w->xn, w->x, lw->input_norm, nb, H, c->rms_eps, c->norm_offset);
+        res = pic_forward_resid_begin(m, be, w, nb);
         if (c->layer_type[l] == PIC_LAYER_LINEAR) {
             pic_gdn_layer(m, be, l, w, nb, sp, n_sp, hooks);
+        } else if (c->layer_type[l] == PIC_LAYER_MAMBA2) {
+            pic_mamba2_layer(m, be, l, w, nb, sp, n_sp, hooks);
+        } else if (c->mla) {
+            if (pic_mla_layer(m, be, l, w, nb, sp, n_sp) != 0) {
+                return -1;
+            }
         } else {
             pic_attn_layer(m, be, l, w, nb, sp, n_sp);
         }
+        pic_forward_resid_end(m, be, w, nb, res);
         be->rmsnorm(w->xn, w->x, lw->post_norm, nb, H, c->rms_eps, c->norm_offset);
+        res = pic_forward_resid_begin(m, be, w, nb);
         pic_ffn_forward(m, be, l, w, nb);
+        pic_forward_resid_end(m, be, w, nb, res);
     }
+    return 0;
 }
 
 /* Seam runs are short (2w tokens) but the linear states large (Hv·dk·dv):
@@ -342,7 +484,14 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
         memcpy(w.h_ids, tokens + tok0, (size_t) nb * sizeof(int));
         pic_ws_put(be, w.ids, w.h_ids, (size_t) nb * sizeof(int));
         be->gather_rows(w.x, &m->w.embed, w.ids, nb);
-        pic_forward_layers(m, be, &w, nb, sp, ns, hooks);
+        pic_forward_scale_embed(m, be, w.x, nb);
+        if (pic_forward_layers(m, be, &w, nb, sp, ns, hooks) != 0) {
+            snprintf(err, errlen, "%s: out of memory for the attention scratch", __func__);
+            if (sp != &one) {
+                free(sp);
+            }
+            return -1;
+        }
 
         /* logits out (backend → host) */
         if (mode == PIC_LOGITS_ALL) {
@@ -350,6 +499,7 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
 
             be->rmsnorm(w.xn, w.x, m->w.final_norm, nb, H, c->rms_eps, c->norm_offset);
             be->matmul_w(out, w.xn, lm, nb, 0);
+            pic_forward_scale_logits(m, be, out, nb);
             if (!be->host) {
                 be->mem_download(logits + (size_t) tok0 * V, out,
                                  (size_t) nb * V * sizeof(float));
@@ -360,6 +510,7 @@ pic_forward_pass(const pic_model *m, const pic_backend *be, pic_state *s,
             be->rmsnorm(w.xn, w.x + (size_t) (nb - 1) * H, m->w.final_norm, 1,
                         H, c->rms_eps, c->norm_offset);
             be->matmul_w(out, w.xn, lm, 1, 0);
+            pic_forward_scale_logits(m, be, out, 1);
             if (!be->host) {
                 be->mem_download(logits, out, (size_t) V * sizeof(float));
             }
@@ -498,6 +649,22 @@ pic_forward_flops(const pic_config *c, int n, int p0, pic_logits_mode mode)
             p += H * (C + vd + 2.0 * c->lin_v_heads) + vd * H;
             /* recurrence: Sᵀk, k δᵀ, Sᵀq per value head */
             f += (double) n * 6.0 * c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+        } else if (c->layer_type[l] == PIC_LAYER_MAMBA2) {
+            double mi = (double) c->ssm_heads * c->ssm_head_dim;
+
+            p += H * (mi + C + c->ssm_heads) + mi * H;
+            /* scan: a S + dt x Bᵀ and S C per head */
+            f += (double) n * 4.0 * mi * c->ssm_state;
+        } else if (c->mla) {
+            double hq = (double) c->qk_nope_dim + c->qk_rope_dim, r = c->kv_lora_rank;
+            double qr = c->q_lora_rank, Hq = c->n_q_heads;
+            double keys = (double) n * p0 + (double) n * (n + 1) / 2.0;
+
+            /* projections; the per-head expansion of the latents counted as
+             * one W_kvb pass per token (the absorbed form's cost) */
+            p += (qr > 0 ? H * qr + qr * Hq * hq : H * Hq * hq) + H * (r + c->qk_rope_dim)
+                 + r * Hq * (c->qk_nope_dim + c->v_head_dim) + Hq * c->v_head_dim * H;
+            f += 2.0 * Hq * (hq + c->v_head_dim) * keys;
         } else {
             p += H * ((c->attn_gate ? 2.0 : 1.0) * qd + 2.0 * kvd) + qd * H;
             /* scores + weighted sum over the causal keys of each token */

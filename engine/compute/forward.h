@@ -78,6 +78,9 @@ typedef struct {
      * positions, the layers above are untouched); no logits may be asked.
      * 0: every layer. */
     int layers;
+    /* Mamba2 layer `layer` is about to advance its state over tokens
+     * p0..p0+a->n−1 (as on_gdn: a->S the entering state, a->y NULL). */
+    void (*on_ssd)(void *user, int layer, int p0, const pic_ssd_args *a);
 } pic_forward_hooks;
 
 typedef struct {

@@ -103,9 +103,14 @@ pic_forward_batch(const pic_model *m, const pic_backend *be,
         }
         pic_ws_put(be, w.ids, w.h_ids, (size_t) nb * sizeof(int));
         be->gather_rows(w.x, &m->w.embed, w.ids, nb);
-        pic_forward_layers(m, be, &w, nb, sp, nb, NULL);
+        pic_forward_scale_embed(m, be, w.x, nb);
+        if (pic_forward_layers(m, be, &w, nb, sp, nb, NULL) != 0) {
+            snprintf(err, errlen, "%s: out of memory for the attention scratch", __func__);
+            return -1;
+        }
         be->rmsnorm(w.xn, w.x, m->w.final_norm, nb, H, c->rms_eps, c->norm_offset);
         be->matmul_w(out, w.xn, lm, nb, 0);
+        pic_forward_scale_logits(m, be, out, nb);
         if (!be->host) {
             be->mem_download(logits + (size_t) u0 * V, out,
                              (size_t) nb * V * sizeof(float));

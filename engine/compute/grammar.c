@@ -506,27 +506,44 @@ pic_gcall_next(pic_gstate *g, pic_gframe *f)
     }
 }
 
-/* An XML raw value never holds "<parameter=" or "</function>" (the call
- * parser would end the value, or the call, there): f->lit counts the bytes
- * of either matched so far (1: "<", 2.. "<p...", 102.. "</..."); -1 when
- * c completes one. */
+/* An XML raw value never holds "<parameter=", "</function>" or
+ * "</tool_call>" (the call parsers would end the value, the call or the
+ * block there): f->lit counts the bytes of one matched so far (1: "<",
+ * 2.. "<p...", 102.. "</..." and "</f...", 203.. "</t..."); -1 when c
+ * completes one. */
 static int
 pic_graw_tag(pic_gframe *f, int c)
 {
-    static const char p1[] = "<parameter=", p2[] = "</function>";
+    static const char p1[] = "<parameter=", p2[] = "</function>", p3[] = "</tool_call>";
     int               s = f->lit;
 
-    if (s >= 1 && s < 100 && c == (unsigned char) p1[s]) {
+    if (s >= 1 && s < (int) sizeof(p1) - 1 && c == (unsigned char) p1[s]) {
         s++;
     } else if (s == 1 && c == (unsigned char) p2[1]) {
         s = 102;
-    } else if (s >= 102 && c == (unsigned char) p2[s - 100]) {
+    } else if (s >= 102 && s < 100 + (int) sizeof(p2) - 1
+               && c == (unsigned char) p2[s - 100]) {
+        s++;
+    } else if (s == 102 && c == (unsigned char) p3[2]) {
+        s = 203;
+    } else if (s >= 203 && s < 200 + (int) sizeof(p3) - 1
+               && c == (unsigned char) p3[s - 200]) {
         s++;
     } else {
         s = c == '<';
     }
     f->lit = (uint8_t) s;
-    return s == (int) sizeof(p1) - 1 || s == 100 + (int) sizeof(p2) - 1 ? -1 : 0;
+    return s == (int) sizeof(p1) - 1 || s == 100 + (int) sizeof(p2) - 1
+           || s == 200 + (int) sizeof(p3) - 1 ? -1 : 0;
+}
+
+/* Inside a tool call (either syntax), a JSON string never holds "</": the
+ * call parsers look for </parameter>, </function> and </tool_call> in the
+ * raw text (the model can write "<\/"). */
+static int
+pic_gin_call(const pic_gstate *g)
+{
+    return g->stack[0].kind == PIC_GF_CALL;
 }
 
 /* One byte of a tool call (frame f, kind CALL); 0 or -1. */
@@ -731,6 +748,12 @@ again:
 
     case PIC_GF_STRING:
         if (f->prop == PIC_GS_FREE || f->prop == PIC_GS_FREEKEY) {
+            if (f->st == 6) {                   /* after '<' in a call */
+                if (c == '/') {
+                    return -1;
+                }
+                f->st = 0;
+            }
             if (f->st == 1) {                   /* after a backslash */
                 if (c == 'u') {
                     f->st = 2;
@@ -749,6 +772,10 @@ again:
             }
             if (c == '\\') {
                 f->st = 1;
+                return 0;
+            }
+            if (c == '<' && pic_gin_call(g)) {
+                f->st = 6;
                 return 0;
             }
             if (c == '"') {
@@ -1065,7 +1092,7 @@ pic_gkeeps(const pic_gstate *g)
     f = &g->stack[g->depth - 1];
     if (f->kind == PIC_GF_STRING && (f->prop == PIC_GS_FREE || f->prop == PIC_GS_FREEKEY)
         && f->st == 0) {
-        return PIC_GV_NOT_PLAIN;
+        return pic_gin_call(g) ? PIC_GV_NOT_PLAIN | PIC_GV_NEWLINE : PIC_GV_NOT_PLAIN;
     }
     return f->kind == PIC_GF_CALL && f->st == PIC_GC_RAW && g->nbuf == 0 && f->lit == 0
            ? PIC_GV_NEWLINE : 0;
@@ -1084,7 +1111,7 @@ pic_gsame(const pic_gstate *g, int c)
     f = &g->stack[g->depth - 1];
     if (f->kind == PIC_GF_STRING) {
         return (f->prop == PIC_GS_FREE || f->prop == PIC_GS_FREEKEY) && f->st == 0
-               && c >= 0x20 && c != '"' && c != '\\';
+               && c >= 0x20 && c != '"' && c != '\\' && !(c == '<' && pic_gin_call(g));
     }
     return f->kind == PIC_GF_CALL && f->st == PIC_GC_RAW && g->nbuf == 0 && f->lit == 0
            && c != '\n' && c != '<';
@@ -1137,4 +1164,201 @@ pic_gvocab_mask(const pic_gvocab *v, const pic_gstate *g, uint8_t *ok)
     free(st);
     free(cur);
     return n;
+}
+
+/* --- the shortest completion --- */
+
+/* Is property name (index i of obj's "properties") required by obj? */
+static int
+pic_grequired_has(const cJSON *obj, const char *name)
+{
+    const cJSON *r;
+
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(obj, "required")) {
+        if (cJSON_IsString(r) && strcmp(r->valuestring, name) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* An unseen property of obj whose name starts with pre[0..n), a required
+ * one first; NULL when none. */
+static const char *
+pic_gpick_prop(const cJSON *obj, uint64_t seen, const char *pre, size_t n)
+{
+    const cJSON *p;
+
+    for (int pass = 0; pass < 2; pass++) {
+        int i = 0;
+        cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(obj, "properties")) {
+            size_t len = strlen(p->string);
+            if (!(seen & (1ull << i)) && len >= n && memcmp(p->string, pre, n) == 0
+                && (pass == 1 || pic_grequired_has(obj, p->string))) {
+                return p->string;
+            }
+            i++;
+        }
+    }
+    return NULL;
+}
+
+/* An enum (or const) string of schema that starts with pre[0..n), or NULL. */
+static const char *
+pic_gpick_enum(const cJSON *schema, const char *pre, size_t n)
+{
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(schema, "enum"), *v;
+
+    if (e == NULL) {
+        e = cJSON_GetObjectItemCaseSensitive(schema, "const");
+        return cJSON_IsString(e) && strlen(e->valuestring) >= n
+               && memcmp(e->valuestring, pre, n) == 0 ? e->valuestring : NULL;
+    }
+    cJSON_ArrayForEach(v, e) {
+        if (cJSON_IsString(v) && strlen(v->valuestring) >= n
+            && memcmp(v->valuestring, pre, n) == 0) {
+            return v->valuestring;
+        }
+    }
+    return NULL;
+}
+
+/* Append the rest of s after its first n bytes, then tail; bytes or -1. */
+static int
+pic_grest(char *c, size_t cap, const char *s, size_t n, const char *tail)
+{
+    int k = snprintf(c, cap, "%s%s", s != NULL && strlen(s) >= n ? s + n : "", tail);
+
+    return s == NULL || k < 0 || (size_t) k >= cap ? -1 : k;
+}
+
+/* A few bytes that g accepts and that lead the shortest way to the end of
+ * the document (the start of a value: its shortest form; an object: its
+ * missing required properties, then "}"); their count, 0 when done, -1 when
+ * no way is known. */
+static int
+pic_gchunk(const pic_gstate *g, char *c, size_t cap)
+{
+    const pic_gframe *f;
+    pic_gstate        t;
+
+    if (g->done || g->depth == 0) {
+        return 0;
+    }
+    f = &g->stack[g->depth - 1];
+    switch ((pic_gframe_kind) f->kind) {
+    case PIC_GF_VALUE: {
+        const char *ty = pic_gtype(f->schema);
+        if (ty == NULL) {
+            return pic_grest(c, cap, f->st == 1 ? "{" : "0", 0, "");
+        }
+        if (strcmp(ty, "enum") == 0) {
+            return pic_grest(c, cap, "\"", 0, "");
+        }
+        return pic_grest(c, cap, strcmp(ty, "object") == 0 ? "{"
+                                 : strcmp(ty, "array") == 0 ? "["
+                                 : strcmp(ty, "string") == 0 ? "\""
+                                 : strcmp(ty, "boolean") == 0 ? "true"
+                                 : strcmp(ty, "null") == 0 ? "null" : "0", 0, "");
+    }
+    case PIC_GF_OBJECT:
+        if (f->st == PIC_GO_COLON) {
+            return pic_grest(c, cap, ":", 0, "");
+        }
+        if (f->st != PIC_GO_KEY && pic_grequired_ok(f)) {
+            return pic_grest(c, cap, "}", 0, "");
+        }
+        return pic_grest(c, cap, f->st == PIC_GO_AFTER ? "," : "\"", 0, "");
+    case PIC_GF_ARRAY:
+        if (f->st != PIC_GA_NEXT) {
+            return pic_grest(c, cap, "]", 0, "");
+        }
+        /* after a comma: the shortest item */
+        pic_gstate_copy(&t, g);
+        t.stack[t.depth - 1].st = PIC_GA_AFTER;
+        if (pic_gpush(&t, PIC_GF_VALUE, f->schema ? cJSON_GetObjectItemCaseSensitive(
+                                                        f->schema, "items") : NULL, 0) != 0) {
+            return -1;
+        }
+        return pic_gchunk(&t, c, cap);
+    case PIC_GF_STRING:
+        if (f->prop == PIC_GS_FREE || f->prop == PIC_GS_FREEKEY) {
+            /* an escape's rest: "\n", or hex digits ending in 1 (never \u0000) */
+            return pic_grest(c, cap, f->st == 0 || f->st == 6 ? "\"" : f->st == 1 ? "n"
+                                     : f->st == 5 ? "1" : "0", 0, "");
+        }
+        if (f->prop == PIC_GS_KEY) {
+            const pic_gframe *o = &g->stack[g->depth - 2];
+            return pic_grest(c, cap, pic_gpick_prop(o->schema, o->seen, g->buf,
+                                                    (size_t) g->nbuf),
+                             (size_t) g->nbuf, "\"");
+        }
+        return pic_grest(c, cap, pic_gpick_enum(f->schema, g->buf, (size_t) g->nbuf),
+                         (size_t) g->nbuf, "\"");
+    case PIC_GF_NUMBER:
+        if (f->st == 1 || f->st == 4 || f->st == 6 || f->st == 7) {
+            return pic_grest(c, cap, "0", 0, "");
+        }
+        /* complete: the next byte is the enclosing frame's */
+        pic_gstate_copy(&t, g);
+        pic_gpop(&t);
+        return t.done ? -1 : pic_gchunk(&t, c, cap);
+    case PIC_GF_LITERAL:
+        return pic_grest(c, cap, pic_glit[f->prop], f->st, "");
+    case PIC_GF_CALL:
+        switch (f->st) {
+        case PIC_GC_LIT:
+            return pic_grest(c, cap, pic_gcall_lit[f->lit], (size_t) g->nbuf, "");
+        case PIC_GC_NAME: {
+            int i = pic_gcall_match(g, f, 0, 0);
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(f->schema, i),
+                                                               "name");
+            return pic_grest(c, cap, i >= 0 && cJSON_IsString(nm) ? nm->valuestring : NULL,
+                             (size_t) g->nbuf, f->syn == PIC_GCALL_JSON ? "\"" : ">");
+        }
+        case PIC_GC_START: {
+            size_t ne = strlen(PIC_GC_END);
+            int    end = g->nbuf == 0 || g->nbuf == 1
+                         ? pic_grequired_ok(f)
+                         : (size_t) g->nbuf <= ne && memcmp(g->buf, PIC_GC_END,
+                                                            (size_t) g->nbuf) == 0;
+            return pic_grest(c, cap, end ? PIC_GC_END : PIC_GC_PARAM, (size_t) g->nbuf, "");
+        }
+        case PIC_GC_KEY:
+            if (!pic_gclosed(f->schema)) {
+                return pic_grest(c, cap, g->nbuf > 0 ? ">" : "x>", 0, "");
+            }
+            return pic_grest(c, cap, pic_gpick_prop(f->schema, f->seen, g->buf,
+                                                    (size_t) g->nbuf),
+                             (size_t) g->nbuf, ">");
+        case PIC_GC_RAW:
+            return pic_grest(c, cap, pic_gcall_lit[PIC_GL_VEND], (size_t) g->nbuf, "");
+        case PIC_GC_ENUM:
+            return pic_grest(c, cap, pic_gpick_enum(pic_gprop(f->schema, f->prop), g->buf,
+                                                    (size_t) g->nbuf),
+                             (size_t) g->nbuf, "\n");
+        }
+        return -1;
+    }
+    return -1;
+}
+
+int
+pic_gstate_complete(const pic_gstate *g, char *out, size_t cap)
+{
+    pic_gstate t;
+    size_t     n = 0;
+
+    pic_gstate_copy(&t, g);
+    while (!t.done) {
+        char c[160];
+        int  k = pic_gchunk(&t, c, sizeof(c));
+
+        if (k <= 0 || n + (size_t) k > cap || pic_gstate_feed(&t, c, (size_t) k) != 0) {
+            return -1;
+        }
+        memcpy(out + n, c, (size_t) k);
+        n += (size_t) k;
+    }
+    return (int) n;
 }

@@ -23,7 +23,14 @@
  * tools, then its arguments by the function's parameters schema — in the
  * XML syntax each <parameter=KEY> once, a declared key, a string's value
  * raw, an enum's one of its strings, any other type a JSON value of that
- * schema — and "</tool_call>" at the end.
+ * schema — and "</tool_call>" at the end.  The call parsers find a value's,
+ * a call's and a block's end in the raw text, so inside a call a raw value
+ * never holds "<parameter=", "</function>" or "</tool_call>", and a JSON
+ * string never holds "</" (JSON's "<\/" says the same).
+ *
+ * Completion (pic_gstate_complete): from any state, the shortest bytes
+ * that finish the document — what the scheduler generates when max_tokens
+ * comes within reach, so that a constrained answer still closes.
  *
  * Masking (pic_gvocab): the vocabulary's byte strings as a trie walked
  * depth first from the current state; a byte the grammar refuses prunes its
@@ -98,6 +105,12 @@ typedef enum {
  * or newline.  Done after "</tool_call>". */
 void pic_gstate_init_call(pic_gstate *g, pic_gcall_syntax syn, const cJSON *fns,
                           const cJSON *params);
+
+/* The shortest bytes that complete the document from g (a value's
+ * shortest form, an object's missing required properties, every open
+ * frame closed) into out (cap bytes); their count (0: complete already),
+ * or -1 when they do not fit.  Feeding them to g makes it done. */
+int pic_gstate_complete(const pic_gstate *g, char *out, size_t cap);
 
 /* Copy src into dst (only the frames and bytes in use). */
 void pic_gstate_copy(pic_gstate *dst, const pic_gstate *src);

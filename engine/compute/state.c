@@ -46,11 +46,12 @@ pic_state_init_on(const pic_config *cfg, int max_ctx, const pic_backend *be,
     s->dv = cfg->lin_v_dim;
     s->conv_ch = pic_config_conv_ch(cfg);
     s->conv_k1 = pic_config_conv_k1(cfg);
-    s->Hkv = cfg->n_kv_heads;
-    s->hd = cfg->head_dim;
+    s->Hkv = pic_config_cache_heads(cfg);
+    s->hd = pic_config_cache_kdim(cfg);
+    s->vd = pic_config_cache_vdim(cfg);
 
     for (int l = 0; l < cfg->n_layers; l++) {
-        if (cfg->layer_type[l] != PIC_LAYER_LINEAR) {
+        if (!pic_layer_recurrent(cfg->layer_type[l])) {
             continue;
         }
         s->S[l] = pic_state_zalloc(s, (size_t) s->Hv * s->dk * s->dv * sizeof(float));
@@ -88,6 +89,7 @@ pic_workspace_free(const pic_backend *be, pic_workspace *w)
         return;
     }
     be->mem_free(w->ws);
+    be->mem_free(w->xs);
     free(w->hws);
     *w = (pic_workspace) { 0 };
 }
@@ -151,8 +153,9 @@ pic_state_reserve(pic_state *s, int n_pos, char *err, size_t errlen)
             continue;
         }
         float *k = pic_state_grow_kv(s->be, s->kc[l], s->Hkv, s->cap, cap, s->hd);
-        float *v = pic_state_grow_kv(s->be, s->vc[l], s->Hkv, s->cap, cap, s->hd);
-        if (k == NULL || v == NULL) {
+        float *v = s->vd > 0 ? pic_state_grow_kv(s->be, s->vc[l], s->Hkv, s->cap, cap,
+                                                 s->vd) : NULL;
+        if (k == NULL || (v == NULL && s->vd > 0)) {
             s->be->mem_free(k);
             s->be->mem_free(v);
             snprintf(err, errlen, "%s: out of memory for %d KV slots",
@@ -200,14 +203,17 @@ pic_state_copy_to(const pic_state *src, const pic_backend *be)
                 cp(s->conv[l], src->conv[l], nc);
             }
         } else if (src->cap > 0) {
-            size_t nkv = (size_t) src->Hkv * src->cap * src->hd * sizeof(float);
+            size_t nk = (size_t) src->Hkv * src->cap * src->hd * sizeof(float);
+            size_t nv = (size_t) src->Hkv * src->cap * src->vd * sizeof(float);
 
-            s->kc[l] = be->mem_alloc(nkv);
-            s->vc[l] = be->mem_alloc(nkv);
-            ok = s->kc[l] != NULL && s->vc[l] != NULL;
+            s->kc[l] = be->mem_alloc(nk);
+            s->vc[l] = nv > 0 ? be->mem_alloc(nv) : NULL;
+            ok = s->kc[l] != NULL && (nv == 0 || s->vc[l] != NULL);
             if (ok) {
-                cp(s->kc[l], src->kc[l], nkv);
-                cp(s->vc[l], src->vc[l], nkv);
+                cp(s->kc[l], src->kc[l], nk);
+                if (nv > 0) {
+                    cp(s->vc[l], src->vc[l], nv);
+                }
             }
         }
     }
@@ -240,7 +246,7 @@ pic_state_bytes(const pic_state *s)
             b += (size_t) s->Hv * s->dk * s->dv * sizeof(float);
             b += (size_t) s->conv_ch * s->conv_k1 * sizeof(float);
         } else {
-            b += 2 * (size_t) s->Hkv * s->cap * s->hd * sizeof(float);
+            b += (size_t) s->Hkv * s->cap * (s->hd + s->vd) * sizeof(float);
         }
     }
     return b;

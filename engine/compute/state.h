@@ -23,6 +23,9 @@ typedef struct pic_workspace {
     size_t  ws_cap;
     void   *hws;
     size_t  hws_cap;
+    float  *xs;             /* scratch sized by the context (the expanded
+                             * MLA keys and values), xs_cap floats */
+    size_t  xs_cap;
 } pic_workspace;
 
 typedef struct pic_state {
@@ -31,11 +34,15 @@ typedef struct pic_state {
     int     cap;                    /* KV slots allocated per layer */
     int     max_ctx;                /* hard limit on positions */
     int     Hv, dk, dv, conv_ch, conv_k1;   /* GDN shapes (conv_k1 = K−1) */
-    int     Hkv, hd;                /* attention shapes */
+    int     Hkv, hd, vd;            /* attention caches: heads, K row, V row
+                                     * (MLA: 1, dr + r, 0: the latent row
+                                     * [k_pe | c_KV] and no V cache) */
     float  *S[PIC_MAX_LAYERS];      /* (Hv, dk, dv) linear layers, else NULL */
     float  *conv[PIC_MAX_LAYERS];   /* (C, K−1) linear layers, else NULL */
-    float  *kc[PIC_MAX_LAYERS];     /* (Hkv, cap, hd) post-norm, RoPE'd K; full layers */
-    float  *vc[PIC_MAX_LAYERS];     /* (Hkv, cap, hd) V; full layers */
+    float  *kc[PIC_MAX_LAYERS];     /* (Hkv, cap, hd) post-norm, RoPE'd K (MLA:
+                                     * the latent rows); full layers */
+    float  *vc[PIC_MAX_LAYERS];     /* (Hkv, cap, vd) V; full layers (NULL
+                                     * when vd == 0) */
     pic_workspace  own;             /* the forward workspace, unless shared */
     pic_workspace *shared;          /* NULL, or the one its forwards use
                                      * (pic_state_share_workspace) */

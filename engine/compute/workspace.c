@@ -24,7 +24,8 @@ pic_ws_layout(const pic_config *c, int nb, int lg_rows, float *base, pic_ws *w)
     size_t off = 0;
     int    C = pic_config_conv_ch(c);
     int    vd = c->lin_v_heads * c->lin_v_dim;
-    int    qd = c->n_q_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    int    qd = c->mla ? 0 : c->n_q_heads * c->head_dim;
+    int    kvd = c->mla ? 0 : c->n_kv_heads * c->head_dim;
     int    I = c->intermediate > c->shared_intermediate ? c->intermediate
                                                         : c->shared_intermediate;
     int    k = c->n_experts_per_tok > 0 ? c->n_experts_per_tok : 1;
@@ -50,6 +51,12 @@ pic_ws_layout(const pic_config *c, int nb, int lg_rows, float *base, pic_ws *w)
     PIC_TAKE(v, float, (size_t) nb * kvd);
     PIC_TAKE(ao, float, (size_t) nb * qd);
     PIC_TAKE(pos, int, nb);
+    PIC_TAKE(mqa, float, (size_t) nb * c->q_lora_rank);
+    PIC_TAKE(mq, float, c->mla ? (size_t) nb * c->n_q_heads
+                                 * (c->qk_rope_dim + c->qk_nope_dim) : 0);
+    PIC_TAKE(mlat, float, c->mla ? (size_t) nb * (c->qk_rope_dim + c->kv_lora_rank) : 0);
+    PIC_TAKE(mcn, float, (size_t) nb * c->kv_lora_rank);
+    PIC_TAKE(mo, float, (size_t) nb * c->n_q_heads * c->v_head_dim);
     PIC_TAKE(fg, float, (size_t) nb * I);
     PIC_TAKE(fu, float, (size_t) nb * I);
     PIC_TAKE(rl, float, (size_t) nb * c->n_experts);
@@ -64,6 +71,15 @@ pic_ws_layout(const pic_config *c, int nb, int lg_rows, float *base, pic_ws *w)
     PIC_TAKE(ids, int, nb);
     PIC_TAKE(sg, float, nb);
     PIC_TAKE(lg, float, (size_t) lg_rows * c->vocab);
+    {
+        size_t mi = (size_t) c->ssm_heads * c->ssm_head_dim;
+        int    scaled = c->resid_mult != 0.0f && c->resid_mult != 1.0f;
+
+        PIC_TAKE(mz, float, (size_t) nb * mi);
+        PIC_TAKE(mdt, float, (size_t) nb * c->ssm_heads);
+        PIC_TAKE(my, float, (size_t) nb * mi);
+        PIC_TAKE(xr, float, scaled ? (size_t) nb * c->hidden : 0);
+    }
 #undef PIC_TAKE
     return off;
 }
@@ -145,6 +161,24 @@ pic_ws_get(const pic_config *cfg, pic_state *s, int nb, int lg_rows, pic_ws *w)
         b->hws_cap = ((size_t) cfg->n_experts + 1) * sizeof(int);
     }
     return 0;
+}
+
+float *
+pic_ws_scratch(pic_state *s, size_t n)
+{
+    pic_workspace *b = s->shared != NULL ? s->shared : &s->own;
+
+    if (n > b->xs_cap) {
+        float *p = s->be->mem_alloc(n * sizeof(float));
+
+        if (p == NULL) {
+            return NULL;
+        }
+        s->be->mem_free(b->xs);
+        b->xs = p;
+        b->xs_cap = n;
+    }
+    return b->xs;
 }
 
 void

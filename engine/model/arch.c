@@ -8,7 +8,8 @@
 
 static const pic_arch_desc *const pic_archs[] = {
     &pic_arch_qwen3_next, &pic_arch_qwen3_5, &pic_arch_llama, &pic_arch_qwen3,
-    &pic_arch_qwen2,
+    &pic_arch_qwen2, &pic_arch_deepseek_v2, &pic_arch_deepseek_v3, &pic_arch_bamba,
+    &pic_arch_granitemoehybrid,
 };
 
 #define PIC_N_ARCHS (sizeof(pic_archs) / sizeof(pic_archs[0]))

@@ -48,5 +48,9 @@ extern const pic_arch_desc pic_arch_qwen3_5;
 extern const pic_arch_desc pic_arch_llama;
 extern const pic_arch_desc pic_arch_qwen3;
 extern const pic_arch_desc pic_arch_qwen2;
+extern const pic_arch_desc pic_arch_deepseek_v2;
+extern const pic_arch_desc pic_arch_deepseek_v3;
+extern const pic_arch_desc pic_arch_bamba;
+extern const pic_arch_desc pic_arch_granitemoehybrid;
 
 #endif /* PIC_ARCH_H */

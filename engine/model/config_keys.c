@@ -356,6 +356,52 @@ cfg_rope_llama3(pic_rope *r, float factor, float low, float high, float old_ctx)
 }
 
 
+const cJSON *
+pic_cfg_rope_dict(pic_cfg_ctx *c, const char **type)
+{
+    return cfg_rope_scaling(c, type);
+}
+
+
+double
+pic_yarn_mscale(double factor, double m)
+{
+    return factor <= 1.0 ? 1.0 : 0.1 * m * log(factor) + 1.0;
+}
+
+
+/* inv_freq of r under YaRN (transformers' _compute_yarn_parameters: the
+ * correction range in double, the ramp and the blend in fp32). */
+static void
+cfg_rope_yarn(pic_rope *r, float theta, double factor, double beta_fast,
+              double beta_slow, double old_ctx, int truncate)
+{
+    int    dim = r->dim;
+    double lo = dim * log(old_ctx / (beta_fast * 2 * M_PI)) / (2 * log(theta));
+    double hi = dim * log(old_ctx / (beta_slow * 2 * M_PI)) / (2 * log(theta));
+
+    if (truncate) {
+        lo = floor(lo);
+        hi = ceil(hi);
+    }
+    lo = lo > 0 ? lo : 0;
+    hi = hi < dim - 1 ? hi : dim - 1;
+    if (lo == hi) {
+        hi += 0.001;                /* as transformers: no singular ramp */
+    }
+    for (int i = 0; i < dim / 2; i++) {
+        float pf = powf(theta, (float) (2 * i) / (float) dim);
+        float extra = 1.0f / pf, inter = 1.0f / ((float) factor * pf);
+        float ramp = ((float) i - (float) lo) / (float) (hi - lo);
+
+        ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+        float ef = 1.0f - ramp;
+
+        r->inv_freq[i] = inter * (1.0f - ef) + extra * ef;
+    }
+}
+
+
 /* The scaling of RoPE named by the config, applied to cfg->rope. */
 static int
 cfg_rope_scale(pic_cfg_ctx *c, pic_config *cfg, int scalings)
@@ -421,11 +467,41 @@ cfg_rope_scale(pic_cfg_ctx *c, pic_config *cfg, int scalings)
         }
         return 0;
     }
-    pic_cfg_err(c, "rope_type '%.32s' is not supported by model_type %s (%s%s%sdefault)",
+    if (strcmp(type, "yarn") == 0 && (scalings & PIC_ROPE_SCALE_YARN)) {
+        double af, ms, msa, bf, bs;
+        int    trunc;
+
+        if (pic_cfg_num(c, o, "factor", &factor, 0.0, 1e6, 0.0) != 0 || factor <= 0.0
+            || pic_cfg_int(c, o, "original_max_position_embeddings", &old_i, 1, INT_MAX,
+                           1, 0) != 0
+            || pic_cfg_num(c, o, "beta_fast", &bf, 0.0, 1e6, 32.0) != 0
+            || pic_cfg_num(c, o, "beta_slow", &bs, 0.0, 1e6, 1.0) != 0
+            || pic_cfg_num(c, o, "mscale", &ms, -1e6, 1e6, 0.0) != 0
+            || pic_cfg_num(c, o, "mscale_all_dim", &msa, -1e6, 1e6, 0.0) != 0
+            || pic_cfg_num(c, o, "attention_factor", &af, 0.0, 1e6, 0.0) != 0
+            || pic_cfg_bool(c, o, "truncate", &trunc, 1) != 0)
+        {
+            return -1;
+        }
+        if (factor <= 0.0) {
+            pic_cfg_err(c, "rope_type 'yarn' needs a 'factor' > 0");
+            return -1;
+        }
+        if (af <= 0.0) {
+            af = ms != 0.0 && msa != 0.0
+                 ? pic_yarn_mscale(factor, ms) / pic_yarn_mscale(factor, msa)
+                 : pic_yarn_mscale(factor, 1.0);
+        }
+        cfg->rope_attn_factor = (float) af;
+        cfg_rope_yarn(&cfg->rope, cfg->rope_theta, factor, bf, bs, (double) old_i, trunc);
+        return 0;
+    }
+    pic_cfg_err(c, "rope_type '%.32s' is not supported by model_type %s (%s%s%s%sdefault)",
                 type, cfg->model_type,
                 scalings & PIC_ROPE_SCALE_LINEAR ? "linear, " : "",
                 scalings & PIC_ROPE_SCALE_DYNAMIC ? "dynamic, " : "",
-                scalings & PIC_ROPE_SCALE_LLAMA3 ? "llama3, " : "");
+                scalings & PIC_ROPE_SCALE_LLAMA3 ? "llama3, " : "",
+                scalings & PIC_ROPE_SCALE_YARN ? "yarn, " : "");
     return -1;
 }
 
@@ -481,6 +557,27 @@ pic_cfg_attention(pic_cfg_ctx *c, pic_config *cfg, double prf_default, int scali
         return -1;
     }
     pic_rope_init(&cfg->rope, cfg->rotary_dim, cfg->rope_theta);
+    return cfg_rope_scale(c, cfg, scalings);
+}
+
+
+int
+pic_cfg_rope(pic_cfg_ctx *c, pic_config *cfg, int dim, int scalings)
+{
+    const cJSON *o = cfg_rope_obj(c->tc, c->root, "rope_theta");
+    double       theta;
+
+    if (pic_cfg_num(c, o, "rope_theta", &theta, 0.0, 1e12, 10000.0) != 0) {
+        return -1;
+    }
+    cfg->rope_theta = (float) theta;
+    cfg->rotary_dim = dim;
+    cfg->rope_attn_factor = 1.0f;
+    if (pic_rope_init(&cfg->rope, dim, cfg->rope_theta) != 0) {
+        pic_cfg_err(c, "rotary dim %d must be even and in [2, %d]", dim,
+                    2 * PIC_ROPE_MAX_PAIRS);
+        return -1;
+    }
     return cfg_rope_scale(c, cfg, scalings);
 }
 

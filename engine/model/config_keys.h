@@ -27,6 +27,8 @@
 #define PIC_ROPE_SCALE_LINEAR   1   /* positions divided by factor */
 #define PIC_ROPE_SCALE_DYNAMIC  2   /* NTK past max_position: exact below it */
 #define PIC_ROPE_SCALE_LLAMA3   4   /* Llama 3.1's per-band frequencies */
+#define PIC_ROPE_SCALE_YARN     8   /* YaRN: ramped interpolation, attention
+                                     * factor into cfg->rope_attn_factor */
 
 typedef struct {
     const cJSON *tc;                /* object holding the text keys */
@@ -72,6 +74,18 @@ int pic_cfg_attention_layers(pic_cfg_ctx *c, pic_config *cfg);
  * cfg->rope. */
 int pic_cfg_attention(pic_cfg_ctx *c, pic_config *cfg, double prf, int scalings);
 
+/* RoPE over dim dims per head: rope_theta (default 10000) and the
+ * scalings in scalings into cfg->rope (rope_attn_factor 1 unless YaRN
+ * sets it); for layouts whose rotary part is not head_dim's share. */
+int pic_cfg_rope(pic_cfg_ctx *c, pic_config *cfg, int dim, int scalings);
+
+/* The rope dict that names the scaling (its rope_type or type) with *type
+ * set, or NULL and *type "default". */
+const cJSON *pic_cfg_rope_dict(pic_cfg_ctx *c, const char **type);
+
+/* YaRN's mscale: 1 for factor <= 1, else 0.1·m·ln(factor) + 1. */
+double pic_yarn_mscale(double factor, double m);
+
 /* The Qwen3.5 / Qwen3-Next hybrid: (1+w) norms, gated attention with q/k
  * norms (no biases), GDN and attention layers, their keys, the FFN
  * (qwen35_moe: pic_cfg_ffn's). */
@@ -84,5 +98,22 @@ int pic_cfg_gdn(pic_cfg_ctx *c, pic_config *cfg);
  * Qwen3-Next rules (decoder_sparse_step, mlp_only_layers, norm_topk_prob);
  * then intermediate_size when a layer is dense. */
 int pic_cfg_ffn(pic_cfg_ctx *c, pic_config *cfg, int moe, int qwen35_moe);
+
+/* --- Mamba2 hybrids (config_mamba.c) --- */
+
+/* The Mamba2 mixer's keys (mamba_n_heads, _n_groups, _d_state, _d_head,
+ * _d_conv, _expand, _chunk_size, _conv_bias; time_step_limit; proj biases
+ * refused) into cfg->ssm_*, and the state's shape into the lin_* fields. */
+int pic_cfg_mamba2(pic_cfg_ctx *c, pic_config *cfg);
+
+/* Every layer Mamba2 but those layer_types names attention ("full_attention"
+ * or "attention"; the others "linear_attention" or "mamba"), or, without
+ * layer_types, those attn_layer_indices lists. */
+int pic_cfg_mamba_layers(pic_cfg_ctx *c, pic_config *cfg);
+
+/* A Mamba2 + attention hybrid with plain x·w norms: the layer list, the
+ * attention keys (partial_rotary_factor default prf) where a layer attends,
+ * the mixer's keys where one is Mamba2.  The FFN is the caller's. */
+int pic_cfg_mamba_hybrid(pic_cfg_ctx *c, pic_config *cfg, double prf);
 
 #endif /* PIC_CONFIG_KEYS_H */

@@ -30,6 +30,11 @@ typedef enum {
     PIC_ARCH_LLAMA,             /* llama, mistral: plain GQA attention */
     PIC_ARCH_QWEN3,             /* qwen3: GQA with per-head q/k RMSNorm */
     PIC_ARCH_QWEN2,             /* qwen2: GQA with q/k/v biases */
+    PIC_ARCH_DEEPSEEK_V2,       /* deepseek_v2: MLA, softmax-routed MoE */
+    PIC_ARCH_DEEPSEEK_V3,       /* deepseek_v3 (Kimi, GLM): MLA, sigmoid-routed MoE */
+    PIC_ARCH_BAMBA,             /* bamba: Mamba2 + GQA attention */
+    PIC_ARCH_GRANITEMOEHYBRID,  /* granitemoehybrid (Granite 4.0-H): Mamba2 +
+                                 * attention, multipliers, MoE + shared MLP */
 } pic_arch;
 
 /* The mixer of a layer.  Attention comes in the variants the config's
@@ -38,7 +43,16 @@ typedef enum {
 typedef enum {
     PIC_LAYER_LINEAR = 0,       /* Gated DeltaNet */
     PIC_LAYER_FULL,             /* full (causal softmax) attention */
+    PIC_LAYER_MAMBA2,           /* Mamba2 (SSD) mixer, MODEL.md §9 */
 } pic_layer_type;
+
+/* 1 for the layers that carry a recurrent state (S and a conv window in
+ * pic_state) instead of a K/V cache: Gated DeltaNet and Mamba2. */
+static inline int
+pic_layer_recurrent(pic_layer_type t)
+{
+    return t == PIC_LAYER_LINEAR || t == PIC_LAYER_MAMBA2;
+}
 
 typedef struct {
     pic_arch arch;
@@ -66,6 +80,22 @@ typedef struct {
     int      norm_offset;       /* 1: every RMSNorm weight zero-centred,
                                  * x·(1+w) (Qwen3.5, Next); 0: x·w */
 
+    /* multi-head latent attention (mla != 0, MODEL.md §4.2): every
+     * attention layer caches one latent row per position, [k_pe (dr) |
+     * c_KV (r)], and head_dim / n_kv_heads are unused */
+    int      mla;
+    int      q_lora_rank;       /* qr (0: q_proj straight from x) */
+    int      kv_lora_rank;      /* r */
+    int      qk_nope_dim;       /* dn */
+    int      qk_rope_dim;       /* dr (= rope.dim) */
+    int      v_head_dim;        /* dv */
+    int      mla_hdp;           /* max(dn+dr, dv): the padded head of the
+                                 * expanded prefill (the attention op) */
+    float    mla_scale;         /* softmax scale: (dn+dr)^-1/2 · mscale² */
+    float    rope_attn_factor;  /* yarn's attention factor on cos and sin */
+    int      mla_interleave;    /* rotary pairs (2i, 2i+1) on disk (V2, V3's
+                                 * rope_interleave): de-interleaved at load */
+
     /* gated deltanet */
     int      lin_k_heads;       /* Hk */
     int      lin_v_heads;       /* Hv */
@@ -80,15 +110,67 @@ typedef struct {
     int      shared_intermediate; /* Is (0: no shared expert) */
     int      norm_topk_prob;
     int      layer_is_moe[PIC_MAX_LAYERS];
+    /* DeepSeek routing (moe_route_grouped; moe_grouped 0: moe_route) */
+    int      moe_grouped;
+    int      moe_sigmoid;       /* 1: sigmoid scores + correction bias (V3),
+                                 * 0: softmax (V2) */
+    int      moe_groups;        /* n_group (1: no group limit) */
+    int      moe_topk_groups;   /* topk_group */
+    float    moe_scale;         /* routed_scaling_factor */
 
     int      max_position;      /* max_position_embeddings */
     int      eos_ids[4];        /* stop tokens from config (-1 unused) */
+
+    /* Mamba2 (layer_type == PIC_LAYER_MAMBA2; ssm_heads 0: none).  The
+     * recurrent state's shape is also in the GDN fields above, so that
+     * every state consumer (pic_state, checkpoints, entries) sizes it the
+     * same way: lin_v_heads = ssm_heads, lin_k_heads = ssm_groups,
+     * lin_k_dim = ssm_head_dim, lin_v_dim = ssm_state, conv_kernel = K;
+     * S per head is (P, N) and the conv runs over I + 2·G·N channels. */
+    int      ssm_heads;         /* Hm */
+    int      ssm_head_dim;      /* P (Hm·P = I, the mixer's inner width) */
+    int      ssm_state;         /* N */
+    int      ssm_groups;        /* G: heads h·G/Hm share B, C (Hm % G == 0) */
+    int      ssm_chunk;         /* mamba_chunk_size (the SSD grid) */
+    int      ssm_conv_bias;     /* conv1d carries a bias */
+    float    ssm_dt_min;        /* dt clamped to [min, max] (time_step_limit) */
+    float    ssm_dt_max;
+    /* Granite's scalars (1.0 elsewhere; 0 read as 1) */
+    float    embed_mult;        /* embeddings × this */
+    float    resid_mult;        /* every mixer and FFN output × this */
+    float    attn_scale;        /* softmax scale (0: 1/sqrt(hd)) */
+    float    logits_div;        /* logits ÷ this */
+    int      rope_none;         /* attention without positions (nope) */
 } pic_config;
+
+/* The attention cache of a layer: heads × slots × K row width, and the V
+ * row width (0: no V cache).  GQA: Hkv, hd, hd; MLA: 1, dr + r, 0 (the
+ * latent row [k_pe | c_KV] is the K row; V comes from it). */
+static inline int
+pic_config_cache_heads(const pic_config *c)
+{
+    return c->mla ? 1 : c->n_kv_heads;
+}
+
+static inline int
+pic_config_cache_kdim(const pic_config *c)
+{
+    return c->mla ? c->qk_rope_dim + c->kv_lora_rank : c->head_dim;
+}
+
+static inline int
+pic_config_cache_vdim(const pic_config *c)
+{
+    return c->mla ? 0 : c->head_dim;
+}
 
 /* GDN conv channels C = 2*Hk*dk + Hv*dv: q, k and v go through the conv. */
 static inline int
 pic_config_conv_ch(const pic_config *c)
 {
+    if (c->ssm_heads > 0) {             /* Mamba2: x (I), B and C (G·N each) */
+        return c->ssm_heads * c->ssm_head_dim + 2 * c->ssm_groups * c->ssm_state;
+    }
     return 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim;
 }
 
@@ -133,6 +215,16 @@ typedef struct {
     float *bv;                  /* (Hkv*hd) or NULL */
     float *bo;                  /* (H) or NULL (no attn_o_bias) */
 
+    /* MLA (cfg.mla): q rows per head [q_pe (dr) | q_nope (dn)], scaled by
+     * mla_scale·sqrt(mla_hdp) (q_pe also by rope_attn_factor²) and with
+     * interleaved rotary pairs de-interleaved at load; wo (H, Hq*dv) */
+    pic_wmat q_a;               /* (qr, H) or data NULL (no q_lora) */
+    float *q_a_norm;            /* (qr) or NULL */
+    pic_wmat q_b;               /* (Hq*(dr+dn), qr), or (Hq*(dr+dn), H) as q_proj */
+    pic_wmat kv_a;              /* (dr + r, H) rows [k_pe | c_KV] */
+    float *kv_a_norm;           /* (r) */
+    pic_wmat kv_b;              /* (Hq*(dn+dv), r) per head [W_UK (dn) | W_UV (dv)] */
+
     /* dense MLP (layer_is_moe == 0) */
     pic_wmat mlp_gate;          /* (I, H) */
     pic_wmat mlp_up;            /* (I, H) */
@@ -143,6 +235,19 @@ typedef struct {
     pic_expert_weights *experts;/* [E] */
     pic_expert_weights shared;  /* (Is, H)/(H, Is); data NULL if absent */
     float *shared_gate;         /* (1, H) or NULL */
+    float *router_bias;         /* (E) e_score_correction_bias or NULL */
+
+    /* Mamba2 (layer_type == PIC_LAYER_MAMBA2); I = Hm·P, C = I + 2·G·N */
+    pic_wmat ssm_in_z;          /* (I, H) in_proj rows [0, I): the gate z */
+    pic_wmat ssm_in_xbc;        /* (C, H) rows [I, I+C): x | B | C */
+    pic_wmat ssm_in_dt;         /* (Hm, H) rows [I+C, I+C+Hm): dt */
+    float *ssm_conv_w;          /* (C, K) */
+    float *ssm_conv_b;          /* (C) or NULL (no ssm_conv_bias) */
+    float *ssm_dt_bias;         /* (Hm) */
+    float *ssm_A;               /* (Hm) A = −exp(A_log), made at load */
+    float *ssm_D;               /* (Hm) skip */
+    float *ssm_norm;            /* (I) gated RMSNorm weight, G groups */
+    pic_wmat ssm_out;           /* (H, I) */
 } pic_layer_weights;
 
 typedef struct {

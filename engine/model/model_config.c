@@ -122,6 +122,7 @@ pic_config_parse(pic_config *cfg, const char *json, size_t len,
     char                 names[256];
 
     memset(cfg, 0, sizeof(*cfg));
+    cfg->rope_attn_factor = 1.0f;
     for (i = 0; i < (int) (sizeof(cfg->eos_ids) / sizeof(cfg->eos_ids[0]));
          i++)
     {

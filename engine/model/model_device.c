@@ -138,6 +138,27 @@ pic_model_to_backend(const pic_model *m, const pic_backend *be, char *err,
             PIC_DEV_VEC(dt_bias, Hv);
             PIC_DEV_VEC(A_log, Hv);
             PIC_DEV_VEC(gdn_norm, c->lin_v_dim);
+        } else if (c->mla) {
+            pic_dev_wmat(be, st, &d->q_a, &h->q_a, &bad);     /* data NULL stays */
+            pic_dev_wmat(be, st, &d->q_b, &h->q_b, &bad);
+            pic_dev_wmat(be, st, &d->kv_a, &h->kv_a, &bad);
+            pic_dev_wmat(be, st, &d->kv_b, &h->kv_b, &bad);
+            pic_dev_wmat(be, st, &d->wo, &h->wo, &bad);
+            PIC_DEV_VEC(q_a_norm, c->q_lora_rank);
+            PIC_DEV_VEC(kv_a_norm, c->kv_lora_rank);
+        } else if (c->layer_type[l] == PIC_LAYER_MAMBA2) {
+            size_t mi = (size_t) c->ssm_heads * c->ssm_head_dim;
+
+            pic_dev_wmat(be, st, &d->ssm_in_z, &h->ssm_in_z, &bad);
+            pic_dev_wmat(be, st, &d->ssm_in_xbc, &h->ssm_in_xbc, &bad);
+            pic_dev_wmat(be, st, &d->ssm_in_dt, &h->ssm_in_dt, &bad);
+            pic_dev_wmat(be, st, &d->ssm_out, &h->ssm_out, &bad);
+            PIC_DEV_VEC(ssm_conv_w, (size_t) C * c->conv_kernel);
+            PIC_DEV_VEC(ssm_conv_b, C);                 /* NULL stays NULL */
+            PIC_DEV_VEC(ssm_dt_bias, c->ssm_heads);
+            PIC_DEV_VEC(ssm_A, c->ssm_heads);
+            PIC_DEV_VEC(ssm_D, c->ssm_heads);
+            PIC_DEV_VEC(ssm_norm, mi);
         } else {
             pic_dev_wmat(be, st, &d->wq, &h->wq, &bad);
             pic_dev_wmat(be, st, &d->wk, &h->wk, &bad);
@@ -158,6 +179,7 @@ pic_model_to_backend(const pic_model *m, const pic_backend *be, char *err,
         }
         PIC_DEV_VEC(router, (size_t) c->n_experts * H);
         PIC_DEV_VEC(shared_gate, H);
+        PIC_DEV_VEC(router_bias, c->n_experts);
         pic_dev_wmat(be, st, &d->shared.gate, &h->shared.gate, &bad);
         pic_dev_wmat(be, st, &d->shared.up, &h->shared.up, &bad);
         pic_dev_wmat(be, st, &d->shared.down, &h->shared.down, &bad);

@@ -20,6 +20,7 @@
 #include "pic_time.h"
 #include "safetensors.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -588,6 +589,125 @@ ld_attn(ld_ctx *L, pic_layer_weights *lw, int i)
 }
 
 
+/* The 2-D tensor name (rows, cols) as a matrix whose row r is the file's
+ * row src[r]. */
+static int
+ld_wtensor_rows(ld_ctx *L, const char *name, int64_t rows, int64_t cols,
+                const int *src, pic_wmat *w)
+{
+    const pic_st_tensor *t;
+    int64_t              dims[2] = { rows, cols };
+    float               *row;
+
+    t = ld_expect(L, name, 2, dims);
+    if (t == NULL || ld_wmat_alloc(L, rows, cols, w) != 0) {
+        return -1;
+    }
+    row = malloc((size_t) cols * sizeof(float));
+    if (row == NULL) {
+        ld_err(L, "out of memory");
+        return -1;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        uint64_t at = (uint64_t) (r * cols);
+
+        if (ld_read(L, t, (uint64_t) src[r] * (uint64_t) cols, (uint64_t) cols, row) != 0) {
+            free(row);
+            return -1;
+        }
+        if (w->type == PIC_WTYPE_F32) {
+            memcpy((float *) w->data + at, row, (size_t) cols * sizeof(float));
+        } else if (w->type == PIC_WTYPE_BF16) {
+            pic_bf16_from_f32((uint16_t *) w->data + at, row, (size_t) cols);
+        } else {
+            pic_q8_from_f32((int8_t *) w->data + at,
+                            (uint16_t *) w->scale + at / PIC_Q8_BLOCK, row, (size_t) cols);
+        }
+    }
+    free(row);
+    return 0;
+}
+
+
+/* Rotary dim j of the engine's NeoX order as the file's dim: interleaved
+ * pairs (2i, 2i+1) de-interleaved into halves, else as is. */
+static int
+ld_rope_src(const pic_config *c, int j)
+{
+    int half = c->qk_rope_dim / 2;
+
+    if (!c->mla_interleave) {
+        return j;
+    }
+    return j < half ? 2 * j : 2 * (j - half) + 1;
+}
+
+
+/* Multi-head latent attention (MODEL.md §4.2): q rows per head moved to
+ * [q_pe | q_nope], kv_a rows to [k_pe | c_KV], rotary dims in NeoX order
+ * (a row permutation: every format rounds the file's rows as they are). */
+static int
+ld_mla(ld_ctx *L, pic_layer_weights *lw, int i)
+{
+    const pic_config *c = &L->m->cfg;
+    int64_t           H = c->hidden, Hq = c->n_q_heads, r = c->kv_lora_rank;
+    int64_t           dn = c->qk_nope_dim, dr = c->qk_rope_dim, dv = c->v_head_dim;
+    int64_t           hq = dn + dr, qrows = Hq * hq;
+    int64_t           qin = c->q_lora_rank > 0 ? c->q_lora_rank : H;
+    int              *src = malloc((size_t) (qrows + dr + r) * sizeof(int));
+    char              n[512];
+    int               rc = -1;
+
+    if (src == NULL) {
+        ld_err(L, "out of memory");
+        goto done;
+    }
+    for (int64_t h = 0; h < Hq; h++) {
+        for (int64_t j = 0; j < hq; j++) {
+            int64_t o = h * hq + j;
+
+            src[o] = (int) (j < dr ? h * hq + dn + ld_rope_src(c, (int) j)
+                                   : h * hq + (j - dr));
+        }
+    }
+    if (c->q_lora_rank > 0
+        && (ld_wtensor(L, ld_name(L, n, sizeof(n), i, "self_attn.q_a_proj.weight"),
+                       qin, H, &lw->q_a) != 0
+            || !(lw->q_a_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                          "self_attn.q_a_layernorm.weight"), 1, qin,
+                                          0, 0))))
+    {
+        goto done;
+    }
+    if (ld_wtensor_rows(L, ld_name(L, n, sizeof(n), i, c->q_lora_rank > 0
+                                   ? "self_attn.q_b_proj.weight"
+                                   : "self_attn.q_proj.weight"),
+                        qrows, qin, src, &lw->q_b) != 0)
+    {
+        goto done;
+    }
+    for (int64_t j = 0; j < dr + r; j++) {
+        src[j] = (int) (j < dr ? r + ld_rope_src(c, (int) j) : j - dr);
+    }
+    if (ld_wtensor_rows(L, ld_name(L, n, sizeof(n), i,
+                        "self_attn.kv_a_proj_with_mqa.weight"), dr + r, H, src,
+                        &lw->kv_a) != 0
+        || !(lw->kv_a_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                       "self_attn.kv_a_layernorm.weight"), 1, r, 0, 0))
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i, "self_attn.kv_b_proj.weight"),
+                      Hq * (dn + dv), r, &lw->kv_b) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i, "self_attn.o_proj.weight"),
+                      H, Hq * dv, &lw->wo) != 0)
+    {
+        goto done;
+    }
+    rc = 0;
+done:
+    free(src);
+    return rc;
+}
+
+
 static int
 ld_mlp(ld_ctx *L, pic_layer_weights *lw, int i)
 {
@@ -699,8 +819,26 @@ ld_moe(ld_ctx *L, pic_layer_weights *lw, int i)
     if (lw->router == NULL || ld_experts(L, lw, i) != 0) {
         return -1;
     }
+    if (c->moe_sigmoid
+        && !(lw->router_bias = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                         "mlp.gate.e_score_correction_bias"), 1,
+                                         c->n_experts, 0, 0)))
+    {
+        return -1;
+    }
     if (Is == 0) {
         return 0;
+    }
+    if (c->mla) {               /* DeepSeek: n_shared experts as one, ungated */
+        return ld_wtensor(L, ld_name(L, n, sizeof(n), i,
+                          "mlp.shared_experts.gate_proj.weight"), Is, H,
+                          &lw->shared.gate) != 0
+               || ld_wtensor(L, ld_name(L, n, sizeof(n), i,
+                             "mlp.shared_experts.up_proj.weight"), Is, H,
+                             &lw->shared.up) != 0
+               || ld_wtensor(L, ld_name(L, n, sizeof(n), i,
+                             "mlp.shared_experts.down_proj.weight"), H, Is,
+                             &lw->shared.down) != 0 ? -1 : 0;
     }
     if (ld_wtensor(L, ld_name(L, n, sizeof(n), i,
                    "mlp.shared_expert.gate_proj.weight"), Is, H,
@@ -721,6 +859,8 @@ ld_moe(ld_ctx *L, pic_layer_weights *lw, int i)
 }
 
 
+static int ld_layer_mamba_hybrid(ld_ctx *L, int i);
+
 static int
 ld_layer(ld_ctx *L, int i)
 {
@@ -728,6 +868,9 @@ ld_layer(ld_ctx *L, int i)
     pic_layer_weights *lw = &L->m->w.layers[i];
     char               n[512];
 
+    if (c->arch == PIC_ARCH_BAMBA || c->arch == PIC_ARCH_GRANITEMOEHYBRID) {
+        return ld_layer_mamba_hybrid(L, i);
+    }
     if (!(lw->input_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
                                      "input_layernorm.weight"), 1, c->hidden,
                                      0, 0))
@@ -738,11 +881,168 @@ ld_layer(ld_ctx *L, int i)
         return -1;
     }
     if ((c->layer_type[i] == PIC_LAYER_LINEAR ? ld_gdn(L, lw, i)
-                                              : ld_attn(L, lw, i)) != 0)
+         : c->mla ? ld_mla(L, lw, i) : ld_attn(L, lw, i)) != 0)
     {
         return -1;
     }
     return c->layer_is_moe[i] ? ld_moe(L, lw, i) : ld_mlp(L, lw, i);
+}
+
+
+/* --- Mamba2 hybrids (Bamba, Granite 4.0-H) --- */
+
+/* A Mamba2 mixer: in_proj (I + C + Hm, H) read whole and viewed as its
+ * z, xBC and dt rows; conv1d (C, 1, K) (+ bias); dt_bias, A_log (kept as
+ * A = −exp(A_log), what the scan multiplies by), D, the gated norm (I),
+ * out_proj (H, I). */
+static int
+ld_mamba2(ld_ctx *L, pic_layer_weights *lw, int i)
+{
+    const pic_config    *c = &L->m->cfg;
+    const pic_st_tensor *t;
+    int64_t              H = c->hidden, Hm = c->ssm_heads;
+    int64_t              I = Hm * c->ssm_head_dim, C = pic_config_conv_ch(c);
+    int64_t              dims[2] = { I + C + Hm, H };
+    pic_wmat             in;
+    char                 n[512];
+
+    t = ld_expect(L, ld_name(L, n, sizeof(n), i, "mamba.in_proj.weight"), 2, dims);
+    if (t == NULL || ld_wmat_alloc(L, I + C + Hm, H, &in) != 0
+        || ld_wread(L, t, 0, t->numel, &in, 0) != 0)
+    {
+        return -1;
+    }
+    lw->ssm_in_z = pic_wmat_view(&in, 0, (int) I);
+    lw->ssm_in_xbc = pic_wmat_view(&in, (int) I, (int) C);
+    lw->ssm_in_dt = pic_wmat_view(&in, (int) (I + C), (int) Hm);
+    if (!(lw->ssm_conv_w = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                     "mamba.conv1d.weight"), 3, C, 1, c->conv_kernel))
+        || (c->ssm_conv_bias
+            && !(lw->ssm_conv_b = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                            "mamba.conv1d.bias"), 1, C, 0, 0)))
+        || !(lw->ssm_dt_bias = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                         "mamba.dt_bias"), 1, Hm, 0, 0))
+        || !(lw->ssm_A = ld_tensor(L, ld_name(L, n, sizeof(n), i, "mamba.A_log"), 1,
+                                   Hm, 0, 0))
+        || !(lw->ssm_D = ld_tensor(L, ld_name(L, n, sizeof(n), i, "mamba.D"), 1, Hm,
+                                   0, 0))
+        || !(lw->ssm_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                      "mamba.norm.weight"), 1, I, 0, 0)))
+    {
+        return -1;
+    }
+    for (int64_t h = 0; h < Hm; h++) {
+        lw->ssm_A[h] = -expf(lw->ssm_A[h]);
+    }
+    return ld_wtensor(L, ld_name(L, n, sizeof(n), i, "mamba.out_proj.weight"), H, I,
+                      &lw->ssm_out);
+}
+
+
+/* A SwiGLU MLP under prefix (gate_proj / up_proj / down_proj). */
+static int
+ld_mlp_at(ld_ctx *L, pic_layer_weights *lw, int i, const char *prefix)
+{
+    const pic_config *c = &L->m->cfg;
+    int64_t           H = c->hidden, I = c->intermediate;
+    char              n[512];
+
+    if (ld_wtensor(L, ld_name(L, n, sizeof(n), i, "%s.gate_proj.weight", prefix),
+                   I, H, &lw->mlp_gate) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i, "%s.up_proj.weight", prefix),
+                      I, H, &lw->mlp_up) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i, "%s.down_proj.weight", prefix),
+                      H, I, &lw->mlp_down) != 0)
+    {
+        return -1;
+    }
+    return 0;
+}
+
+
+/* Granite's FFN: shared_mlp (input_linear (2·Is, H) = [gate | up],
+ * output_linear (H, Is)) as the dense MLP, or as the shared expert beside
+ * block_sparse_moe (router.layer (E, H), input_linear (E, 2·Ie, H) gate
+ * rows first, output_linear (E, H, Ie)). */
+static int
+ld_granite_ffn(ld_ctx *L, pic_layer_weights *lw, int i)
+{
+    const pic_config    *c = &L->m->cfg;
+    const pic_st_tensor *t;
+    int                  moe = c->layer_is_moe[i];
+    int64_t              H = c->hidden, E = c->n_experts, Ie = c->moe_intermediate;
+    int64_t              Is = moe ? c->shared_intermediate : c->intermediate, dims[3];
+    pic_wmat             gu, down, *g = moe ? &lw->shared.gate : &lw->mlp_gate;
+    char                 n[512];
+
+    if (ld_wtensor(L, ld_name(L, n, sizeof(n), i, "shared_mlp.input_linear.weight"),
+                   2 * Is, H, &gu) != 0
+        || ld_wtensor(L, ld_name(L, n, sizeof(n), i, "shared_mlp.output_linear.weight"),
+                      H, Is, moe ? &lw->shared.down : &lw->mlp_down) != 0)
+    {
+        return -1;
+    }
+    *g = pic_wmat_view(&gu, 0, (int) Is);
+    *(moe ? &lw->shared.up : &lw->mlp_up) = pic_wmat_view(&gu, (int) Is, (int) Is);
+    if (!moe) {
+        return 0;
+    }
+    lw->router = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                           "block_sparse_moe.router.layer.weight"), 2, E, H, 0);
+    lw->experts = ld_keep(L, (size_t) E * sizeof(*lw->experts));
+    if (lw->router == NULL || lw->experts == NULL
+        || ld_wmat_alloc(L, E * 2 * Ie, H, &gu) != 0
+        || ld_wmat_alloc(L, E * H, Ie, &down) != 0)
+    {
+        return -1;
+    }
+    dims[0] = E;
+    dims[1] = 2 * Ie;
+    dims[2] = H;
+    t = ld_expect(L, ld_name(L, n, sizeof(n), i, "block_sparse_moe.input_linear.weight"),
+                  3, dims);
+    if (t == NULL || ld_wread(L, t, 0, t->numel, &gu, 0) != 0) {
+        return -1;
+    }
+    dims[1] = H;
+    dims[2] = Ie;
+    t = ld_expect(L, ld_name(L, n, sizeof(n), i,
+                  "block_sparse_moe.output_linear.weight"), 3, dims);
+    if (t == NULL || ld_wread(L, t, 0, t->numel, &down, 0) != 0) {
+        return -1;
+    }
+    for (int64_t e = 0; e < E; e++) {
+        lw->experts[e].gate = pic_wmat_view(&gu, (int) (e * 2 * Ie), (int) Ie);
+        lw->experts[e].up = pic_wmat_view(&gu, (int) (e * 2 * Ie + Ie), (int) Ie);
+        lw->experts[e].down = pic_wmat_view(&down, (int) (e * H), (int) H);
+    }
+    return 0;
+}
+
+
+/* A Bamba or Granite 4.0-H layer: input_layernorm, the mixer (mamba.* or
+ * self_attn.*), the FFN's norm (pre_ff_layernorm / post_attention_layernorm)
+ * and FFN (feed_forward.* / shared_mlp + block_sparse_moe). */
+static int
+ld_layer_mamba_hybrid(ld_ctx *L, int i)
+{
+    const pic_config  *c = &L->m->cfg;
+    pic_layer_weights *lw = &L->m->w.layers[i];
+    int                bamba = c->arch == PIC_ARCH_BAMBA;
+    char               n[512];
+
+    if (!(lw->input_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                     "input_layernorm.weight"), 1, c->hidden, 0, 0))
+        || !(lw->post_norm = ld_tensor(L, ld_name(L, n, sizeof(n), i,
+                                       bamba ? "pre_ff_layernorm.weight"
+                                             : "post_attention_layernorm.weight"),
+                                       1, c->hidden, 0, 0))
+        || (c->layer_type[i] == PIC_LAYER_MAMBA2 ? ld_mamba2(L, lw, i)
+                                                 : ld_attn(L, lw, i)) != 0)
+    {
+        return -1;
+    }
+    return bamba ? ld_mlp_at(L, lw, i, "feed_forward") : ld_granite_ffn(L, lw, i);
 }
 
 
@@ -1179,7 +1479,9 @@ pic_model_load_progress(const char *dir, pic_weights_format f,
         goto fail;
     }
     m->w.final_norm = ld_tensor(&L, ld_name(&L, name, sizeof(name), -1,
-                                "norm.weight"), 1, c->hidden, 0, 0);
+                                c->arch == PIC_ARCH_BAMBA ? "final_layernorm.weight"
+                                                          : "norm.weight"),
+                                1, c->hidden, 0, 0);
     if (m->w.final_norm == NULL) {
         goto fail;
     }

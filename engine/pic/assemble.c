@@ -13,6 +13,7 @@
 #include "assemble.h"
 #include "forward.h"
 #include "pic_time.h"
+#include "transition.h"
 
 const char *
 pic_mode_name(pic_mode mode)
@@ -48,20 +49,22 @@ pic_assemble_compose_layer(const pic_entry *e, pic_state *s, int l, int use_T,
                            double *flops)
 {
     const pic_entry_layer *el = &e->layer[l];
+    const pic_transition  *tr = pic_transition_of(e->layer_type[l]);
     int                    Hv = e->Hv, dk = e->dk, dv = e->dv, bad = 0;
     size_t                 es = pic_dtype_size(e->dtype);
 
-    if (e->layer_type[l] != PIC_LAYER_LINEAR || s->S[l] == NULL) {
+    if (tr == NULL || s->S[l] == NULL) {
         return 0;
     }
+    size_t nh = tr->head_floats(dk);                           /* T_h floats */
     use_T = use_T && e->has_T;
-    /* one head per thread: S_h ← T_h S_h + S|0_h (OpenBLAS itself runs
-     * single-threaded inside the engine) */
+    /* one head per thread: S_h ← T_h S_h + S|0_h in the layer's family
+     * (OpenBLAS itself runs single-threaded inside the engine) */
     #pragma omp parallel for schedule(static) reduction(|:bad) if (Hv > 1)
     for (int h = 0; h < Hv; h++) {
         float *S = s->S[l] + (size_t) h * dk * dv;              /* (dk, dv) */
         float *Y = malloc((size_t) dk * dv * sizeof(float));    /* (dk, dv) S|0, then T S + S|0 */
-        float *Tf = NULL;                                       /* (dk, dk) */
+        float *Tf = NULL;                                       /* (nh) */
         const void *s0 = (const unsigned char *) el->S + (size_t) h * dk * dv * es;
 
         if (Y == NULL) {
@@ -76,18 +79,17 @@ pic_assemble_compose_layer(const pic_entry *e, pic_state *s, int l, int use_T,
             free(Y);
             continue;
         }
-        const void *t = (const unsigned char *) el->T + (size_t) h * dk * dk * es;
+        const void *t = (const unsigned char *) el->T + (size_t) h * nh * es;
         if (e->dtype == PIC_DTYPE_F32) {
             Tf = (float *) t;
-        } else if ((Tf = malloc((size_t) dk * dk * sizeof(float))) != NULL) {
-            pic_entry_load_f32(Tf, t, (size_t) dk * dk, e->dtype);
+        } else if ((Tf = malloc(nh * sizeof(float))) != NULL) {
+            pic_entry_load_f32(Tf, t, nh, e->dtype);
         } else {
             bad |= 1;
             free(Y);
             continue;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, dk, dv, dk, 1.0f,
-                    Tf, dk, S, dv, 1.0f, Y, dv);
+        tr->apply(Tf, S, Y, dk, dv);
         memcpy(S, Y, (size_t) dk * dv * sizeof(float));
         if (e->dtype != PIC_DTYPE_F32) {
             free(Tf);
@@ -98,7 +100,7 @@ pic_assemble_compose_layer(const pic_entry *e, pic_state *s, int l, int use_T,
         return -1;
     }
     if (use_T && flops != NULL) {
-        *flops += 2.0 * Hv * dk * (double) dk * dv;
+        *flops += tr->flops(Hv, dk, dv);
     }
     memcpy(s->conv[l], el->conv, (size_t) e->conv_ch * e->conv_k1 * sizeof(float));
     return 0;
@@ -144,8 +146,9 @@ int
 pic_assemble_place_kv(const pic_model *m, pic_state *s, const pic_entry *e, int off)
 {
     const pic_config *c = &m->cfg;
-    int               ni = e->i1 - e->i0, hd = e->hd;
+    int               ni = e->i1 - e->i0, hd = e->hd, vd = e->vd;
     size_t            es = pic_dtype_size(e->dtype), rows = (size_t) ni * hd;
+    size_t            vrows = (size_t) ni * vd;
 
     if (ni <= 0) {
         return 0;
@@ -157,12 +160,18 @@ pic_assemble_place_kv(const pic_model *m, pic_state *s, const pic_entry *e, int 
         for (int j = 0; j < e->Hkv; j++) {
             size_t slot = ((size_t) j * s->cap + off + e->i0) * hd;
             const unsigned char *k = (const unsigned char *) e->layer[l].K + j * rows * es;
-            const unsigned char *v = (const unsigned char *) e->layer[l].V + j * rows * es;
 
             pic_entry_load_f32(s->kc[l] + slot, k, rows, e->dtype);
-            pic_entry_load_f32(s->vc[l] + slot, v, rows, e->dtype);
+            if (vd > 0) {
+                const unsigned char *v = (const unsigned char *) e->layer[l].V
+                                         + j * vrows * es;
+
+                pic_entry_load_f32(s->vc[l] + ((size_t) j * s->cap + off + e->i0) * vd, v,
+                                   vrows, e->dtype);
+            }
             if (off != 0) {
-                /* p_global − p_local = off for every row */
+                /* p_global − p_local = off for every row; MLA: the latent
+                 * row's first dr dims are k_pe, the only ones that turn */
                 pic_rerotate(s->kc[l] + slot, ni, hd, &c->rope, off);
             }
         }

@@ -41,30 +41,35 @@ pic_blend_usable(const pic_model *m, const pic_asm_segment *sg)
            && pic_entry_check(e, m, sg->tokens, sg->n, err, sizeof(err)) == 0;
 }
 
-/* Squared L2 distance of K/V rows [a, a+n) of layer l in s from the copies
- * ko, vo (Hkv, n, hd) into dev (n). */
+/* Squared L2 distance of rows [a, a+n) of cache c (Hkv, cap, width) from
+ * the copy c0 (Hkv, n, width), added into dev (n). */
 static void
-pic_blend_deviation(const pic_state *s, int l, int a, int n, const float *ko,
-                    const float *vo, float *dev)
+pic_blend_deviation(const pic_state *s, const float *c, int width, int a, int n,
+                    const float *c0, float *dev)
 {
-    int Hkv = s->Hkv, hd = s->hd;
-
     #pragma omp parallel for schedule(static) if (n > 256)
     for (int t = 0; t < n; t++) {
         double d = 0.0;
 
-        for (int j = 0; j < Hkv; j++) {
-            const float *k = s->kc[l] + ((size_t) j * s->cap + a + t) * hd;
-            const float *v = s->vc[l] + ((size_t) j * s->cap + a + t) * hd;
-            const float *k0 = ko + ((size_t) j * n + t) * hd;
-            const float *v0 = vo + ((size_t) j * n + t) * hd;
+        for (int j = 0; j < s->Hkv; j++) {
+            const float *x = c + ((size_t) j * s->cap + a + t) * width;
+            const float *x0 = c0 + ((size_t) j * n + t) * width;
 
-            for (int i = 0; i < hd; i++) {
-                d += (double) (k[i] - k0[i]) * (k[i] - k0[i])
-                     + (double) (v[i] - v0[i]) * (v[i] - v0[i]);
+            for (int i = 0; i < width; i++) {
+                d += (double) (x[i] - x0[i]) * (x[i] - x0[i]);
             }
         }
-        dev[t] = (float) d;
+        dev[t] += (float) d;
+    }
+}
+
+/* Rows [a, a+n) of cache c (Hkv, cap, width) into out (Hkv, n, width). */
+static void
+pic_blend_copy(const pic_state *s, const float *c, int width, int a, int n, float *out)
+{
+    for (int j = 0; j < s->Hkv; j++) {
+        memcpy(out + (size_t) j * n * width, c + ((size_t) j * s->cap + a) * width,
+               (size_t) n * width * sizeof(float));
     }
 }
 
@@ -153,19 +158,19 @@ pic_assemble_blend(const pic_model *m, const pic_backend *be, pic_state *s,
     /* 2. layers [0, L1] in full context over [a, total), the cached K/V of
      * layer L1 kept to measure how far each token moved */
     int n = total - a;
+    /* K rows of hd, V rows of vd (0: none — MLA's latent row is its K row) */
     ko = malloc((size_t) s->Hkv * n * s->hd * sizeof(float));
-    vo = malloc((size_t) s->Hkv * n * s->hd * sizeof(float));
-    dev = malloc((size_t) n * sizeof(float));
+    vo = s->vd > 0 ? malloc((size_t) s->Hkv * n * s->vd * sizeof(float)) : NULL;
+    dev = calloc((size_t) n, sizeof(float));
     order = malloc((size_t) n * sizeof(*order));
     pick = calloc((size_t) n, sizeof(int));
-    if (ko == NULL || vo == NULL || dev == NULL || order == NULL || pick == NULL) {
+    if (ko == NULL || (s->vd > 0 && vo == NULL) || dev == NULL || order == NULL
+        || pick == NULL) {
         goto oom;
     }
-    for (int j = 0; j < s->Hkv; j++) {
-        memcpy(ko + (size_t) j * n * s->hd, s->kc[L1] + ((size_t) j * s->cap + a) * s->hd,
-               (size_t) n * s->hd * sizeof(float));
-        memcpy(vo + (size_t) j * n * s->hd, s->vc[L1] + ((size_t) j * s->cap + a) * s->hd,
-               (size_t) n * s->hd * sizeof(float));
+    pic_blend_copy(s, s->kc[L1], s->hd, a, n, ko);
+    if (vo != NULL) {
+        pic_blend_copy(s, s->vc[L1], s->vd, a, n, vo);
     }
     t = pic_now_s();
     {
@@ -178,7 +183,10 @@ pic_assemble_blend(const pic_model *m, const pic_backend *be, pic_state *s,
         }
     }
     st->n_partial = n;
-    pic_blend_deviation(s, L1, a, n, ko, vo, dev);
+    pic_blend_deviation(s, s->kc[L1], s->hd, a, n, ko, dev);
+    if (vo != NULL) {
+        pic_blend_deviation(s, s->vc[L1], s->vd, a, n, vo, dev);
+    }
 
     /* 3. the chosen: every uncached token, and the ratio of the cached ones
      * that moved most */

@@ -9,11 +9,12 @@
  * already exact; above it a cached token attended only inside its segment.
  * One pass through layers [0, select_layer] over every token after the
  * first segment recomputes those layers in full context, and the tokens
- * whose K/V at select_layer moved most (squared L2 over heads, K and V) are
- * chosen: ratio of the cached tokens after the first segment, plus every
- * token without an entry (the question, segments never cached).  The
- * chosen tokens then run through every layer, attending to the placed K/V
- * of the others (fresh below select_layer + 1, cached above).  A cached
+ * whose K/V at select_layer moved most (squared L2 over heads, K and V; an
+ * MLA model's latent row [k_pe | c_KV]) are chosen: ratio of the cached
+ * tokens after the first segment, plus every token without an entry (the
+ * question, segments never cached).  The chosen tokens then run through
+ * every layer, attending to the placed K/V of the others (fresh below
+ * select_layer + 1, cached above).  A cached
  * first segment at position 0 is the exact prefix, never re-chosen.
  *
  * Cost against full recompute of the same tokens, in token-layers:

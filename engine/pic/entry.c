@@ -12,6 +12,7 @@
 #include "entry.h"
 #include "forward.h"
 #include "state.h"
+#include "transition.h"
 
 /* --- storage conversion --- */
 
@@ -119,24 +120,25 @@ pic_entry_alloc(const pic_model *m, const int *tokens, int L, int h, int w,
     e->dv = c->lin_v_dim;
     e->conv_ch = pic_config_conv_ch(c);
     e->conv_k1 = pic_config_conv_k1(c);
-    e->Hkv = c->n_kv_heads;
-    e->hd = c->head_dim;
+    e->Hkv = pic_config_cache_heads(c);
+    e->hd = pic_config_cache_kdim(c);
+    e->vd = pic_config_cache_vdim(c);
     memcpy(e->layer_type, c->layer_type, sizeof(e->layer_type));
 
-    size_t nT = (size_t) e->Hv * e->dk * e->dk * es;
     size_t nS = (size_t) e->Hv * e->dk * e->dv * es;
     size_t nC = (size_t) e->conv_ch * e->conv_k1 * sizeof(float);
     size_t nK = (size_t) e->Hkv * (e->i1 - e->i0) * e->hd * es;
+    size_t nV = (size_t) e->Hkv * (e->i1 - e->i0) * e->vd * es;
     size_t tok = (size_t) L * sizeof(int);
 
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
-            e->bytes_T += has_T ? nT : 0;
+        if (pic_layer_recurrent(c->layer_type[l])) {
+            e->bytes_T += has_T ? pic_transition_bytes(c, c->layer_type[l], es) : 0;
             e->bytes_S += nS;
             e->bytes_conv += nC;
         } else {
             e->bytes_K += nK;
-            e->bytes_V += nK;
+            e->bytes_V += nV;
         }
     }
     size_t total = tok + e->bytes_T + e->bytes_S + e->bytes_conv + e->bytes_K
@@ -152,10 +154,10 @@ pic_entry_alloc(const pic_model *m, const int *tokens, int L, int h, int w,
     off = (tok + 63) & ~(size_t) 63;
     for (int l = 0; l < c->n_layers; l++) {
         pic_entry_layer *el = &e->layer[l];
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+        if (pic_layer_recurrent(c->layer_type[l])) {
             if (has_T) {
                 el->T = p + off;
-                off += nT;
+                off += pic_transition_bytes(c, c->layer_type[l], es);
             }
             el->S = p + off;
             off += nS;
@@ -164,8 +166,8 @@ pic_entry_alloc(const pic_model *m, const int *tokens, int L, int h, int w,
         } else {
             el->K = p + off;
             off += nK;
-            el->V = p + off;
-            off += nK;
+            el->V = nV > 0 ? p + off : NULL;
+            off += nV;
         }
     }
     e->bytes = sizeof(*e) + total + 64;
@@ -204,6 +206,7 @@ pic_entry_take_kv(pic_entry *e, const pic_model *m, const pic_backend *be,
 {
     const pic_config *c = &m->cfg;
     size_t            rows = (size_t) n * e->hd, es = pic_dtype_size(e->dtype);
+    size_t            vrows = (size_t) n * e->vd;
     float            *tmp = NULL;
     int              *pos = NULL;
 
@@ -225,17 +228,21 @@ pic_entry_take_kv(pic_entry *e, const pic_model *m, const pic_backend *be,
         }
         for (int j = 0; j < e->Hkv; j++) {
             const float   *ks = s->kc[l] + ((size_t) j * s->cap + p0) * e->hd;
-            const float   *vs = s->vc[l] + ((size_t) j * s->cap + p0) * e->hd;
             unsigned char *kd = (unsigned char *) e->layer[l].K + j * rows * es;
-            unsigned char *vd = (unsigned char *) e->layer[l].V + j * rows * es;
 
+            /* MLA: rope.dim = dr, so only k_pe, first in the row, turns */
             if (delta != 0) {
                 memcpy(tmp, ks, rows * sizeof(float));
                 be->rope(tmp, e->hd, pos, n, 1, e->hd, &c->rope);
                 ks = tmp;
             }
             pic_entry_store(kd, ks, rows, e->dtype);
-            pic_entry_store(vd, vs, rows, e->dtype);
+            if (e->vd > 0) {
+                const float   *vs = s->vc[l] + ((size_t) j * s->cap + p0) * e->vd;
+                unsigned char *vd = (unsigned char *) e->layer[l].V + j * vrows * es;
+
+                pic_entry_store(vd, vs, vrows, e->dtype);
+            }
         }
     }
     free(tmp);
@@ -260,7 +267,9 @@ pic_entry_take_conv(pic_entry *e, const pic_state *s)
 typedef struct {
     const pic_backend *be;
     int                active;          /* accumulate only while set */
-    float             *T[PIC_MAX_LAYERS];   /* (Hv, dk, dk) fp32 */
+    const pic_transition *tr[PIC_MAX_LAYERS];  /* the layer's family, or NULL */
+    float             *T[PIC_MAX_LAYERS];   /* (Hv, head_floats(dk)) fp32:
+                                             * (Hv, dk, dk) dense, (Hv) scalar */
     float             *S[PIC_MAX_LAYERS];   /* (Hv, dk, dv) fp32 */
     int                Hv, dk, dv;
 } pic_tacc;
@@ -290,6 +299,27 @@ pic_tacc_hook(void *user, int layer, int p0, const pic_gdn_args *a)
     t->be->gdn_chunked(&za);
 }
 
+/* Mamba2: S|0 and Π a of the tokens a describes, advanced from the
+ * accumulator's (a zero start and 1 at the interior's first token). */
+static void
+pic_tacc_ssd_hook(void *user, int layer, int p0, const pic_ssd_args *a)
+{
+    pic_tacc *t = user;
+
+    (void) p0;
+
+    if (!t->active || t->T[layer] == NULL) {
+        return;
+    }
+    pic_ssd_args za = *a;
+
+    za.C = NULL;
+    za.y = NULL;
+    za.S = t->S[layer];
+    za.decay = t->T[layer];
+    t->be->ssd_scan(&za);
+}
+
 /* T = I, S = 0 for every linear layer. */
 static void
 pic_tacc_reset(pic_tacc *t, int n_layers)
@@ -298,12 +328,11 @@ pic_tacc_reset(pic_tacc *t, int n_layers)
         if (t->T[l] == NULL) {
             continue;
         }
-        memset(t->T[l], 0, (size_t) t->Hv * t->dk * t->dk * sizeof(float));
+        size_t nh = t->tr[l]->head_floats(t->dk);
+
         memset(t->S[l], 0, (size_t) t->Hv * t->dk * t->dv * sizeof(float));
         for (int h = 0; h < t->Hv; h++) {
-            for (int i = 0; i < t->dk; i++) {
-                t->T[l][(size_t) h * t->dk * t->dk + (size_t) i * t->dk + i] = 1.0f;
-            }
+            t->tr[l]->identity(t->T[l] + (size_t) h * nh, t->dk);
         }
     }
 }
@@ -328,10 +357,11 @@ pic_tacc_init(pic_tacc *t, const pic_model *m, const pic_backend *be)
     t->dk = c->lin_k_dim;
     t->dv = c->lin_v_dim;
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer_type[l] != PIC_LAYER_LINEAR) {
+        t->tr[l] = pic_transition_of(c->layer_type[l]);
+        if (t->tr[l] == NULL) {
             continue;
         }
-        t->T[l] = malloc((size_t) t->Hv * t->dk * t->dk * sizeof(float));
+        t->T[l] = malloc((size_t) t->Hv * t->tr[l]->head_floats(t->dk) * sizeof(float));
         t->S[l] = malloc((size_t) t->Hv * t->dk * t->dv * sizeof(float));
         if (t->T[l] == NULL || t->S[l] == NULL) {
             pic_tacc_free(t, c->n_layers);
@@ -350,8 +380,8 @@ pic_tacc_store(const pic_tacc *t, pic_entry *e)
         if (t->T[l] == NULL) {
             continue;
         }
-        pic_entry_store(e->layer[l].T, t->T[l], (size_t) t->Hv * t->dk * t->dk,
-                        e->dtype);
+        pic_entry_store(e->layer[l].T, t->T[l],
+                        (size_t) t->Hv * t->tr[l]->head_floats(t->dk), e->dtype);
         pic_entry_store(e->layer[l].S, t->S[l], (size_t) t->Hv * t->dk * t->dv,
                         e->dtype);
     }
@@ -420,7 +450,8 @@ pic_entry_build(const pic_model *m, const pic_backend *be, const int *tokens,
             goto done;
         }
         acc_ok = 1;
-        pic_forward_hooks hooks = { .user = &acc, .on_gdn = pic_tacc_hook };
+        pic_forward_hooks hooks = { .user = &acc, .on_gdn = pic_tacc_hook,
+                                    .on_ssd = pic_tacc_ssd_hook };
 
         if (h > 0 && pic_forward(m, be, s, tokens, h, 0, PIC_LOGITS_NONE, NULL,
                                  NULL, err, errlen) != 0) {
@@ -551,7 +582,8 @@ pic_entry_build_context(const pic_model *m, const pic_backend *be,
     }
     qsort(cuts, n_cut, sizeof(int), pic_int_cmp);
 
-    pic_forward_hooks hooks = { .user = &acc, .on_gdn = pic_tacc_hook };
+    pic_forward_hooks hooks = { .user = &acc, .on_gdn = pic_tacc_hook,
+                                    .on_ssd = pic_tacc_ssd_hook };
     int               seg = 0;
 
     for (int k = 0; k + 1 < n_cut; k++) {
@@ -614,7 +646,8 @@ pic_entry_shapes_ok(const pic_entry *e, const pic_config *c)
     if (e->n_layers != c->n_layers || e->Hv != c->lin_v_heads
         || e->dk != c->lin_k_dim || e->dv != c->lin_v_dim
         || e->conv_ch != pic_config_conv_ch(c) || e->conv_k1 != pic_config_conv_k1(c)
-        || e->Hkv != c->n_kv_heads || e->hd != c->head_dim) {
+        || e->Hkv != pic_config_cache_heads(c) || e->hd != pic_config_cache_kdim(c)
+        || e->vd != pic_config_cache_vdim(c)) {
         return 0;
     }
     for (int l = 0; l < c->n_layers; l++) {
@@ -675,16 +708,20 @@ pic_entry_tensors(const pic_entry *e, pic_entry_tensor *out, int max)
 
     for (int l = 0; l < e->n_layers; l++) {
         const pic_entry_layer *el = &e->layer[l];
-        if (e->layer_type[l] == PIC_LAYER_LINEAR) {
+        if (pic_layer_recurrent(e->layer_type[l])) {
+            int tk = e->layer_type[l] == PIC_LAYER_MAMBA2 ? 1 : e->dk;  /* scalar: (Hv, 1, 1) */
+
             if (e->has_T) {
-                PIC_ADD(l, PIC_TENSOR_T, e->dtype, 3, e->Hv, e->dk, e->dk, el->T, es);
+                PIC_ADD(l, PIC_TENSOR_T, e->dtype, 3, e->Hv, tk, tk, el->T, es);
             }
             PIC_ADD(l, PIC_TENSOR_S, e->dtype, 3, e->Hv, e->dk, e->dv, el->S, es);
             PIC_ADD(l, PIC_TENSOR_CONV, PIC_DTYPE_F32, 2, e->conv_ch, e->conv_k1, 1,
                     el->conv, 4);
         } else {
             PIC_ADD(l, PIC_TENSOR_K, e->dtype, 3, e->Hkv, ni, e->hd, el->K, es);
-            PIC_ADD(l, PIC_TENSOR_V, e->dtype, 3, e->Hkv, ni, e->hd, el->V, es);
+            if (e->vd > 0) {
+                PIC_ADD(l, PIC_TENSOR_V, e->dtype, 3, e->Hkv, ni, e->vd, el->V, es);
+            }
         }
     }
 #undef PIC_ADD
@@ -819,7 +856,7 @@ pic_entry_deserialize(const pic_model *m, const void *buf, size_t len,
     if (nl != c->n_layers || hdr[4] != c->lin_v_heads || hdr[5] != c->lin_k_dim
         || hdr[6] != c->lin_v_dim || hdr[7] != pic_config_conv_ch(c)
         || hdr[8] != pic_config_conv_k1(c)
-        || hdr[9] != c->n_kv_heads || hdr[10] != c->head_dim) {
+        || hdr[9] != pic_config_cache_heads(c) || hdr[10] != pic_config_cache_kdim(c)) {
         snprintf(err, errlen, "%s: shapes differ from the model's", __func__);
         return NULL;
     }

@@ -48,11 +48,15 @@ typedef enum {
 #define PIC_ENTRY_MAX_W 64
 
 typedef struct {
-    void  *T;               /* (Hv, dk, dk) dtype; linear layers with T, else NULL */
+    void  *T;               /* linear layers with T, else NULL: (Hv, dk, dk) dtype
+                             * for GDN (dense), (Hv) for Mamba2 (scalar: Π a per
+                             * head; transition.h) */
     void  *S;               /* (Hv, dk, dv) dtype; linear layers, else NULL */
     float *conv;            /* (C, K−1) fp32; linear layers, else NULL */
-    void  *K;               /* (Hkv, n_int, hd) dtype, RoPE at local positions; full layers */
-    void  *V;               /* (Hkv, n_int, hd) dtype; full layers */
+    void  *K;               /* (Hkv, n_int, hd) dtype, RoPE at local positions; full
+                             * layers (MLA: the latent rows [k_pe | c_KV], k_pe at
+                             * local positions) */
+    void  *V;               /* (Hkv, n_int, vd) dtype; full layers (NULL when vd == 0) */
 } pic_entry_layer;
 
 typedef struct pic_entry {
@@ -66,7 +70,8 @@ typedef struct pic_entry {
     pic_layer_type  layer_type[PIC_MAX_LAYERS];
     int             Hv, dk, dv;     /* GDN shapes */
     int             conv_ch, conv_k1;
-    int             Hkv, hd;        /* attention shapes */
+    int             Hkv, hd, vd;    /* attention caches: heads, K row, V row (MLA:
+                                     * 1, dr + r, 0; pic_config_cache_*) */
     int            *tokens;         /* (L) the segment */
     pic_entry_layer layer[PIC_MAX_LAYERS];
     size_t          bytes_T, bytes_S, bytes_conv, bytes_K, bytes_V;

@@ -28,7 +28,8 @@ typedef struct pic_pnode {
     int               end;                      /* position after the block */
     int               n_tok;                    /* block; < block: a tail; 0: a scope */
     int              *tok;                      /* (n_tok) */
-    float            *kv;                       /* per full layer: K (Hkv, n_tok, hd), V (Hkv, n_tok, hd) */
+    float            *kv;                       /* per full layer: K (Hkv, n_tok, hd), V (Hkv, n_tok, hd);
+                                                 * MLA: the latent rows (1, n_tok, dr + r) only */
     float            *ck;                       /* per linear layer: S (Hv, dk, dv), conv (C, K−1); or NULL */
     size_t            bytes;
     int64_t           used;                     /* pic_now_ns when last touched */
@@ -498,11 +499,13 @@ pic_prefix_cache_init(const pic_model *m, const pic_prefix_opts *o, char *err,
     int C = pic_config_conv_ch(c);
     int K1 = pic_config_conv_k1(c);
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+        if (pic_layer_recurrent(c->layer_type[l])) {
             pc->ck_floats += (size_t) c->lin_v_heads * c->lin_k_dim * c->lin_v_dim
                              + (size_t) C * K1;
         } else {
-            pc->kv_floats += 2 * (size_t) c->n_kv_heads * pc->block * c->head_dim;
+            /* MLA: the latent rows only (no V cache) */
+            pc->kv_floats += (size_t) pic_config_cache_heads(c) * pc->block
+                             * (pic_config_cache_kdim(c) + pic_config_cache_vdim(c));
         }
     }
     pc->spares = calloc(1, sizeof(*pc->spares));
@@ -550,20 +553,21 @@ pic_pc_kv_to_state(const pic_prefix_cache *pc, const pic_pnode *n, pic_state *s)
 {
     const pic_config *c = &pc->m->cfg;
     const float      *src = n->kv;
-    size_t            rows = (size_t) n->n_tok * c->head_dim;
+    int               Hc = pic_config_cache_heads(c);
+    int               kd = pic_config_cache_kdim(c), vd = pic_config_cache_vdim(c);
     int               p0 = n->end - n->n_tok;
 
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_type[l] != PIC_LAYER_FULL) {
             continue;
         }
-        for (int j = 0; j < c->n_kv_heads; j++, src += rows) {
-            s->be->mem_upload(s->kc[l] + ((size_t) j * s->cap + p0) * c->head_dim, src,
-                              rows * sizeof(float));
+        for (int j = 0; j < Hc; j++, src += (size_t) n->n_tok * kd) {
+            s->be->mem_upload(s->kc[l] + ((size_t) j * s->cap + p0) * kd, src,
+                              (size_t) n->n_tok * kd * sizeof(float));
         }
-        for (int j = 0; j < c->n_kv_heads; j++, src += rows) {
-            s->be->mem_upload(s->vc[l] + ((size_t) j * s->cap + p0) * c->head_dim, src,
-                              rows * sizeof(float));
+        for (int j = 0; j < Hc && vd > 0; j++, src += (size_t) n->n_tok * vd) {
+            s->be->mem_upload(s->vc[l] + ((size_t) j * s->cap + p0) * vd, src,
+                              (size_t) n->n_tok * vd * sizeof(float));
         }
     }
 }
@@ -573,20 +577,21 @@ pic_pc_kv_from_state(const pic_prefix_cache *pc, pic_pnode *n, const pic_state *
 {
     const pic_config *c = &pc->m->cfg;
     float            *dst = n->kv;
-    size_t            rows = (size_t) n->n_tok * c->head_dim;
+    int               Hc = pic_config_cache_heads(c);
+    int               kd = pic_config_cache_kdim(c), vd = pic_config_cache_vdim(c);
     int               p0 = n->end - n->n_tok;
 
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_type[l] != PIC_LAYER_FULL) {
             continue;
         }
-        for (int j = 0; j < c->n_kv_heads; j++, dst += rows) {
-            s->be->mem_download(dst, s->kc[l] + ((size_t) j * s->cap + p0) * c->head_dim,
-                                rows * sizeof(float));
+        for (int j = 0; j < Hc; j++, dst += (size_t) n->n_tok * kd) {
+            s->be->mem_download(dst, s->kc[l] + ((size_t) j * s->cap + p0) * kd,
+                                (size_t) n->n_tok * kd * sizeof(float));
         }
-        for (int j = 0; j < c->n_kv_heads; j++, dst += rows) {
-            s->be->mem_download(dst, s->vc[l] + ((size_t) j * s->cap + p0) * c->head_dim,
-                                rows * sizeof(float));
+        for (int j = 0; j < Hc && vd > 0; j++, dst += (size_t) n->n_tok * vd) {
+            s->be->mem_download(dst, s->vc[l] + ((size_t) j * s->cap + p0) * vd,
+                                (size_t) n->n_tok * vd * sizeof(float));
         }
     }
 }
@@ -601,7 +606,7 @@ pic_pc_ck_take(const pic_prefix_cache *pc, const pic_state *s)
     size_t            nC = (size_t) s->conv_ch * s->conv_k1;
 
     for (int l = 0; ck != NULL && l < c->n_layers; l++) {
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+        if (pic_layer_recurrent(c->layer_type[l])) {
             s->be->mem_download(d, s->S[l], nS * sizeof(float));
             s->be->mem_download(d + nS, s->conv[l], nC * sizeof(float));
             d += nS + nC;
@@ -618,7 +623,7 @@ pic_pc_ck_to_state(const pic_prefix_cache *pc, const float *ck, pic_state *s)
     size_t            nC = (size_t) s->conv_ch * s->conv_k1;
 
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+        if (pic_layer_recurrent(c->layer_type[l])) {
             s->be->mem_upload(s->S[l], ck, nS * sizeof(float));
             s->be->mem_upload(s->conv[l], ck + nS, nC * sizeof(float));
             ck += nS + nC;
@@ -969,11 +974,11 @@ pic_prefix_cache_snap_layer(const pic_prefix_cache *pc, const pic_state *s, int 
     size_t            nC = (size_t) s->conv_ch * s->conv_k1;
 
     if (ck == NULL || layer < 0 || layer >= c->n_layers
-        || c->layer_type[layer] != PIC_LAYER_LINEAR) {
+        || !pic_layer_recurrent(c->layer_type[layer])) {
         return;
     }
     for (int l = 0; l < layer; l++) {       /* the layers before it, as ck_take */
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
+        if (pic_layer_recurrent(c->layer_type[l])) {
             ck += nS + nC;
         }
     }

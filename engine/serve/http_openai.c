@@ -831,6 +831,9 @@ pic_oai_last_text(const pic_request *r, pic_buf *b)
     }
 }
 
+/* What closes a think block for the model (the Qwen templates' layout). */
+#define PIC_OAI_THINK_CLOSE "\n</think>\n\n"
+
 /* Tokens forced at the start of the answer: ids of text into the job. */
 static int
 pic_oai_force_text(pic_server *srv, pic_job *j, const char *text, size_t len, int stop,
@@ -850,6 +853,46 @@ pic_oai_force_text(pic_server *srv, pic_job *j, const char *text, size_t len, in
     return 0;
 }
 
+/* ids of text (special tokens parsed) into *ids / *n; 0 or -1 with err. */
+static int
+pic_oai_ids(pic_server *srv, const char *text, size_t len, int32_t **ids, int *n,
+            pic_error *err)
+{
+    size_t cnt = 0;
+
+    free(*ids);
+    *ids = NULL;
+    *n = 0;
+    if (srv->tok == NULL
+        || pic_tokenizer_encode(srv->tok, text, len, ids, &cnt) != PIC_TOKENIZER_OK) {
+        return pic_error_oom(err, __func__);
+    }
+    *n = (int) cnt;
+    return 0;
+}
+
+/* The reasoning budget of a constrained answer: the request's
+ * thinking_budget (an extension, as Qwen's API names it) or the server's
+ * default; 0 or -1 with err (400). */
+static int
+pic_oai_think_budget(pic_server *srv, const pic_request *r, pic_job *j, pic_error *err)
+{
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(r->root, "thinking_budget");
+
+    j->think_budget = srv->opts->reasoning_budget;
+    if (b == NULL || cJSON_IsNull(b)) {
+        return 0;
+    }
+    if (!cJSON_IsNumber(b) || b->valuedouble < 0 || b->valuedouble > 1e9
+        || b->valuedouble != (double) (int) b->valuedouble) {
+        return pic_error_invalid(err, "thinking_budget", "invalid_value",
+                                 "'thinking_budget' must be a non-negative integer "
+                                 "(reasoning tokens before a constrained answer).");
+    }
+    j->think_budget = (int) b->valuedouble;
+    return 0;
+}
+
 /* The grammar of a forced call (tool_choice "required" or named) in syntax
  * syn: the functions to pick from as [{"name", "parameters"}], or the named
  * one's parameters (NULL: any arguments).  A schema outside the grammar's
@@ -857,11 +900,12 @@ pic_oai_force_text(pic_server *srv, pic_job *j, const char *text, size_t len, in
  * name a call could not carry is left out (no function left: only the
  * opening is forced).  0 or -1 (ENOMEM). */
 static int
-pic_oai_call_grammar(const pic_request *r, pic_gcall_syntax syn, pic_job *j)
+pic_oai_call_grammar(const pic_request *r, pic_gcall_syntax syn, pic_job *j, int strict_only)
 {
     const cJSON *t;
     char         path[200], msg[256];
-    int          named = r->tool_choice == PIC_TOOL_CHOICE_FUNCTION, found = 0;
+    int          named = !strict_only && r->tool_choice == PIC_TOOL_CHOICE_FUNCTION, found = 0;
+    int          strict = 0;
 
     if (!named && (j->call_fns = cJSON_CreateArray()) == NULL) {
         return -1;
@@ -877,9 +921,13 @@ pic_oai_call_grammar(const pic_request *r, pic_gcall_syntax syn, pic_job *j)
             || (named && strcmp(nm->valuestring, r->tool_choice_name.ptr) != 0)) {
             continue;
         }
+        if (strict_only && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fn, "strict"))) {
+            ps = NULL;                  /* tool_choice auto: only strict tools' schemas */
+        }
         if (ps != NULL && pic_grammar_check(ps, path, sizeof(path), msg, sizeof(msg)) != 0) {
             ps = NULL;
         }
+        strict += ps != NULL;
         found++;
         if (named) {
             if (ps != NULL && (j->call_fns = cJSON_Duplicate(ps, 1)) == NULL) {
@@ -896,9 +944,13 @@ pic_oai_call_grammar(const pic_request *r, pic_gcall_syntax syn, pic_job *j)
         }
         cJSON_AddItemToArray(j->call_fns, item);
     }
-    if (found == 0) {
+    if (found == 0 || (strict_only && strict == 0)) {
         cJSON_Delete(j->call_fns);
         j->call_fns = NULL;
+        return 0;
+    }
+    if (strict_only) {
+        j->call_strict = 1 + (int) syn;
         return 0;
     }
     j->json = 1;
@@ -951,6 +1003,9 @@ pic_oai_job_params(pic_server *srv, pic_inflight *c, const pic_request *r, pic_e
         goto script;
     }
     open_think = j->text != NULL && pic_think_prompt_open(j->text, j->text_len);
+    if (pic_oai_think_budget(srv, r, j, err) != 0) {
+        return -1;
+    }
     if (r->response_format != PIC_RESPONSE_TEXT && r->tool_choice != PIC_TOOL_CHOICE_REQUIRED
         && r->tool_choice != PIC_TOOL_CHOICE_FUNCTION) {
         /* constrained decoding of the answer (after any reasoning); with
@@ -978,19 +1033,31 @@ pic_oai_job_params(pic_server *srv, pic_inflight *c, const pic_request *r, pic_e
         }
         j->json_after_think = open_think;
         j->json_or_tool = r->tools != NULL && r->tool_choice == PIC_TOOL_CHOICE_AUTO;
+        if (open_think
+            && pic_oai_ids(srv, PIC_OAI_THINK_CLOSE, strlen(PIC_OAI_THINK_CLOSE),
+                           &j->think_close, &j->n_think_close, err) != 0) {
+            return -1;
+        }
     }
     c->split_think = 1;
     pic_think_init(&c->think, open_think);
     c->one_call = !r->parallel_tool_calls;
+    j->one_call = c->one_call;
     if (r->tool_choice == PIC_TOOL_CHOICE_REQUIRED || r->tool_choice == PIC_TOOL_CHOICE_FUNCTION) {
-        /* the answer opens a call (of that function): forced first tokens;
-         * an open think block is closed first (no reasoning then) */
+        /* the answer opens a call (of that function) and the rest of it
+         * follows the tool's schema; with a think block open the model
+         * reasons first (bounded), and the opening follows its close */
         pic_buf f;
         int     rc;
 
+        if (pic_oai_call_grammar(r, srv->dialect == PIC_TEMPLATE_QWEN3_5 ? PIC_GCALL_XML
+                                                                       : PIC_GCALL_JSON,
+                                 j, 0) != 0) {
+            return pic_error_oom(err, __func__);
+        }
         pic_buf_init(&f);
         if (open_think) {
-            pic_buf_appends(&f, "\n</think>\n\n");
+            pic_buf_appends(&f, PIC_OAI_THINK_CLOSE);
         }
         pic_buf_appends(&f, "<tool_call>\n");
         if (r->tool_choice == PIC_TOOL_CHOICE_FUNCTION) {
@@ -1002,18 +1069,44 @@ pic_oai_job_params(pic_server *srv, pic_inflight *c, const pic_request *r, pic_e
                 pic_buf_appends(&f, ", \"arguments\": ");
             }
         }
-        rc = f.oom ? pic_error_oom(err, __func__)
-                   : pic_oai_force_text(srv, j, f.data, f.len, 0, err);
+        if (f.oom) {
+            rc = pic_error_oom(err, __func__);
+        } else if (open_think && j->json) {
+            /* after the model's own </think>: the template's blank line, then
+             * the opening */
+            size_t nc = strlen(PIC_OAI_THINK_CLOSE);
+            pic_buf a;
+
+            pic_buf_init(&a);
+            pic_buf_appends(&a, "\n\n");
+            pic_buf_append(&a, f.data + nc, f.len - nc);
+            j->json_after_think = 1;
+            rc = a.oom ? pic_error_oom(err, __func__)
+                 : pic_oai_ids(srv, f.data, f.len, &j->think_close, &j->n_think_close, err)
+                   != 0 ? -1
+                 : pic_oai_ids(srv, a.data, a.len, &j->think_after, &j->n_think_after, err);
+            pic_buf_free(&a);
+        } else {
+            /* thinking off (or no schema to follow): forced first tokens */
+            rc = pic_oai_force_text(srv, j, f.data, f.len, 0, err);
+        }
         pic_buf_free(&f);
         if (rc != 0) {
             return -1;
         }
-        /* and the rest of the call follows the tool's schema */
+    }
+    if (r->tool_choice == PIC_TOOL_CHOICE_AUTO && r->tools != NULL && srv->tok != NULL
+        && pic_tokenizer_token_id(srv->tok, "<tool_call>") >= 0) {
+        /* strict tools: a call the model opens itself follows its schema */
         if (pic_oai_call_grammar(r, srv->dialect == PIC_TEMPLATE_QWEN3_5 ? PIC_GCALL_XML
                                                                        : PIC_GCALL_JSON,
-                                 j) != 0) {
+                                 j, 1) != 0
+            || (j->call_strict
+                && pic_oai_ids(srv, "\n", 1, &j->call_nl, &j->n_call_nl,
+                               err) != 0)) {
             return pic_error_oom(err, __func__);
         }
+        j->strict_think = open_think;
     }
 script:
     if (srv->script != NULL) {

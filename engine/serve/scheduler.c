@@ -50,6 +50,14 @@ struct pic_seq {
     uint8_t     *ok;            /* (tokenizer ids) tokens the grammar allows */
     int          json_wait;     /* json: still before </think> */
     int          json_off;      /* json: lifted by a tool call */
+    int          think_left;    /* json_wait: reasoning tokens left (-1: not set) */
+    const int32_t *inj;         /* (n_inj) ids generated next whatever the model
+                                 * says: the think block's close, a call's opening,
+                                 * the document's shortest completion */
+    int          n_inj, i_inj;
+    int32_t     *own_inj;       /* inj when it is the completion (owned) */
+    int          strict_wait;   /* call_strict: still inside the think block */
+    int          strict_on;     /* call_strict: a call's grammar is running */
     char        *hold;          /* (n_hold) text held back for stop strings */
     size_t       n_hold, cap_hold;
 };
@@ -138,6 +146,9 @@ pic_job_free(pic_job *j)
     free(j->bias_id);
     free(j->bias);
     free(j->force);
+    free(j->think_close);
+    free(j->think_after);
+    free(j->call_nl);
     cJSON_Delete(j->json_schema);
     cJSON_Delete(j->call_fns);
     free(j);
@@ -371,6 +382,7 @@ pic_job_finish(pic_sched *s, pic_job *j, pic_finish fin, pic_job_error why,
         free(q->gs);
         free(q->masked);
         free(q->ok);
+        free(q->own_inj);
         free(q);
         j->seq = NULL;
     }
@@ -487,7 +499,9 @@ sampler:
             pic_gstate_init(q->gs, j->json_schema);
         }
         q->json_wait = j->json_after_think;
+        q->think_left = -1;
     }
+    q->strict_wait = j->strict_think;
     if (s->o.tok != NULL) {
         pic_detok_init(&q->dt, s->o.tok, 1);
         q->have_dt = 1;
@@ -557,6 +571,39 @@ pic_seq_mask(pic_sched *s, pic_seq *q, const float *logits, int vocab, int keep)
     }
 }
 
+/* Inject n ids (borrowed from the job) from the next choice on. */
+static void
+pic_seq_inject(pic_seq *q, const int32_t *ids, int n)
+{
+    q->inj = ids;
+    q->n_inj = n;
+    q->i_inj = 0;
+}
+
+/* A <tool_call> the model wrote with strict tools on offer: the call
+ * grammar over them from the "\n" after it; 0, or -1 (no memory: the call
+ * stays free). */
+static int
+pic_seq_strict_start(pic_sched *s, pic_job *j, pic_seq *q)
+{
+    int V = s->o.model->cfg.vocab;
+
+    if (q->gs == NULL) {
+        q->gs = malloc(sizeof(*q->gs));
+    }
+    if (q->masked == NULL) {
+        q->masked = malloc((size_t) V * sizeof(float));
+    }
+    if (q->gs == NULL || q->masked == NULL) {
+        return -1;
+    }
+    pic_gstate_init_call(q->gs, (pic_gcall_syntax) (j->call_strict - 1), j->call_fns, NULL);
+    q->json_off = 0;
+    q->strict_on = 1;
+    pic_seq_inject(q, j->call_nl, j->n_call_nl);
+    return 0;
+}
+
 /* The sampler's choice among the tokens that keep the answer valid JSON
  * (the sampled one when it does, else a draw with the others masked); the
  * end of the answer once the document is complete. */
@@ -565,7 +612,7 @@ pic_seq_choose_json(pic_sched *s, pic_job *j, const float *logits, int vocab)
 {
     const pic_tokenizer *tok = s->o.tok;
     pic_seq             *q = j->seq;
-    int                  id, tool = j->json_or_tool
+    int                  id, tool = j->json_or_tool && !q->strict_on
                                     ? pic_tokenizer_token_id(tok, "<tool_call>") : -1;
     size_t               n = 0;
     const char          *b;
@@ -580,6 +627,9 @@ pic_seq_choose_json(pic_sched *s, pic_job *j, const float *logits, int vocab)
         if (q->masked[id] == -INFINITY) {
             return s->o.model->cfg.eos_ids[0] >= 0 ? s->o.model->cfg.eos_ids[0] : 0;
         }
+    }
+    if (id == tool && tool >= 0 && j->call_strict && pic_seq_strict_start(s, j, q) == 0) {
+        return id;                      /* a call instead, following its schema */
     }
     if (id == tool && tool >= 0) {
         /* a tool call instead of the answer: the grammar's buffers go */
@@ -596,9 +646,88 @@ pic_seq_choose_json(pic_sched *s, pic_job *j, const float *logits, int vocab)
     return id;
 }
 
-/* The next id from a job's logits: a forced id while any is left, else
- * the sampler's (inside the JSON grammar when one applies); its logprobs
- * noted for pic_seq_emit. */
+/* When max_tokens comes within reach of the document's end, the grammar's
+ * shortest completion is generated as is.  Its bytes bound its tokens (a
+ * token the model writes itself may not: "</tool_call>" is one added token
+ * when injected, many once the model has begun it byte by byte), and a few
+ * tokens' slack covers a model token that lengthens the completion.  1 when
+ * q->inj now holds it (q->gs is then done), else 0. */
+#define PIC_SEQ_CLOSE_SLACK 8
+
+static int
+pic_seq_close_due(pic_sched *s, pic_job *j, pic_seq *q)
+{
+    char     tail[4096];
+    int      left = q->max_gen - j->n_gen, k;
+    int32_t *ids = NULL;
+    size_t   n = 0;
+
+    k = pic_gstate_complete(q->gs, tail, sizeof(tail));
+    if (k <= 0 || k + PIC_SEQ_CLOSE_SLACK < left) {
+        return 0;
+    }
+    if (pic_tokenizer_encode(s->o.tok, tail, (size_t) k, &ids, &n) != PIC_TOKENIZER_OK
+        || n == 0) {
+        free(ids);
+        return 0;
+    }
+    pic_gstate_feed(q->gs, tail, (size_t) k);
+    free(q->own_inj);
+    q->own_inj = ids;
+    q->inj = ids;
+    q->n_inj = (int) n;
+    q->i_inj = 0;
+    return 1;
+}
+
+/* The reasoning of a constrained answer: the sampled id, unless the budget
+ * is spent or the model would stop inside its think block; then the ids
+ * that close it (and open a forced call).  The model's own </think> ends
+ * the wait (a forced call's opening follows). */
+static int
+pic_seq_choose_think(pic_sched *s, pic_job *j, const float *logits)
+{
+    pic_seq *q = j->seq;
+    int      id;
+
+    if (q->think_left < 0) {
+        /* half of what is left once the close and the answer's shortest
+         * form are set aside */
+        char     tail[4096];
+        int      k = pic_gstate_complete(q->gs, tail, sizeof(tail)), room;
+        int32_t *ids = NULL;
+        size_t   n = k > 0 ? (size_t) k : 0;
+
+        if (k > 0 && pic_tokenizer_encode(s->o.tok, tail, (size_t) k, &ids, &n)
+                     != PIC_TOKENIZER_OK) {
+            n = (size_t) k;             /* bytes: at least its tokens */
+        }
+        free(ids);
+        room = (q->max_gen - j->n_gen - j->n_think_close - (int) n) / 2;
+        q->think_left = j->think_budget < room ? j->think_budget : room;
+        q->think_left = q->think_left > 0 ? q->think_left : 0;
+    }
+    id = q->think_left > 0 ? pic_sampler_sample(&q->smp, logits) : -1;
+    if (id >= 0 && id == pic_tokenizer_token_id(s->o.tok, "</think>")) {
+        q->json_wait = 0;               /* the answer (JSON, or the call) starts now */
+        pic_seq_inject(q, j->think_after, j->n_think_after);
+        return id;
+    }
+    if (id < 0 || pic_sample_is_stop(&s->o.model->cfg, id)) {
+        q->json_wait = 0;
+        if (j->n_think_close > 0) {
+            pic_seq_inject(q, j->think_close, j->n_think_close);
+            return q->inj[q->i_inj++];
+        }
+        return id >= 0 ? id : pic_sampler_sample(&q->smp, logits);
+    }
+    q->think_left--;
+    return id;
+}
+
+/* The next id from a job's logits: a forced or injected id while any is
+ * left, else the sampler's (inside the JSON grammar when one applies, the
+ * reasoning bounded before it); its logprobs noted for pic_seq_emit. */
 static int
 pic_seq_choose(pic_sched *s, pic_job *j, const float *logits, int vocab)
 {
@@ -607,19 +736,40 @@ pic_seq_choose(pic_sched *s, pic_job *j, const float *logits, int vocab)
 
     if (q->n_forced < j->n_force) {
         id = j->force[q->n_forced++];
-    } else if (q->gs != NULL && !q->json_wait && !q->json_off) {
+    } else if (q->i_inj < q->n_inj) {
+        id = q->inj[q->i_inj++];
+    } else if (q->gs != NULL && q->json_wait && !q->json_off) {
+        id = pic_seq_choose_think(s, j, logits);
+    } else if (q->gs != NULL && !q->json_off && pic_seq_close_due(s, j, q)) {
+        id = q->inj[q->i_inj++];
+    } else if (q->gs != NULL && !q->json_off) {
         id = pic_seq_choose_json(s, j, logits, vocab);
     } else {
         id = pic_sampler_sample(&q->smp, logits);
+        if (j->call_strict && !q->strict_wait && !q->strict_on
+            && id == pic_tokenizer_token_id(s->o.tok, "<tool_call>")) {
+            pic_seq_strict_start(s, j, q);
+        }
     }
     if (q->json_wait && id == pic_tokenizer_token_id(s->o.tok, "</think>")) {
         q->json_wait = 0;           /* the answer (JSON) starts now */
+    }
+    if (q->strict_wait && id == pic_tokenizer_token_id(s->o.tok, "</think>")) {
+        q->strict_wait = 0;
     }
     pic_sampler_accept(&q->smp, id);
     if (j->logprobs) {
         pic_sample_logprob(logits, vocab, id, j->top_logprobs, &q->lp);
     }
     return id;
+}
+
+/* 1 once the constrained answer is complete (nothing left to inject). */
+static int
+pic_seq_doc_done(const pic_seq *q)
+{
+    return q->gs != NULL && !q->json_off && !q->json_wait && !q->strict_on
+           && q->i_inj >= q->n_inj && pic_gstate_done(q->gs);
 }
 
 /* Keep the chosen token's logprobs for the loop; caller holds j->mu. */
@@ -689,7 +839,15 @@ pic_seq_emit(pic_sched *s, pic_job *j, int id)
         q->n_hold -= emit;
     }
     q->last = id;
-    if (j->force_stop && q->n_forced >= j->n_force) {
+    if (q->strict_on && q->i_inj >= q->n_inj && pic_gstate_done(q->gs)) {
+        q->strict_on = 0;               /* the call is complete: free text again */
+        q->json_off = 1;
+        if (j->one_call) {
+            pic_job_finish(s, j, PIC_FINISH_STOP, PIC_JOB_ERROR_NONE, NULL);
+            return 1;
+        }
+    }
+    if ((j->force_stop && q->n_forced >= j->n_force) || pic_seq_doc_done(q)) {
         pic_job_finish(s, j, PIC_FINISH_STOP, PIC_JOB_ERROR_NONE, NULL);
         return 1;
     }

@@ -86,6 +86,17 @@ typedef struct pic_job {
     cJSON             *json_schema; /* ... following this schema (owned), or NULL:
                                      * any JSON object */
     int                json_after_think;  /* constrain only after </think> */
+    int                think_budget;      /* json_after_think: reasoning tokens before
+                                           * the think block is closed for the model
+                                           * (at most half of what it may generate) */
+    int32_t           *think_close; /* (n_think_close) ids that close the think block
+                                     * for the model (its budget spent, or a stop
+                                     * token inside it), then open the constrained
+                                     * answer (a forced call's opening); owned */
+    int                n_think_close;
+    int32_t           *think_after; /* (n_think_after) ids after the model's own
+                                     * </think> (a forced call's opening); owned */
+    int                n_think_after;
     int                json_or_tool;      /* a <tool_call> first lifts it */
     int                call;        /* with json: the answer is one tool call after
                                      * the forced "<tool_call>\n..." (tool_choice);
@@ -94,6 +105,18 @@ typedef struct pic_job {
                                      * or (call_named) the parameters schema; NULL
                                      * for a named function: any arguments */
     int                call_named;  /* the forced ids named the function */
+    int                call_strict; /* tool_choice auto with strict tools: a
+                                     * <tool_call> the model writes starts the call
+                                     * grammar over call_fns (strict tools' schemas,
+                                     * the others any arguments), lifted once the
+                                     * call is complete; 1 + pic_gcall_syntax */
+    int                strict_think;/* call_strict: the prompt opens a think block
+                                     * (a <tool_call> counts after </think>) */
+    int32_t           *call_nl;     /* (n_call_nl) ids after such a <tool_call>:
+                                     * "\n"; owned */
+    int                n_call_nl;
+    int                one_call;    /* parallel_tool_calls false: a strict call,
+                                     * once complete, ends the answer */
     struct pic_plan_job *plan;      /* segments for the pools (owned), or NULL:
                                      * plain prefill of text / prompt */
     int                build_only;  /* a peer's prefill: frame every segment's

@@ -26,6 +26,8 @@ typedef struct {
     int         max_queue;      /* waiting requests before 429; -1: 64 */
     int         ctx;            /* positions per sequence; 0: min(model, 32768) */
     int         default_max_tokens; /* when a request sets none; 0: up to the context */
+    int         reasoning_budget;   /* reasoning tokens before a constrained answer
+                                     * (thinking on); 0: none */
     int64_t     request_timeout_ms; /* per-request deadline; 0: none */
     size_t      max_body;       /* request body limit in bytes (413 above) */
     const char *redis;          /* "IP:PORT" or "unix:/path"; NULL: no registration */

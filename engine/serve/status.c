@@ -20,6 +20,7 @@
 #include "pic_time.h"
 #include "reply.h"
 #include "status.h"
+#include "transition.h"
 
 void
 pic_server_load(void *arg, pic_registry_load *out)
@@ -115,8 +116,9 @@ static void
 pic_status_capacity(const pic_server *srv, const pic_pool_stats *ps, cJSON *o)
 {
     const pic_config *c;
-    size_t es = pic_dtype_size(srv->plan.seam.dtype), fixed = 0, kv = 0;
+    size_t es = pic_dtype_size(srv->plan.seam.dtype), fixed = 0, kv = 0, gqa = 0;
     double mean, tokens;
+    const char *family = "none";
 
     if (srv->model == NULL) {
         return;
@@ -124,11 +126,18 @@ pic_status_capacity(const pic_server *srv, const pic_pool_stats *ps, cJSON *o)
     c = &srv->model->cfg;
 
     for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer_type[l] == PIC_LAYER_LINEAR) {
-            fixed += (size_t) c->lin_v_heads * c->lin_k_dim * (c->lin_k_dim + c->lin_v_dim) * es
+        if (pic_layer_recurrent(c->layer_type[l])) {
+            /* T in the layer's transition family, S|0, the conv tail */
+            fixed += pic_transition_bytes(c, c->layer_type[l], es)
+                     + (size_t) c->lin_v_heads * c->lin_k_dim * c->lin_v_dim * es
                      + (size_t) pic_config_conv_ch(c) * pic_config_conv_k1(c) * sizeof(float);
+            family = pic_transition_of(c->layer_type[l])->name;
         } else {
-            kv += (size_t) 2 * c->n_kv_heads * c->head_dim * es;
+            /* MLA: the latent row; gqa: the same heads' K and V as GQA keeps them */
+            kv += (size_t) pic_config_cache_heads(c)
+                  * (pic_config_cache_kdim(c) + pic_config_cache_vdim(c)) * es;
+            gqa += c->mla ? (size_t) c->n_q_heads
+                            * (c->qk_nope_dim + c->qk_rope_dim + c->v_head_dim) * es : 0;
         }
     }
     tokens = kv ? (double) fixed / (double) kv : 0.0;
@@ -137,8 +146,12 @@ pic_status_capacity(const pic_server *srv, const pic_pool_stats *ps, cJSON *o)
         mean = (double) ps->bytes / (double) ps->items;
         tokens = (mean - (double) fixed) / (double) kv;
     }
+    cJSON_AddStringToObject(o, "transition_family", family);
     cJSON_AddNumberToObject(o, "entry_fixed_bytes", (double) fixed);
     cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double) kv);
+    if (c->mla) {
+        cJSON_AddNumberToObject(o, "kv_bytes_per_token_as_gqa", (double) gqa);
+    }
     cJSON_AddNumberToObject(o, "break_even_tokens", kv ? (double) fixed / (double) kv : 0.0);
     cJSON_AddNumberToObject(o, "mean_entry_tokens", tokens);
     cJSON_AddNumberToObject(o, "entries", mean > 0 ? (double) (size_t) (ps->budget / mean) : 0);

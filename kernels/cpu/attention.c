@@ -224,3 +224,99 @@ pic_cpu_attention(float *o, const float *q, const int *qpos, int n, int Hq,
     }
     pic_cpu_blas_serial_end(saved);
 }
+
+/* --- MLA, absorbed (pic_mla_args) --- */
+
+/*
+ * One work item per head: its W_UK / W_UV rows as fp32 once, then every
+ * query: q̃ = W_UKᵀ q_nope (r), scores scale·(q_pe·k_pe + q̃·c) over the
+ * visible slots, softmax in fp32, ō = Σ a_p c_p (r), o = W_UV ō (dv).
+ * Scalar loops: the reference the CUDA slot is tested against; decode
+ * reads each latent row once per head, which the per-head keys of the
+ * expanded form would read dn+dv times over.
+ */
+void
+pic_cpu_mla_attention(const pic_mla_args *a)
+{
+    PIC_OP_CHECK(a != NULL && a->q != NULL && a->qpos != NULL && a->lat != NULL
+                 && a->kvb != NULL && a->o != NULL);
+    PIC_OP_CHECK(a->n >= 0 && a->Hq > 0 && a->dn > 0 && a->dr >= 0 && a->dv > 0
+                 && a->r > 0 && a->n_keys > 0);
+    PIC_OP_CHECK(a->kvb->rows == a->Hq * (a->dn + a->dv) && a->kvb->cols == a->r);
+
+    int n = a->n, Hq = a->Hq, dn = a->dn, dr = a->dr, dv = a->dv, r = a->r;
+    int hq = dr + dn, lw = dr + r, bad = 0;
+
+    #pragma omp parallel for schedule(dynamic, 1) if (pic_cpu_par((size_t) n * Hq * a->n_keys * lw > 65536)) reduction(|:bad)
+    for (int h = 0; h < Hq; h++) {
+        float *W = malloc((size_t) (dn + dv) * r * sizeof(float));
+        float *qa = malloc((size_t) r * sizeof(float));
+        float *ol = malloc((size_t) r * sizeof(float));
+        float *sc = malloc((size_t) a->n_keys * sizeof(float));
+
+        if (W == NULL || qa == NULL || ol == NULL || sc == NULL) {
+            bad = 1;
+        } else {
+            pic_cpu_wmat_rows(W, a->kvb, h * (dn + dv), dn + dv);
+            for (int t = 0; t < n; t++) {
+                const float *qp = a->q + (size_t) t * Hq * hq + (size_t) h * hq;
+                const float *qn = qp + dr;
+                int          nk = a->qpos[t] + 1 < a->n_keys ? a->qpos[t] + 1 : a->n_keys;
+                float        mx = -INFINITY, sum = 0.0f;
+
+                for (int j = 0; j < r; j++) {
+                    qa[j] = 0.0f;
+                    ol[j] = 0.0f;
+                }
+                for (int i = 0; i < dn; i++) {
+                    const float *wr = W + (size_t) i * r;
+                    float        qi = qn[i];
+
+                    for (int j = 0; j < r; j++) {
+                        qa[j] += qi * wr[j];
+                    }
+                }
+                for (int p = 0; p < nk; p++) {
+                    const float *lp = a->lat + (size_t) p * lw;
+                    float        s = 0.0f, sn = 0.0f;
+
+                    for (int d = 0; d < dr; d++) {
+                        s += qp[d] * lp[d];
+                    }
+                    for (int j = 0; j < r; j++) {
+                        sn += qa[j] * lp[dr + j];
+                    }
+                    sc[p] = (s + sn) * a->scale;
+                    mx = sc[p] > mx ? sc[p] : mx;
+                }
+                for (int p = 0; p < nk; p++) {
+                    sc[p] = expf(sc[p] - mx);
+                    sum += sc[p];
+                }
+                for (int p = 0; p < nk; p++) {
+                    const float *cp = a->lat + (size_t) p * lw + dr;
+                    float        wp = sc[p] / sum;
+
+                    for (int j = 0; j < r; j++) {
+                        ol[j] += wp * cp[j];
+                    }
+                }
+                float *o = a->o + (size_t) t * Hq * dv + (size_t) h * dv;
+                for (int d = 0; d < dv; d++) {
+                    const float *wr = W + (size_t) (dn + d) * r;
+                    float        acc = 0.0f;
+
+                    for (int j = 0; j < r; j++) {
+                        acc += wr[j] * ol[j];
+                    }
+                    o[d] = acc;
+                }
+            }
+        }
+        free(W);
+        free(qa);
+        free(ol);
+        free(sc);
+    }
+    PIC_OP_CHECK(!bad);             /* out of memory for a head's scratch */
+}

@@ -43,8 +43,16 @@ void pic_cpu_gdn_gates(float *g, float *beta, const float *A_log,
                        const float *dt_bias, int n, int Hv);
 void pic_cpu_kv_store(float *kc, float *vc, int cap, const float *k,
                       const float *v, int n, int Hkv, int hd, int p0);
+void pic_cpu_mla_attention(const pic_mla_args *a);
+void pic_cpu_scale_rows(float *x, int ld, int n, int dim, float alpha);
+void pic_cpu_moe_route_grouped(int *sel, float *selw, float *p,
+                               const pic_moe_group_args *a);
 void pic_cpu_moe_route(int *sel, float *selw, float *p, int n, int E, int k,
                        int renorm);
+void pic_cpu_ssd_scan(const pic_ssd_args *a);
+void pic_cpu_gated_rmsnorm(float *y, const float *z, const float *w, int n, int dim,
+                           int groups, float eps);
+void pic_cpu_scale_add(float *y, const float *x, float a, float b, size_t n);
 void *pic_cpu_mem_alloc(size_t bytes);
 void pic_cpu_mem_free(void *p);
 void pic_cpu_mem_copy(void *dst, const void *src, size_t bytes);

@@ -49,6 +49,21 @@ pic_cpu_add_rows(float *y, const float *b, int n, int dim)
 }
 
 void
+pic_cpu_scale_rows(float *x, int ld, int n, int dim, float alpha)
+{
+    PIC_OP_CHECK(x != NULL && n >= 0 && dim >= 0 && ld >= dim);
+
+    #pragma omp parallel for schedule(static) if (pic_cpu_par((size_t) n * dim > PIC_GLUE_PAR_FLOATS))
+    for (int r = 0; r < n; r++) {
+        float *row = x + (size_t) r * ld;
+
+        for (int i = 0; i < dim; i++) {
+            row[i] *= alpha;
+        }
+    }
+}
+
+void
 pic_cpu_copy_rows(float *dst, int ldd, const float *src, int lds, int n, int dim)
 {
     PIC_OP_CHECK(dst != NULL && src != NULL && n >= 0 && dim >= 0);
@@ -248,6 +263,105 @@ pic_cpu_moe_route(int *sel, float *selw, float *p, int n, int E, int k, int reno
     for (int t = 0; t < n; t++) {
         pic_moe_route_row(sel + (size_t) t * k, selw + (size_t) t * k,
                           p + (size_t) t * E, E, k, renorm);
+    }
+}
+
+/* Route one row (pic_cpu_moe_route_grouped). */
+static void
+pic_moe_group_row(int *sel, float *selw, float *p, const pic_moe_group_args *a)
+{
+    int      E = a->E, G = a->groups, per = E / G;
+    uint64_t keep = 0;
+    float    top = 0.0f;
+
+    if (a->sigmoid) {
+        for (int e = 0; e < E; e++) {
+            p[e] = 1.0f / (1.0f + expf(-p[e]));
+        }
+    } else {
+        float mx = -INFINITY, sum = 0.0f;
+
+        for (int e = 0; e < E; e++) {
+            mx = p[e] > mx ? p[e] : mx;
+        }
+        for (int e = 0; e < E; e++) {
+            p[e] = expf(p[e] - mx);
+            sum += p[e];
+        }
+        for (int e = 0; e < E; e++) {
+            p[e] /= sum;
+        }
+    }
+#define PIC_CHOICE(e) (a->bias != NULL ? p[e] + a->bias[e] : p[e])
+    if (G > 1) {
+        float gs[64];
+
+        for (int g = 0; g < G; g++) {       /* best, or sum of the two best */
+            float b1 = -INFINITY, b2 = -INFINITY;
+
+            for (int e = g * per; e < (g + 1) * per; e++) {
+                float v = PIC_CHOICE(e);
+
+                if (v > b1) {
+                    b2 = b1;
+                    b1 = v;
+                } else if (v > b2) {
+                    b2 = v;
+                }
+            }
+            gs[g] = a->sigmoid ? b1 + b2 : b1;
+        }
+        for (int j = 0; j < a->topk_groups; j++) {
+            int best = -1;
+
+            for (int g = 0; g < G; g++) {
+                if (!(keep >> g & 1) && (best < 0 || gs[g] > gs[best])) {
+                    best = g;
+                }
+            }
+            keep |= (uint64_t) 1 << best;
+        }
+    } else {
+        keep = 1;
+    }
+    for (int j = 0; j < a->k; j++) {           /* k passes of argmax */
+        int   best = -1;
+        float bv = 0.0f;
+
+        for (int e = 0; e < E; e++) {
+            int taken = !(keep >> (G > 1 ? e / per : 0) & 1);
+
+            for (int i = 0; i < j && !taken; i++) {
+                taken = sel[i] == e;
+            }
+            if (!taken && (best < 0 || PIC_CHOICE(e) > bv)) {
+                best = e;
+                bv = PIC_CHOICE(e);
+            }
+        }
+        sel[j] = best;
+        selw[j] = p[best];
+        top += p[best];
+    }
+#undef PIC_CHOICE
+    for (int j = 0; j < a->k; j++) {
+        selw[j] = (a->renorm ? selw[j] / (top + 1e-20f) : selw[j]) * a->scale;
+    }
+}
+
+void
+pic_cpu_moe_route_grouped(int *sel, float *selw, float *p, const pic_moe_group_args *a)
+{
+    PIC_OP_CHECK(sel != NULL && selw != NULL && p != NULL && a != NULL);
+    PIC_OP_CHECK(a->n >= 0 && a->E > 0 && a->k > 0 && a->groups >= 1 && a->groups <= 64
+                 && a->E % a->groups == 0 && a->topk_groups >= 1
+                 && a->topk_groups <= a->groups
+                 && a->k <= a->topk_groups * (a->E / a->groups));
+
+    #pragma omp parallel for schedule(static) if (pic_cpu_par((size_t) a->n * a->E * a->k > PIC_GLUE_PAR_FLOATS))
+    for (int t = 0; t < a->n; t++) {
+        pic_moe_group_row(sel + (size_t) t * a->k, selw + (size_t) t * a->k,
+                          p + (size_t) t * a->E, a);
     }
 }
 

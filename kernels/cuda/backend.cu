@@ -168,6 +168,43 @@ cuda_moe_route(int *sel, float *selw, float *p, int n, int E, int k, int renorm)
     PIC_CUDA_OP(pic_cuda_moe_route(sel, selw, p, n, E, k, renorm));
 }
 
+static void
+cuda_ssd_scan(const pic_ssd_args *a)
+{
+    PIC_CUDA_OP(pic_cuda_ssd_scan(a));
+}
+
+static void
+cuda_gated_rmsnorm(float *y, const float *z, const float *w, int n, int dim,
+                   int groups, float eps)
+{
+    PIC_CUDA_OP(pic_cuda_gated_rmsnorm(y, z, w, n, dim, groups, eps));
+}
+
+static void
+cuda_scale_add(float *y, const float *x, float a, float b, size_t n)
+{
+    PIC_CUDA_OP(pic_cuda_scale_add(y, x, a, b, n));
+}
+
+static void
+cuda_mla_attention(const pic_mla_args *a)
+{
+    PIC_CUDA_OP(pic_cuda_mla_attention(a));
+}
+
+static void
+cuda_scale_rows(float *x, int ld, int n, int dim, float alpha)
+{
+    PIC_CUDA_OP(pic_cuda_scale_rows(x, ld, n, dim, alpha));
+}
+
+static void
+cuda_moe_route_grouped(int *sel, float *selw, float *p, const pic_moe_group_args *a)
+{
+    PIC_CUDA_OP(pic_cuda_moe_route_grouped(sel, selw, p, a));
+}
+
 /* --- memory (pic_cuda.h's helpers; a failure aborts, as an op's) --- */
 
 static void *
@@ -246,6 +283,12 @@ pic_backend_cuda(void)
     b->gdn_gates = cuda_gdn_gates;
     b->kv_store = cuda_kv_store;
     b->moe_route = cuda_moe_route;
+    b->ssd_scan = cuda_ssd_scan;
+    b->gated_rmsnorm = cuda_gated_rmsnorm;
+    b->scale_add = cuda_scale_add;
+    b->mla_attention = cuda_mla_attention;
+    b->scale_rows = cuda_scale_rows;
+    b->moe_route_grouped = cuda_moe_route_grouped;
     b->host = 0;
     b->mem_alloc = cuda_mem_alloc;
     b->mem_free = cuda_mem_free;

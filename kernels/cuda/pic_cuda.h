@@ -205,6 +205,28 @@ int pic_cuda_kv_store(float *kc, float *vc, int cap, const float *k,
 int pic_cuda_moe_route(int *sel, float *selw, float *p, int n, int E, int k,
                        int renorm);
 
+/* The absorbed MLA attention (pic_mla_args; the struct and *kvb host
+ * memory, every tensor device memory); kv_lora_rank <= 6000. */
+int pic_cuda_mla_attention(const pic_mla_args *a);
+
+/* x + r*ld (dim) ×= alpha for r < n. */
+int pic_cuda_scale_rows(float *x, int ld, int n, int dim, float alpha);
+
+/* The grouped MoE router (pic_moe_group_args; bias device memory). */
+int pic_cuda_moe_route_grouped(int *sel, float *selw, float *p,
+                               const pic_moe_group_args *a);
+/* --- Mamba2 (ssd.cu; contracts: pic_kernels.h) --- */
+
+/* The Mamba2 scan token by token, one thread per state row. */
+int pic_cuda_ssd_scan(const pic_ssd_args *a);
+
+/* y(n, dim) ← grouped RMSNorm of y · silu(z), times w(dim). */
+int pic_cuda_gated_rmsnorm(float *y, const float *z, const float *w, int n, int dim,
+                           int groups, float eps);
+
+/* y(n) ← a·x + b·y. */
+int pic_cuda_scale_add(float *y, const float *x, float a, float b, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

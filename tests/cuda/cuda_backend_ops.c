@@ -43,7 +43,16 @@
  *   scatter_add: a = n, b = dim, c = rows of x, d = with ids, e = with wts
  *   gdn_gates:  a = n, b = Hv
  *   kv_store:   a = n, b = Hkv, c = hd, d = cap, e = p0
- *   moe_route:  a = n, b = E, c = k, d = renorm (sel must match exactly) */
+ *   moe_route:  a = n, b = E, c = k, d = renorm (sel must match exactly)
+ *   moe_route_grouped: a = n, b = E, c = k, d = groups, e = topk groups,
+ *               f = sigmoid + bias + renorm (V3; 0: softmax, V2)
+ *   scale_rows: a = n, b = ld, c = dim
+ *   mla_attention: a = n, b = Hq, c = r, d = first qpos, e = n_keys (dn 128,
+ *               dr 64, dv 128: the released head dims); wt of kv_b
+ *   ssd_scan:   a = n, b = H, c = G, d = P, e = N, f = 1: no output, decay
+ *               product (a segment's S|0 and Π a)
+ *   gated_rmsnorm: a = n, b = dim, c = groups
+ *   scale_add:  a = n, b = 1: in place (y ← b·y) */
 typedef struct {
     const char *op;
     int         a, b, c, d, e, f;
@@ -179,6 +188,21 @@ static const cuda_case cases[] = {
     { "kv_store", 1, 2, 256, 4096, 4095, 0, F32, 0 },
     { "moe_route", 7, 64, 8, 1, 0, 0, F32, 1e-12 },
     { "moe_route", 33, 128, 4, 0, 0, 0, F32, 1e-12 },
+    { "moe_route_grouped", 9, 64, 6, 8, 3, 1, F32, 1e-12 },
+    { "moe_route_grouped", 5, 64, 6, 8, 4, 0, F32, 1e-12 },
+    { "scale_rows", 17, 48, 40, 0, 0, 0, F32, 0 },
+    { "mla_attention", 1, 16, 512, 300, 301, 0, BF16, 1e-10 },
+    { "mla_attention", 4, 8, 512, 40, 44, 0, F32, 1e-10 },
+
+    /* Mamba2: Granite 4.0-H-Tiny's mixer (48 heads × 64, N 128, 1 group) and odd ones */
+    { "ssd_scan", 1, 48, 1, 64, 128, 0, F32, 1e-10 },
+    { "ssd_scan", 200, 48, 1, 64, 128, 0, F32, 1e-10 },
+    { "ssd_scan", 37, 6, 3, 5, 7, 0, F32, 1e-10 },
+    { "ssd_scan", 64, 8, 2, 16, 12, 1, F32, 1e-10 },
+    { "gated_rmsnorm", 64, 3072, 1, 0, 0, 0, F32, 1e-12 },
+    { "gated_rmsnorm", 5, 96, 4, 0, 0, 0, F32, 1e-12 },
+    { "scale_add", 64 * 1536, 0, 0, 0, 0, 0, F32, 1e-12 },
+    { "scale_add", 17, 1, 0, 0, 0, 0, F32, 1e-12 },
 };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -708,6 +732,73 @@ run_glue(const pic_backend *cpu, const pic_backend *gpu, const cuda_case *c)
         e = ev > e ? ev : e;
         pic_cuda_free(dkc); pic_cuda_free(dvc); pic_cuda_free(dk); pic_cuda_free(dv);
         free(kc); free(vc); free(k); free(v);
+    } else if (strcmp(c->op, "moe_route_grouped") == 0) {
+        int    n = c->a, E = c->b, k = c->c;
+        float *p = host_rand((size_t) n * E, 4.0f), *w = malloc((size_t) n * k * 4);
+        float *bias = host_rand((size_t) E, 0.2f), *dbias = dev_copy(bias, (size_t) E * 4);
+        int   *sel = malloc((size_t) n * k * sizeof(int)), *got = malloc((size_t) n * k * sizeof(int));
+        float *dp = dev_copy(p, (size_t) n * E * 4), *dw = pic_cuda_malloc((size_t) n * k * 4);
+        int   *dsel = pic_cuda_malloc((size_t) n * k * sizeof(int));
+        pic_moe_group_args a = { .n = n, .E = E, .k = k, .groups = c->d,
+                                 .topk_groups = c->e, .sigmoid = c->f, .renorm = c->f,
+                                 .scale = 2.5f, .bias = c->f ? bias : NULL };
+        pic_moe_group_args da = a;
+        double ew;
+
+        da.bias = c->f ? dbias : NULL;
+        cpu->moe_route_grouped(sel, w, p, &a);
+        gpu->moe_route_grouped(dsel, dw, dp, &da);
+        e = cmp(dp, p, (size_t) n * E);
+        ew = cmp(dw, w, (size_t) n * k);
+        e = ew > e ? ew : e;
+        assert_int_equal(pic_cuda_download(got, dsel, (size_t) n * k * sizeof(int)), 0);
+        if (memcmp(got, sel, (size_t) n * k * sizeof(int)) != 0) {
+            print_message("moe_route_grouped: the selected experts differ\n");
+            e = INFINITY;
+        }
+        pic_cuda_free(dp); pic_cuda_free(dw); pic_cuda_free(dsel); pic_cuda_free(dbias);
+        free(p); free(w); free(sel); free(got); free(bias);
+    } else if (strcmp(c->op, "scale_rows") == 0) {
+        int    n = c->a, ld = c->b, dim = c->c;
+        float *x = host_rand((size_t) n * ld, 1.0f), *dx = dev_copy(x, (size_t) n * ld * 4);
+
+        cpu->scale_rows(x, ld, n, dim, 1.7f);
+        gpu->scale_rows(dx, ld, n, dim, 1.7f);
+        e = cmp(dx, x, (size_t) n * ld);
+        pic_cuda_free(dx);
+        free(x);
+    } else if (strcmp(c->op, "mla_attention") == 0) {
+        int       n = c->a, Hq = c->b, r = c->c, dn = 128, dr = 64, dv = 128, nk = c->e;
+        size_t    nq = (size_t) n * Hq * (dr + dn), nl = (size_t) nk * (dr + r);
+        size_t    no = (size_t) n * Hq * dv;
+        float    *q = host_rand(nq, 1.0f), *lat = host_rand(nl, 1.0f);
+        float    *o = malloc(no * 4);
+        int      *qpos = malloc((size_t) n * sizeof(int));
+        cuda_wmat W;
+
+        for (int t = 0; t < n; t++) {
+            qpos[t] = c->d + t;
+        }
+        wmat_make(&W, c->wt, Hq * (dn + dv), r);
+        float *dq = dev_copy(q, nq * 4), *dl = dev_copy(lat, nl * 4);
+        float *dout = pic_cuda_malloc(no * 4);
+        int   *dpos = dev_copy(qpos, (size_t) n * sizeof(int));
+        pic_mla_args a = { .n = n, .Hq = Hq, .dn = dn, .dr = dr, .dv = dv, .r = r,
+                           .q = q, .qpos = qpos, .lat = lat, .n_keys = nk, .kvb = &W.h,
+                           .scale = 1.0f / sqrtf(192.0f), .o = o };
+        pic_mla_args da = a;
+
+        da.q = dq;
+        da.qpos = dpos;
+        da.lat = dl;
+        da.kvb = &W.d;
+        da.o = dout;
+        cpu->mla_attention(&a);
+        gpu->mla_attention(&da);
+        e = cmp(dout, o, no);
+        pic_cuda_free(dq); pic_cuda_free(dl); pic_cuda_free(dout); pic_cuda_free(dpos);
+        wmat_drop(&W);
+        free(q); free(lat); free(o); free(qpos);
     } else if (strcmp(c->op, "moe_route") == 0) {
         int    n = c->a, E = c->b, k = c->c, renorm = c->d;
         float *p = host_rand((size_t) n * E, 4.0f), *w = malloc((size_t) n * k * 4);
@@ -728,6 +819,85 @@ run_glue(const pic_backend *cpu, const pic_backend *gpu, const cuda_case *c)
         }
         pic_cuda_free(dp); pic_cuda_free(dw); pic_cuda_free(dsel);
         free(p); free(w); free(sel); free(got);
+    }
+    return e;
+}
+
+/* --- Mamba2 --- */
+
+static double
+run_mamba(const pic_backend *cpu, const pic_backend *gpu, const cuda_case *c)
+{
+    double e = 0.0;
+
+    if (strcmp(c->op, "ssd_scan") == 0) {
+        int    n = c->a, H = c->b, G = c->c, P = c->d, N = c->e, ld = H * P + 2 * G * N;
+        size_t nx = (size_t) n * ld, ns = (size_t) H * P * N, ny = (size_t) n * H * P;
+        float *x = host_rand(nx, 1.0f), *dt = host_rand((size_t) n * H, 2.0f);
+        float *db = host_rand(H, 1.0f), *A = host_rand(H, 1.0f), *D = host_rand(H, 1.0f);
+        float *S = host_rand(ns, 1.0f), *y = calloc(ny, sizeof(float));
+        float  dec[256];
+
+        for (int h = 0; h < H; h++) {
+            db[h] -= 2.0f;
+            A[h] = -expf(2.0f * A[h]);
+            dec[h] = 1.0f;
+        }
+        float *dx = dev_copy(x, nx * 4), *ddt = dev_copy(dt, (size_t) n * H * 4);
+        float *ddb = dev_copy(db, H * 4), *dA = dev_copy(A, H * 4), *dD = dev_copy(D, H * 4);
+        float *dS = dev_copy(S, ns * 4), *dy = dev_copy(y, ny * 4);
+        float *ddec = dev_copy(dec, H * 4);
+        pic_ssd_args a = { .n = n, .H = H, .G = G, .P = P, .N = N, .x = x,
+                           .B = x + H * P, .C = c->f ? NULL : x + H * P + G * N, .ldx = ld,
+                           .dt = dt, .dt_bias = db, .dt_min = 0.0f, .dt_max = INFINITY,
+                           .A = A, .D = D, .S = S, .y = c->f ? NULL : y, .ldy = H * P,
+                           .decay = c->f ? dec : NULL };
+        pic_ssd_args g = a;
+
+        g.x = dx;
+        g.B = dx + H * P;
+        g.C = c->f ? NULL : dx + H * P + G * N;
+        g.dt = ddt;
+        g.dt_bias = ddb;
+        g.A = dA;
+        g.D = dD;
+        g.S = dS;
+        g.y = c->f ? NULL : dy;
+        g.decay = c->f ? ddec : NULL;
+        cpu->ssd_scan(&a);
+        gpu->ssd_scan(&g);
+        e = cmp(dS, S, ns);
+        if (c->f) {
+            double ed = cmp(ddec, dec, (size_t) H);
+            e = ed > e ? ed : e;
+        } else {
+            double ey = cmp(dy, y, ny);
+            e = ey > e ? ey : e;
+        }
+        pic_cuda_free(dx); pic_cuda_free(ddt); pic_cuda_free(ddb); pic_cuda_free(dA);
+        pic_cuda_free(dD); pic_cuda_free(dS); pic_cuda_free(dy); pic_cuda_free(ddec);
+        free(x); free(dt); free(db); free(A); free(D); free(S); free(y);
+    } else if (strcmp(c->op, "gated_rmsnorm") == 0) {
+        int    n = c->a, dim = c->b, G = c->c;
+        size_t nn = (size_t) n * dim;
+        float *y = host_rand(nn, 1.0f), *z = host_rand(nn, 3.0f), *w = host_rand(dim, 1.0f);
+        float *dy = dev_copy(y, nn * 4), *dz = dev_copy(z, nn * 4), *dw = dev_copy(w, dim * 4);
+
+        cpu->gated_rmsnorm(y, z, w, n, dim, G, 1e-6f);
+        gpu->gated_rmsnorm(dy, dz, dw, n, dim, G, 1e-6f);
+        e = cmp(dy, y, nn);
+        pic_cuda_free(dy); pic_cuda_free(dz); pic_cuda_free(dw);
+        free(y); free(z); free(w);
+    } else {
+        size_t n = (size_t) c->a;
+        float *y = host_rand(n, 1.0f), *x = host_rand(n, 1.0f);
+        float *dy = dev_copy(y, n * 4), *dx = dev_copy(x, n * 4);
+
+        cpu->scale_add(y, c->b ? y : x, c->b ? 0.0f : 0.8f, 1.25f, n);
+        gpu->scale_add(dy, c->b ? dy : dx, c->b ? 0.0f : 0.8f, 1.25f, n);
+        e = cmp(dy, y, n);
+        pic_cuda_free(dy); pic_cuda_free(dx);
+        free(y); free(x);
     }
     return e;
 }
@@ -786,6 +956,10 @@ run_op(const char *name)
                    || strcmp(c->op, "softplus") == 0)
         {
             e = run_act(cpu, gpu, c);
+        } else if (strcmp(c->op, "ssd_scan") == 0 || strcmp(c->op, "gated_rmsnorm") == 0
+                   || strcmp(c->op, "scale_add") == 0)
+        {
+            e = run_mamba(cpu, gpu, c);
         } else {
             e = run_glue(cpu, gpu, c);
         }
@@ -821,6 +995,12 @@ static void test_scatter_add_matches_cpu(void **state) { run_op("scatter_add"); 
 static void test_gdn_gates_matches_cpu(void **state) { run_op("gdn_gates"); }
 static void test_kv_store_matches_cpu(void **state) { run_op("kv_store"); }
 static void test_moe_route_matches_cpu(void **state) { run_op("moe_route"); }
+static void test_moe_route_grouped_matches_cpu(void **state) { run_op("moe_route_grouped"); }
+static void test_scale_rows_matches_cpu(void **state) { run_op("scale_rows"); }
+static void test_mla_attention_matches_cpu(void **state) { run_op("mla_attention"); }
+static void test_ssd_scan_matches_cpu(void **state) { run_op("ssd_scan"); }
+static void test_gated_rmsnorm_matches_cpu(void **state) { run_op("gated_rmsnorm"); }
+static void test_scale_add_matches_cpu(void **state) { run_op("scale_add"); }
 
 /* The table has every slot (pic_backend_load refuses one with a NULL), the
  * memory slots round-trip, and host is 0. */
@@ -898,6 +1078,12 @@ main(void)
         cmocka_unit_test(test_gdn_gates_matches_cpu),
         cmocka_unit_test(test_kv_store_matches_cpu),
         cmocka_unit_test(test_moe_route_matches_cpu),
+        cmocka_unit_test(test_moe_route_grouped_matches_cpu),
+        cmocka_unit_test(test_scale_rows_matches_cpu),
+        cmocka_unit_test(test_mla_attention_matches_cpu),
+        cmocka_unit_test(test_ssd_scan_matches_cpu),
+        cmocka_unit_test(test_gated_rmsnorm_matches_cpu),
+        cmocka_unit_test(test_scale_add_matches_cpu),
         cmocka_unit_test(test_table_complete_and_memory_round_trips),
     };
 

@@ -138,6 +138,13 @@ def test_dashboard_shows_the_json_numbers(procs, logdir):
     assert num(t["bytes-hit"]) == doc_json["bytes"]["hit"] >= 2 * 900
     assert num(t["bytes-above-prefix"]) == doc_json["bytes"]["above_prefix"] > 0
     assert num(t["bytes-prompt"]) == doc_json["bytes"]["prompt"]
+    # one story: the plan and the engines' report side by side, the difference said
+    served = doc_json["served"]
+    assert served["planned_by_gateway"]["above_prefix_bytes"] == doc_json["bytes"]["above_prefix"]
+    assert served["planned_by_gateway"]["requests"] == 3
+    assert num(t["tokens-pic"]) == served["reported_by_engines"]["pic_tokens"] == 0
+    assert t["served-note"] == served["note"] and "after the plan" in served["note"]
+    assert t["served-diff"] == "No engine has reported usage yet."
     assert num(t["ttft-count"]) == doc_json["ttft_ms"]["count"] == 3
     assert num(t["cdc-chunks"]) == doc_json["cdc"]["chunks"]
     assert t["redis-address"] == "not configured"

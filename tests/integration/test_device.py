@@ -24,7 +24,8 @@ BUILD = os.environ.get("PIC_BUILD", "build")
 ENGINE = os.path.join(ROOT, BUILD, "pic-engine") if not os.path.isabs(BUILD) \
     else os.path.join(BUILD, "pic-engine")
 MODELS = os.path.join(ROOT, "tests", "fixtures", "models")
-PRESETS = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads"]
+PRESETS = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads",
+           "tiny-bamba", "tiny-granite-h", "tiny-granite-h-dense"]
 IDS = [(i * 37 + 11) % 2000 for i in range(150)]
 
 
@@ -76,7 +77,7 @@ def _completion(eng, content, n=12):
     return json.loads(raw)
 
 
-@pytest.mark.parametrize("preset", ["tiny-qwen35", "tiny-qwen3next"])
+@pytest.mark.parametrize("preset", ["tiny-qwen35", "tiny-qwen3next", "tiny-granite-h"])
 def test_serve_on_device_path_equals_cpu(procs, preset):
     """`serve --device cpu-dev --cache-mode full`: prefill, batched decode of
     concurrent requests and sampling from downloaded logits give the CPU

@@ -288,10 +288,12 @@ def test_openai_agents_structured_output_after_tools(gateway):
     assert res.final_output == Weather(city="Paris", temp_f=69.8)
 
 
+@pytest.mark.parametrize("thinking", [False, True], ids=["nothink", "think"])
 @pytest.mark.parametrize("stream", [False, True])
-def test_langchain_structured_output_by_constrained_decoding(gateway, stream):
+def test_langchain_structured_output_by_constrained_decoding(gateway, stream, thinking):
     """No script matches: the random model samples, the grammar keeps it
-    inside the schema, LangChain parses the answer into the class."""
+    inside the schema, LangChain parses the answer into the class (with
+    thinking on, after the reasoning the budget closes)."""
     lc = pytest.importorskip("langchain_openai")
     import typing
 
@@ -303,7 +305,8 @@ def test_langchain_structured_output_by_constrained_decoding(gateway, stream):
 
     llm = lc.ChatOpenAI(model="m", base_url=gateway, api_key="none", max_retries=0,
                         timeout=60, max_tokens=800, streaming=stream,
-                        extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+                        extra_body={"chat_template_kwargs": {"enable_thinking": thinking},
+                                    "thinking_budget": 16})
     for seed in (1, 2):
         out = llm.bind(seed=seed).with_structured_output(Mood, method="json_schema").invoke(
             "How do you feel today?")

@@ -9,7 +9,6 @@ combine node recomputes anyway (up to the first segment it composes)."""
 import http.client
 import json
 import os
-import random
 import subprocess
 import threading
 import time
@@ -20,7 +19,9 @@ import pytest
 from tests import harness
 from tests.support.gateway import access_lines, doc, gw_conf, planned_lines, xxh128_key
 from tests.support.gateway import post, prompt, status
+from tests.support.pool import addr
 from tests.support.redis import redis_raw as redis_cmd
+from tests.support.gateway import fresh, ready  # noqa: F401
 
 TINY = os.path.join(harness.ROOT, "tests", "fixtures", "models", "tiny-qwen35")
 
@@ -40,40 +41,12 @@ def chain_keys(keys, tmpdir):
     return out
 
 
-def fresh(tag, n):
-    """About n bytes of doc()'s words that share no segment with doc()'s
-    texts: doc()'s generator is an LCG whose low bits repeat, so two seeds
-    can give overlapping texts (doc(5107, 6000) holds doc(1000, 2000))."""
-    rng = random.Random(tag)
-    words = doc(0, 200).split()
-    out = []
-    while sum(len(w) + 1 for w in out) < n:
-        out.append(rng.choice(words))
-    return " ".join(out)
-
-
 def fakes(procs, mode="exact"):
     fa = procs._add(harness.FakeBackend("capture", name="fa"))
     fb = procs._add(harness.FakeBackend("capture", name="fb"))
     for f in (fa, fb):
         f.cache_mode = mode
     return fa, fb
-
-
-def ready(ngx, n=2):
-    """Engine ids and cache modes learned by the probes; every worker
-    connected to redis when there is one."""
-    harness.wait_for(lambda: len(status(ngx)["engines"]) == n
-                     and all(e["id"] and e["cache_mode"] != "unknown"
-                             for e in status(ngx)["engines"]),
-                     timeout=5, what="engine ids and cache modes from probes")
-    if status(ngx)["redis"]["configured"]:
-        harness.wait_for(lambda: status(ngx)["redis"]["up_workers"] == 2, timeout=5,
-                         what="both workers connected to redis")
-
-
-def addr(f):
-    return f"127.0.0.1:{f.port}"
 
 
 def engine_pair(procs, loc=""):

@@ -300,6 +300,30 @@ def test_check_flags_a_slightly_wrong_model(meta, prompt, tmp_path):
         _check(got, want32, want64, "perturbed")
 
 
+MAMBA_PERTURB_CASES = [c for c in CASES if c.values[0]["preset"] == "tiny-bamba"
+                       and c.values[1]["name"] == "long"]
+
+
+@pytest.mark.skipif(not MAMBA_PERTURB_CASES, reason="no tiny-bamba long-prompt fixture")
+@pytest.mark.parametrize("meta,prompt", MAMBA_PERTURB_CASES)
+def test_check_flags_a_slightly_wrong_mamba2_decay(meta, prompt, tmp_path):
+    """Negative control for the Mamba2 path: A_log of one head of the last
+    Mamba2 layer moved by 1e-3 (its decay rate by 0.1%) moves logits by ~1e-3
+    and no greedy token, yet the bounds flag it."""
+    model = tmp_path / "model"
+    shutil.copytree(os.path.join(ROOT, meta["model_dir"]), model)
+    _perturb_f32(str(model), "model.layers.3.mamba.A_log", 5, 1e-3)
+    want32, want64 = _expected(meta, prompt)
+    got = _engine_logits(meta, _tokens(prompt), tmp_path, model_dir=str(model))
+    n = prompt["n_prompt"]
+    assert got[n - 1:].argmax(axis=1).tolist() == prompt["continuation"]
+    err64, err32, bound32 = _errors(got, want32, want64)
+    assert err64.max() < 20 * TOL
+    assert (err64 > bound32).sum() >= 5
+    with pytest.raises(AssertionError):
+        _check(got, want32, want64, "perturbed")
+
+
 @pytest.mark.skipif(not CASES, reason="no oracle fixtures under tests/fixtures/oracle")
 @pytest.mark.parametrize("meta,prompt", CASES)
 def test_greedy_generate_reproduces_continuation(meta, prompt):

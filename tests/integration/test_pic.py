@@ -23,9 +23,13 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("PIC_BUILD", "build")
 PIC_LAB = os.path.join(ROOT, BUILD, "pic-lab")  # bench/pic_lab.c
 ORACLE_DIR = os.path.join(ROOT, "tests", "fixtures", "oracle")
-MODELS = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads"]
-# all-attention architectures: an entry is K/V only (no state, no conv window)
-ATTN_MODELS = ["tiny-llama", "tiny-llama-tied", "tiny-qwen3", "tiny-qwen2"]
+MODELS = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads",
+          # Mamba2 hybrids: the scalar transition family (one decay per head)
+          "tiny-bamba", "tiny-granite-h", "tiny-granite-h-dense"]
+# all-attention architectures: an entry is K/V only (no state, no conv window);
+# MLA (DeepSeek): the latent rows [k_pe | c_KV] only, k_pe re-rotated at placement
+ATTN_MODELS = ["tiny-llama", "tiny-llama-tied", "tiny-qwen3", "tiny-qwen2",
+               "tiny-deepseek-v2", "tiny-deepseek-v3"]
 
 
 def model_dir(name):

@@ -400,26 +400,35 @@ def test_parallel_tool_calls_false_keeps_one(procs):
     assert [g["name"] for g in assemble(deltas)] == ["get_weather"] and finish == "tool_calls"
 
 
-@pytest.mark.parametrize("model,opening", [
-    (TINY, "<tool_call>\n<function=c_to_f>\n"),
-    (TINY_NEXT, '<tool_call>\n{"name": "c_to_f", "arguments": '),
-])
-def test_tool_choice_named_opens_that_call(procs, model, opening):
-    """The first generated tokens are the call's opening whatever the model
-    says; a random model's continuation rarely completes the block, which
-    then stays in the content as text (asserted either way)."""
+@pytest.mark.parametrize("model", [TINY, TINY_NEXT])
+def test_tool_choice_named_opens_that_call(procs, model):
+    """Thinking off: the first generated tokens are the call's opening
+    whatever the model says, and the call is completed within max_tokens
+    (the grammar's shortest completion when the budget comes near)."""
     eng = engine(procs, model=model)
     c = client(eng)
     r = c.chat.completions.create(model="m", messages=msgs("hi"), tools=[WEATHER, TO_F],
                                   tool_choice={"type": "function",
                                                "function": {"name": "c_to_f"}},
-                                  max_tokens=48, temperature=0)
+                                  max_tokens=48, temperature=0,
+                                  extra_body={"chat_template_kwargs": {"enable_thinking": False}})
     m = r.choices[0].message
     assert not getattr(m, "reasoning_content", None)
-    if m.tool_calls:
-        assert [t.function.name for t in m.tool_calls] == ["c_to_f"]
-    else:
-        assert m.content.startswith(opening)
+    assert [t.function.name for t in m.tool_calls] == ["c_to_f"]
+    assert isinstance(json.loads(m.tool_calls[0].function.arguments)["c"], (int, float))
+
+
+def test_tool_choice_named_reasons_first_when_thinking(procs):
+    """Thinking on: the model reasons (bounded), the think block is closed
+    for it, then the call of that function follows its schema."""
+    eng = engine(procs)
+    r = client(eng).chat.completions.create(
+        model="m", messages=msgs("hi"), tools=[WEATHER, TO_F], max_tokens=48, temperature=0,
+        tool_choice={"type": "function", "function": {"name": "c_to_f"}})
+    m = r.choices[0].message
+    assert getattr(m, "reasoning_content", None)
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert [t.function.name for t in m.tool_calls] == ["c_to_f"]
 
 
 def test_tool_choice_required_opens_a_call(procs):

@@ -2,6 +2,7 @@
 and keys (shared by the gateway suites and bench/agent.py's gateway mode)."""
 import json
 import os
+import random
 import struct
 import subprocess
 
@@ -104,3 +105,27 @@ def post(ngx, body, path="/v1/completions"):
 
 def prompt(*docs):
     return MARK.join(docs)
+
+
+def fresh(tag, n):
+    """About n bytes of doc()'s words that share no segment with doc()'s
+    texts: doc()'s generator is an LCG whose low bits repeat, so two seeds
+    can give overlapping texts (doc(5107, 6000) holds doc(1000, 2000))."""
+    rng = random.Random(tag)
+    words = doc(0, 200).split()
+    out = []
+    while sum(len(w) + 1 for w in out) < n:
+        out.append(rng.choice(words))
+    return " ".join(out)
+
+
+def ready(ngx, n=2):
+    """Engine ids and cache modes learned by the probes; every worker
+    connected to redis when there is one."""
+    harness.wait_for(lambda: len(status(ngx)["engines"]) == n
+                     and all(e["id"] and e["cache_mode"] != "unknown"
+                             for e in status(ngx)["engines"]),
+                     timeout=5, what="engine ids and cache modes from probes")
+    if status(ngx)["redis"]["configured"]:
+        harness.wait_for(lambda: status(ngx)["redis"]["up_workers"] == 2, timeout=5,
+                         what="both workers connected to redis")

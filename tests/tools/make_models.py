@@ -61,7 +61,9 @@ from tests.tools.make_tokenizer import make_tokenizer  # noqa: E402
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 FIXTURE_DIR = os.path.join(ROOT, "tests", "fixtures", "models")
 FIXTURE_PRESETS = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads",
-                   "tiny-llama", "tiny-llama-tied", "tiny-qwen3", "tiny-qwen2"]
+                   "tiny-llama", "tiny-llama-tied", "tiny-qwen3", "tiny-qwen2",
+                   "tiny-deepseek-v2", "tiny-deepseek-v3",
+                   "tiny-bamba", "tiny-granite-h", "tiny-granite-h-dense"]
 
 # transformers version whose save_pretrained output the json files reproduce
 TRANSFORMERS_VERSION = "5.23.0"
@@ -72,6 +74,10 @@ L, F = "linear_attention", "full_attention"
 
 # families without Gated DeltaNet: every layer full attention, norms x * w
 PLAIN = ("llama", "qwen2", "qwen3")
+# multi-head latent attention (every layer), dense first layers, then MoE; norms x * w
+DEEPSEEK = ("deepseek_v2", "deepseek_v3")
+# Mamba2 + attention hybrids: L marks a Mamba2 layer, F an attention layer; norms x * w
+MAMBA = ("bamba", "granitemoehybrid")
 
 # Common fields: family, hidden H, layer_types, Hq/Hkv/hd (full attention),
 # Hk/Hv/dk/dv (Gated DeltaNet), K conv kernel, I dense intermediate, tied,
@@ -127,6 +133,71 @@ PRESETS = {
         family="qwen2", H=64, layer_types=[F, F], Hq=4, Hkv=2, hd=16, I=112,
         tied=False, dtype="f32", rope_theta=1000000.0, rms_eps=1e-06,
         max_pos=32768, legacy_config=True),
+    # DeepSeek-V2 layout: q_proj straight from x (no q_lora), head dims that differ
+    # (nope 16, rope 8, v 12: the expanded head pads V to 24), YaRN with mscale !=
+    # mscale_all_dim (attention factor 1.065 on cos/sin, softmax scale x 1.14),
+    # layer 0 dense, layers 1-2 MoE routed group-limited (4 groups of 2, best 2
+    # groups), rms_norm_eps 1e-5 (the low-rank norms keep 1e-6), tied, BF16 matrices
+    "tiny-deepseek-v2": dict(
+        family="deepseek_v2", H=64, layer_types=[F, F, F], Hq=4, Hkv=4, hd=8, I=96,
+        q_lora=None, kv_lora=32, dn=16, dr=8, dv=12, E=8, topk=2, Ie=24, n_shared=1,
+        first_dense=1, n_group=4, topk_group=2, topk_method="group_limited_greedy",
+        routed_scale=1.5, tied=True, dtype="bf16-mixed", rms_eps=1e-05, max_pos=4096,
+        rope_parameters={"beta_fast": 32, "beta_slow": 1, "factor": 4.0, "mscale": 1.0,
+                         "mscale_all_dim": 0.5, "original_max_position_embeddings": 1024,
+                         "rope_theta": 10000.0, "rope_type": "yarn"}),
+    # DeepSeek-V3 layout: q_lora 24, v_head_dim 32 > nope + rope 24 (the expanded head
+    # pads K), interleaved rotary pairs, default RoPE, sigmoid router with a
+    # correction bias, 4 groups ranked by their two best, top-3 renormalised, x 2.5,
+    # one shared expert, layer 0 dense; untied, BF16 matrices with F32 norms / bias
+    "tiny-deepseek-v3": dict(
+        family="deepseek_v3", H=64, layer_types=[F, F, F], Hq=4, Hkv=4, hd=8, I=96,
+        q_lora=24, kv_lora=32, dn=16, dr=8, dv=32, E=8, topk=3, Ie=24, n_shared=1,
+        first_dense=1, n_group=4, topk_group=2, routed_scale=2.5, norm_topk_prob=True,
+        tied=False, dtype="bf16-mixed", rms_eps=1e-05, max_pos=4096,
+        rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}),
+    # bench/mla.py's three of one size (H 512, 4 layers, dense 1024, 8 query heads;
+    # not committed): MLA in the V3 layout (q_lora 256, kv_lora 256, nope/rope/v
+    # 64/32/64), GQA (Llama, 8/2 heads of 64) and the hybrid (3 GDN + 1 attention)
+    "bench-mla": dict(
+        family="deepseek_v3", H=512, layer_types=[F, F, F, F], Hq=8, Hkv=8, hd=32, I=1024,
+        q_lora=256, kv_lora=256, dn=64, dr=32, dv=64, E=8, topk=2, Ie=64, n_shared=1,
+        first_dense=4, n_group=1, topk_group=1, routed_scale=1.0, norm_topk_prob=True,
+        tied=True, dtype="bf16-mixed", rms_eps=1e-06, max_pos=32768,
+        rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}),
+    "bench-gqa": dict(
+        family="llama", H=512, layer_types=[F, F, F, F], Hq=8, Hkv=2, hd=64, I=1024,
+        tied=True, dtype="bf16-all", rope_theta=10000.0, rms_eps=1e-05, max_pos=32768),
+    "bench-hybrid": dict(
+        family="qwen3_5", H=512, layer_types=[L, L, L, F], Hq=8, Hkv=2, hd=64,
+        Hk=4, Hv=4, dk=64, dv=64, I=1024, tied=True, dtype="bf16-mixed"),
+    # Bamba: Mamba2 (Hm 8 heads of P 16, N 12, 2 groups, chunk 16: the prompts cross
+    # chunk edges) + GQA attention with partial RoPE (0.5) on layer 2, dense MLP
+    "tiny-bamba": dict(
+        family="bamba", H=64, layer_types=[L, L, F, L], Hq=4, Hkv=2, hd=16,
+        Hm=8, G=2, N=12, K=4, expand=2, chunk=16, I=96,
+        tied=True, dtype="bf16-mixed"),
+    # Granite 4.0-H: Mamba2 + RoPE attention, MoE (4 experts, top 2) + shared MLP,
+    # the four multipliers away from 1
+    "tiny-granite-h": dict(
+        family="granitemoehybrid", H=64, layer_types=[L, F, L, L, F], Hq=4, Hkv=2, hd=16,
+        Hm=8, G=2, N=12, K=4, expand=2, chunk=16, E=4, topk=2, Ie=32, Is=48, rope=True,
+        emb_mult=1.25, resid_mult=0.8, attn_mult=0.2, logits_scaling=2.0,
+        tied=True, dtype="bf16-mixed"),
+    # Granite 4.0-H without experts (the shared MLP alone) and without positions
+    # (position_embedding_type null), 4 groups of B/C, N 8
+    "tiny-granite-h-dense": dict(
+        family="granitemoehybrid", H=64, layer_types=[L, L, F, L], Hq=4, Hkv=1, hd=16,
+        Hm=8, G=4, N=8, K=4, expand=2, chunk=16, E=0, Is=96, rope=False,
+        emb_mult=2.0, resid_mult=0.7, attn_mult=0.3, logits_scaling=1.5,
+        tied=True, dtype="bf16-mixed"),
+    # a grown Granite 4.0-H for timing (not committed, ~70 MB): 6 Mamba2 layers (Hm 16
+    # heads of 64, N 128, one group, Granite-4.0-H-Tiny's mixer shapes per head) + 2 attention
+    "mid-granite-h": dict(
+        family="granitemoehybrid", H=512, layer_types=[L, L, L, F, L, L, L, F], Hq=4, Hkv=2,
+        hd=128, Hm=16, G=1, N=128, K=4, expand=2, chunk=256, E=0, Is=1536, rope=True,
+        emb_mult=1.25, resid_mult=0.8, attn_mult=0.088, logits_scaling=2.0,
+        tied=True, dtype="bf16-mixed"),
     # benchmark model: Qwen3.5-0.8B shapes, 8 layers (not committed, ~850 MB)
     "mid": dict(
         family="qwen3_5", H=1024, layer_types=[L, L, L, F, L, L, L, F],
@@ -194,7 +265,12 @@ def text_dims(p, vocab):
     d = dict(p)
     d["V"] = p.get("vocab", vocab)
     d["n_layers"] = len(p["layer_types"])
-    if p["family"] in PLAIN:
+    if p["family"] in PLAIN or p["family"] in DEEPSEEK:
+        return d
+    if p["family"] in MAMBA:
+        d["Im"] = p["expand"] * p["H"]
+        d["P"] = d["Im"] // p["Hm"]
+        d["conv"] = d["Im"] + 2 * p["G"] * p["N"]
         return d
     d["K"] = p.get("K", 4)
     d["conv"] = 2 * p["Hk"] * p["dk"] + p["Hv"] * p["dv"]
@@ -228,8 +304,12 @@ def tensor_specs(d):
     ("normal", std) | ("normal_around", centre, std) | ("A_log",) | ("uniform", lo, hi)."""
     H, V = d["H"], d["V"]
     fam = d["family"]
+    if fam in DEEPSEEK:
+        return deepseek_tensor_specs(d)
     if fam in PLAIN:
         return plain_tensor_specs(d)
+    if fam in MAMBA:
+        return mamba_tensor_specs(d)
     pre = "model." if fam == "qwen3_next" else "model.language_model."
     emb_std = EMB_SCALE / math.sqrt(H)
     specs = []
@@ -342,6 +422,124 @@ def plain_tensor_specs(d):
     return sorted(specs, key=lambda s: s[0])
 
 
+def mamba_tensor_specs(d):
+    """(name, shape, init) of a bamba / granitemoehybrid checkpoint (released names:
+    Granite's experts as block_sparse_moe.input_linear / output_linear / router.layer)."""
+    H, V, fam = d["H"], d["V"], d["family"]
+    Hm, G, N, K, Im, C = d["Hm"], d["G"], d["N"], d["K"], d["Im"], d["conv"]
+    emb_std = EMB_SCALE / math.sqrt(H)
+    specs = []
+
+    def lin(name, out_f, in_f, gain=1.0):
+        specs.append((name, (out_f, in_f), ("normal", gain / math.sqrt(in_f))))
+
+    def rms(name, n):
+        specs.append((name, (n,), ("normal_around", 1.0, PLAIN_NORM_STD)))
+
+    specs.append(("model.embed_tokens.weight", (V, H), ("normal", emb_std)))
+    for i, lt in enumerate(d["layer_types"]):
+        lp = "model.layers.%d." % i
+        rms(lp + "input_layernorm.weight", H)
+        rms(lp + ("pre_ff_layernorm.weight" if fam == "bamba"
+                  else "post_attention_layernorm.weight"), H)
+        if lt == L:
+            a = lp + "mamba."
+            lin(a + "in_proj.weight", Im + C + Hm, H)
+            specs.append((a + "conv1d.weight", (C, 1, K), ("normal", 1.0 / math.sqrt(K))))
+            specs.append((a + "conv1d.bias", (C,), ("normal", 0.1)))
+            # softplus(dt + dt_bias) mostly in [3e-3, 0.3]: slow and fast heads
+            specs.append((a + "dt_bias", (Hm,), ("uniform", -6.0, -2.0)))
+            specs.append((a + "A_log", (Hm,), ("A_log",)))
+            specs.append((a + "D", (Hm,), ("normal_around", 1.0, 0.2)))
+            specs.append((a + "norm.weight", (Im,), ("normal_around", 1.0, 0.1)))
+            lin(a + "out_proj.weight", H, Im, OUT_GAIN)
+        else:
+            s = lp + "self_attn."
+            lin(s + "q_proj.weight", d["Hq"] * d["hd"], H)
+            lin(s + "k_proj.weight", d["Hkv"] * d["hd"], H)
+            lin(s + "v_proj.weight", d["Hkv"] * d["hd"], H)
+            lin(s + "o_proj.weight", H, d["Hq"] * d["hd"], OUT_GAIN)
+        if fam == "bamba":
+            m = lp + "feed_forward."
+            lin(m + "gate_proj.weight", d["I"], H)
+            lin(m + "up_proj.weight", d["I"], H)
+            lin(m + "down_proj.weight", H, d["I"], OUT_GAIN)
+            continue
+        lin(lp + "shared_mlp.input_linear.weight", 2 * d["Is"], H)
+        lin(lp + "shared_mlp.output_linear.weight", H, d["Is"], OUT_GAIN)
+        if d["E"] > 0:
+            E, Ie = d["E"], d["Ie"]
+            b = lp + "block_sparse_moe."
+            lin(b + "router.layer.weight", E, H)
+            specs.append((b + "input_linear.weight", (E, 2 * Ie, H),
+                          ("normal", 1.0 / math.sqrt(H))))
+            specs.append((b + "output_linear.weight", (E, H, Ie),
+                          ("normal", OUT_GAIN / math.sqrt(Ie))))
+    rms("model.final_layernorm.weight" if fam == "bamba" else "model.norm.weight", H)
+    if not d["tied"]:
+        specs.append(("lm_head.weight", (V, H), ("normal", emb_std)))
+    return sorted(specs, key=lambda s: s[0])
+
+
+def mamba_config(d, special):
+    """config.json of a bamba / granitemoehybrid preset as transformers 5.x saves it."""
+    fam = d["family"]
+    eot, im_end = special["<|endoftext|>"], special["<|im_end|>"]
+    c = {
+        "architectures": [{"bamba": "BambaForCausalLM",
+                           "granitemoehybrid": "GraniteMoeHybridForCausalLM"}[fam]],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": eot,
+        "dtype": "float32" if d["dtype"] == "f32" else "bfloat16",
+        "eos_token_id": im_end,
+        "hidden_act": "silu",
+        "hidden_size": d["H"],
+        "initializer_range": 0.02,
+        "mamba_chunk_size": d["chunk"],
+        "mamba_conv_bias": True,
+        "mamba_d_conv": d["K"],
+        "mamba_d_head": d["P"],
+        "mamba_d_state": d["N"],
+        "mamba_expand": d["expand"],
+        "mamba_n_groups": d["G"],
+        "mamba_n_heads": d["Hm"],
+        "mamba_proj_bias": False,
+        "model_type": fam,
+        "num_attention_heads": d["Hq"],
+        "num_hidden_layers": d["n_layers"],
+        "num_key_value_heads": d["Hkv"],
+        "pad_token_id": eot,
+        "tie_word_embeddings": d["tied"],
+        "time_step_limit": [0.0, {"__float__": "Infinity"}],
+        "transformers_version": TRANSFORMERS_VERSION,
+        "use_cache": True,
+        "vocab_size": d["V"],
+    }
+    if d["hd"] != d["H"] // d["Hq"]:
+        raise ValueError("%s has head_dim = hidden_size / num_attention_heads" % fam)
+    if fam == "bamba":
+        c.update({
+            "attn_layer_indices": [i for i, t in enumerate(d["layer_types"]) if t == F],
+            "intermediate_size": d["I"], "max_position_embeddings": 262144,
+            "mlp_bias": False, "num_logits_to_keep": 1, "rms_norm_eps": 1e-05,
+            "rope_parameters": {"partial_rotary_factor": 0.5, "rope_theta": 10000.0,
+                                "rope_type": "default"},
+            "z_loss_coefficient": 0.0})
+    else:
+        c.update({
+            "attention_multiplier": d["attn_mult"], "embedding_multiplier": d["emb_mult"],
+            "intermediate_size": d.get("Ie", 32),
+            "layer_types": list(d["layer_types"]), "logits_scaling": d["logits_scaling"],
+            "max_position_embeddings": 131072, "num_experts_per_tok": d.get("topk", 2),
+            "num_local_experts": d["E"], "output_router_logits": False,
+            "position_embedding_type": "rope" if d["rope"] else None,
+            "residual_multiplier": d["resid_mult"], "rms_norm_eps": 1e-06,
+            "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+            "router_aux_loss_coef": 0.001, "shared_intermediate_size": d["Is"]})
+    return c
+
+
 def vision_specs(out_hidden):
     """Tensors of the tiny Qwen3.5 vision tower (never used by a text engine)."""
     v = VISION
@@ -379,9 +577,63 @@ def vision_specs(out_hidden):
     return specs
 
 
+def deepseek_tensor_specs(d):
+    """(name, shape, init) of a DeepSeek-V2 / V3 checkpoint: MLA projections
+    (q_proj, or q_a_proj + q_a_layernorm + q_b_proj; kv_a_proj_with_mqa [r + dr, H],
+    kv_a_layernorm, kv_b_proj [Hq (dn + dv), r]), dense MLP on the first
+    first_dense layers, then router (+ V3 e_score_correction_bias), experts one by
+    one and the shared experts as one MLP of n_shared * Ie."""
+    H, V, fam = d["H"], d["V"], d["family"]
+    Hq, dn, dr, dv, r = d["Hq"], d["dn"], d["dr"], d["dv"], d["kv_lora"]
+    emb_std = EMB_SCALE / math.sqrt(H)
+    specs = []
+
+    def lin(name, out_f, in_f, gain=1.0):
+        specs.append((name, (out_f, in_f), ("normal", gain / math.sqrt(in_f))))
+
+    def rms(name, n, std=PLAIN_NORM_STD):
+        specs.append((name, (n,), ("normal_around", 1.0, std)))
+
+    def mlp(pre, inter):
+        lin(pre + "gate_proj.weight", inter, H)
+        lin(pre + "up_proj.weight", inter, H)
+        lin(pre + "down_proj.weight", H, inter, OUT_GAIN)
+
+    specs.append(("model.embed_tokens.weight", (V, H), ("normal", emb_std)))
+    for i in range(d["n_layers"]):
+        lp = "model.layers.%d." % i
+        rms(lp + "input_layernorm.weight", H)
+        rms(lp + "post_attention_layernorm.weight", H)
+        s = lp + "self_attn."
+        if d["q_lora"]:
+            lin(s + "q_a_proj.weight", d["q_lora"], H)
+            rms(s + "q_a_layernorm.weight", d["q_lora"])
+            lin(s + "q_b_proj.weight", Hq * (dn + dr), d["q_lora"])
+        else:
+            lin(s + "q_proj.weight", Hq * (dn + dr), H)
+        lin(s + "kv_a_proj_with_mqa.weight", r + dr, H)
+        rms(s + "kv_a_layernorm.weight", r)
+        lin(s + "kv_b_proj.weight", Hq * (dn + dv), r)
+        lin(s + "o_proj.weight", H, Hq * dv, OUT_GAIN)
+        m = lp + "mlp."
+        if i < d["first_dense"]:
+            mlp(m, d["I"])
+            continue
+        lin(m + "gate.weight", d["E"], H)
+        if fam == "deepseek_v3":
+            specs.append((m + "gate.e_score_correction_bias", (d["E"],), ("normal", 0.05)))
+        for e in range(d["E"]):
+            mlp(m + "experts.%d." % e, d["Ie"])
+        mlp(m + "shared_experts.", d["n_shared"] * d["Ie"])
+    rms("model.norm.weight", H)
+    if not d["tied"]:
+        specs.append(("lm_head.weight", (V, H), ("normal", emb_std)))
+    return sorted(specs, key=lambda s: s[0])
+
+
 def storage_dtype(policy, name):
     """'F32' or 'BF16' for tensor `name` under a preset's dtype policy."""
-    if policy == "f32":
+    if policy == "f32" or name.endswith("e_score_correction_bias"):
         return "F32"
     if policy == "bf16-all":
         return "BF16"
@@ -569,11 +821,68 @@ def plain_config(d, special):
     return c
 
 
+def deepseek_config(d, special):
+    """config.json of a DeepSeek-V2 / V3 preset as transformers 5.x save_pretrained
+    writes it (head_dim and qk_head_dim are derived keys it saves)."""
+    fam, v3 = d["family"], d["family"] == "deepseek_v3"
+    c = {
+        "architectures": ["DeepseekV3ForCausalLM" if v3 else "DeepseekV2ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": special["<|endoftext|>"],
+        "dtype": "float32" if d["dtype"] == "f32" else "bfloat16",
+        "eos_token_id": special["<|im_end|>"],
+        "first_k_dense_replace": d["first_dense"],
+        "head_dim": d["dr"],
+        "hidden_act": "silu",
+        "hidden_size": d["H"],
+        "initializer_range": 0.02,
+        "intermediate_size": d["I"],
+        "kv_lora_rank": d["kv_lora"],
+        "max_position_embeddings": d["max_pos"],
+        "model_type": fam,
+        "moe_intermediate_size": d["Ie"],
+        "n_group": d["n_group"],
+        "n_routed_experts": d["E"],
+        "n_shared_experts": d["n_shared"],
+        "norm_topk_prob": d.get("norm_topk_prob", False),
+        "num_attention_heads": d["Hq"],
+        "num_experts_per_tok": d["topk"],
+        "num_hidden_layers": d["n_layers"],
+        "num_key_value_heads": d["Hkv"],
+        "output_router_logits": False,
+        "pad_token_id": None,
+        "pretraining_tp": 1,
+        "q_lora_rank": d["q_lora"],
+        "qk_head_dim": d["dn"] + d["dr"],
+        "qk_nope_head_dim": d["dn"],
+        "qk_rope_head_dim": d["dr"],
+        "rms_norm_eps": d["rms_eps"],
+        "rope_parameters": dict(d["rope_parameters"]),
+        "routed_scaling_factor": d["routed_scale"],
+        "tie_word_embeddings": d["tied"],
+        "topk_group": d["topk_group"],
+        "transformers_version": TRANSFORMERS_VERSION,
+        "use_cache": True,
+        "v_head_dim": d["dv"],
+        "vocab_size": d["V"],
+    }
+    if v3:
+        c.update({"num_nextn_predict_layers": 1, "rope_interleave": True})
+    else:
+        c.update({"mlp_bias": False, "topk_method": d["topk_method"]})
+    return c
+
+
 def model_config(d, special):
     """The whole config.json."""
     fam = d["family"]
+    if fam in DEEPSEEK:
+        return deepseek_config(d, special)
     if fam in PLAIN:
         return plain_config(d, special)
+    if fam in MAMBA:
+        return mamba_config(d, special)
     dtype = "float32" if d["dtype"] == "f32" else "bfloat16"
     tc = text_config(d, special)
     if fam == "qwen3_next":
@@ -646,7 +955,13 @@ def describe(preset, vocab=None):
     lt = "".join("L" if t == L else "F" for t in p["layer_types"])
     s = ("%-16s %-11s H=%d layers=%s Hq/Hkv/hd=%d/%d/%d"
          % (preset, p["family"], p["H"], lt, p["Hq"], p["Hkv"], p["hd"]))
-    if p["family"] in PLAIN:
+    if p["family"] in DEEPSEEK:
+        s += " q_lora=%s kv_lora=%d dn/dr/dv=%d/%d/%d rope=%s" % (
+            p["q_lora"], p["kv_lora"], p["dn"], p["dr"], p["dv"],
+            p["rope_parameters"]["rope_type"])
+    if p["family"] in MAMBA:
+        s += " Hm/G/N/K=%d/%d/%d/%d chunk=%d" % (p["Hm"], p["G"], p["N"], p["K"], p["chunk"])
+    elif p["family"] in PLAIN:
         s += " theta=%g eps=%g" % (p["rope_theta"], p["rms_eps"])
         if p.get("rope_scaling"):
             s += " rope=%s" % p["rope_scaling"]["rope_type"]
@@ -654,8 +969,9 @@ def describe(preset, vocab=None):
         s += " Hk/Hv/dk/dv=%d/%d/%d/%d" % (p["Hk"], p["Hv"], p["dk"], p["dv"])
     if "I" in p:
         s += " I=%d" % p["I"]
-    if "E" in p:
-        s += " E=%d top%d Ie=%d Is=%d" % (p["E"], p["topk"], p["Ie"], p["Is"])
+    if p.get("E"):
+        s += " E=%d top%d Ie=%d Is=%d" % (p["E"], p["topk"], p["Ie"],
+                                          p.get("Is", p.get("n_shared", 0) * p["Ie"]))
     s += " vocab=%s %s %s" % (p.get("vocab", "tok"), "tied" if p["tied"] else "untied",
                               p["dtype"])
     return s

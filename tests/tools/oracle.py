@@ -50,6 +50,7 @@ import importlib.util
 import inspect
 import json
 import logging
+import math
 import os
 import platform
 import re
@@ -71,7 +72,8 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForImageTex
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 PRESETS = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads",
-           "tiny-llama", "tiny-llama-tied", "tiny-qwen3", "tiny-qwen2"]
+           "tiny-llama", "tiny-llama-tied", "tiny-qwen3", "tiny-qwen2",
+           "tiny-bamba", "tiny-granite-h", "tiny-granite-h-dense"]
 GDN_TYPES = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
 N_NEW = 16
 
@@ -88,7 +90,11 @@ PROMPTS = [
              "我们今天去公园散步。 Café résumé 👍"),
 ]
 
-OPTIONAL_KERNELS = ["fla", "causal_conv1d", "kernels", "flash_attn"]
+OPTIONAL_KERNELS = ["fla", "causal_conv1d", "kernels", "flash_attn", "mamba_ssm"]
+# Mamba2 hybrids: without mamba_ssm / causal_conv1d / kernels transformers runs its torch
+# Mamba2 (mamba2_chunk_scan, chunked SSD with the config's chunk size, for prefill and
+# no-cache forwards; mamba2_selective_state_update for cached decode)
+MAMBA_TYPES = ("bamba", "granitemoehybrid")
 GDN_FUNCS = ["torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule",
              "causal_conv1d_fn", "causal_conv1d_update"]
 
@@ -210,6 +216,12 @@ def file_tensor_for(param_name, model_type, f):
         name = "model.language_model." + name[len("model."):]
     if name in keys:
         return f.get_tensor(name).float()
+    # Granite 4.0-H: released expert names, renamed on load
+    for new, old in (("block_sparse_moe.experts.gate_up_proj", "block_sparse_moe.input_linear.weight"),
+                     ("block_sparse_moe.experts.down_proj", "block_sparse_moe.output_linear.weight"),
+                     ("block_sparse_moe.router.weight", "block_sparse_moe.router.layer.weight")):
+        if name.endswith(new) and name[:-len(new)] + old in keys:
+            return f.get_tensor(name[:-len(new)] + old).float()
     # Qwen3-Next: per-expert tensors on disk, fused in memory
     if name.endswith("mlp.experts.gate_up_proj") or name.endswith("mlp.experts.down_proj"):
         base = name.rsplit(".", 1)[0]
@@ -264,7 +276,7 @@ def v5_config(cfg):
 
 def expected_inv_freq(cfg):
     """RoPE inverse frequencies of a config.json (text part), computed here in float64
-    numpy from the published formulas (default; llama3 scaling)."""
+    numpy from the published formulas (default; llama3 and yarn scaling)."""
     tc = cfg.get("text_config", cfg)
     tc, _ = v5_config(tc)
     rp = tc["rope_parameters"]
@@ -278,6 +290,22 @@ def expected_inv_freq(cfg):
         smooth = (old / wl - lo) / (hi - lo)
         mid = (1 - smooth) * inv / f + smooth * inv
         inv = np.where(wl > old / lo, inv / f, np.where(wl < old / hi, inv, mid))
+    elif rp["rope_type"] == "yarn":
+        base, f = rp["rope_theta"], rp["factor"]
+        old = rp["original_max_position_embeddings"]
+        fast, slow = rp.get("beta_fast") or 32, rp.get("beta_slow") or 1
+
+        def corr(rot):
+            return dim * math.log(old / (rot * 2 * math.pi)) / (2 * math.log(base))
+        lo, hi = corr(fast), corr(slow)
+        if rp.get("truncate", True):
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, dim - 1)
+        if lo == hi:
+            hi += 0.001
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - lo) / (hi - lo), 0, 1)
+        keep = 1 - ramp
+        inv = inv / f * (1 - keep) + inv * keep
     elif rp["rope_type"] != "default":
         raise SystemExit("oracle: no reference for rope_type %s" % rp["rope_type"])
     return inv
@@ -435,6 +463,11 @@ def load64(model_dir, model32):
                 raise SystemExit("%s: float64 %s is %.3g (relative) from float64 numpy"
                                  % (model_dir, name, err))
             errs.append(err)
+    nope = getattr(model.config, "position_embedding_type", "rope") != "rope" \
+        and model.config.model_type == "granitemoehybrid"
+    if not errs and nope:
+        model.inv_freq_check = {"buffers": 0, "what": "no RoPE (position_embedding_type null)"}
+        return model, mod
     if not errs:
         raise SystemExit("%s: float64 model has no inv_freq buffer" % model_dir)
     b32 = [b for n, b in model32.named_buffers() if n.endswith("inv_freq")][0]
@@ -611,7 +644,7 @@ def run_preset(models_dir, out_dir, preset, verify_only):
             "module_outputs": ("forward hooks on every submodule, last prompt: the "
                                "floating-point outputs per module class and dtype (all "
                                "float64): %s" % json.dumps(module_outputs, sort_keys=True)),
-            "inv_freq": dict(inv_freq_check, what=(
+            "inv_freq": dict(inv_freq_check) if "what" in inv_freq_check else dict(inv_freq_check, what=(
                 "RoPE inv_freq buffers of the float64 model vs float64 numpy from the "
                 "config (default / llama3 formulas); the float32 model's for scale; how "
                 "many frequencies the config's RoPE scaling changes")),

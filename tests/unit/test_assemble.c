@@ -472,6 +472,89 @@ test_rerotation_composes(void **unused)
     assert_true(x[hd - 1] == sinf(0.37f * (float) (hd - 1)) + 0.1f);
 }
 
+/* MLA: an isolated entry's latent rows placed at offset P (k_pe turned by
+ * R(P), c_KV as stored) equal the rows the forward computes for the same
+ * segment at positions P.. behind any context, in the first layer (whose
+ * input is the token embedding alone), on the yarn (V2) and the default
+ * (V3) RoPE; and the entry holds no V. */
+static void
+test_mla_rerotation_matches_segment_at_target(void **unused)
+{
+    static const char *const names[] = { "tiny-deepseek-v2", "tiny-deepseek-v3" };
+
+    for (int mi = 0; mi < 2; mi++) {
+        pic_model *m = fixture_load(names[mi]);
+        if (m == NULL) {
+            skip();
+        }
+        const pic_config *c = &m->cfg;
+        int        L = 60, P = 211, V = c->vocab, lw = c->qk_rope_dim + c->kv_lora_rank;
+        int       *ids = fixture_tokens(P + L, V, 29);
+        pic_entry_opts o = { .w = 8, .dtype = PIC_DTYPE_F32 };
+        pic_entry *se = NULL;
+        char       err[256];
+        float     *lg = malloc((size_t) V * sizeof(float));
+        pic_state *ref = full(m, ids, P + L, lg);
+        pic_state *s = pic_state_init(c, 0, err, sizeof(err));
+
+        assert_int_equal(pic_entry_build(m, NULL, ids + P, L, &o, &se, NULL, err,
+                                         sizeof(err)), 0);
+        assert_non_null(se);
+        assert_true(se->vd == 0 && se->bytes_V == 0 && se->layer[0].V == NULL);
+        assert_int_equal((int) se->bytes_K, c->n_layers * (se->i1 - se->i0) * lw * 4);
+        assert_int_equal(pic_state_reserve(s, P + L, err, sizeof(err)), 0);
+        assert_int_equal(pic_assemble_place_kv(m, s, se, P), 0);
+
+        size_t at = (size_t) (P + se->i0) * lw, rows = (size_t) (se->i1 - se->i0);
+        float  dpe = 0.0f, dc = 0.0f, mag = 0.0f;
+        for (size_t t = 0; t < rows; t++) {
+            const float *a = s->kc[0] + at + t * lw, *b = ref->kc[0] + at + t * lw;
+
+            for (int d = 0; d < lw; d++) {
+                float e = fabsf(a[d] - b[d]);
+                if (d < c->qk_rope_dim) {
+                    dpe = fmaxf(dpe, e);
+                    mag = fmaxf(mag, fabsf(b[d]));
+                } else {
+                    dc = fmaxf(dc, e);
+                }
+            }
+        }
+        /* the same k_pe unrotated would be far off: the check has teeth */
+        float dnone = 0.0f;
+        for (size_t t = 0; t < rows; t++) {
+            const float *a = (const float *) se->layer[0].K + t * lw;
+            const float *b = ref->kc[0] + at + t * lw;
+
+            for (int d = 0; d < c->qk_rope_dim; d++) {
+                dnone = fmaxf(dnone, fabsf(a[d] - b[d]));
+            }
+        }
+        print_message("%s: placed at %d, layer 0: max |Δk_pe| %.3g (|k_pe| %.3g, unrotated "
+                      "%.3g), max |Δc_KV| %.3g\n", names[mi], P, dpe, mag, dnone, dc);
+        assert_true(dpe <= 1e-5f * fmaxf(1.0f, mag));
+        assert_true(dc <= 1e-6f);
+        assert_true(dnone > 100.0f * dpe);
+
+        /* the latent entry serialises (K tensors only) and reads back whole */
+        size_t     sz = pic_entry_serialized_size(se);
+        void      *buf = malloc(sz);
+        assert_int_equal(pic_entry_serialize(se, buf, sz), sz);
+        pic_entry *back = pic_entry_deserialize(m, buf, sz, err, sizeof(err));
+        assert_non_null(back);
+        assert_int_equal(pic_entry_tensors(back, NULL, 0), c->n_layers);
+        assert_memory_equal(back->layer[1].K, se->layer[1].K, se->bytes_K / c->n_layers);
+        pic_entry_unref(back);
+        free(buf);
+        pic_entry_unref(se);
+        pic_state_free(s);
+        pic_state_free(ref);
+        free(ids);
+        free(lg);
+        pic_model_free(m);
+    }
+}
+
 /* bf16 entries still give a close answer (storage, not composition, rounds). */
 static void
 test_bf16_entries_close(void **unused)
@@ -516,6 +599,7 @@ main(void)
         cmocka_unit_test(test_exact_prefix_equals_full_and_decode_continues),
         cmocka_unit_test(test_unfit_entries_are_recomputed),
         cmocka_unit_test(test_rerotation_composes),
+        cmocka_unit_test(test_mla_rerotation_matches_segment_at_target),
         cmocka_unit_test(test_bf16_entries_close),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,6 +176,8 @@ test_xml_call_follows_the_schema(void **unused)
     assert_true(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=note>\na <p> </f> <parameter", 0));
     assert_false(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=note>\nx<parameter=", 0));
     assert_false(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=note>\n<</function>", 0));
+    assert_false(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=note>\nx</tool_call>", 0));
+    assert_true(call_ok(PIC_GCALL_XML, NULL, p, "<parameter=note>\nx</tool_c </too", 0));
     /* required: the function is picked first, then its own schema applies */
     snprintf(buf, sizeof(buf), "<function=set_mode>\n<parameter=mode>\nfast\n</parameter>\n"
              "<parameter=on>\nfalse\n</parameter>\n%s", end);
@@ -198,6 +201,10 @@ test_json_call_follows_the_schema(void **unused)
                         "{\"mode\": \"fast\", \"on\": true}}\n</tool_call>", 1));
     assert_false(call_ok(PIC_GCALL_JSON, NULL, p, "{\"mode\": \"fast\"}", 0));
     assert_false(call_ok(PIC_GCALL_JSON, NULL, p, "[", 0));
+    /* a string in a call never holds "</" (the block would end there) */
+    assert_false(call_ok(PIC_GCALL_JSON, NULL, NULL, "{\"x\": \"a</tool_call>", 0));
+    assert_true(call_ok(PIC_GCALL_JSON, NULL, NULL, "{\"x\": \"a<\\/b <c\"}}\n</tool_call>",
+                        1));
     assert_true(call_ok(PIC_GCALL_JSON, NULL, NULL, "{\"x\": [1]}}\n</tool_call>", 1));
     assert_true(call_ok(PIC_GCALL_JSON, fns, NULL,
                         "{\"name\": \"set_mode\", \"arguments\": {\"on\": false, "
@@ -207,6 +214,95 @@ test_json_call_follows_the_schema(void **unused)
                          "{\"name\": \"set_mode\", \"arguments\": {\"zz", 0));
     cJSON_Delete(p);
     cJSON_Delete(fns);
+}
+
+/* Every prefix a random walk through the grammar reaches completes: the
+ * shortest completion is accepted and leaves the document done (a JSON
+ * document then parses as an object; a call ends with its end tag). */
+static void
+test_every_prefix_completes(void **unused)
+{
+    static const char alpha[] = "{}[]\":,. -0123456789eEtrufalsn\\\nabcdxyz<>/=_"
+                                "modefastslowonnotepingparameterfunctiontool_call";
+    cJSON *p = cJSON_Parse(MODE_PARAMS);
+    cJSON *fns = cJSON_Parse("[{\"name\":\"set_mode\",\"parameters\":" MODE_PARAMS "},"
+                             "{\"name\":\"ping\",\"parameters\":null}]");
+    cJSON *nest = cJSON_Parse("{\"type\":\"object\",\"required\":[\"a\",\"o\"],\"properties\":{"
+                              "\"a\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"}},"
+                              "\"o\":{\"type\":\"object\",\"required\":[\"k\"],\"properties\":{"
+                              "\"k\":{\"const\":\"v\"},\"s\":{\"type\":\"string\"}}},"
+                              "\"x\":{\"type\":\"number\"}}}");
+    uint64_t rng = 12345;
+
+    for (int walk = 0; walk < 600; walk++) {
+        pic_gstate g, t;
+        char       doc[4096], tail[2048];
+        size_t     n = 0;
+        int        kind = walk % 6;
+
+        switch (kind) {
+        case 0: pic_gstate_init(&g, NULL); break;
+        case 1: pic_gstate_init(&g, p); break;
+        case 2: pic_gstate_init(&g, nest); break;
+        case 3: pic_gstate_init_call(&g, PIC_GCALL_XML, fns, NULL); break;
+        case 4: pic_gstate_init_call(&g, PIC_GCALL_XML, NULL, p); break;
+        default: pic_gstate_init_call(&g, PIC_GCALL_JSON, fns, NULL); break;
+        }
+        for (int step = 0; step < 200 && !pic_gstate_done(&g); step++) {
+            int k = pic_gstate_complete(&g, tail, sizeof(tail));
+
+            assert_true(k >= 0);
+            pic_gstate_copy(&t, &g);
+            assert_int_equal(pic_gstate_feed(&t, tail, (size_t) k), 0);
+            assert_true(pic_gstate_done(&t));
+            if (kind <= 2) {
+                char       whole[8192];
+                pic_error  err;
+                cJSON     *d;
+
+                memcpy(whole, doc, n);
+                memcpy(whole + n, tail, (size_t) k);
+                d = pic_json_parse(whole, n + (size_t) k, 64, NULL, &err);
+                if (d == NULL && strstr(err.message, "surrogate") != NULL) {
+                    continue;       /* JSON's grammar allows a lone \uDxxx; the strict
+                                     * parser does not (the walk wrote it, not the
+                                     * completion) */
+                }
+                if (!cJSON_IsObject(d)) {
+                    fprintf(stderr, "[%.*s][%.*s] %s\n", (int) n, doc, k, tail, err.message);
+                }
+                assert_true(cJSON_IsObject(d));
+                if (kind == 2) {
+                    assert_non_null(cJSON_GetObjectItemCaseSensitive(d, "a"));
+                    assert_non_null(cJSON_GetObjectItemCaseSensitive(
+                        cJSON_GetObjectItemCaseSensitive(d, "o"), "k"));
+                }
+                cJSON_Delete(d);
+            } else {
+                char whole[8192];
+
+                memcpy(whole, doc, n);
+                memcpy(whole + n, tail, (size_t) k);
+                assert_true(n + (size_t) k >= 12
+                            && memcmp(whole + n + k - 12, "</tool_call>", 12) == 0);
+            }
+            /* one more byte the grammar accepts (favouring a short walk's variety) */
+            for (int tries = 0; tries < 64; tries++) {
+                char c;
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                c = alpha[(rng >> 33) % (sizeof(alpha) - 1)];
+                pic_gstate_copy(&t, &g);
+                if (pic_gstate_feed(&t, &c, 1) == 0 && n < sizeof(doc) - 1) {
+                    pic_gstate_copy(&g, &t);
+                    doc[n++] = c;
+                    break;
+                }
+            }
+        }
+    }
+    cJSON_Delete(p);
+    cJSON_Delete(fns);
+    cJSON_Delete(nest);
 }
 
 /* The trie's mask equals feeding every token alone, in many states. */
@@ -287,6 +383,7 @@ main(void)
         cmocka_unit_test(test_xml_call_follows_the_schema),
         cmocka_unit_test(test_json_call_follows_the_schema),
         cmocka_unit_test(test_vocab_mask_equals_feeding_each_token),
+        cmocka_unit_test(test_every_prefix_completes),
         cmocka_unit_test(test_any_object_agrees_with_cjson),
         cmocka_unit_test(test_schema_restricts_keys_types_enums_required),
         cmocka_unit_test(test_schema_subset_check_names_the_keyword),

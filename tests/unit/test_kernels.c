@@ -312,6 +312,148 @@ test_attention_matches_naive(void **unused)
     free(kc); free(vc); free(q); free(o); free(pos);
 }
 
+/* The absorbed MLA op equals the expanded attention computed here in
+ * double: per head k_nope | v = W_kvb[h] c, K = [k_pe | k_nope], scores
+ * scale·q·K, causal by qpos over the latent slots. */
+static void
+test_mla_absorbed_matches_expanded(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    int    Hq = 3, dn = 12, dr = 6, dv = 10, r = 20, n = 5, p0 = 17, nk = p0 + n;
+    int    hq = dr + dn, lw = dr + r;
+    float *lat = frand_vec((size_t) (nk + 4) * lw, 1.0f);
+    float *q = frand_vec((size_t) n * Hq * hq, 1.0f);
+    float *W = frand_vec((size_t) Hq * (dn + dv) * r, 0.3f);
+    float *o = malloc((size_t) n * Hq * dv * sizeof(float));
+    int    pos[5];
+    float  scale = 0.29f, err = 0.0f;
+    pic_wmat kvb = pic_wmat_f32(W, Hq * (dn + dv), r);
+
+    for (int t = 0; t < n; t++) {
+        pos[t] = p0 + t - (t == 2 ? 3 : 0);     /* one query sees fewer slots */
+    }
+    pic_mla_args a = { .n = n, .Hq = Hq, .dn = dn, .dr = dr, .dv = dv, .r = r, .q = q,
+                       .qpos = pos, .lat = lat, .n_keys = nk, .kvb = &kvb,
+                       .scale = scale, .o = o };
+    be->mla_attention(&a);
+    for (int t = 0; t < n; t++) {
+        for (int h = 0; h < Hq; h++) {
+            const float *qp = q + ((size_t) t * Hq + h) * hq;
+            const float *Wh = W + (size_t) h * (dn + dv) * r;
+            double       sc[64], mx = -1e30, sum = 0.0;
+            int          m = pos[t] + 1;
+
+            for (int p = 0; p < m; p++) {
+                const float *lp = lat + (size_t) p * lw;
+                double       s = 0.0;
+
+                for (int d = 0; d < dr; d++) {
+                    s += (double) qp[d] * lp[d];
+                }
+                for (int i = 0; i < dn; i++) {
+                    double k = 0.0;
+
+                    for (int j = 0; j < r; j++) {
+                        k += (double) Wh[(size_t) i * r + j] * lp[dr + j];
+                    }
+                    s += (double) qp[dr + i] * k;
+                }
+                sc[p] = s * scale;
+                mx = sc[p] > mx ? sc[p] : mx;
+            }
+            for (int p = 0; p < m; p++) {
+                sc[p] = exp(sc[p] - mx);
+                sum += sc[p];
+            }
+            for (int d = 0; d < dv; d++) {
+                double acc = 0.0;
+
+                for (int p = 0; p < m; p++) {
+                    double v = 0.0;
+
+                    for (int j = 0; j < r; j++) {
+                        v += (double) Wh[(size_t) (dn + d) * r + j] * lat[(size_t) p * lw + dr + j];
+                    }
+                    acc += sc[p] / sum * v;
+                }
+                float e = fabsf((float) acc - o[((size_t) t * Hq + h) * dv + d]);
+                err = e > err ? e : err;
+            }
+        }
+    }
+    print_message("mla absorbed vs expanded max err %.3g\n", err);
+    assert_true(err < 1e-5f);
+    free(lat); free(q); free(W); free(o);
+}
+
+/* The grouped router against its rules written out: V2 (softmax, groups
+ * by their best, no renorm, scaled) and V3 (sigmoid + bias for the choice,
+ * groups by their two best, weights without the bias, renormalised). */
+static void
+test_moe_route_grouped_rules(void **unused)
+{
+    const pic_backend *be = pic_backend_cpu();
+    enum { E = 8, G = 4, K = 3, N = 6 };
+    float bias[E] = { 0.3f, -0.2f, 0.0f, 0.1f, -0.4f, 0.2f, 0.05f, -0.1f };
+
+    for (int v3 = 0; v3 < 2; v3++) {
+        float *x = frand_vec((size_t) N * E, 3.0f), p[N * E], selw[N * K];
+        int    sel[N * K];
+
+        memcpy(p, x, sizeof(p));
+        pic_moe_group_args a = { .n = N, .E = E, .k = K, .groups = G, .topk_groups = 2,
+                                 .sigmoid = v3, .bias = v3 ? bias : NULL, .renorm = v3,
+                                 .scale = 1.5f };
+        be->moe_route_grouped(sel, selw, p, &a);
+        for (int t = 0; t < N; t++) {
+            const float *xr = x + (size_t) t * E;
+            double       sc[E], ch[E], gs[G], mx = -1e30, sum = 0.0, tot = 0.0;
+            int          keep[G] = { 0 }, used[E] = { 0 };
+
+            for (int e = 0; e < E; e++) {
+                mx = xr[e] > mx ? xr[e] : mx;
+            }
+            for (int e = 0; e < E; e++) {
+                sc[e] = v3 ? 1.0 / (1.0 + exp(-(double) xr[e])) : exp(xr[e] - mx);
+                sum += sc[e];
+            }
+            for (int e = 0; e < E; e++) {
+                sc[e] = v3 ? sc[e] : sc[e] / sum;
+                ch[e] = sc[e] + (v3 ? bias[e] : 0.0);
+            }
+            for (int g = 0; g < G; g++) {
+                double a0 = ch[2 * g], a1 = ch[2 * g + 1];
+                gs[g] = v3 ? a0 + a1 : (a0 > a1 ? a0 : a1);
+            }
+            for (int j = 0; j < 2; j++) {
+                int b = -1;
+                for (int g = 0; g < G; g++) {
+                    if (!keep[g] && (b < 0 || gs[g] > gs[b])) {
+                        b = g;
+                    }
+                }
+                keep[b] = 1;
+            }
+            for (int j = 0; j < K; j++) {
+                int b = -1;
+                for (int e = 0; e < E; e++) {
+                    if (keep[e / 2] && !used[e] && (b < 0 || ch[e] > ch[b])) {
+                        b = e;
+                    }
+                }
+                used[b] = 1;
+                assert_int_equal(sel[t * K + j], b);
+                tot += sc[b];
+            }
+            for (int j = 0; j < K; j++) {
+                double w = sc[sel[t * K + j]] / (v3 ? tot + 1e-20 : 1.0) * 1.5;
+                assert_true(fabs(w - selw[t * K + j]) < 1e-6);
+            }
+        }
+        free(x);
+    }
+}
+
 /* The softmax's AVX2 path and its portable one agree bit for bit, on
  * rows of every length mod 8 and on tiles of queries and heads at once. */
 static void
@@ -791,6 +933,8 @@ main(void)
         cmocka_unit_test(test_gdn_transition_operator_composes),
         cmocka_unit_test(test_rope_composes),
         cmocka_unit_test(test_attention_matches_naive),
+        cmocka_unit_test(test_mla_absorbed_matches_expanded),
+        cmocka_unit_test(test_moe_route_grouped_rules),
         cmocka_unit_test(test_attention_simd_equals_portable),
         cmocka_unit_test(test_activations_simd_equals_portable),
         cmocka_unit_test(test_conv_split_equals_unsplit),

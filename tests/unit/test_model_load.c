@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "model.h"
+#include "model_config.h"
 
 static char root_dir[256];
 static int  n_dirs;
@@ -1311,6 +1312,114 @@ test_config_errors_named(void **state)
     }
 }
 
+/* --- DeepSeek-V2 / V3 (arch_deepseek.c) --- */
+
+/* The fixture's config.json with key (in the top object) replaced by the
+ * JSON raw (NULL: deleted), parsed; the parse's return and err. */
+static int
+deepseek_parse(const char *fixture, const char *key, const char *raw, pic_config *cfg,
+               char *err, size_t errlen)
+{
+    char   path[512];
+    FILE  *f;
+    char   buf[1 << 14];
+    size_t n;
+    cJSON *root;
+    char  *txt;
+    int    rc;
+
+    snprintf(path, sizeof(path), "%s/%s/config.json",
+             getenv("PIC_FIXTURES") ? getenv("PIC_FIXTURES") : "tests/fixtures/models",
+             fixture);
+    f = fopen(path, "rb");
+    assert_non_null(f);
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    root = cJSON_Parse(buf);
+    assert_non_null(root);
+    if (key != NULL) {
+        cJSON_DeleteItemFromObjectCaseSensitive(root, key);
+        if (raw != NULL) {
+            cJSON_AddItemToObject(root, key, cJSON_Parse(raw));
+        }
+    }
+    txt = cJSON_PrintUnformatted(root);
+    rc = pic_config_parse(cfg, txt, strlen(txt), path, err, errlen);
+    free(txt);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* The keys land where the forward reads them: latent cache geometry, YaRN's
+ * frequencies, attention factor and softmax scale (transformers' formulas,
+ * in double here), the routers' rules; settings the layout does not
+ * implement are refused by name. */
+static void
+test_deepseek_configs(void **state)
+{
+    pic_config c;
+    char       err[512];
+
+    assert_int_equal(deepseek_parse("tiny-deepseek-v2", NULL, NULL, &c, err, sizeof(err)), 0);
+    assert_true(c.mla && c.arch == PIC_ARCH_DEEPSEEK_V2 && c.q_lora_rank == 0);
+    assert_int_equal(pic_config_cache_heads(&c), 1);
+    assert_int_equal(pic_config_cache_kdim(&c), 8 + 32);
+    assert_int_equal(pic_config_cache_vdim(&c), 0);
+    assert_int_equal(c.mla_hdp, 24);
+    assert_int_equal(c.rope.dim, 8);
+    /* yarn factor 4, mscale 1, mscale_all_dim 0.5 */
+    double m1 = 0.1 * 1.0 * log(4.0) + 1.0, mh = 0.1 * 0.5 * log(4.0) + 1.0;
+    assert_true(fabs(c.rope_attn_factor - m1 / mh) < 1e-6);
+    assert_true(fabs(c.mla_scale - mh * mh / sqrt(24.0)) < 1e-6);
+    /* correction range [0, 3] of dim 8 at 1024 positions: pair 0 original, pair
+     * 3 divided by the factor, pairs 1-2 blended */
+    double f0 = 1.0, f3 = pow(1e4, -6.0 / 8.0) / 4.0;
+    assert_true(fabs(c.rope.inv_freq[0] - f0) < 1e-6);
+    assert_true(fabs(c.rope.inv_freq[3] - f3) < 1e-7);
+    assert_true(c.moe_grouped && !c.moe_sigmoid && !c.norm_topk_prob);
+    assert_true(c.moe_groups == 4 && c.moe_topk_groups == 2 && fabsf(c.moe_scale - 1.5f) < 1e-6);
+    assert_true(!c.layer_is_moe[0] && c.layer_is_moe[1] && c.layer_is_moe[2]);
+    assert_int_equal(c.shared_intermediate, 24);
+
+    assert_int_equal(deepseek_parse("tiny-deepseek-v3", NULL, NULL, &c, err, sizeof(err)), 0);
+    assert_true(c.mla && c.arch == PIC_ARCH_DEEPSEEK_V3 && c.q_lora_rank == 24);
+    assert_true(c.moe_sigmoid && c.norm_topk_prob && c.mla_interleave);
+    assert_int_equal(c.mla_hdp, 32);
+    assert_true(c.rope_attn_factor == 1.0f && fabs(c.mla_scale - 1.0 / sqrt(24.0)) < 1e-7);
+
+    static const struct {
+        const char *fixture, *key, *raw, *want;
+    } bad[] = {
+        { "tiny-deepseek-v2", "topk_method", "\"noaux_tc\"", "topk_method 'noaux_tc'" },
+        { "tiny-deepseek-v2", "rope_parameters",
+          "{\"rope_type\": \"linear\", \"factor\": 2, \"rope_theta\": 1e4}",
+          "rope_type 'linear'" },
+        { "tiny-deepseek-v2", "rope_parameters",
+          "{\"rope_type\": \"yarn\", \"factor\": 2, \"rope_theta\": 1e4}",
+          "original_max_position_embeddings" },
+        { "tiny-deepseek-v3", "attention_bias", "true", "attention_bias" },
+        { "tiny-deepseek-v3", "moe_layer_freq", "2", "moe_layer_freq" },
+        { "tiny-deepseek-v3", "qk_rope_head_dim", "7", "qk_rope_head_dim 7" },
+        { "tiny-deepseek-v3", "kv_lora_rank", NULL, "'kv_lora_rank'" },
+        { "tiny-deepseek-v3", "n_group", "3", "do not make whole groups" },
+        { "tiny-deepseek-v3", "topk_group", "9", "'topk_group'" },
+        { "tiny-deepseek-v3", "q_lora_rank", "\"x\"", "'q_lora_rank'" },
+        { "tiny-deepseek-v3", "scoring_func", "\"softmax\"", "'scoring_func' softmax" },
+        { "tiny-deepseek-v2", "scoring_func", "\"sigmoid\"", "'scoring_func' sigmoid" },
+    };
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        err[0] = '\0';
+        assert_int_equal(deepseek_parse(bad[k].fixture, bad[k].key, bad[k].raw, &c, err,
+                                        sizeof(err)), -1);
+        if (strstr(err, bad[k].want) == NULL) {
+            print_message("%s=%s: '%s' lacks '%s'\n", bad[k].key, bad[k].raw, err,
+                          bad[k].want);
+            fail();
+        }
+    }
+}
+
 /* --- the project's committed tiny checkpoints (make_models.py) --- */
 
 static void
@@ -1326,6 +1435,10 @@ test_loads_committed_fixture_models(void **state)
         { "tiny-qwen3next", PIC_ARCH_QWEN3_NEXT, 6, 8, 32, 8, 0,
           "L.LML.F.L.FM" },
         { "tiny-realheads", PIC_ARCH_QWEN3_5, 3, 0, 256, 64, 1, "L.L.F." },
+        /* Mamba2 hybrids: L here a Mamba2 layer */
+        { "tiny-bamba", PIC_ARCH_BAMBA, 4, 0, 16, 8, 1, "L.L.F.L." },
+        { "tiny-granite-h", PIC_ARCH_GRANITEMOEHYBRID, 5, 4, 16, 16, 1, "LMFMLMLMFM" },
+        { "tiny-granite-h-dense", PIC_ARCH_GRANITEMOEHYBRID, 4, 0, 16, 16, 1, "L.L.F.L." },
     };
     const char *base = getenv("PIC_FIXTURES");
     char        dir[512];
@@ -1358,6 +1471,9 @@ test_loads_committed_fixture_models(void **state)
         for (i = 0; i < m->cfg.n_layers; i++) {
             assert_int_equal(m->cfg.layer_type[i] == PIC_LAYER_FULL,
                              want[k].types[2 * i] == 'F');
+            assert_true(m->cfg.layer_type[i] == PIC_LAYER_FULL
+                        || m->cfg.layer_type[i] == (m->cfg.ssm_heads > 0 ? PIC_LAYER_MAMBA2
+                                                                        : PIC_LAYER_LINEAR));
             assert_int_equal(m->cfg.layer_is_moe[i],
                              want[k].types[2 * i + 1] == 'M');
         }
@@ -1391,6 +1507,7 @@ main(void)
         cmocka_unit_test(test_bad_files_in_directory),
         cmocka_unit_test(test_config_errors_named),
         cmocka_unit_test(test_loads_committed_fixture_models),
+        cmocka_unit_test(test_deepseek_configs),
     };
 
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

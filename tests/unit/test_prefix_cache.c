@@ -139,6 +139,58 @@ test_resume_from_checkpoint_equals_full(void **unused)
     pic_model_free(m);
 }
 
+/* Multi-head latent attention: the tree keeps each block's latent rows
+ * ([k_pe | c_KV] per layer, no V) and a request sharing a prefix resumes
+ * from them; logits and latents equal full recompute, and a block costs
+ * layers · block · (dr + r) floats, not 2 · Hq · head dims. */
+static void
+test_mla_prefix_reuse_in_latent_form(void **unused)
+{
+    pic_model *m = fixture_load("tiny-deepseek-v3");
+    if (m == NULL) {
+        skip();
+    }
+    const pic_config *c = &m->cfg;
+    char              err[256];
+    pic_prefix_opts   o = { .budget = 64u << 20,
+                            .ckpt = { .block = 64, .m = 4, .min_history = 1000 } };
+    pic_prefix_cache *pc = pic_prefix_cache_init(m, &o, err, sizeof(err));
+    pic_state        *s = pic_state_init(c, 0, err, sizeof(err));
+    float            *lg = malloc((size_t) c->vocab * sizeof(float));
+    pic_prefix_result r;
+    pic_prefix_stats  st;
+    int              *a = prompt(300, 300, 1, c->vocab);
+    int              *b = prompt(400, 200, 7, c->vocab);
+
+    assert_non_null(pc);
+    assert_true(c->mla && s->vd == 0 && s->Hkv == 1
+                && s->hd == c->qk_rope_dim + c->kv_lora_rank);
+    assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, a, 300, lg, &r, err,
+                                              sizeof(err)), 0);
+    assert_int_equal(r.resume, 0);
+    check_vs_full(m, s, lg, a, 300);
+    pic_prefix_cache_stats_get(pc, &st);
+    print_message("  4 blocks of latent rows: %zu bytes (latent %d floats per token "
+                  "and layer)\n", (size_t) st.bytes, s->hd);
+    assert_true(st.bytes >= (size_t) 4 * 64 * c->n_layers * s->hd * sizeof(float));
+    assert_true(st.bytes < (size_t) 4 * 64 * c->n_layers * 2 * c->n_q_heads
+                           * (c->qk_nope_dim + c->qk_rope_dim) * sizeof(float));
+
+    assert_int_equal(pic_prefix_cache_prefill(pc, NULL, s, b, 400, lg, &r, err,
+                                              sizeof(err)), 0);
+    assert_int_equal(r.depth, 200);
+    assert_true(r.resume >= 192);
+    assert_int_equal(r.recomputed, 400 - r.resume);
+    check_vs_full(m, s, lg, b, 400);
+
+    free(a);
+    free(b);
+    free(lg);
+    pic_state_free(s);
+    pic_prefix_cache_free(pc);
+    pic_model_free(m);
+}
+
 /* The keeper's stock of pre-faulted checkpoint buffers: prefault fills it
  * to its cap and stops; a request's checkpoints come out of it (the stock
  * shrinks by as many), and resuming from one equals a full prefill. */
@@ -722,6 +774,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resume_from_checkpoint_equals_full),
+        cmocka_unit_test(test_mla_prefix_reuse_in_latent_form),
         cmocka_unit_test(test_checkpoints_come_from_the_prefaulted_stock),
         cmocka_unit_test(test_checkpoints_follow_observed_depths),
         cmocka_unit_test(test_budget_evicts_lru_leaves),
