@@ -57,6 +57,17 @@ size_t pic_route_home(const unsigned char *key, const pic_route_cand *c, size_t 
 size_t pic_route_pick(const pic_route_cand *c, size_t n, uint64_t imbalance, size_t weight,
                       int seen, const unsigned char *first_key);
 
+/* Affinity routing for foreign OpenAI-compatible replicas, which keep an
+ * exact-prefix cache of their own (vLLM, SGLang, llama-server): among
+ * c[0..n), n > 0, whose load is within imbalance of the least, the one with
+ * the longest exact prefix recorded (c.exact bytes), then the most segment
+ * bytes it holds anywhere in the prompt (c.local: a later prefix may start
+ * there), then the least load, then the rendezvous home of first_key (NULL:
+ * the first of the tied).  Byte counts are compared as they are: a replica
+ * serves a cached prefix with no recompute, so no weight applies. */
+size_t pic_route_affinity(const pic_route_cand *c, size_t n, uint64_t imbalance,
+                          const unsigned char *first_key);
+
 /* Without Redis: the workers of m misses, LPT over their token estimates
  * w[0..m) (pic_lpt.h), each pinned to its rendezvous home home[k] unless
  * that candidate's load is past the least load + imbalance; a queued
