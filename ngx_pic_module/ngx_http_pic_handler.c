@@ -32,6 +32,7 @@
 #include "ngx_http_pic_route.h"
 #include "ngx_http_pic_segment.h"
 #include "ngx_http_pic_error.h"
+#include "ngx_http_pic_affinity.h"
 
 
 /*
@@ -590,6 +591,7 @@ ngx_http_pic_work(ngx_http_pic_work_t *w)
     w->level = NGX_LOG_INFO;
 
     pic_request_limits_default(&lim);
+    lim.foreign = (plcf->mode == NGX_HTTP_PIC_AFFINITY);
 
     if (pic_request_parse(w->req, (pic_req_kind) w->kind,
                           (const char *) w->body.data, w->body.len, &lim,
@@ -600,7 +602,9 @@ ngx_http_pic_work(ngx_http_pic_work_t *w)
         return;
     }
 
-    if (cJSON_GetObjectItemCaseSensitive(w->req->root, "pic") != NULL) {
+    if (plcf->mode != NGX_HTTP_PIC_AFFINITY
+        && cJSON_GetObjectItemCaseSensitive(w->req->root, "pic") != NULL)
+    {
         pic_error_invalid(&w->err, "pic", "reserved_field",
                           "the field 'pic' is reserved for the gateway's "
                           "plan");
@@ -752,6 +756,16 @@ ngx_http_pic_prepared(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     plcf = ngx_http_get_module_loc_conf(r, ngx_http_pic_module);
     zc = ngx_http_pic_zone(r);
 
+    if (w->failed && ctx->mode == NGX_HTTP_PIC_AFFINITY
+        && w->err.status < 500 && zc)
+    {
+        /* the replica judges what it accepts: routed unkeyed, as it came */
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "pic affinity: request passed unkeyed: %s",
+                      w->err.message);
+        return ngx_http_pic_route(r, ctx);
+    }
+
     if (w->failed) {
         return ngx_http_pic_error(r, ctx, &w->err, w->level);
     }
@@ -778,7 +792,22 @@ ngx_http_pic_prepared(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     /* the shm index first, redis for what it does not know */
 
     ngx_http_pic_index_lookup(zc, ctx->segs, ctx->nsegs);
-    ngx_http_pic_index_lookup_prefix(zc, ctx->chains, ctx->nsegs);
+
+    if (ctx->mode == NGX_HTTP_PIC_AFFINITY) {
+
+        if (plcf->pool == NULL) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "pic affinity: no \"pic_upstream\" here");
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        /* the prefixes recorded per replica, under its LRU */
+        ngx_http_pic_affinity_lookup(zc, ctx->chains, ctx->nsegs,
+                                     plcf->pool->mask);
+
+    } else {
+        ngx_http_pic_index_lookup_prefix(zc, ctx->chains, ctx->nsegs);
+    }
 
     if (!ngx_http_pic_redis_ready()) {
         ctx->fallback = 1;
@@ -1103,7 +1132,11 @@ ngx_http_pic_header_filter(ngx_http_request_t *r)
         if (r == r->main && r->headers_out.status == NGX_HTTP_OK) {
             ctx = ngx_http_get_module_ctx(r, ngx_http_pic_module);
 
-            if (ctx && ctx->planned) {
+            if (ctx && ctx->affinity) {
+                /* the replica that answered has the prompt */
+                ngx_http_pic_affinity_answered(r, ctx);
+
+            } else if (ctx && ctx->planned) {
                 /* the combine node ran the plan: what it holds now */
                 ngx_http_pic_route_confirmed(r, ctx, held);
             }
@@ -1237,7 +1270,16 @@ ngx_http_pic_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         }
     }
 
-    if (ctx->planned || ctx->observed) {
+    if (ctx->affinity) {
+
+        for (cl = in; cl; cl = cl->next) {
+            if (ngx_buf_in_memory(cl->buf)) {
+                pic_usage_scan(&ctx->reuse, cl->buf->pos,
+                               cl->buf->last - cl->buf->pos);
+            }
+        }
+
+    } else if (ctx->planned || ctx->observed) {
 
         for (cl = in; cl; cl = cl->next) {
             if (ngx_buf_in_memory(cl->buf)) {
@@ -1406,6 +1448,10 @@ ngx_http_pic_finish(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         ngx_http_pic_index_ttft(zc, ctx->ttft);
     }
 
+    if (ctx->affinity) {
+        ngx_http_pic_affinity_finish(r, zc, ctx);
+    }
+
     if (ctx->planned || ctx->observed) {
         ngx_http_pic_history(r, zc, ctx);
     }
@@ -1431,6 +1477,7 @@ static void
 ngx_http_pic_history(ngx_http_request_t *r, ngx_http_pic_zone_ctx_t *zc,
     ngx_http_pic_ctx_t *ctx)
 {
+    int64_t                  cached, prompt;
     ngx_time_t              *tp;
     ngx_http_pic_history_t   h;
 
@@ -1450,7 +1497,18 @@ ngx_http_pic_history(ngx_http_request_t *r, ngx_http_pic_zone_ctx_t *zc,
         h.ttft_ms = (uint32_t) ngx_min(ctx->ttft, 0xffffffff);
     }
 
-    if (ctx->usage_seen) {
+    if (ctx->affinity && pic_usage_cached(&ctx->reuse) >= 0) {
+        /* a foreign replica: its cached tokens are exact reuse, the rest
+         * of its prompt computed */
+        cached = pic_usage_cached(&ctx->reuse);
+        prompt = pic_usage_prompt(&ctx->reuse);
+
+        h.exact = (int32_t) ngx_min(cached, 0x7fffffff);
+        h.pic = 0;
+        h.recomputed = (prompt >= cached)
+                       ? (int32_t) ngx_min(prompt - cached, 0x7fffffff) : 0;
+
+    } else if (ctx->usage_seen) {
         h.exact = (int32_t) ctx->usage[0];
         h.pic = (int32_t) ctx->usage[1];
         h.recomputed = (int32_t) ctx->usage[2];
