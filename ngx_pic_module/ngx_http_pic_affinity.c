@@ -416,6 +416,12 @@ ngx_http_pic_affinity_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 
     pool = plcf->pool;
 
+    if (pool == NULL) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "pic affinity: no \"pic_upstream\" here");
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
     eligible = ngx_http_pic_engine_eligible(zc, pmcf, pool);
 
     if (eligible == 0) {

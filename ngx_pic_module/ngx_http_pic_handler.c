@@ -826,8 +826,10 @@ ngx_http_pic_prepared(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 
     for (i = 0; i < ctx->nsegs; i++) {
         if (ctx->segs[i].holders == 0
-            && !(ctx->segs[i].flags & NGX_HTTP_PIC_SEG_DYNAMIC))
+            && !(ctx->segs[i].flags & NGX_HTTP_PIC_SEG_DYNAMIC)
+            && ctx->mode != NGX_HTTP_PIC_AFFINITY)
         {
+            /* (foreign replicas register no segments: prefixes only) */
             idx[n++] = i;
         }
     }
