@@ -398,6 +398,7 @@ ngx_http_pic_affinity_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
 {
     uint64_t                     eligible, bit;
     ngx_uint_t                   i, j, n, best, *slot;
+    u_char                      *tie;
     ngx_uint_t                   deepest[NGX_HTTP_PIC_MAX_ENGINES];
     pic_error                    err;
     pic_route_cand              *rc;
@@ -513,8 +514,16 @@ ngx_http_pic_affinity_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         }
     }
 
-    best = pic_route_affinity(rc, n, plcf->imbalance,
-                              ctx->nsegs ? ctx->segs[0].key : NULL);
+    /* cold ties: the home of the prompt's opening past its leading
+     * segment (a template's header is the same for everyone) */
+
+    tie = NULL;
+
+    if (ctx->nsegs) {
+        tie = ctx->chains[ctx->nsegs > 1 ? 1 : 0].key;
+    }
+
+    best = pic_route_affinity(rc, n, plcf->imbalance, ctx->min_segment, tie);
 
     ctx->combine = slot[best];
     ctx->combine_name = conf[best]->name;
