@@ -45,10 +45,9 @@ def affinity_conf(addrs, http="", loc="", cache="8k"):
     upstream replicas {{
         pic_balancer;
 {ups}
-        keepalive 8;
-        # under llama-server's own (5 s): nginx never reuses a connection
-        # the replica is closing
-        keepalive_timeout 4s;
+        # no keepalive: llama-server closes a connection its extra HTTP
+        # threads served after one request, and nginx does not retry a POST
+        # sent on a connection being closed
     }}
     server {{
         listen 127.0.0.1:$PORT;
