@@ -48,6 +48,7 @@ typedef struct {
 } ngx_http_pic_affinity_forgot_t;
 
 
+static void ngx_http_pic_affinity_init_locked(ngx_http_pic_shctx_t *sh);
 static void ngx_http_pic_affinity_rbtree_insert_value(ngx_rbtree_node_t *temp,
     ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
 static ngx_http_pic_affinity_node_t *ngx_http_pic_affinity_find_locked(
@@ -90,19 +91,24 @@ ngx_http_pic_affinity_cmp(u_char *key, ngx_uint_t slot,
 }
 
 
-ngx_int_t
-ngx_http_pic_affinity_init_zone(ngx_http_pic_zone_ctx_t *zc)
+/* the record tree and the replicas' LRUs, made on first use (the zone is
+ * zeroed when made; the caller holds the lock) */
+
+static void
+ngx_http_pic_affinity_init_locked(ngx_http_pic_shctx_t *sh)
 {
     ngx_uint_t  i;
 
-    ngx_rbtree_init(&zc->sh->aff_rbtree, &zc->sh->aff_sentinel,
+    if (sh->aff_rbtree.sentinel != NULL) {
+        return;
+    }
+
+    ngx_rbtree_init(&sh->aff_rbtree, &sh->aff_sentinel,
                     ngx_http_pic_affinity_rbtree_insert_value);
 
     for (i = 0; i < NGX_HTTP_PIC_MAX_ENGINES; i++) {
-        ngx_queue_init(&zc->sh->aff_lru[i]);
+        ngx_queue_init(&sh->aff_lru[i]);
     }
-
-    return NGX_OK;
 }
 
 
@@ -195,6 +201,8 @@ ngx_http_pic_affinity_lookup(ngx_http_pic_zone_ctx_t *zc,
 
     ngx_shmtx_lock(&zc->shpool->mutex);
 
+    ngx_http_pic_affinity_init_locked(zc->sh);
+
     for (i = 0; i < n; i++) {
         for (m = mask, s = 0; m; m >>= 1, s++) {
             if (!(m & 1)) {
@@ -271,6 +279,8 @@ ngx_http_pic_affinity_record(ngx_http_pic_zone_ctx_t *zc,
     }
 
     ngx_shmtx_lock(&zc->shpool->mutex);
+
+    ngx_http_pic_affinity_init_locked(zc->sh);
 
     e = &zc->sh->engines[slot];
     lru = &zc->sh->aff_lru[slot];
@@ -697,6 +707,8 @@ ngx_http_pic_affinity_finish(ngx_http_request_t *r,
     stamp = ctx->aff_stamp;
 
     ngx_shmtx_lock(&zc->shpool->mutex);
+
+    ngx_http_pic_affinity_init_locked(zc->sh);
 
     lru = &zc->sh->aff_lru[s];
 

@@ -37,9 +37,6 @@
                                                 * reports its own */
 
 
-/* A new zone: the record tree and the replicas' LRUs. */
-ngx_int_t ngx_http_pic_affinity_init_zone(ngx_http_pic_zone_ctx_t *zc);
-
 /* chains[i].holders |= the replicas (slots in mask) that have the prefix
  * ending with segment i recorded. */
 void ngx_http_pic_affinity_lookup(ngx_http_pic_zone_ctx_t *zc,

@@ -83,6 +83,8 @@ static void ngx_http_pic_learned_model(ngx_http_request_t *r,
     ngx_uint_t *break_even);
 static ngx_int_t ngx_http_pic_scope(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx, ngx_http_pic_loc_conf_t *plcf);
+static ngx_int_t ngx_http_pic_choose(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx);
 static void ngx_http_pic_lookup_handler(ngx_event_t *ev);
 static void ngx_http_pic_cleanup(void *data);
 static void ngx_http_pic_request_cleanup(void *data);
@@ -439,7 +441,7 @@ ngx_http_pic_lookup_handler(ngx_event_t *ev)
         return;
     }
 
-    ctx->status = ngx_http_pic_route(r, ctx);
+    ctx->status = ngx_http_pic_choose(r, ctx);
 
     r->preserve_body = 1;
 
@@ -450,6 +452,18 @@ ngx_http_pic_lookup_handler(ngx_event_t *ev)
     ngx_http_finalize_request(r, NGX_DONE);
 
     ngx_http_run_posted_requests(c);
+}
+
+
+/* Holders resolved: plan (pic on) or choose a replica (pic affinity). */
+static ngx_int_t
+ngx_http_pic_choose(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
+{
+    if (ctx->mode == NGX_HTTP_PIC_AFFINITY) {
+        return ngx_http_pic_affinity_route(r, ctx);
+    }
+
+    return ngx_http_pic_route(r, ctx);
 }
 
 
@@ -763,7 +777,7 @@ ngx_http_pic_prepared(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "pic affinity: request passed unkeyed: %s",
                       w->err.message);
-        return ngx_http_pic_route(r, ctx);
+        return ngx_http_pic_choose(r, ctx);
     }
 
     if (w->failed) {
@@ -811,7 +825,7 @@ ngx_http_pic_prepared(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 
     if (!ngx_http_pic_redis_ready()) {
         ctx->fallback = 1;
-        return ngx_http_pic_route(r, ctx);
+        return ngx_http_pic_choose(r, ctx);
     }
 
     /* segments nobody is known to hold, then prefixes likewise (index
@@ -843,7 +857,7 @@ ngx_http_pic_prepared(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     }
 
     if (n == 0) {
-        return ngx_http_pic_route(r, ctx);
+        return ngx_http_pic_choose(r, ctx);
     }
 
     ctx->lookup_event.handler = ngx_http_pic_lookup_handler;
@@ -858,7 +872,7 @@ ngx_http_pic_prepared(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 
     if (rc == NGX_DECLINED) {
         ctx->fallback = 1;
-        return ngx_http_pic_route(r, ctx);
+        return ngx_http_pic_choose(r, ctx);
     }
 
     ngx_add_timer(&ctx->lookup_event, plcf->redis_timeout);

@@ -15,7 +15,6 @@
 
 #include "ngx_http_pic_module.h"
 #include "ngx_http_pic_index.h"
-#include "ngx_http_pic_affinity.h"
 
 
 typedef struct {
@@ -87,10 +86,6 @@ ngx_http_pic_index_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ngx_rbtree_init(&ctx->sh->rbtree, &ctx->sh->sentinel,
                     ngx_http_pic_index_rbtree_insert_value);
     ngx_queue_init(&ctx->sh->lru);
-
-    if (ngx_http_pic_affinity_init_zone(ctx) != NGX_OK) {
-        return NGX_ERROR;
-    }
 
     len = sizeof(" in pic zone \"\"") + shm_zone->shm.name.len;
 

@@ -26,7 +26,6 @@
 #include "ngx_http_pic_redis.h"
 #include "ngx_http_pic_route.h"
 #include "ngx_http_pic_segment.h"
-#include "ngx_http_pic_affinity.h"
 
 
 /* the candidates of one request: what routing scores (pic_route.h) and
@@ -77,10 +76,6 @@ ngx_http_pic_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     ngx_pool_cleanup_t          *cln;
     ngx_int_t                   *seen;
     uint64_t                     seed[4];
-
-    if (ctx->mode == NGX_HTTP_PIC_AFFINITY) {
-        return ngx_http_pic_affinity_route(r, ctx);
-    }
 
     zc = ngx_http_pic_zone(r);
     plcf = ngx_http_get_module_loc_conf(r, ngx_http_pic_module);
