@@ -188,7 +188,8 @@ def ensure_fetcher():
     if os.path.exists(VPY):
         return VPY
     py = os.path.join(FETCH_VENV, "bin", "python")
-    if subprocess.run([py, "-c", "import setuptools_scm"], capture_output=True).returncode:
+    if not os.path.exists(py) or subprocess.run([py, "-c", "import setuptools_scm"],
+                                                capture_output=True).returncode:
         run([sys.executable, "-m", "venv", FETCH_VENV])
         run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check"] + FETCH_REQS)
     return py
