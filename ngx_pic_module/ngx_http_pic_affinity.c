@@ -572,7 +572,8 @@ ngx_http_pic_affinity_route(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
     (void) ngx_atomic_fetch_add(&zc->sh->stats.affinity_routed, 1);
     (void) ngx_atomic_fetch_add(&zc->sh->stats.planned, 1);
 
-    if (ctx->exact_bytes) {
+    if (ctx->exact_bytes >= ctx->min_segment && ctx->exact_bytes) {
+        /* routed on it: a prefix under the floor decided nothing */
         (void) ngx_atomic_fetch_add(&e->aff_hits, 1);
         (void) ngx_atomic_fetch_add(&e->aff_predicted,
                                     ctx->exact_bytes * 1000
