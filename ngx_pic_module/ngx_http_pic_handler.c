@@ -32,6 +32,7 @@
 #include "ngx_http_pic_route.h"
 #include "ngx_http_pic_segment.h"
 #include "ngx_http_pic_error.h"
+#include "ngx_http_pic_affinity.h"
 
 
 /*
@@ -82,6 +83,8 @@ static void ngx_http_pic_learned_model(ngx_http_request_t *r,
     ngx_uint_t *break_even);
 static ngx_int_t ngx_http_pic_scope(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx, ngx_http_pic_loc_conf_t *plcf);
+static ngx_int_t ngx_http_pic_choose(ngx_http_request_t *r,
+    ngx_http_pic_ctx_t *ctx);
 static void ngx_http_pic_lookup_handler(ngx_event_t *ev);
 static void ngx_http_pic_cleanup(void *data);
 static void ngx_http_pic_request_cleanup(void *data);
@@ -438,7 +441,7 @@ ngx_http_pic_lookup_handler(ngx_event_t *ev)
         return;
     }
 
-    ctx->status = ngx_http_pic_route(r, ctx);
+    ctx->status = ngx_http_pic_choose(r, ctx);
 
     r->preserve_body = 1;
 
@@ -449,6 +452,18 @@ ngx_http_pic_lookup_handler(ngx_event_t *ev)
     ngx_http_finalize_request(r, NGX_DONE);
 
     ngx_http_run_posted_requests(c);
+}
+
+
+/* Holders resolved: plan (pic on) or choose a replica (pic affinity). */
+static ngx_int_t
+ngx_http_pic_choose(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
+{
+    if (ctx->mode == NGX_HTTP_PIC_AFFINITY) {
+        return ngx_http_pic_affinity_route(r, ctx);
+    }
+
+    return ngx_http_pic_route(r, ctx);
 }
 
 
@@ -590,6 +605,7 @@ ngx_http_pic_work(ngx_http_pic_work_t *w)
     w->level = NGX_LOG_INFO;
 
     pic_request_limits_default(&lim);
+    lim.foreign = (plcf->mode == NGX_HTTP_PIC_AFFINITY);
 
     if (pic_request_parse(w->req, (pic_req_kind) w->kind,
                           (const char *) w->body.data, w->body.len, &lim,
@@ -600,7 +616,9 @@ ngx_http_pic_work(ngx_http_pic_work_t *w)
         return;
     }
 
-    if (cJSON_GetObjectItemCaseSensitive(w->req->root, "pic") != NULL) {
+    if (plcf->mode != NGX_HTTP_PIC_AFFINITY
+        && cJSON_GetObjectItemCaseSensitive(w->req->root, "pic") != NULL)
+    {
         pic_error_invalid(&w->err, "pic", "reserved_field",
                           "the field 'pic' is reserved for the gateway's "
                           "plan");
@@ -752,6 +770,16 @@ ngx_http_pic_prepared(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     plcf = ngx_http_get_module_loc_conf(r, ngx_http_pic_module);
     zc = ngx_http_pic_zone(r);
 
+    if (w->failed && ctx->mode == NGX_HTTP_PIC_AFFINITY
+        && w->err.status < 500 && zc)
+    {
+        /* the replica judges what it accepts: routed unkeyed, as it came */
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "pic affinity: request passed unkeyed: %s",
+                      w->err.message);
+        return ngx_http_pic_choose(r, ctx);
+    }
+
     if (w->failed) {
         return ngx_http_pic_error(r, ctx, &w->err, w->level);
     }
@@ -778,11 +806,26 @@ ngx_http_pic_prepared(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     /* the shm index first, redis for what it does not know */
 
     ngx_http_pic_index_lookup(zc, ctx->segs, ctx->nsegs);
-    ngx_http_pic_index_lookup_prefix(zc, ctx->chains, ctx->nsegs);
+
+    if (ctx->mode == NGX_HTTP_PIC_AFFINITY) {
+
+        if (plcf->pool == NULL) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "pic affinity: no \"pic_upstream\" here");
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        /* the prefixes recorded per replica, under its LRU */
+        ngx_http_pic_affinity_lookup(zc, ctx->chains, ctx->nsegs,
+                                     plcf->pool->mask);
+
+    } else {
+        ngx_http_pic_index_lookup_prefix(zc, ctx->chains, ctx->nsegs);
+    }
 
     if (!ngx_http_pic_redis_ready()) {
         ctx->fallback = 1;
-        return ngx_http_pic_route(r, ctx);
+        return ngx_http_pic_choose(r, ctx);
     }
 
     /* segments nobody is known to hold, then prefixes likewise (index
@@ -797,8 +840,10 @@ ngx_http_pic_prepared(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 
     for (i = 0; i < ctx->nsegs; i++) {
         if (ctx->segs[i].holders == 0
-            && !(ctx->segs[i].flags & NGX_HTTP_PIC_SEG_DYNAMIC))
+            && !(ctx->segs[i].flags & NGX_HTTP_PIC_SEG_DYNAMIC)
+            && ctx->mode != NGX_HTTP_PIC_AFFINITY)
         {
+            /* (foreign replicas register no segments: prefixes only) */
             idx[n++] = i;
         }
     }
@@ -812,7 +857,7 @@ ngx_http_pic_prepared(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
     }
 
     if (n == 0) {
-        return ngx_http_pic_route(r, ctx);
+        return ngx_http_pic_choose(r, ctx);
     }
 
     ctx->lookup_event.handler = ngx_http_pic_lookup_handler;
@@ -827,7 +872,7 @@ ngx_http_pic_prepared(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx,
 
     if (rc == NGX_DECLINED) {
         ctx->fallback = 1;
-        return ngx_http_pic_route(r, ctx);
+        return ngx_http_pic_choose(r, ctx);
     }
 
     ngx_add_timer(&ctx->lookup_event, plcf->redis_timeout);
@@ -1103,7 +1148,11 @@ ngx_http_pic_header_filter(ngx_http_request_t *r)
         if (r == r->main && r->headers_out.status == NGX_HTTP_OK) {
             ctx = ngx_http_get_module_ctx(r, ngx_http_pic_module);
 
-            if (ctx && ctx->planned) {
+            if (ctx && ctx->affinity) {
+                /* the replica that answered has the prompt */
+                ngx_http_pic_affinity_answered(r, ctx);
+
+            } else if (ctx && ctx->planned) {
                 /* the combine node ran the plan: what it holds now */
                 ngx_http_pic_route_confirmed(r, ctx, held);
             }
@@ -1237,7 +1286,16 @@ ngx_http_pic_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         }
     }
 
-    if (ctx->planned || ctx->observed) {
+    if (ctx->affinity) {
+
+        for (cl = in; cl; cl = cl->next) {
+            if (ngx_buf_in_memory(cl->buf)) {
+                pic_usage_scan(&ctx->reuse, cl->buf->pos,
+                               cl->buf->last - cl->buf->pos);
+            }
+        }
+
+    } else if (ctx->planned || ctx->observed) {
 
         for (cl = in; cl; cl = cl->next) {
             if (ngx_buf_in_memory(cl->buf)) {
@@ -1406,6 +1464,10 @@ ngx_http_pic_finish(ngx_http_request_t *r, ngx_http_pic_ctx_t *ctx)
         ngx_http_pic_index_ttft(zc, ctx->ttft);
     }
 
+    if (ctx->affinity) {
+        ngx_http_pic_affinity_finish(r, zc, ctx);
+    }
+
     if (ctx->planned || ctx->observed) {
         ngx_http_pic_history(r, zc, ctx);
     }
@@ -1431,6 +1493,7 @@ static void
 ngx_http_pic_history(ngx_http_request_t *r, ngx_http_pic_zone_ctx_t *zc,
     ngx_http_pic_ctx_t *ctx)
 {
+    int64_t                  cached, prompt;
     ngx_time_t              *tp;
     ngx_http_pic_history_t   h;
 
@@ -1450,7 +1513,18 @@ ngx_http_pic_history(ngx_http_request_t *r, ngx_http_pic_zone_ctx_t *zc,
         h.ttft_ms = (uint32_t) ngx_min(ctx->ttft, 0xffffffff);
     }
 
-    if (ctx->usage_seen) {
+    if (ctx->affinity && pic_usage_cached(&ctx->reuse) >= 0) {
+        /* a foreign replica: its cached tokens are exact reuse, the rest
+         * of its prompt computed */
+        cached = pic_usage_cached(&ctx->reuse);
+        prompt = pic_usage_prompt(&ctx->reuse);
+
+        h.exact = (int32_t) ngx_min(cached, 0x7fffffff);
+        h.pic = 0;
+        h.recomputed = (prompt >= cached)
+                       ? (int32_t) ngx_min(prompt - cached, 0x7fffffff) : 0;
+
+    } else if (ctx->usage_seen) {
         h.exact = (int32_t) ctx->usage[0];
         h.pic = (int32_t) ctx->usage[1];
         h.recomputed = (int32_t) ctx->usage[2];

@@ -96,6 +96,19 @@ typedef struct {
     ngx_atomic_t                 exact_bytes;  /* ... that prefix's bytes */
     ngx_atomic_t                 probes;
     ngx_atomic_t                 probe_failures;
+
+    /* pic affinity: a foreign replica (ngx_http_pic_affinity.h) */
+    ngx_atomic_t                 aff_requests; /* routed here */
+    ngx_atomic_t                 aff_hits;     /* ... onto a recorded prefix */
+    ngx_atomic_t                 aff_predicted;/* its tokens, estimated */
+    ngx_atomic_t                 aff_reports;  /* answers saying cached tokens */
+    ngx_atomic_t                 aff_cached;   /* ... the tokens they said */
+    ngx_atomic_t                 aff_prompt;   /* ... of prompts this long */
+    ngx_atomic_t                 aff_misses;   /* said far less than predicted */
+    ngx_atomic_t                 aff_forgot;   /* prefixes forgotten (LRU) */
+    size_t                       aff_held;     /* bytes recorded, its cache */
+    ngx_uint_t                   aff_bpt;      /* prompt bytes per 1000 tokens
+                                                  it reported; 0: unknown */
 } ngx_http_pic_engine_sh_t;
 
 
@@ -155,6 +168,10 @@ typedef struct {
     ngx_atomic_t                 ttft_count;
     ngx_atomic_t                 ttft_sum_ms;
 
+    ngx_atomic_t                 affinity_routed; /* pic affinity requests */
+    ngx_atomic_t                 affinity_hits;   /* ... onto a recorded prefix */
+    ngx_atomic_t                 affinity_misses; /* ... the replica lacked */
+
     ngx_atomic_t                 usage_reports; /* answers with usage.pic */
     ngx_atomic_t                 tokens_exact;  /* their prompt tokens: */
     ngx_atomic_t                 tokens_pic;
@@ -210,6 +227,14 @@ typedef struct {
     ngx_atomic_t                 evictions;
 
     ngx_http_pic_seen_t          seen[NGX_HTTP_PIC_SEEN_SLOTS];
+
+    /* pic affinity: the prefixes recorded per replica, each replica's
+     * least recently used last (ngx_http_pic_affinity.c) */
+    ngx_rbtree_t                 aff_rbtree;
+    ngx_rbtree_node_t            aff_sentinel;
+    ngx_queue_t                  aff_lru[NGX_HTTP_PIC_MAX_ENGINES];
+    ngx_uint_t                   aff_nodes;
+    uint64_t                     aff_clock;    /* uses, ever: LRU stamps */
 
     ngx_uint_t                   history_count; /* recorded ever */
     ngx_http_pic_history_t       history[NGX_HTTP_PIC_HISTORY]; /* ring */

@@ -60,6 +60,7 @@ static ngx_conf_enum_t  ngx_http_pic_modes[] = {
     { ngx_string("off"), NGX_HTTP_PIC_OFF },
     { ngx_string("on"), NGX_HTTP_PIC_ON },
     { ngx_string("observe"), NGX_HTTP_PIC_OBSERVE },
+    { ngx_string("affinity"), NGX_HTTP_PIC_AFFINITY },
     { ngx_null_string, 0 }
 };
 
@@ -243,6 +244,13 @@ static ngx_command_t  ngx_http_pic_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_pic_loc_conf_t, exact_weight),
       &ngx_http_pic_exact_weight_bounds },
+
+    { ngx_string("pic_replica_cache"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_pic_loc_conf_t, replica_cache),
+      NULL },
 
     { ngx_string("pic_template"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -491,6 +499,7 @@ ngx_http_pic_create_loc_conf(ngx_conf_t *cf)
     plcf->redis_timeout = NGX_CONF_UNSET_MSEC;
     plcf->imbalance = NGX_CONF_UNSET_UINT;
     plcf->exact_weight = NGX_CONF_UNSET_UINT;
+    plcf->replica_cache = NGX_CONF_UNSET_SIZE;
     plcf->dialect = NGX_CONF_UNSET_UINT;
     plcf->models = NGX_CONF_UNSET_PTR;
 
@@ -557,6 +566,7 @@ ngx_http_pic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->imbalance, prev->imbalance, 4);
     ngx_conf_merge_uint_value(conf->exact_weight, prev->exact_weight,
                               NGX_HTTP_PIC_EXACT_WEIGHT);
+    ngx_conf_merge_size_value(conf->replica_cache, prev->replica_cache, 0);
     ngx_conf_merge_uint_value(conf->dialect, prev->dialect,
                               NGX_CONF_UNSET_UINT);
     ngx_conf_merge_ptr_value(conf->models, prev->models, NULL);
@@ -620,6 +630,17 @@ ngx_http_pic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     clcf->client_max_body_size = conf->body_max;
+
+    if (conf->mode == NGX_HTTP_PIC_AFFINITY && conf->pool == NULL
+        && clcf->handler)
+    {
+        /* a location that proxies: its replicas must be known */
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"pic affinity\" needs its replicas: "
+                           "\"pic_upstream\" naming an upstream with "
+                           "\"pic_balancer\"");
+        return NGX_CONF_ERROR;
+    }
 
     /*
      * ... and every body it admits stays in memory: nginx never writes it

@@ -23,6 +23,7 @@
 #include "pic_segment.h"
 #include "pic_template.h"
 #include "pic_time.h"
+#include "pic_usage.h"
 
 
 #define NGX_HTTP_PIC_VERSION          "0.2.0"
@@ -30,6 +31,7 @@
 #define NGX_HTTP_PIC_OFF              0
 #define NGX_HTTP_PIC_ON               1
 #define NGX_HTTP_PIC_OBSERVE          2
+#define NGX_HTTP_PIC_AFFINITY         3        /* foreign replicas */
 
 #define NGX_HTTP_PIC_MAX_ENGINES      64
 #define NGX_HTTP_PIC_ENGINE_ID_LEN    63
@@ -145,6 +147,8 @@ typedef struct {
     ngx_msec_t                   redis_timeout;/* pic_redis_timeout */
     ngx_uint_t                   imbalance;    /* pic_imbalance */
     ngx_uint_t                   exact_weight; /* pic_exact_weight */
+    size_t                       replica_cache;/* pic_replica_cache, tokens;
+                                                  0: unbounded */
     ngx_uint_t                   dialect;      /* pic_template, or unset */
     ngx_array_t                 *models;       /* ngx_http_pic_model_t */
 } ngx_http_pic_loc_conf_t;
@@ -227,6 +231,12 @@ typedef struct {
 
     ngx_http_pic_zone_ctx_t     *zc;           /* set with inflight */
 
+    /* pic affinity (ngx_http_pic_affinity.h) */
+    pic_usage                    reuse;        /* what the answer says */
+    uint64_t                     aff_stamp;    /* LRU stamp of the prefix
+                                                  routed on, before */
+    ngx_int_t                    aff_answered; /* slot that answered, -1 */
+
     unsigned                     planned:1;
     unsigned                     observed:1;
     unsigned                     fallback:1;   /* rendezvous, redis unknown */
@@ -238,6 +248,7 @@ typedef struct {
     unsigned                     usage_seen:1;
     unsigned                     confirmed:1;  /* holders recorded */
     unsigned                     finished:1;   /* counted in the status */
+    unsigned                     affinity:1;   /* routed by pic affinity */
 } ngx_http_pic_ctx_t;
 
 

@@ -56,6 +56,13 @@ ngx_int_t ngx_http_pic_redis_lookup(ngx_http_request_t *r,
 void ngx_http_pic_redis_record_prefix(ngx_http_pic_zone_ctx_t *zc,
     ngx_http_pic_segment_t *chains, ngx_uint_t n, ngx_uint_t slot);
 
+/* The replica in slot no longer holds the prefix chains keys[0..n)
+ * (NGX_HTTP_PIC_KEY_LEN bytes each, pic affinity's LRU forgot them): SREM
+ * it from pic:pfx:{chain}, so that a gateway asking later does not learn
+ * them (what another gateway already recorded, its own LRU forgets). */
+void ngx_http_pic_redis_forget_prefix(ngx_http_pic_zone_ctx_t *zc,
+    u_char *keys, ngx_uint_t n, ngx_uint_t slot);
+
 /* The request no longer waits: later replies are dropped. */
 void ngx_http_pic_redis_detach(ngx_http_pic_lookup_t *lk);
 

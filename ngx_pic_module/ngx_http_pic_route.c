@@ -951,6 +951,14 @@ ngx_http_pic_route_done(void *data)
 }
 
 
+void
+ngx_http_pic_route_cleanup(ngx_pool_cleanup_t *cln, ngx_http_pic_ctx_t *ctx)
+{
+    cln->handler = ngx_http_pic_route_done;
+    cln->data = ctx;
+}
+
+
 ngx_http_pic_ctx_t *
 ngx_http_pic_route_planned(ngx_http_request_t *r)
 {

@@ -44,6 +44,11 @@ ngx_table_elt_t *ngx_http_pic_route_held(ngx_http_request_t *r);
 void ngx_http_pic_route_confirmed(ngx_http_request_t *r,
     ngx_http_pic_ctx_t *ctx, ngx_table_elt_t *held);
 
+/* Make cln (a cleanup of r's pool) give ctx's in-flight count back when r
+ * ends, and mark r as planned for ngx_http_pic_route_planned. */
+void ngx_http_pic_route_cleanup(ngx_pool_cleanup_t *cln,
+    ngx_http_pic_ctx_t *ctx);
+
 /* The ctx of r's plan when r was planned before an internal redirect
  * (its module ctx is gone then, its pool cleanup is not), else NULL. */
 ngx_http_pic_ctx_t *ngx_http_pic_route_planned(ngx_http_request_t *r);

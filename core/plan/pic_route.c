@@ -57,6 +57,46 @@ pic_route_pick(const pic_route_cand *c, size_t n, uint64_t imbalance, size_t wei
     return best;
 }
 
+size_t
+pic_route_affinity(const pic_route_cand *c, size_t n, uint64_t imbalance,
+                   size_t floor, const unsigned char *tie_key)
+{
+    uint64_t min_load = UINT64_MAX;
+    size_t   i, tie, best = 0, ei, eb;
+    int      have = 0, better;
+
+    for (i = 0; i < n; i++) {
+        if (c[i].load < min_load) {
+            min_load = c[i].load;
+        }
+    }
+    tie = tie_key != NULL ? pic_route_home(tie_key, c, n) : n;
+
+    for (i = 0; i < n; i++) {
+        if (c[i].load - min_load > imbalance) {
+            continue;
+        }
+        ei = c[i].exact >= floor ? c[i].exact : 0;
+        eb = have && c[best].exact >= floor ? c[best].exact : 0;
+        if (!have) {
+            better = 1;
+        } else if (ei != eb) {
+            better = ei > eb;
+        } else if (c[i].local != c[best].local) {
+            better = c[i].local > c[best].local;
+        } else if (c[i].load != c[best].load) {
+            better = c[i].load < c[best].load;
+        } else {
+            better = i == tie;
+        }
+        if (better) {
+            best = i;
+            have = 1;
+        }
+    }
+    return best;
+}
+
 int
 pic_route_misses(const pic_route_cand *c, size_t n, const uint64_t *w,
                  const size_t *home, size_t m, uint64_t imbalance, uint64_t unit,

@@ -57,6 +57,21 @@ size_t pic_route_home(const unsigned char *key, const pic_route_cand *c, size_t 
 size_t pic_route_pick(const pic_route_cand *c, size_t n, uint64_t imbalance, size_t weight,
                       int seen, const unsigned char *first_key);
 
+/* Affinity routing for foreign OpenAI-compatible replicas, which keep an
+ * exact-prefix cache of their own (vLLM, SGLang, llama-server): among
+ * c[0..n), n > 0, whose load is within imbalance of the least, the one with
+ * the longest exact prefix recorded (c.exact bytes; one shorter than floor
+ * counts as none: not worth more than the load it would pile up), then the
+ * most segment bytes it holds past that prefix (c.local: a later prefix may
+ * start there), then the least load, then the rendezvous home of tie_key
+ * (NULL: the first of the tied; the module passes the prompt's first prefix
+ * chain past its leading segment, so that cold sessions that differ early
+ * spread and those that share their opening land together).  Byte counts
+ * are compared as they are: a replica serves a cached prefix with no
+ * recompute, so no weight applies. */
+size_t pic_route_affinity(const pic_route_cand *c, size_t n, uint64_t imbalance,
+                          size_t floor, const unsigned char *tie_key);
+
 /* Without Redis: the workers of m misses, LPT over their token estimates
  * w[0..m) (pic_lpt.h), each pinned to its rendezvous home home[k] unless
  * that candidate's load is past the least load + imbalance; a queued

@@ -23,6 +23,7 @@ pic_request_limits_default(pic_request_limits *lim)
     lim->max_tools = 512;
     lim->max_tool_calls = 256;
     lim->max_prompt_tokens = 1u << 20;
+    lim->foreign = 0;
 }
 
 /* --- small helpers --- */
@@ -917,7 +918,7 @@ pic_request_parse(pic_request *req, pic_req_kind kind, const char *body, size_t 
     }
     req->model = model && cJSON_IsString(model) ? pic_str_of(model) : pic_str_empty;
 
-    if (pic_check_fields(root, kind, err) != 0
+    if ((!lim.foreign && pic_check_fields(root, kind, err) != 0)
         || pic_parse_sampling(req, root, err) != 0
         || pic_parse_extra_sampling(req, root, err) != 0) {
         goto fail;

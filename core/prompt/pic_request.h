@@ -76,6 +76,8 @@ typedef struct {
     size_t max_tools;           /* default 512 */
     size_t max_tool_calls;      /* per assistant message (default 256) */
     size_t max_prompt_tokens;   /* completions token-id prompts (default 1<<20) */
+    int    foreign;             /* for a foreign server (default 0): top-level
+                                   fields we do not know pass, it judges them */
 } pic_request_limits;
 
 #define PIC_STOP_MAX 4

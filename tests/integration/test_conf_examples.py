@@ -28,7 +28,8 @@ def localise(text, prefix):
 def test_there_are_examples():
     names = {os.path.basename(p) for p in EXAMPLES}
     assert {"agent-one-engine.conf", "agent-pool.conf", "pool-with-redis.conf",
-            "observe-external-api.conf", "status-admin.conf", "pool-tls.conf"} <= names
+            "observe-external-api.conf", "status-admin.conf", "pool-tls.conf",
+            "affinity-llama-server.conf"} <= names
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
@@ -54,7 +55,7 @@ def test_example_passes_nginx_t(path, logdir):
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
 def test_example_never_exposes_engine_internals(path):
-    """Every location that proxies has pic on or observe, where the module
+    """Every location that proxies has pic on, affinity or observe, where the module
     refuses the engine-internal paths (/v1/pic/segments, /v1/pic/prefill)."""
     with open(path) as f:
         text = re.sub(r"#[^\n]*", "", f.read())
@@ -62,7 +63,7 @@ def test_example_never_exposes_engine_internals(path):
     proxying = [b for b in blocks if "proxy_pass" in b]
     assert proxying
     for b in proxying:
-        assert re.search(r"\bpic\s+(on|observe)\s*;", b), b
+        assert re.search(r"\bpic\s+(on|affinity|observe)\s*;", b), b
 
 
 @pytest.mark.allow_log(r"access forbidden by rule|/html/pic/status\" failed")

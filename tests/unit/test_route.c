@@ -173,6 +173,79 @@ test_misses_pinned_home_unless_overloaded(void **state)
     assert_int_equal(pic_route_misses(c, 0, w, home, 3, 2, 64, a, &err), -1);
 }
 
+/* Affinity (foreign replicas): the longest exact prefix wins whatever the
+ * segment bytes elsewhere, then the most segment bytes, then the least
+ * load; the load bound still excludes the best holder. */
+static void
+test_affinity_longest_prefix_then_segments(void **state)
+{
+    pic_route_cand c[3];
+
+    cands(c, 3);
+    c[0].exact = 900;
+    c[1].exact = 1000;
+    c[2].local = 50000;
+    assert_int_equal(pic_route_affinity(c, 3, 4, 0, KEY), 1);
+    c[0].exact = 1000;
+    c[0].local = 10;
+    assert_int_equal(pic_route_affinity(c, 3, 4, 0, KEY), 0);    /* segment bytes */
+    c[1].local = 10;
+    c[1].load = 1;
+    c[0].load = 2;
+    assert_int_equal(pic_route_affinity(c, 3, 4, 0, KEY), 1);    /* then load */
+    c[1].load = 7;                                              /* 7 - 0 > 4 */
+    assert_int_equal(pic_route_affinity(c, 3, 4, 0, KEY), 0);
+    c[0].load = 6;                                              /* both out */
+    assert_int_equal(pic_route_affinity(c, 3, 4, 0, KEY), 2);
+    assert_int_equal(pic_route_affinity(c, 3, UINT64_MAX, 0, KEY), 0);
+}
+
+/* A recorded prefix shorter than the floor is no prefix: a few shared
+ * template bytes do not pull every cold session onto one replica. */
+static void
+test_affinity_floor(void **state)
+{
+    pic_route_cand c[2];
+
+    cands(c, 2);
+    c[0].exact = 40;
+    c[1].load = 0;
+    c[0].load = 1;
+    assert_int_equal(pic_route_affinity(c, 2, 4, 0, KEY), 0);     /* 40 > 0 */
+    assert_int_equal(pic_route_affinity(c, 2, 4, 64, KEY), 1);    /* then load */
+    c[0].exact = 64;
+    assert_int_equal(pic_route_affinity(c, 2, 4, 64, KEY), 0);    /* at the floor */
+    c[1].exact = 63;
+    c[1].local = 1000;
+    assert_int_equal(pic_route_affinity(c, 2, 4, 64, KEY), 0);
+}
+
+/* Cold requests (nothing recorded, equal load) go to the rendezvous home
+ * of their first segment: equal first segments land together, others
+ * spread; without a key, the first candidate. */
+static void
+test_affinity_cold_goes_home(void **state)
+{
+    pic_route_cand c[4];
+    unsigned char  key[PIC_ROUTE_KEY_LEN];
+    size_t         hits[4] = { 0, 0, 0, 0 };
+    int            k;
+
+    cands(c, 4);
+    for (k = 0; k < 400; k++) {
+        memset(key, 0, sizeof(key));
+        memcpy(key, &k, sizeof(k));
+        assert_int_equal(pic_route_affinity(c, 4, 4, 0, key), pic_route_home(key, c, 4));
+        hits[pic_route_affinity(c, 4, 4, 0, key)]++;
+    }
+    for (k = 0; k < 4; k++) {
+        assert_true(hits[k] > 50);      /* 100 expected each */
+    }
+    assert_int_equal(pic_route_affinity(c, 4, 4, 0, NULL), 0);
+    c[0].load = 1;                      /* the least load before the home */
+    assert_int_not_equal(pic_route_affinity(c, 4, 4, 0, NULL), 0);
+}
+
 int
 main(void)
 {
@@ -183,6 +256,9 @@ main(void)
         cmocka_unit_test(test_ties),
         cmocka_unit_test(test_home_is_rendezvous),
         cmocka_unit_test(test_misses_pinned_home_unless_overloaded),
+        cmocka_unit_test(test_affinity_longest_prefix_then_segments),
+        cmocka_unit_test(test_affinity_cold_goes_home),
+        cmocka_unit_test(test_affinity_floor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
