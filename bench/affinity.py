@@ -46,12 +46,8 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-import peer  # noqa: E402
-
-sys.path.insert(0, os.path.join(common.ROOT, "tests"))
-import harness  # noqa: E402
+from bench import common, peer
+from tests import harness
 
 QUICK = common.QUICK
 THREADS = int(os.environ.get("THREADS", "1"))

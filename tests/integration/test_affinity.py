@@ -9,12 +9,11 @@ import json
 import os
 import re
 import signal
-import time
 
 import pytest
 
-import harness
-from test_gateway import doc
+from tests import harness
+from tests.support.gateway import doc
 
 GGUF = harness.smollm2_gguf()
 SERVER = harness.llama_server_bin()
