@@ -253,6 +253,25 @@ pic_assemble_prep(void *user, int layer, int run)
 }
 
 int
+pic_assemble_total(const pic_asm_segment *segs, int n_seg, int *total, char *err,
+                   size_t errlen)
+{
+    *total = 0;
+    if (segs == NULL || n_seg <= 0) {
+        snprintf(err, errlen, "assembly: no segments");
+        return -1;
+    }
+    for (int i = 0; i < n_seg; i++) {
+        if (segs[i].tokens == NULL || segs[i].n <= 0 || segs[i].n > (1 << 28) - *total) {
+            snprintf(err, errlen, "assembly: segment %d is empty or too long", i);
+            return -1;
+        }
+        *total += segs[i].n;
+    }
+    return 0;
+}
+
+int
 pic_assemble(const pic_model *m, const pic_backend *be, pic_state *s,
              const pic_asm_segment *segs, int n_seg, pic_mode mode,
              float *logits, pic_assemble_stats *st, char *err, size_t errlen)
@@ -280,16 +299,8 @@ pic_assemble_at(const pic_model *m, const pic_backend *be, pic_state *s, int p0,
     if (be == NULL) {
         be = pic_backend_cpu();
     }
-    if (segs == NULL || n_seg <= 0) {
-        snprintf(err, errlen, "%s: no segments", __func__);
+    if (pic_assemble_total(segs, n_seg, &total, err, errlen) != 0) {
         return -1;
-    }
-    for (int i = 0; i < n_seg; i++) {
-        if (segs[i].tokens == NULL || segs[i].n <= 0 || segs[i].n > (1 << 28) - total) {
-            snprintf(err, errlen, "%s: segment %d is empty or too long", __func__, i);
-            return -1;
-        }
-        total += segs[i].n;
     }
     st->n_tokens = total;
     if (p0 < 0 || s->pos != p0 || total > (1 << 28) - p0) {

@@ -103,6 +103,11 @@ int pic_assemble_compose_layer(const pic_entry *e, pic_state *s, int l, int use_
  * -1 on OOM. */
 int pic_assemble_place_kv(const pic_model *m, pic_state *s, const pic_entry *e, int off);
 
+/* *total = the tokens of segs (n_seg >= 1, each segment non-empty, under
+ * 2^28 in all); 0, or -1 + err naming the bad segment. */
+int pic_assemble_total(const pic_asm_segment *segs, int n_seg, int *total, char *err,
+                       size_t errlen);
+
 /* "full", "prefix", "naive", "pic". */
 const char *pic_mode_name(pic_mode mode);
 

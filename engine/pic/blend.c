@@ -102,18 +102,13 @@ pic_assemble_blend(const pic_model *m, const pic_backend *be, pic_state *s,
             return -1;
         }
     }
-    if (segs == NULL || n_seg <= 0 || logits == NULL || !(ratio >= 0 && ratio <= 1)
-        || c->n_layers <= L1) {
-        snprintf(err, errlen, "%s: needs segments, logits, a ratio in [0, 1] and more "
-                 "than %d layers", __func__, L1 + 1);
+    if (logits == NULL || !(ratio >= 0 && ratio <= 1) || c->n_layers <= L1) {
+        snprintf(err, errlen, "%s: needs logits, a ratio in [0, 1] and more than %d "
+                 "layers", __func__, L1 + 1);
         return -1;
     }
-    for (int i = 0; i < n_seg; i++) {
-        if (segs[i].tokens == NULL || segs[i].n <= 0 || segs[i].n > (1 << 28) - total) {
-            snprintf(err, errlen, "%s: segment %d is empty or too long", __func__, i);
-            return -1;
-        }
-        total += segs[i].n;
+    if (pic_assemble_total(segs, n_seg, &total, err, errlen) != 0) {
+        return -1;
     }
     st->n_tokens = total;
     pic_state_reset(s);
