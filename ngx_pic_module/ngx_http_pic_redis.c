@@ -1063,65 +1063,6 @@ done:
 }
 
 
-void
-ngx_http_pic_redis_record_prefix(ngx_http_pic_zone_ctx_t *zc,
-    ngx_http_pic_segment_t *chains, ngx_uint_t n, ngx_uint_t slot)
-{
-    u_char                    *p;
-    size_t                     len;
-    ngx_uint_t                 i;
-    ngx_http_pic_redis_t      *rd;
-    ngx_http_pic_engine_sh_t  *e;
-    u_char                     hex[2 * NGX_HTTP_PIC_KEY_LEN];
-    u_char                     id[NGX_SOCKADDR_STRLEN];
-
-    rd = ngx_http_pic_redis;
-
-    if (rd == NULL || !rd->connected || rd->ac == NULL
-        || slot >= NGX_HTTP_PIC_MAX_ENGINES)
-    {
-        return;
-    }
-
-    /* the id the engine reports to probes, else its address */
-
-    ngx_shmtx_lock(&zc->shpool->mutex);
-
-    e = &zc->sh->engines[slot];
-
-    if (e->id_len) {
-        len = e->id_len;
-        ngx_memcpy(id, e->id, len);
-
-    } else {
-        len = e->name_len;
-        ngx_memcpy(id, e->name, len);
-    }
-
-    ngx_shmtx_unlock(&zc->shpool->mutex);
-
-    for (i = 0; i < n; i++) {
-
-        if (!(chains[i].flags & NGX_HTTP_PIC_SEG_NEW)) {
-            continue;
-        }
-
-        p = ngx_hex_dump(hex, chains[i].key, NGX_HTTP_PIC_KEY_LEN);
-
-        if (redisAsyncCommand(rd->ac, NULL, NULL, "SADD pic:pfx:%b %b",
-                              hex, (size_t) (p - hex), id, len)
-            != REDIS_OK
-            || redisAsyncCommand(rd->ac, NULL, NULL, "EXPIRE pic:pfx:%b %d",
-                                 hex, (size_t) (p - hex),
-                                 NGX_HTTP_PIC_PREFIX_TTL)
-               != REDIS_OK)
-        {
-            return;
-        }
-    }
-}
-
-
 static size_t
 ngx_http_pic_redis_engine_id(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t slot,
     u_char *id)
@@ -1148,6 +1089,50 @@ ngx_http_pic_redis_engine_id(ngx_http_pic_zone_ctx_t *zc, ngx_uint_t slot,
 
     return len;
 }
+
+
+void
+ngx_http_pic_redis_record_prefix(ngx_http_pic_zone_ctx_t *zc,
+    ngx_http_pic_segment_t *chains, ngx_uint_t n, ngx_uint_t slot)
+{
+    u_char                    *p;
+    size_t                     len;
+    ngx_uint_t                 i;
+    ngx_http_pic_redis_t      *rd;
+    u_char                     hex[2 * NGX_HTTP_PIC_KEY_LEN];
+    u_char                     id[NGX_SOCKADDR_STRLEN];
+
+    rd = ngx_http_pic_redis;
+
+    if (rd == NULL || !rd->connected || rd->ac == NULL
+        || slot >= NGX_HTTP_PIC_MAX_ENGINES)
+    {
+        return;
+    }
+
+    len = ngx_http_pic_redis_engine_id(zc, slot, id);
+
+    for (i = 0; i < n; i++) {
+
+        if (!(chains[i].flags & NGX_HTTP_PIC_SEG_NEW)) {
+            continue;
+        }
+
+        p = ngx_hex_dump(hex, chains[i].key, NGX_HTTP_PIC_KEY_LEN);
+
+        if (redisAsyncCommand(rd->ac, NULL, NULL, "SADD pic:pfx:%b %b",
+                              hex, (size_t) (p - hex), id, len)
+            != REDIS_OK
+            || redisAsyncCommand(rd->ac, NULL, NULL, "EXPIRE pic:pfx:%b %d",
+                                 hex, (size_t) (p - hex),
+                                 NGX_HTTP_PIC_PREFIX_TTL)
+               != REDIS_OK)
+        {
+            return;
+        }
+    }
+}
+
 
 
 void
