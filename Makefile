@@ -93,7 +93,7 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN{FS=":.*## "}{printf "  %-16s %s\n",$$1,$$2}'
 	@echo "Benchmarks: $(filter-out __init__ client common gateway_workloads,$(basename $(notdir $(wildcard bench/*.py))))"
-	@echo "Variables: PORT=8080 (make run), ASAN=1, QUICK=1 (benchmarks), AGENT_SET=quick|mid-short|full AGENT_GATEWAY=1 (bench-agent), RAG_REQUESTS=30 RAG_MODEL=demo|mid (bench-rag), AFF_SESSIONS=3 AFF_TURNS=6 AFF_SHARED=6 AFF_RAG=6 AFF_CONCURRENCY=3 (bench-affinity), PEER_FORMATS=f32,bf16,bf16dot,q8 (bench-peer), PIC_WEIGHTS=auto|f32|bf16|bf16dot|q8 (engines, benchmarks), PIC_SIMD=NAME (engines; test: the first path), PIC_ONE_PATH=1 (test: only that path), PYTEST_ARGS=..., FUZZ_TIME=600 (fuzz-long), FUZZ_SECONDS=5 (smoke)"
+	@echo "Variables: PORT=8080 (make run), ASAN=1, QUICK=1 (benchmarks), AGENT_SET=quick|mid-short|full AGENT_GATEWAY=1 (bench-agent), RAG_REQUESTS=30 RAG_MODEL=demo|mid (bench-rag), AFF_SESSIONS=3 AFF_TURNS=6 AFF_SHARED=6 AFF_RAG=6 AFF_CONCURRENCY=3 (bench-affinity), PEER_FORMATS=f32,bf16,bf16dot,q8 PEER_MODEL=mid|smollm2 (bench-peer), PIC_WEIGHTS=auto|f32|bf16|bf16dot|q8 (engines, benchmarks), PIC_SIMD=NAME (engines; test: the first path), PIC_ONE_PATH=1 (test: only that path), PYTEST_ARGS=..., FUZZ_TIME=600 (fuzz-long), FUZZ_SECONDS=5 (smoke)"
 
 deps: ## install Debian packages and the Python test venv, build llama-server (idempotent)
 	@scripts/deps.sh

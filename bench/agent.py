@@ -186,7 +186,10 @@ class Gateway:
                 self.engines.append(harness.Engine(logdir, name=f"agent-{mode}-e{i + 1}",
                                                    model=model, extra=extra))
             self.ngx = harness.Nginx(logdir, harness.gateway_conf(
-                [f"127.0.0.1:{e.port}" for e in self.engines], cdc=None, min_segment=None),
+                [f"127.0.0.1:{e.port}" for e in self.engines], cdc=None, min_segment=None,
+                # a full recompute of a few thousand tokens on models/mid
+                # takes minutes on two cores shared by eight engines
+                loc="proxy_read_timeout 900s;"),
                 name=f"nginx-{mode}")
         except BaseException:
             self.stop()

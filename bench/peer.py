@@ -95,7 +95,14 @@ theirs), and the lowest of each over formats; agent_ttft_ratio_vs_llamacpp
 each session / once every pooled document has an entry).  Writes
 bench/results/peer.json.
 
-Env: QUICK=1, THREADS=N, PEER_FORMATS=f32,bf16,bf16dot,q8 (a subset), PEER_LENS=512,2048
+PEER_MODEL=smollm2 runs the same rows on the real SmolLM2-135M-Instruct GGUF
+(`make deps` installs it; Q4_1 as shipped): llama.cpp's llama-quantize
+(--allow-requantize) writes it as F32, BF16 and Q8_0, and each format's file
+is what both engines load (pic-engine --model FILE.gguf, --weights matched as
+above); the agentic part renders the file's own template on both sides.
+Writes bench/results/peer_smollm2.json.
+
+Env: QUICK=1, THREADS=N, PEER_MODEL=mid|smollm2, PEER_FORMATS=f32,bf16,bf16dot,q8 (a subset), PEER_LENS=512,2048
 (prefill lengths), PEER_ROUNDS=3 (prefill and decode rounds alternating the engines),
 PEER_REBUILD=1, PEER_AGENT=0 (skip the agentic part),
 PEER_AGENT_FORMAT=bf16dot, PEER_WARM=2048:570 (warm chunk: depth:new tokens; 0 skips it),
@@ -154,7 +161,15 @@ FETCH_REQS = ["setuptools", "setuptools-scm", "wheel"]
 SERVER_BIN = os.path.join(CMAKE_DIR, "bin", "llama-server")
 VPY = os.path.join(VENV, "bin", "python")
 GGUF_DIR = os.path.join(PEER, "gguf")
-MODEL = os.path.join(ROOT, "models", "mid")
+# PEER_MODEL: mid (models/mid, converted from its HF layout by llama.cpp's
+# converter) or smollm2 (the real SmolLM2-135M-Instruct GGUF that `make deps`
+# installs: Q4_1 as shipped, re-quantized by llama.cpp's llama-quantize to each
+# format, so both engines read the very same file of each format)
+PEER_MODEL = os.environ.get("PEER_MODEL", "mid")
+if PEER_MODEL not in ("mid", "smollm2"):
+    sys.exit("peer.py: PEER_MODEL is mid or smollm2, not %r" % PEER_MODEL)
+SMOLLM2 = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+MODEL = SMOLLM2 if PEER_MODEL == "smollm2" else os.path.join(ROOT, "models", "mid")
 CONVERT_REQS = ["torch==2.15.0", "transformers==5.23.0", "numpy", "sentencepiece",
                 "protobuf<5", "setuptools", "setuptools-scm", "wheel"]
 # our --weights name -> GGUF outtype, llama-bench type name
@@ -272,8 +287,16 @@ def llama_server():
 
 
 def ensure_gguf(src, fmt):
+    """The GGUF file of format fmt both engines run (made once under build/peer/gguf)."""
     os.makedirs(GGUF_DIR, exist_ok=True)
-    out = os.path.join(GGUF_DIR, "mid-%s.gguf" % FORMATS[fmt])
+    out = os.path.join(GGUF_DIR, "%s-%s.gguf" % (PEER_MODEL, FORMATS[fmt]))
+    if PEER_MODEL == "smollm2" and not os.path.exists(out):
+        # the shipped Q4_1 weights, dequantized and re-quantized by llama.cpp
+        # (--allow-requantize): f32 / bf16 hold Q4_1's values (bf16 rounded),
+        # q8_0 their Q8_0 blocks
+        run([cmake_target("llama-quantize"), "--allow-requantize", SMOLLM2, out + ".part",
+             FORMATS[fmt].upper()], stdout=subprocess.DEVNULL)
+        os.rename(out + ".part", out)
     if not os.path.exists(out):
         # The project's generated tokenizer is not in the converter's table of
         # known pre-tokenizers (it hashes a test string's tokens); it is a
@@ -328,13 +351,23 @@ def llama_warm(bench, gguf):
     sys.exit("peer.py: no pp%d @ d%d row in llama-bench's output:\n%s" % (n, depth, out[-2000:]))
 
 
+def ours_model(fmt):
+    """What pic-engine loads for format fmt: models/mid itself (the checkpoint
+    the GGUF files were converted from), or SmolLM2's GGUF file of that format
+    (the bytes llama.cpp runs)."""
+    return GGUF_PATH[fmt] if PEER_MODEL == "smollm2" else MODEL
+
+
+GGUF_PATH = {}      # format -> the GGUF file both engines run (smollm2)
+
+
 def warm_bench(fmt, depth, n, mode="pp", reps=REPS):
     """warm_bench's N tokens after DEPTH (pp: one prompt, tg: N one-token
     steps), timed as llama-bench times its own: a warm-up, then reps runs,
     the mean of their tok/s (mean_tok_s ~ avg_ts); (its JSON, peak RSS)."""
     env = dict(os.environ, PIC_WEIGHTS=fmt)     # the engine's own wait policy unless exported
-    out, _, rss = timed([WARM_BENCH, MODEL, str(depth), str(n), str(THREADS), str(reps), mode],
-                        env=env)
+    out, _, rss = timed([WARM_BENCH, ours_model(fmt), str(depth), str(n), str(THREADS),
+                         str(reps), mode], env=env)
     return json.loads(out), rss
 
 
@@ -507,10 +540,11 @@ class LlamaServer:
         tpl = os.path.join(logdir, "chat_template.jinja")
         with open(tpl, "w") as f:
             f.write(TEMPLATE)
+        # SmolLM2: the file's own template (ChatML; both engines render it)
         argv = [server, "-m", gguf, "-t", str(THREADS), "-tb", str(THREADS),
-                "--host", "127.0.0.1", "--port", str(self.port), "--jinja",
-                "--chat-template-file", tpl,
-                "--cache-reuse", "256", "--no-webui"]
+                "--host", "127.0.0.1", "--port", str(self.port), "--jinja"] + \
+            ([] if PEER_MODEL == "smollm2" else ["--chat-template-file", tpl]) + \
+            ["--cache-reuse", "256", "--no-webui"]
         if slots == "default":
             argv += ["-c", str(MANY_CTX), "--cache-ram", "8192", "--cache-idle-slots",
                      "-sps", MANY_SPS]
@@ -550,9 +584,9 @@ def pct(xs, q):
 def agentic(src, fmt):
     """TTFT of both servers on both workloads (see the top)."""
     server = ensure_server()
-    gguf = ensure_gguf(src, fmt)
+    gguf = GGUF_PATH[fmt] = ensure_gguf(src, fmt)
     logdir = tempfile.mkdtemp(prefix="bench-peer-")
-    ours = ServeEngine("pic", MODEL, logdir, start_timeout=300,
+    ours = ServeEngine("pic", ours_model(fmt), logdir, start_timeout=300,
                        extra=["--weights", fmt, "--threads", str(THREADS),
                               "--cache-bytes", str(2 << 30)])
     theirs = None
@@ -629,10 +663,13 @@ def main():
     ensure_venv()
     src = ensure_source()
     bench = ensure_build(src)
-    ensure_model(MODEL)
+    if PEER_MODEL == "mid":
+        ensure_model(MODEL)
+    elif not os.path.exists(SMOLLM2):
+        sys.exit("peer.py: %s is missing (make models)" % SMOLLM2)
     rows, per = [], {}
     for f in formats:
-        gguf = ensure_gguf(src, f)
+        gguf = GGUF_PATH[f] = ensure_gguf(src, f)
         log("%s: prefill and decode, %d rounds alternating llama-bench and warm_bench"
             % (f, ROUNDS))
         theirs, ours = rounds(bench, gguf, f)
@@ -656,12 +693,13 @@ def main():
         rows.append({"format": f, "what": "peak RSS GiB", "pic-engine": round(a, 3),
                      "llama.cpp": round(b, 3), "ratio": round(a / b, 3) if b else ""})
     table(rows, ["format", "what", "pic-engine", "llama.cpp", "ratio"],
-          "pic-engine vs llama.cpp on models/mid, %d threads each (ratio = ours / theirs); "
+          "pic-engine vs llama.cpp on %s, %d threads each (ratio = ours / theirs); "
           "every tok/s row timed alike on both sides, as llama-bench times its own: one "
           "warm-up, then the mean tok/s of %d runs (llama-bench pp N / tg %d / pp N @ d "
           "DEPTH against bench/warm_bench MODEL DEPTH N pp|tg), the mean over %d rounds "
           "alternating the engines (the warm row: %d rounds of %d runs)"
-          % (THREADS, REPS, DECODE, ROUNDS, WARM_ROUNDS, WARM_REPS))
+          % (os.path.relpath(MODEL, ROOT), THREADS, REPS, DECODE, ROUNDS, WARM_ROUNDS,
+             WARM_REPS))
 
     def ratio(f, key, n=None):
         a = per[f]["pic_engine"][key] if n is None else per[f]["pic_engine"][key].get(n)
@@ -686,7 +724,7 @@ def main():
     if WARM:
         vals = [v for v in summary["warm_chunk_ratio_vs_llamacpp"].values() if v]
         summary["warm_chunk_ratio_min"] = min(vals) if vals else None
-    config = {"model": "models/mid", "threads": THREADS, "prefill_tokens": LENS,
+    config = {"model": os.path.relpath(MODEL, ROOT), "threads": THREADS, "prefill_tokens": LENS,
               "decode_tokens": DECODE, "rounds": ROUNDS,
               "warm_chunk": {"depth": WARM[0], "tokens": WARM[1],
                              "llama_cpp": "llama-bench -p %d -d %d -n 0 -r %d" % (WARM[1], WARM[0],
@@ -756,7 +794,7 @@ def main():
                            "pic_engine": "serve --weights %s (cache mode exact)" % fmt,
                            "timing": "non-streamed, max_tokens 1, temperature 0; each "
                                      "request to both in turn, one at a time"}
-    write_results("peer", summary, config, {"cores": os.cpu_count()}, formats=per, rows=rows,
+    write_results("peer" if PEER_MODEL == "mid" else "peer_" + PEER_MODEL, summary, config, {"cores": os.cpu_count()}, formats=per, rows=rows,
                   agent=agent)
 
 

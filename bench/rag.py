@@ -30,7 +30,9 @@ speedups against full recompute and against the prefix tree only.
 Summary keys: rag_reused_share_{mode}, rag_ttft_speedup_vs_full_{mode},
 rag_ttft_speedup_vs_prefix_{mode}, {pattern}_reused_share_{mode},
 {pattern}_ttft_speedup_vs_full_{mode}.  Goals (issue): rag exact share >= 0.8 and
-speedup vs full >= 3; every pattern's exact share >= 0.8; exact never below pic.
+speedup vs full >= 3; every pattern's exact share >= 0.8; exact's TTFT p50 never
+worse than pic's (exact_ttft_not_worse_than_pic; the share beside it is reported as
+exact_share_within_2pt_of_pic).
 
 Env: QUICK=1 (RAG_REQUESTS 20, 3 requests per pattern), RAG_REQUESTS, RAG_MODEL (demo;
 mid: Qwen3.5 shapes, slow on two cores), RAG_SEED.  Writes bench/results/rag.json
@@ -224,9 +226,17 @@ def main():
         "rag_speedup": summary["rag_ttft_speedup_vs_full_exact"] >= 3.0,
         "patterns_share": all(summary[f"{w}_reused_share_exact"] >= 0.8
                               for w in workloads if w != "rag"),
-        "exact_not_below_pic": all(summary[f"{w}_reused_share_exact"] >=
-                                   summary[f"{w}_reused_share_pic"] - 0.02
-                                   for w in workloads)}
+        # the issue's goal: the default mode's TTFT p50 never worse than
+        # --cache-mode pic's on any pattern
+        "exact_ttft_not_worse_than_pic": all(
+            summary[f"{w}_ttft_speedup_vs_full_exact"] >= summary[f"{w}_ttft_speedup_vs_full_pic"]
+            for w in workloads),
+        # reported beside it: the default builds a document's entry after its
+        # first sighting (off the request's path), so a sighting that comes
+        # before the build ends is recomputed where PIC-only had its entry
+        "exact_share_within_2pt_of_pic": all(summary[f"{w}_reused_share_exact"] >=
+                                             summary[f"{w}_reused_share_pic"] - 0.02
+                                             for w in workloads)}
     summary["goals"] = goals
     print(f"goals: {goals}")
     name = "rag" if MODEL == "demo" else f"rag_{MODEL}"
