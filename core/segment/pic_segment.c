@@ -71,11 +71,14 @@ pic_seg_push(pic_segment_list *sv)
     return s;
 }
 
+static int pic_render_ahead_of(const pic_render *r, size_t off, size_t first, size_t last);
+
 /* Appends the segments of one piece [start, end): glue whole, content cut
- * by CDC.  `reg` is the piece's content region (NULL for glue). */
+ * by CDC.  `reg` is the piece's content region (NULL for glue); newest:
+ * the newest message's regions (pic_render_newest). */
 static int
 pic_seg_piece(const pic_segment_cfg *cfg, const pic_render *r, const pic_region *reg,
-              size_t start, size_t end, pic_segment_list *sv)
+              size_t start, size_t end, const size_t newest[2], pic_segment_list *sv)
 {
     size_t at = start;
     while (at < end) {
@@ -93,7 +96,7 @@ pic_seg_piece(const pic_segment_cfg *cfg, const pic_render *r, const pic_region 
         if (reg && pic_render_client_doc(r, at)) {
             s->flags |= PIC_SEG_FLAG_DOC;
         }
-        if (pic_render_ahead(r, at)) {
+        if (pic_render_ahead_of(r, at, newest[0], newest[1])) {
             s->flags |= PIC_SEG_FLAG_AHEAD;
         }
         s->region = reg ? reg->kind : PIC_REGION_GLUE;
@@ -122,32 +125,40 @@ pic_render_region_at(const pic_render *r, size_t off)
     return lo < r->n_regions && r->regions[lo].start <= off ? lo : r->n_regions;
 }
 
-int
-pic_render_ahead(const pic_render *r, size_t off)
+/* The newest message's content regions [*first, *last) (several when it
+ * was split into documents; the glue between them inside); *last = 0 when
+ * the render has no content.  Depends on the render alone: computed once
+ * per segmentation, not per segment. */
+static void
+pic_render_newest(const pic_render *r, size_t *first, size_t *last)
 {
-    size_t i = pic_render_region_at(r, off), last = r->n_regions, first;
+    size_t l = r->n_regions;
 
-    if (i == r->n_regions || r->regions[i].kind == PIC_REGION_ASSISTANT) {
-        return 0;
+    while (l > 0 && r->regions[l - 1].kind == PIC_REGION_GLUE) {
+        l--;
     }
-    while (last > 0 && r->regions[last - 1].kind == PIC_REGION_GLUE) {
-        last--;
-    }
-    if (last == 0) {
-        return 0;
-    }
-    /* the newest message: its content regions (several when it was split
-     * into documents) and the glue between them */
-    first = last - 1;
-    for (size_t j = last - 1; j-- > 0;) {
+    *last = l;
+    *first = l > 0 ? l - 1 : 0;
+    for (size_t j = l > 0 ? l - 1 : 0; j-- > 0;) {
         if (r->regions[j].kind == PIC_REGION_GLUE) {
             continue;
         }
-        if (r->regions[j].kind != r->regions[last - 1].kind
-            || r->regions[j].index != r->regions[last - 1].index) {
+        if (r->regions[j].kind != r->regions[l - 1].kind
+            || r->regions[j].index != r->regions[l - 1].index) {
             break;
         }
-        first = j;
+        *first = j;
+    }
+}
+
+/* pic_render_ahead with the newest message's span given (pic_render_newest). */
+static int
+pic_render_ahead_of(const pic_render *r, size_t off, size_t first, size_t last)
+{
+    size_t i = pic_render_region_at(r, off);
+
+    if (i == r->n_regions || r->regions[i].kind == PIC_REGION_ASSISTANT || last == 0) {
+        return 0;
     }
     if (r->regions[i].kind == PIC_REGION_GLUE) {
         /* template text (tool instructions, role headers) recurs in every
@@ -157,6 +168,15 @@ pic_render_ahead(const pic_render *r, size_t off)
     }
     return r->regions[i].kind != r->regions[last - 1].kind
            || r->regions[i].index != r->regions[last - 1].index;
+}
+
+int
+pic_render_ahead(const pic_render *r, size_t off)
+{
+    size_t first, last;
+
+    pic_render_newest(r, &first, &last);
+    return pic_render_ahead_of(r, off, first, last);
 }
 
 int
@@ -222,13 +242,14 @@ pic_segment_request(const pic_segment_cfg *cfg, const pic_request *req,
         lead = r->regions[0].end;
         i = 1;
     }
-    size_t last_content_seg = SIZE_MAX;
+    size_t last_content_seg = SIZE_MAX, newest[2];
+    pic_render_newest(r, &newest[0], &newest[1]);
     for (; i < r->n_regions; i++) {
         const pic_region *g = &r->regions[i];
         int               glue = g->kind == PIC_REGION_GLUE;
         size_t            start = lead ? 0 : g->start;
         lead = 0;
-        if (pic_seg_piece(cfg, r, glue ? NULL : g, start, g->end, &sv) != 0) {
+        if (pic_seg_piece(cfg, r, glue ? NULL : g, start, g->end, newest, &sv) != 0) {
             goto oom;
         }
         if (!glue) {
