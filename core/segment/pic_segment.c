@@ -71,14 +71,12 @@ pic_seg_push(pic_segment_list *sv)
     return s;
 }
 
-static int pic_render_ahead_of(const pic_render *r, size_t off, size_t first, size_t last);
-
 /* Appends the segments of one piece [start, end): glue whole, content cut
  * by CDC.  `reg` is the piece's content region (NULL for glue); newest:
  * the newest message's regions (pic_render_newest). */
 static int
 pic_seg_piece(const pic_segment_cfg *cfg, const pic_render *r, const pic_region *reg,
-              size_t start, size_t end, const size_t newest[2], pic_segment_list *sv)
+              size_t start, size_t end, const pic_render_span *newest, pic_segment_list *sv)
 {
     size_t at = start;
     while (at < end) {
@@ -96,7 +94,7 @@ pic_seg_piece(const pic_segment_cfg *cfg, const pic_render *r, const pic_region 
         if (reg && pic_render_client_doc(r, at)) {
             s->flags |= PIC_SEG_FLAG_DOC;
         }
-        if (pic_render_ahead_of(r, at, newest[0], newest[1])) {
+        if (pic_render_ahead_of(r, newest, at)) {
             s->flags |= PIC_SEG_FLAG_AHEAD;
         }
         s->region = reg ? reg->kind : PIC_REGION_GLUE;
@@ -125,20 +123,18 @@ pic_render_region_at(const pic_render *r, size_t off)
     return lo < r->n_regions && r->regions[lo].start <= off ? lo : r->n_regions;
 }
 
-/* The newest message's content regions [*first, *last) (several when it
- * was split into documents; the glue between them inside); *last = 0 when
- * the render has no content.  Depends on the render alone: computed once
- * per segmentation, not per segment. */
-static void
-pic_render_newest(const pic_render *r, size_t *first, size_t *last)
+void
+pic_render_newest(const pic_render *r, pic_render_span *out)
 {
     size_t l = r->n_regions;
 
     while (l > 0 && r->regions[l - 1].kind == PIC_REGION_GLUE) {
         l--;
     }
-    *last = l;
-    *first = l > 0 ? l - 1 : 0;
+    out->last = l;
+    out->first = l > 0 ? l - 1 : 0;
+    /* several content regions when the message was split into documents,
+     * the glue between them inside */
     for (size_t j = l > 0 ? l - 1 : 0; j-- > 0;) {
         if (r->regions[j].kind == PIC_REGION_GLUE) {
             continue;
@@ -147,15 +143,14 @@ pic_render_newest(const pic_render *r, size_t *first, size_t *last)
             || r->regions[j].index != r->regions[l - 1].index) {
             break;
         }
-        *first = j;
+        out->first = j;
     }
 }
 
-/* pic_render_ahead with the newest message's span given (pic_render_newest). */
-static int
-pic_render_ahead_of(const pic_render *r, size_t off, size_t first, size_t last)
+int
+pic_render_ahead_of(const pic_render *r, const pic_render_span *newest, size_t off)
 {
-    size_t i = pic_render_region_at(r, off);
+    size_t i = pic_render_region_at(r, off), last = newest->last;
 
     if (i == r->n_regions || r->regions[i].kind == PIC_REGION_ASSISTANT || last == 0) {
         return 0;
@@ -164,7 +159,7 @@ pic_render_ahead_of(const pic_render *r, size_t off, size_t first, size_t last)
         /* template text (tool instructions, role headers) recurs in every
          * request of its shape; after the newest message's start it is the
          * generation prompt's or the newest turn's */
-        return i < first;
+        return i < newest->first;
     }
     return r->regions[i].kind != r->regions[last - 1].kind
            || r->regions[i].index != r->regions[last - 1].index;
@@ -173,10 +168,10 @@ pic_render_ahead_of(const pic_render *r, size_t off, size_t first, size_t last)
 int
 pic_render_ahead(const pic_render *r, size_t off)
 {
-    size_t first, last;
+    pic_render_span newest;
 
-    pic_render_newest(r, &first, &last);
-    return pic_render_ahead_of(r, off, first, last);
+    pic_render_newest(r, &newest);
+    return pic_render_ahead_of(r, &newest, off);
 }
 
 int
@@ -242,14 +237,15 @@ pic_segment_request(const pic_segment_cfg *cfg, const pic_request *req,
         lead = r->regions[0].end;
         i = 1;
     }
-    size_t last_content_seg = SIZE_MAX, newest[2];
-    pic_render_newest(r, &newest[0], &newest[1]);
+    size_t          last_content_seg = SIZE_MAX;
+    pic_render_span newest;
+    pic_render_newest(r, &newest);
     for (; i < r->n_regions; i++) {
         const pic_region *g = &r->regions[i];
         int               glue = g->kind == PIC_REGION_GLUE;
         size_t            start = lead ? 0 : g->start;
         lead = 0;
-        if (pic_seg_piece(cfg, r, glue ? NULL : g, start, g->end, newest, &sv) != 0) {
+        if (pic_seg_piece(cfg, r, glue ? NULL : g, start, g->end, &newest, &sv) != 0) {
             goto oom;
         }
         if (!glue) {

@@ -115,6 +115,20 @@ int pic_render_client_doc(const pic_render *r, size_t off);
  * an earlier tool result after a compaction, a system prompt's parts. */
 int pic_render_ahead(const pic_render *r, size_t off);
 
+/* The newest message's content regions of a render, [first, last) of its
+ * regions (last 0: no content); found once, then asked of any byte. */
+typedef struct {
+    size_t first;
+    size_t last;
+} pic_render_span;
+
+/* r's newest message (pic_render_ahead's reference), into *out. */
+void pic_render_newest(const pic_render *r, pic_render_span *out);
+
+/* pic_render_ahead(r, off), with r's newest message from pic_render_newest:
+ * O(log regions) per byte asked. */
+int pic_render_ahead_of(const pic_render *r, const pic_render_span *newest, size_t off);
+
 /* "prefix", "pic" or "dynamic". */
 const char *pic_seg_kind_name(pic_seg_kind k);
 

@@ -1283,6 +1283,9 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
             for (size_t i = 0; i < plan.n_segs; i++) {
                 useful += plan.segs[i].kind != PIC_SEG_DYNAMIC;
             }
+            pic_render_span newest;
+
+            pic_render_newest(&seg.render, &newest);
             *pj = pic_oai_plan_job(plan.n_segs, useful, srv->prefix != NULL, err);
             for (size_t i = 0; *pj != NULL && i < plan.n_segs; i++) {
                 /* client documents: the engine's own render of the request
@@ -1291,7 +1294,8 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
                                  plan.segs[i].kind,
                                  (pic_render_client_doc(&seg.render, plan.segs[i].offset)
                                   ? PIC_SEG_FLAG_DOC : 0)
-                                 | (pic_render_ahead(&seg.render, plan.segs[i].offset)
+                                 | (pic_render_ahead_of(&seg.render, &newest,
+                                                        plan.segs[i].offset)
                                     ? PIC_SEG_FLAG_AHEAD : 0), plan.segs[i].key.hex);
             }
             if (*pj == NULL && err->status != 0) {
