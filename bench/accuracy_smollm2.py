@@ -70,7 +70,7 @@ N = int(os.environ.get("PIC_ACC_N", "8" if QUICK else "30"))
 KS = [int(x) for x in os.environ.get("PIC_ACC_K", "4,8").split(",")]
 WS = [int(x) for x in os.environ.get("PIC_ACC_WS", "4,16,32,64").split(",")]
 RS = [float(x) for x in os.environ.get("PIC_ACC_RS", "0.1,0.2,0.3,0.5").split(",") if x]
-SEED = 9100
+SEED = int(os.environ.get("PIC_ACC_SEED", "9100"))   # another seed: trial items, never reported
 CAL_SEED = 5100                 # calibration requests: never the bench's items
 FACT_AT = int(os.environ.get("PIC_ACC_FACT_AT", "0"))  # the fact after sentence FACT_AT at most
 MAX_TOK = int(os.environ.get("PIC_ACC_MAXTOK", "140"))
@@ -134,6 +134,8 @@ def item(rng, paras, k):
         sents = re.split(r"(?<=[.;:])\s+", para)
         at = rng.randrange(min(len(sents), FACT_AT) + 1)
         sents.insert(at, "The registry number of the %s is %d." % (name, num))
+        if os.environ.get("TRIAL_END"):
+            sents.append("(Registry number of the %s: %d.)" % (name, num))
         docs.append("About the %s\n%s\n\n" % (name, " ".join(sents)))
     ask = rng.randrange(k)
     q = "What is the registry number of the %s?" % names[ask]
@@ -252,7 +254,8 @@ def run_k(tok, paras, k):
         for it, rq in zip(items, ref["requests"]):
             g = rq["runs"][0]["greedy"]
             t = tok.decode(g[:g.index(2)] if 2 in g else g)
-            print(first_number(t) == it["answer"], it["answer"], repr(t[:70]))
+            q = re.search(r"Question: (.*?) Answer with", it["segments"][-1]).group(1)
+            print(first_number(t) == it["answer"], it["answer"], repr(t[:70]), "|", q)
         sys.exit(0)
     teachers = [rq["runs"][0]["greedy"] for rq in ref["requests"]]
     for r, t in zip(reqs, teachers):

@@ -62,7 +62,7 @@ llama3_check(pic_template_dialect d, const pic_request *req, pic_error *err)
 
     if (req->tool_choice == PIC_TOOL_CHOICE_REQUIRED
         || req->tool_choice == PIC_TOOL_CHOICE_FUNCTION) {
-        return pic_error_invalid(err, "tool_choice", "unsupported_value",
+        return pic_error_invalid(err, "tool_choice", "invalid_value",
                                  "tool_choice \"required\" or a named function is not "
                                  "supported with the %s chat template", name);
     }
@@ -78,7 +78,7 @@ llama3_check(pic_template_dialect d, const pic_request *req, pic_error *err)
         if (req->messages[i].n_tool_calls) {
             char param[PIC_ERROR_PARAM_MAX];
             snprintf(param, sizeof(param), "messages[%zu].tool_calls", i);
-            return pic_error_invalid(err, param, "unsupported_value",
+            return pic_error_invalid(err, param, "invalid_value",
                                      "the llama3 chat template (Llama 3.0) has no place "
                                      "for tool calls");
         }

@@ -81,7 +81,7 @@ mistral_check(const pic_template_opts *o, const pic_request *req, size_t first, 
 
     if (req->tool_choice == PIC_TOOL_CHOICE_REQUIRED
         || req->tool_choice == PIC_TOOL_CHOICE_FUNCTION) {
-        return pic_error_invalid(err, "tool_choice", "unsupported_value",
+        return pic_error_invalid(err, "tool_choice", "invalid_value",
                                  "tool_choice \"required\" or a named function is not "
                                  "supported with the %s chat template",
                                  pic_template_dialect_name(o->dialect));
