@@ -5,12 +5,19 @@ model) on retrieval items built from real prose.
 Items (seeded; nothing here was ever trained on): k = 4 or 8 documents of 80–170
 tokens, each a paragraph of real English (the licence texts in /usr/share/common-licenses
 and the Python standard library's module docstrings, 60–140 tokens) under a title naming
-a place ("About the Harwick Library"), with one planted fact ("The registry number of the
-Harwick Library is 48213.") as its first sentence (PIC_ACC_FACT_AT=N: at a random one of
-the first N+1 boundaries); the question asks the registry number of one of them.  The
-shape is chosen so that full recompute solves the task (longer unrelated paragraphs,
-the fact deeper, or the question also before the documents took this 135M model to
-0.55–0.75 on 12–20 items).  The prompt is SmolLM2's own chat template (its default
+a place ("About the Harwick Library"), with one planted fact ("The Harwick Library has
+registry number 48213.") as its first sentence (PIC_ACC_FACT_AT=N: at a random one of
+the first N+1 boundaries); the question asks the registry number of one of them ("What
+is the registry number of the Harwick Library?").  The shape is chosen so that full
+recompute solves the task (longer unrelated paragraphs, the fact deeper, or the question
+also before the documents took this 135M model to 0.55–0.75 on 12–20 items).  The fact
+is not worded as the question is: with the fact "The registry number of the Harwick
+Library is 48213." the model's answer, which restates "The registry number of the …",
+mostly copied the first document's sentence (6 of 8 misses on trial items named the
+first document's place); worded apart, the only "registry number of the" is the
+question's, so the restated name is the asked one (trial seed 7300, k = 4: 22 → 24 of
+30; the asked name repeated at the end: 17, the question also first: 19).
+PIC_ACC_SEED picks other items for such trials (the reported ones are SEED's).  The prompt is SmolLM2's own chat template (its default
 system prompt, the documents and the question in one user message).  Segments, as a
 RAG prompt is cached: the part before the first document, each document, the question
 with the generation prompt; each tokenized alone.
@@ -70,7 +77,7 @@ N = int(os.environ.get("PIC_ACC_N", "8" if QUICK else "30"))
 KS = [int(x) for x in os.environ.get("PIC_ACC_K", "4,8").split(",")]
 WS = [int(x) for x in os.environ.get("PIC_ACC_WS", "4,16,32,64").split(",")]
 RS = [float(x) for x in os.environ.get("PIC_ACC_RS", "0.1,0.2,0.3,0.5").split(",") if x]
-SEED = 9100
+SEED = int(os.environ.get("PIC_ACC_SEED", "9100"))   # another seed: trial items, never reported
 CAL_SEED = 5100                 # calibration requests: never the bench's items
 FACT_AT = int(os.environ.get("PIC_ACC_FACT_AT", "0"))  # the fact after sentence FACT_AT at most
 MAX_TOK = int(os.environ.get("PIC_ACC_MAXTOK", "140"))
@@ -133,15 +140,15 @@ def item(rng, paras, k):
     for name, num, para in zip(names, nums, rng.sample(paras, k)):
         sents = re.split(r"(?<=[.;:])\s+", para)
         at = rng.randrange(min(len(sents), FACT_AT) + 1)
-        sents.insert(at, "The registry number of the %s is %d." % (name, num))
+        sents.insert(at, "The %s has registry number %d." % (name, num))
         docs.append("About the %s\n%s\n\n" % (name, " ".join(sents)))
     ask = rng.randrange(k)
     q = "What is the registry number of the %s?" % names[ask]
+    question = "Question: %s Answer with the number only." % q
     head = "<|im_start|>system\n%s<|im_end|>\n<|im_start|>user\n%sDocuments:\n\n" % (
         SYSTEM, ("Answer this question from the documents below: %s\n\n" % q) if QFIRST else "")
-    tail = ("Question: %s Answer with the number only.<|im_end|>\n"
-            "<|im_start|>assistant\n" % q)
-    return {"segments": [head] + docs + [tail], "answer": str(nums[ask]),
+    tail = "%s<|im_end|>\n<|im_start|>assistant\n" % question
+    return {"segments": [head] + docs + [tail], "answer": str(nums[ask]), "question": question,
             "others": [str(x) for i, x in enumerate(nums) if i != ask]}
 
 
@@ -156,9 +163,7 @@ def calibration_prompts(path, n):
             rng = random.Random(CAL_SEED + k)
             for _ in range(n):
                 it = item(rng, paras, k)
-                q = re.search(r"Question: (.*?) Answer with", it["segments"][-1]).group(1)
-                content = "Documents:\n\n" + "".join(it["segments"][1:-1]) + \
-                    "Question: %s Answer with the number only." % q
+                content = "Documents:\n\n" + "".join(it["segments"][1:-1]) + it["question"]
                 f.write(json.dumps({"messages": [{"role": "user", "content": content}],
                                     "max_tokens": 24}) + "\n")
 
@@ -166,10 +171,8 @@ def calibration_prompts(path, n):
 def chat_body(it, order):
     """An item as a RAG client sends it: its documents (in order) unmarked in one
     user message, then the question; SmolLM2's template adds its system prompt."""
-    q = re.search(r"Question: (.*?) Answer with", it["segments"][-1]).group(1)
     docs = it["segments"][1:-1]
-    content = "Documents:\n\n" + "".join(docs[i] for i in order) + \
-        "Question: %s Answer with the number only." % q
+    content = "Documents:\n\n" + "".join(docs[i] for i in order) + it["question"]
     return {"messages": [{"role": "user", "content": content}], "max_tokens": 24,
             "temperature": 0}
 
@@ -252,7 +255,8 @@ def run_k(tok, paras, k):
         for it, rq in zip(items, ref["requests"]):
             g = rq["runs"][0]["greedy"]
             t = tok.decode(g[:g.index(2)] if 2 in g else g)
-            print(first_number(t) == it["answer"], it["answer"], repr(t[:70]))
+            print(first_number(t) == it["answer"], it["answer"], repr(t[:70]), "|",
+                  it["question"])
         sys.exit(0)
     teachers = [rq["runs"][0]["greedy"] for rq in ref["requests"]]
     for r, t in zip(reqs, teachers):

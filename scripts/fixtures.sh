@@ -41,6 +41,8 @@ echo "fixtures: writing tests/fixtures/models/ (make_models.py)"
 "$PY" -m tests.tools.make_models --out tests/fixtures/models --preset fixtures
 echo "fixtures: checking layouts and writing tests/fixtures/oracle/ (oracle.py)"
 "$PY" -m tests.tools.oracle
+echo "fixtures: writing tests/fixtures/oracle/chat_templates.json (chat_templates.py)"
+"$PY" -m tests.tools.chat_templates
 echo "fixtures: writing tests/fixtures/oracle/smollm2.* (oracle_gguf.py)"
 "$PY" -m tests.tools.oracle_gguf
 "$PY" -m tests.tools.make_models --check

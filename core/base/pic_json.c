@@ -546,6 +546,37 @@ pic_json_write_py(pic_buf *b, const cJSON *v)
     return pic_buf_appends(b, "null");
 }
 
+static int
+pic_json_write_py_at(pic_buf *b, const cJSON *v, int indent, int depth)
+{
+    if ((cJSON_IsObject(v) || cJSON_IsArray(v)) && v->child != NULL) {
+        int obj = cJSON_IsObject(v);
+        pic_buf_appendc(b, obj ? '{' : '[');
+        for (const cJSON *c = v->child; c; c = c->next) {
+            pic_buf_appendc(b, c == v->child ? '\n' : ',');
+            if (c != v->child) {
+                pic_buf_appendc(b, '\n');
+            }
+            pic_buf_printf(b, "%*s", indent * (depth + 1), "");
+            if (obj) {
+                const char *k = c->string ? c->string : "";
+                pic_json_write_string(b, k, strlen(k));
+                pic_buf_append(b, ": ", 2);
+            }
+            pic_json_write_py_at(b, c, indent, depth + 1);
+        }
+        pic_buf_printf(b, "\n%*s", indent * depth, "");
+        return pic_buf_appendc(b, obj ? '}' : ']');
+    }
+    return pic_json_write_py(b, v);
+}
+
+int
+pic_json_write_py_indent(pic_buf *b, const cJSON *v, int indent)
+{
+    return pic_json_write_py_at(b, v, indent, 0);
+}
+
 int
 pic_json_write_py_str(pic_buf *b, const cJSON *v)
 {

@@ -39,6 +39,12 @@ cJSON *pic_json_parse(const char *buf, size_t len, int max_depth,
  * ", " and ": ", key order kept, non-ASCII raw).  Returns 0, or -1 on OOM. */
 int pic_json_write_py(pic_buf *b, const cJSON *v);
 
+/* Appends Python's `json.dumps(v, ensure_ascii=False, indent=indent)`
+ * (Jinja's `tojson(indent=N)`): one item a line, indented by depth, items
+ * ended by ",", keys by ": "; empty containers as `[]` / `{}`.  Returns 0,
+ * or -1 on OOM. */
+int pic_json_write_py_indent(pic_buf *b, const cJSON *v, int indent);
+
 /* Appends Python's `str(v)` for a scalar as Jinja's `|string` prints it
  * (strings raw, True/False/None, ints as ints, floats by repr); arrays and
  * objects are written as pic_json_write_py.  Returns 0 or -1. */

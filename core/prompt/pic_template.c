@@ -1,6 +1,7 @@
 /*
- * pic_template.c — Qwen3 / Qwen3.5 chat templates with region spans
- * (see pic_template.h).  Each render_* function follows its Jinja template
+ * pic_template.c — the Qwen3 / Qwen3.5 and ChatML chat templates with
+ * region spans, and pic_template_render's dispatch to every dialect (see
+ * pic_template.h).  Each render_* function follows its Jinja template
  * statement by statement; comments quote the template where it is subtle.
  */
 #ifndef _GNU_SOURCE
@@ -12,6 +13,7 @@
 
 #include "pic_json.h"
 #include "pic_template.h"
+#include "pic_template_int.h"
 #include "pic_utf8.h"
 
 /* --- template text --- */
@@ -44,261 +46,6 @@ static const char QWEN35_TOOLS_TAIL[] =
     "language BEFORE the function call, but NOT after\n- If there is no function "
     "call available, answer the question like normal with your current knowledge "
     "and do not tell the user about function calls\n</IMPORTANT>";
-
-/* --- names --- */
-
-int
-pic_template_dialect_parse(const char *name, pic_template_dialect *out)
-{
-    if (!strcmp(name, "qwen3") || !strcmp(name, "qwen3_next")
-        || !strcmp(name, "qwen3-next")) {
-        *out = PIC_TEMPLATE_QWEN3;
-        return 0;
-    }
-    if (!strcmp(name, "qwen3.5") || !strcmp(name, "qwen3_5") || !strcmp(name, "qwen35")
-        || !strcmp(name, "qwen3_5_moe")) {
-        *out = PIC_TEMPLATE_QWEN3_5;
-        return 0;
-    }
-    if (!strcmp(name, "chatml")) {
-        *out = PIC_TEMPLATE_CHATML;
-        return 0;
-    }
-    if (!strcmp(name, "smollm2")) {
-        *out = PIC_TEMPLATE_SMOLLM2;
-        return 0;
-    }
-    return -1;
-}
-
-const char *
-pic_template_dialect_name(pic_template_dialect d)
-{
-    switch (d) {
-    case PIC_TEMPLATE_QWEN3_5: return "qwen3.5";
-    case PIC_TEMPLATE_CHATML:  return "chatml";
-    case PIC_TEMPLATE_SMOLLM2: return "smollm2";
-    default:                   return "qwen3";
-    }
-}
-
-const char *
-pic_region_kind_name(pic_region_kind k)
-{
-    switch (k) {
-    case PIC_REGION_GLUE:        return "glue";
-    case PIC_REGION_SYSTEM:      return "system";
-    case PIC_REGION_TOOL_SCHEMA: return "tool_schema";
-    case PIC_REGION_USER:        return "user";
-    case PIC_REGION_ASSISTANT:   return "assistant";
-    case PIC_REGION_TOOL_RESULT: return "tool_result";
-    case PIC_REGION_PROMPT:      return "prompt";
-    }
-    return "unknown";
-}
-
-/* --- output with regions --- */
-
-void
-pic_render_init(pic_render *r)
-{
-    pic_buf_init(&r->text);
-    r->regions = NULL;
-    r->n_regions = 0;
-    r->cap_regions = 0;
-    r->oom = 0;
-}
-
-void
-pic_render_free(pic_render *r)
-{
-    pic_buf_free(&r->text);
-    free(r->regions);
-    pic_render_init(r);
-}
-
-static void
-pic_render_push(pic_render *r, pic_region_kind kind, int32_t index, uint32_t doc,
-                const char *s, size_t n)
-{
-    if (n == 0 || r->oom) {
-        return;
-    }
-    size_t start = r->text.len;
-    if (pic_buf_append(&r->text, s, n) != 0) {
-        r->oom = 1;
-        return;
-    }
-    pic_region *last = r->n_regions ? &r->regions[r->n_regions - 1] : NULL;
-    if (kind == PIC_REGION_GLUE && last && last->kind == PIC_REGION_GLUE) {
-        last->end = r->text.len;            /* glue runs merge */
-        return;
-    }
-    if (pic_grow((void **) &r->regions, &r->cap_regions, r->n_regions + 1,
-                 sizeof(*r->regions)) != 0) {
-        r->oom = 1;
-        return;
-    }
-    pic_region *g = &r->regions[r->n_regions++];
-    g->kind = kind;
-    g->index = kind == PIC_REGION_GLUE ? -1 : index;
-    g->doc = doc;
-    g->start = start;
-    g->end = r->text.len;
-}
-
-static void
-pic_glue(pic_render *r, const char *s)
-{
-    pic_render_push(r, PIC_REGION_GLUE, -1, 0, s, strlen(s));
-}
-
-/* --- rich text: client content as documents and joiner glue --- */
-
-typedef struct {
-    size_t start;
-    size_t end;
-    int    glue;
-} pic_piece;
-
-typedef struct {
-    pic_buf    buf;             /* the content as the template sees it */
-    pic_piece *p;
-    size_t     n;
-    size_t     cap;
-    size_t     lo;              /* [lo, hi): the span left after trimming */
-    size_t     hi;
-    int        oom;
-} pic_rtext;
-
-static void
-pic_rt_init(pic_rtext *rt)
-{
-    memset(rt, 0, sizeof(*rt));
-    pic_buf_init(&rt->buf);
-}
-
-static void
-pic_rt_reset(pic_rtext *rt)
-{
-    pic_buf_reset(&rt->buf);
-    rt->n = 0;
-    rt->lo = rt->hi = 0;
-}
-
-static void
-pic_rt_free(pic_rtext *rt)
-{
-    pic_buf_free(&rt->buf);
-    free(rt->p);
-    pic_rt_init(rt);
-}
-
-static void
-pic_rt_add(pic_rtext *rt, const char *s, size_t n, int glue, int new_doc)
-{
-    if (n == 0 || rt->oom) {
-        return;
-    }
-    size_t start = rt->buf.len;
-    if (pic_buf_append(&rt->buf, s, n) != 0) {
-        rt->oom = 1;
-        return;
-    }
-    rt->hi = rt->buf.len;
-    pic_piece *last = rt->n ? &rt->p[rt->n - 1] : NULL;
-    if (last && last->glue == glue && (glue || !new_doc)) {
-        last->end = rt->buf.len;
-        return;
-    }
-    if (pic_grow((void **) &rt->p, &rt->cap, rt->n + 1, sizeof(*rt->p)) != 0) {
-        rt->oom = 1;
-        return;
-    }
-    rt->p[rt->n].start = start;
-    rt->p[rt->n].end = rt->buf.len;
-    rt->p[rt->n].glue = glue;
-    rt->n++;
-}
-
-static void
-pic_rt_add_split(pic_rtext *rt, const pic_str *s, const pic_marker *split, int new_doc)
-{
-    if (!split) {
-        pic_rt_add(rt, s->ptr, s->len, 0, new_doc);
-        return;
-    }
-    size_t pos = 0, a, b;
-    while (pic_marker_next(split, s->ptr, s->len, &pos, &a, &b)) {
-        pic_rt_add(rt, s->ptr + a, b - a, 0, new_doc);
-        new_doc = 1;
-    }
-}
-
-/* The message content as the template sees it: a string, or the text parts
- * joined by `joiner` ("\n" for Qwen3 as vLLM flattens them, "" for
- * Qwen3.5's render_content); documents per opts. */
-static void
-pic_rt_content(pic_rtext *rt, const pic_message *m, const char *joiner,
-               const pic_marker *split, int split_parts)
-{
-    pic_rt_reset(rt);
-    if (m->content_kind == PIC_CONTENT_STRING) {
-        pic_rt_add_split(rt, &m->content, split, 1);
-    } else if (m->content_kind == PIC_CONTENT_PARTS) {
-        for (size_t j = 0; j < m->n_parts; j++) {
-            if (j && joiner[0]) {
-                pic_rt_add(rt, joiner, strlen(joiner), split_parts, 0);
-            }
-            pic_rt_add_split(rt, &m->parts[j], split, split_parts || j == 0);
-        }
-    }
-    rt->lo = 0;
-    rt->hi = rt->buf.len;
-}
-
-/* Jinja's |trim: Python str.strip() of the whole content. */
-static void
-pic_rt_trim(pic_rtext *rt)
-{
-    if (rt->buf.len) {
-        pic_utf8_py_strip(rt->buf.data, rt->buf.len, &rt->lo, &rt->hi);
-    }
-}
-
-static const char *
-pic_rt_data(const pic_rtext *rt)
-{
-    return rt->buf.data ? rt->buf.data + rt->lo : "";
-}
-
-static size_t
-pic_rt_len(const pic_rtext *rt)
-{
-    return rt->hi - rt->lo;
-}
-
-static void
-pic_rt_emit(pic_render *r, const pic_rtext *rt, pic_region_kind kind, int32_t index)
-{
-    uint32_t doc = 0;
-    if (rt->oom) {
-        r->oom = 1;
-        return;
-    }
-    for (size_t i = 0; i < rt->n; i++) {
-        size_t a = rt->p[i].start > rt->lo ? rt->p[i].start : rt->lo;
-        size_t b = rt->p[i].end < rt->hi ? rt->p[i].end : rt->hi;
-        if (a >= b) {
-            continue;
-        }
-        if (rt->p[i].glue) {
-            pic_render_push(r, PIC_REGION_GLUE, -1, 0, rt->buf.data + a, b - a);
-        } else {
-            pic_render_push(r, kind, index, doc++, rt->buf.data + a, b - a);
-        }
-    }
-}
 
 /* --- Python string helpers on byte spans --- */
 
@@ -399,18 +146,6 @@ pic_tools_listing(pic_render *r, const pic_request *req, pic_buf *tmp)
         }
         pic_render_push(r, PIC_REGION_TOOL_SCHEMA, i, 0, tmp->data, tmp->len);
     }
-}
-
-static pic_region_kind
-pic_region_of(pic_role role)
-{
-    switch (role) {
-    case PIC_ROLE_SYSTEM:    return PIC_REGION_SYSTEM;
-    case PIC_ROLE_USER:      return PIC_REGION_USER;
-    case PIC_ROLE_ASSISTANT: return PIC_REGION_ASSISTANT;
-    case PIC_ROLE_TOOL:      return PIC_REGION_TOOL_RESULT;
-    }
-    return PIC_REGION_USER;
 }
 
 /* --- Qwen3 / Qwen3-Next --- */
@@ -703,18 +438,6 @@ done:
 
 /* --- plain ChatML (SmolLM2) --- */
 
-static const char *
-pic_role_name(pic_role role)
-{
-    switch (role) {
-    case PIC_ROLE_SYSTEM:    return "system";
-    case PIC_ROLE_USER:      return "user";
-    case PIC_ROLE_ASSISTANT: return "assistant";
-    case PIC_ROLE_TOOL:      return "tool";
-    }
-    return "user";
-}
-
 static int
 pic_render_chatml(const pic_template_opts *o, const pic_request *req, pic_render *r,
                   pic_error *err)
@@ -777,6 +500,12 @@ pic_template_render(const pic_template_opts *opts, const pic_request *req,
         rc = pic_render_qwen35(opts, req, out, err);
     } else if (opts->dialect == PIC_TEMPLATE_CHATML || opts->dialect == PIC_TEMPLATE_SMOLLM2) {
         rc = pic_render_chatml(opts, req, out, err);
+    } else if (opts->dialect == PIC_TEMPLATE_LLAMA3 || opts->dialect == PIC_TEMPLATE_LLAMA3_1
+               || opts->dialect == PIC_TEMPLATE_LLAMA3_2) {
+        rc = pic_render_llama3(opts, req, out, err);
+    } else if (opts->dialect == PIC_TEMPLATE_MISTRAL
+               || opts->dialect == PIC_TEMPLATE_MISTRAL_NEMO) {
+        rc = pic_render_mistral(opts, req, out, err);
     } else {
         rc = pic_render_qwen3(opts, req, out, err);
     }

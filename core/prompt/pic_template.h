@@ -1,8 +1,9 @@
 /*
- * pic_template.h — ChatML chat-template rendering for the Qwen family
- * (MODEL.md §6), with the byte span of every structural piece.
+ * pic_template.h — chat-template rendering (MODEL.md §6): the dialects of
+ * the Qwen family, plain ChatML, Llama 3 and Mistral, with the byte span of
+ * every structural piece.
  *
- * Two dialects reproduce the public Jinja templates as transformers'
+ * The dialects reproduce the public Jinja templates as transformers'
  * apply_chat_template renders them (trim_blocks, lstrip_blocks, `tojson` =
  * json.dumps(ensure_ascii=False)) on the request as vLLM hands it over
  * (tool-call arguments decoded to objects; for Qwen3, text parts joined
@@ -26,6 +27,10 @@
  *    prompt `<|im_start|>assistant\n`.
  *  - PIC_TEMPLATE_SMOLLM2: CHATML with SmolLM2's default system message
  *    first when the conversation has none (PIC_CHATML_SMOLLM2_SYSTEM).
+ *  - PIC_TEMPLATE_LLAMA3, _LLAMA3_1, _LLAMA3_2: Meta's Llama 3.0, 3.1 / 3.3
+ *    and 3.2 instruct templates (pic_template_llama3.c).
+ *  - PIC_TEMPLATE_MISTRAL, _MISTRAL_NEMO: Mistral-7B-Instruct-v0.3's and
+ *    Mistral-Nemo-Instruct-2407's [INST] templates (pic_template_mistral.c).
  * Template errors (raise_exception) come back as 400s with its message.
  * `developer` messages render as `system`.  The Qwen3-Next checkpoints ship
  * variants of the Qwen3 template (to our knowledge: Instruct without think
@@ -61,6 +66,12 @@ typedef enum {
     PIC_TEMPLATE_QWEN3_5,       /* Qwen3.5: XML tool calls */
     PIC_TEMPLATE_CHATML,        /* plain ChatML: no tools */
     PIC_TEMPLATE_SMOLLM2,       /* ChatML + SmolLM2's default system prompt */
+    PIC_TEMPLATE_LLAMA3,        /* Llama 3.0 header turns: no tools */
+    PIC_TEMPLATE_LLAMA3_1,      /* Llama 3.1 / 3.3: dated system turn, JSON calls */
+    PIC_TEMPLATE_LLAMA3_2,      /* Llama 3.2: 3.1 with today's date */
+    PIC_TEMPLATE_MISTRAL,       /* Mistral v0.3 [INST] turns (tokenizer v3) */
+    PIC_TEMPLATE_MISTRAL_NEMO,  /* Mistral Nemo [INST] turns (tekken) */
+    PIC_TEMPLATE_N              /* the number of dialects */
 } pic_template_dialect;
 
 typedef enum {
@@ -95,6 +106,10 @@ typedef struct {
     int                  split_parts;   /* each content text part is a document */
 } pic_template_opts;
 
+/* The token that ends a turn in dialect d ("<|im_end|>", "<|eot_id|>",
+ * "</s>"): generation stops on it. */
+const char *pic_template_end_of_turn(pic_template_dialect d);
+
 /* The system prompt SmolLM2's template inserts when the conversation has
  * none. */
 #define PIC_CHATML_SMOLLM2_SYSTEM \
@@ -109,11 +124,12 @@ void pic_render_free(pic_render *r);
 
 /* Parses a dialect name: "qwen3", "qwen3_next", "qwen3-next" -> QWEN3;
  * "qwen3.5", "qwen3_5", "qwen35" -> QWEN3_5; "chatml" -> CHATML;
- * "smollm2" -> SMOLLM2.
+ * "smollm2" -> SMOLLM2; "llama3", "llama3.1", "llama3.2" -> LLAMA3,
+ * LLAMA3_1, LLAMA3_2; "mistral", "mistral-nemo" -> MISTRAL, MISTRAL_NEMO.
  * Returns 0, or -1 if unknown. */
 int pic_template_dialect_parse(const char *name, pic_template_dialect *out);
 
-/* The dialect's canonical name ("qwen3", "qwen3.5", "chatml" or "smollm2"). */
+/* The dialect's canonical name (the first of each group above). */
 const char *pic_template_dialect_name(pic_template_dialect d);
 
 /* A region kind's name ("glue", "system", "tool_schema", ...). */

@@ -48,7 +48,8 @@ calib_usage(FILE *f)
         "  --entry-dtype T         storage of the entries measured: bf16 (default) or f32\n"
         "  --min-segment BYTES     shorter segments are recomputed (default 128, as serve)\n"
         "  --marker S              document delimiter (default <|pic_sep|>, as serve)\n"
-        "  --template NAME         chat template: qwen3, qwen3.5, chatml or smollm2 (default: from the model)\n"
+        "  --template NAME         chat template: qwen3, qwen3.5, chatml, smollm2, llama3, llama3.1,\n"
+        "                          llama3.2, mistral or mistral-nemo (default: from the model)\n"
         "  --weights F             big matrices as " PIC_WEIGHTS_NAMES " (default auto)\n"
         "  --threads N             OpenMP threads (default: all cores)\n",
         PIC_CALIB_KL_BOUND);

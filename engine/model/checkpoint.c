@@ -139,13 +139,81 @@ pic_checkpoint_calibration_path(const char *path, char *out, size_t n)
     snprintf(out, n, "%.*s.pic_calibration.json", (int) len, path);
 }
 
+/* The dialect rendering template text t of a checkpoint whose architecture
+ * renders ChatML by default, told from phrases only its released template
+ * has; 0, or -1 with *family naming what it looks like (NULL: unknown). */
+static int
+ck_template_dialect(const char *t, pic_template_dialect *d, const char **family)
+{
+    *family = NULL;
+    if (strstr(t, "You are a helpful AI assistant named SmolLM") != NULL) {
+        *d = PIC_TEMPLATE_SMOLLM2;
+        return 0;
+    }
+    if (strstr(t, "<|im_start|>") != NULL) {
+        *d = PIC_TEMPLATE_CHATML;
+        return 0;
+    }
+    if (strstr(t, "<|start_header_id|>") != NULL) {
+        *family = "a Llama 3 template";
+        if (strstr(t, "Cutting Knowledge Date: December 2023") != NULL
+            && strstr(t, "tools_in_user_message") != NULL
+            && strstr(t, "\"parameters\": dictionary of argument name") != NULL)
+        {
+            /* 3.2 dates the system turn today, 3.1 and 3.3 with a constant */
+            if (strstr(t, "strftime_now(\"%d %b %Y\")") != NULL) {
+                *d = PIC_TEMPLATE_LLAMA3_2;
+                return 0;
+            }
+            if (strstr(t, "\"26 Jul 2024\"") != NULL && strstr(t, "strftime_now") == NULL) {
+                *d = PIC_TEMPLATE_LLAMA3_1;
+                return 0;
+            }
+            return -1;
+        }
+        if (strstr(t, "message['content'] | trim + '<|eot_id|>'") != NULL
+            && strstr(t, "set content = bos_token + content") != NULL
+            && strstr(t, "tool") == NULL && strstr(t, "system") == NULL)
+        {
+            *d = PIC_TEMPLATE_LLAMA3;
+            return 0;
+        }
+        return -1;
+    }
+    if (strstr(t, "[INST]") != NULL) {
+        *family = "a Mistral [INST] template";
+        if (strstr(t, "[SYSTEM_PROMPT]") != NULL) {
+            return -1;
+        }
+        if (strstr(t, "\"[INST] \" + system_message + \"\\n\\n\"") != NULL
+            && strstr(t, "(message == user_messages[-1]) and system_message") != NULL
+            && strstr(t, "\" \" + message[\"content\"]|trim + eos_token") != NULL
+            && strstr(t, "[AVAILABLE_TOOLS] [") != NULL)
+        {
+            *d = PIC_TEMPLATE_MISTRAL;
+            return 0;
+        }
+        if (strstr(t, "\"[INST]\" + system_message + \"\\n\\n\"") != NULL
+            && strstr(t, "loop.last and system_message is defined") != NULL
+            && strstr(t, "message[\"content\"] + eos_token") != NULL
+            && strstr(t, "[AVAILABLE_TOOLS][") != NULL)
+        {
+            *d = PIC_TEMPLATE_MISTRAL_NEMO;
+            return 0;
+        }
+        return -1;
+    }
+    return -1;
+}
+
 int
 pic_checkpoint_dialect(const char *path, pic_template_dialect *d, char *err, size_t errlen)
 {
-    pic_config cfg;
-    char      *config, *tmpl;
-    size_t     len;
-    int        rc;
+    pic_config  cfg;
+    const char *family;
+    char       *config, *tmpl;
+    size_t      len;
+    int         rc;
 
     if (ck_texts(path, &config, &len, &tmpl, err, errlen) != 0) {
         return -1;
@@ -153,17 +221,15 @@ pic_checkpoint_dialect(const char *path, pic_template_dialect *d, char *err, siz
     rc = pic_config_parse(&cfg, config, len, path, err, errlen);
     if (rc == 0) {
         *d = pic_config_dialect(cfg.arch);
-        /* a Llama-family checkpoint: SmolLM2's template, plain ChatML, or
-         * refused until its dialect exists */
+        /* an architecture without a template of its own (Llama, Mistral,
+         * the hybrids): the checkpoint's template says which dialect */
         if (*d == PIC_TEMPLATE_CHATML && tmpl != NULL
-            && strstr(tmpl, "You are a helpful AI assistant named SmolLM") != NULL)
+            && ck_template_dialect(tmpl, d, &family) != 0)
         {
-            *d = PIC_TEMPLATE_SMOLLM2;
-        } else if (*d == PIC_TEMPLATE_CHATML && tmpl != NULL
-                   && strstr(tmpl, "<|im_start|>") == NULL)
-        {
-            snprintf(err, errlen, "%s: the chat template is not ChatML and no dialect "
-                     "renders it yet (--template qwen3, qwen3.5, chatml or smollm2)", path);
+            snprintf(err, errlen, "%s: the chat template (%s) is not one this engine "
+                     "renders (--template chatml, smollm2, llama3, llama3.1, llama3.2, "
+                     "mistral, mistral-nemo, qwen3 or qwen3.5)", path,
+                     family ? family : "neither ChatML, Llama 3 nor Mistral's");
             rc = -1;
         }
     }

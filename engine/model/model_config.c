@@ -71,6 +71,25 @@ pic_config_add_eos(pic_config *cfg, int id)
 }
 
 
+/* Whether an added token ends generation: <|endoftext|>, or the token that
+ * ends a turn in some dialect (a checkpoint's config may name only its
+ * base model's eos, e.g. Llama 3.0 Instruct's <|end_of_text|>, not the
+ * <|eot_id|> its template ends turns with). */
+static int
+cfg_ends_turn(const char *content)
+{
+    if (strcmp(content, "<|endoftext|>") == 0) {
+        return 1;
+    }
+    for (int d = 0; d < PIC_TEMPLATE_N; d++) {
+        if (strcmp(content, pic_template_end_of_turn((pic_template_dialect) d)) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+
 int
 pic_config_add_tokenizer_eos(pic_config *cfg, const char *json, size_t len)
 {
@@ -94,9 +113,7 @@ pic_config_add_tokenizer_eos(pic_config *cfg, const char *json, size_t len)
         {
             continue;
         }
-        if (strcmp(content->valuestring, "<|im_end|>") == 0
-            || strcmp(content->valuestring, "<|endoftext|>") == 0)
-        {
+        if (cfg_ends_turn(content->valuestring)) {
             pic_config_add_eos(cfg, (int) id->valuedouble);
             found++;
         }

@@ -18,8 +18,10 @@ int pic_config_parse(pic_config *cfg, const char *json, size_t len,
 /* Add id to cfg->eos_ids unless present or full; 0 added/present, -1 full. */
 int pic_config_add_eos(pic_config *cfg, int id);
 
-/* Add the ids of <|im_end|> and <|endoftext|> from tokenizer.json's
- * added_tokens; number of ids found, -1 if the text is not JSON. */
+/* Add the ids of <|endoftext|> and of every dialect's end-of-turn token
+ * (pic_template_end_of_turn: <|im_end|>, <|eot_id|>, </s>) from
+ * tokenizer.json's added_tokens; number of ids found, -1 if the text is not
+ * JSON. */
 int pic_config_add_tokenizer_eos(pic_config *cfg, const char *json,
                                  size_t len);
 

@@ -8,7 +8,7 @@
  *   mkdir -p build/fuzz-corpus && build/fuzz/fuzz_core -max_total_time=60 build/fuzz-corpus
  *
  * The first input byte picks the target; the rest is the input:
- *   0-2  chat body:       parse, segment in both dialects (markers, small
+ *   0-2  chat body:       parse, segment in every dialect (markers, small
  *                         CDC), build and round-trip a plan, and check the
  *                         marked wire form splits back into the segments
  *   3    completions body: parse and segment
@@ -105,9 +105,9 @@ fuzz_request(fuzz_env *env, pic_req_kind kind, const char *d, size_t n, int spli
         CHECK(err.status == 400 || err.status == 500);
         return;
     }
-    for (int dialect = 0; dialect < 2; dialect++) {
+    for (int dialect = 0; dialect < PIC_TEMPLATE_N; dialect++) {
         pic_segment_cfg cfg = { (pic_template_dialect) dialect, &env->marker, split_parts,
-                                &env->cdc, &env->keys, 16, dialect };
+                                &env->cdc, &env->keys, 16, dialect & 1 };
         pic_segmentation s;
         pic_segmentation_init(&s);
         if (pic_segment_request(&cfg, &req, &s, &err) == 0) {

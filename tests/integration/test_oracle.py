@@ -361,15 +361,20 @@ CHAT_CASES = [c for c in CASES if c.values[1]["name"] == "chat"]
 @pytest.mark.skipif(not CHAT_CASES, reason="no chat prompt in the oracle fixtures")
 @pytest.mark.parametrize("meta,prompt", CHAT_CASES)
 def test_generate_chat_reproduces_continuation(meta, prompt):
-    """--chat JSON rendered by the shared template (thinking off) gives the
-    fixture's ChatML text, hence the same continuation."""
-    text = prompt["text"]
-    head = "<|im_start|>user\n"
-    assert text.startswith(head)
-    user = text[len(head):text.index("<|im_end|>")]
-    req = {"messages": [{"role": "user", "content": user}],
-           "chat_template_kwargs": {"enable_thinking": False}}
-    if meta["model_type"] not in harness.ENGINE_MODEL_TYPES:
+    """--chat JSON rendered by the shared template gives the fixture's chat text,
+    hence the same continuation: the checkpoint's own template as transformers
+    rendered it where the fixture recorded the conversation (the Llama 3
+    presets), else the Qwen3 ChatML text (thinking off)."""
+    if "messages" in prompt:
+        req = {"messages": prompt["messages"]}
+    else:
+        text = prompt["text"]
+        head = "<|im_start|>user\n"
+        assert text.startswith(head)
+        user = text[len(head):text.index("<|im_end|>")]
+        req = {"messages": [{"role": "user", "content": user}],
+               "chat_template_kwargs": {"enable_thinking": False}}
+    if "messages" not in prompt and meta["model_type"] not in harness.ENGINE_MODEL_TYPES:
         # the fixture's chat text is the Qwen3 rendering; another family's dialect
         # (pic_config_dialect) may render another prompt: then this case says nothing
         r = subprocess.run([ENGINE, "tokenize", "--model", os.path.join(ROOT, meta["model_dir"]),
@@ -382,6 +387,12 @@ def test_generate_chat_reproduces_continuation(meta, prompt):
             pytest.skip("the engine's chat template for model_type %s does not render the "
                         "fixture's Qwen3 ChatML text (%d ids vs %d)"
                         % (meta["model_type"], len(ids), len(prompt["ids"])))
+    if "messages" in prompt:
+        r = subprocess.run([ENGINE, "tokenize", "--model", os.path.join(ROOT, meta["model_dir"]),
+                            "--chat", json.dumps(req)], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert [int(x) for x in r.stdout.strip().split(",")] == prompt["ids"]
     got = _generate_ids(meta, ["--chat", json.dumps(req)], len(prompt["continuation"]))
     assert got == prompt["continuation"]
 

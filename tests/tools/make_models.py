@@ -60,6 +60,7 @@ from tests.tools.make_tokenizer import make_tokenizer  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 FIXTURE_DIR = os.path.join(ROOT, "tests", "fixtures", "models")
+TEMPLATE_DIR = os.path.join(ROOT, "tests", "fixtures", "templates")
 FIXTURE_PRESETS = ["tiny-qwen35", "tiny-qwen35-moe", "tiny-qwen3next", "tiny-realheads",
                    "tiny-llama", "tiny-llama-tied", "tiny-qwen3", "tiny-qwen2",
                    "tiny-deepseek-v2", "tiny-deepseek-v3",
@@ -117,11 +118,12 @@ PRESETS = {
         tied=False, dtype="bf16-all", rope_theta=10000.0, rms_eps=1e-05,
         rope_scaling={"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
                       "original_max_position_embeddings": 256, "rope_type": "llama3"},
-        max_pos=2048, legacy_config=True),
+        max_pos=2048, legacy_config=True, chat="llama-3.1"),
     # Llama, tied head, MHA (Hq = Hkv), plain RoPE, 5.x config layout, F32
     "tiny-llama-tied": dict(
         family="llama", H=64, layer_types=[F, F], Hq=4, Hkv=4, hd=16, I=128,
-        tied=True, dtype="f32", rope_theta=500000.0, rms_eps=1e-05, max_pos=8192),
+        tied=True, dtype="f32", rope_theta=500000.0, rms_eps=1e-05, max_pos=8192,
+        chat="llama-3.0"),
     # Qwen3: per-head q_norm / k_norm, head_dim 32 != H / Hq = 16, tied, BF16
     "tiny-qwen3": dict(
         family="qwen3", H=64, layer_types=[F, F, F], Hq=4, Hkv=2, hd=32, I=128,
@@ -766,11 +768,25 @@ def text_config(d, special):
     return c
 
 
+def llama3_ids(d, special):
+    """(bos_token_id, eos_token_id) of a preset with Llama 3's specials, as Meta's
+    config.json has them: 3.1 stops on end_of_text, eom and eot; 3.0 Instruct's
+    config names end_of_text only (its template's <|eot_id|> is in
+    generation_config)."""
+    bos, eos = special["<|begin_of_text|>"], special["<|end_of_text|>"]
+    if d["chat"] == "llama-3.0":
+        return bos, eos
+    return bos, [eos, special["<|eom_id|>"], special["<|eot_id|>"]]
+
+
 def plain_config(d, special):
     """config.json of a llama / qwen2 / qwen3 preset: what transformers 5.x
     save_pretrained writes, or with legacy_config the released 4.x layout."""
     fam = d["family"]
-    eot, im_end = special["<|endoftext|>"], special["<|im_end|>"]
+    if d.get("chat"):
+        eot, im_end = llama3_ids(d, special)
+    else:
+        eot, im_end = special["<|endoftext|>"], special["<|im_end|>"]
     c = {
         "architectures": [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
                            "qwen3": "Qwen3ForCausalLM"}[fam]],
@@ -911,9 +927,17 @@ def model_config(d, special):
     }
 
 
-def generation_config(special, family="qwen3_5"):
+def generation_config(special, family="qwen3_5", chat=None):
     """generation_config.json in the shape Qwen (or Meta, for llama) ships (ids from
     our tokenizer)."""
+    if chat:
+        bos = special["<|begin_of_text|>"]
+        eos = [special["<|end_of_text|>"], special["<|eot_id|>"]]
+        if chat != "llama-3.0":
+            eos.insert(1, special["<|eom_id|>"])
+        return {"bos_token_id": bos, "do_sample": True, "eos_token_id": eos,
+                "temperature": 0.6, "top_p": 0.9,
+                "transformers_version": TRANSFORMERS_VERSION}
     eot, im_end = special["<|endoftext|>"], special["<|im_end|>"]
     if family == "llama":
         return {"bos_token_id": eot, "do_sample": True, "eos_token_id": [im_end, eot],
@@ -933,7 +957,12 @@ def make_model(out_root, preset):
     os.makedirs(out, exist_ok=True)
     # the Qwen2/3/Next regex (and merges as "a b" strings) for every family but Qwen3.5
     variant = "qwen3_5" if p["family"] in ("qwen3_5", "qwen3_5_moe") else "qwen3_next"
-    tok_path = make_tokenizer(out, variant)
+    if p.get("chat"):
+        # a Llama 3 instruct checkpoint: its specials and its released chat template
+        with open(os.path.join(TEMPLATE_DIR, p["chat"] + ".jinja"), encoding="utf-8") as f:
+            tok_path = make_tokenizer(out, variant, specials="llama3", chat_template=f.read())
+    else:
+        tok_path = make_tokenizer(out, variant)
     with open(tok_path, encoding="utf-8") as f:
         tj = json.load(f)
     special = {a["content"]: a["id"] for a in tj["added_tokens"]}
@@ -945,7 +974,7 @@ def make_model(out_root, preset):
     write_safetensors(os.path.join(out, "model.safetensors"), "pic/" + preset, specs, d["dtype"])
     dump_json(os.path.join(out, "config.json"), model_config(d, special))
     dump_json(os.path.join(out, "generation_config.json"),
-              generation_config(special, p["family"]))
+              generation_config(special, p["family"], p.get("chat")))
     return out
 
 

@@ -18,6 +18,12 @@ Variants:
               \\p{M}); merges stored as pairs [["a", "b"], …] (newer format).
   qwen3_next  Qwen2/3/Next regex; merges stored as "a b" strings (older format).
 
+Specials: "qwen" (ADDED_TOKENS, the ChatML markers; tokenizer_config.json as
+Qwen ships it) or "llama3" (LLAMA3_ADDED_TOKENS, Llama 3's header and turn
+markers, as many as ADDED_TOKENS so the vocab keeps its size; tokenizer_config.json
+as Meta ships it, bos <|begin_of_text|>, eos <|eot_id|>), each with the chat
+template given.
+
 Both files are byte-for-byte deterministic.
 
 Usage:  make_tokenizer.py --out DIR [--variant qwen3_5|qwen3_next] [--vocab N]
@@ -51,6 +57,23 @@ ADDED_TOKENS = [
     ("<think>", False),
     ("</think>", False),
 ]
+
+# Llama 3's specials, in the order of their real ids (128000 ...), the reserved
+# ones but the first left out; all special, as in Meta's files.
+LLAMA3_ADDED_TOKENS = [
+    ("<|begin_of_text|>", True),
+    ("<|end_of_text|>", True),
+    ("<|reserved_special_token_0|>", True),
+    ("<|finetune_right_pad_id|>", True),
+    ("<|start_header_id|>", True),
+    ("<|end_header_id|>", True),
+    ("<|eom_id|>", True),
+    ("<|eot_id|>", True),
+    ("<|python_tag|>", True),
+]
+assert len(LLAMA3_ADDED_TOKENS) == 9
+
+SPECIALS = {"qwen": None, "llama3": LLAMA3_ADDED_TOKENS}
 
 DEFAULT_VOCAB = 2000
 
@@ -183,9 +206,11 @@ def corpus_lines():
 
 # --- build ---
 
-def build(variant, vocab_size=DEFAULT_VOCAB, lines=None, chat_template=CHAT_TEMPLATE):
+def build(variant, vocab_size=DEFAULT_VOCAB, lines=None, chat_template=CHAT_TEMPLATE,
+          specials="qwen"):
     """Train on `lines` (default: the built-in corpus) and return
     (tokenizer_json_text, tokenizer_config_json_text)."""
+    added_tokens = SPECIALS[specials] or ADDED_TOKENS
     if variant not in VARIANTS:
         raise ValueError("unknown variant %r (want one of %s)" % (variant, ", ".join(VARIANTS)))
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
@@ -217,7 +242,7 @@ def build(variant, vocab_size=DEFAULT_VOCAB, lines=None, chat_template=CHAT_TEMP
         merges_out = pairs
 
     added = []
-    for i, (content, special) in enumerate(ADDED_TOKENS):
+    for i, (content, special) in enumerate(added_tokens):
         added.append({"id": n_bpe + i, "content": content, "single_word": False,
                       "lstrip": False, "rstrip": False, "normalized": False,
                       "special": special})
@@ -261,14 +286,27 @@ def build(variant, vocab_size=DEFAULT_VOCAB, lines=None, chat_template=CHAT_TEMP
         "tokenizer_class": "Qwen2Tokenizer",
         "unk_token": None,
     }
+    if specials == "llama3":
+        cfg = {
+            "added_tokens_decoder": cfg["added_tokens_decoder"],
+            "bos_token": "<|begin_of_text|>",
+            "chat_template": chat_template,
+            "clean_up_tokenization_spaces": True,
+            "eos_token": "<|eot_id|>",
+            "model_input_names": ["input_ids", "attention_mask"],
+            "model_max_length": 131072,
+            "tokenizer_class": "PreTrainedTokenizerFast",
+        }
     cfg_text = json.dumps(cfg, indent=2, ensure_ascii=False) + "\n"
     return tok_text, cfg_text
 
 
-def make_tokenizer(out_dir, variant="qwen3_5", vocab_size=DEFAULT_VOCAB):
+def make_tokenizer(out_dir, variant="qwen3_5", vocab_size=DEFAULT_VOCAB, specials="qwen",
+                   chat_template=CHAT_TEMPLATE):
     """Write out_dir/tokenizer.json and out_dir/tokenizer_config.json; return
     the tokenizer.json path.  Same bytes on every run."""
-    tok_text, cfg_text = build(variant, vocab_size)
+    tok_text, cfg_text = build(variant, vocab_size, chat_template=chat_template,
+                               specials=specials)
     # the library must accept what we wrote
     Tokenizer.from_str(tok_text)
     os.makedirs(out_dir, exist_ok=True)

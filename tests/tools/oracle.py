@@ -20,7 +20,9 @@ For each preset it first verifies the checkpoint layout (--verify does only this
     keys are renamed as transformers does, v5_config).
 The plain families (llama, qwen2, qwen3) have no GDN; their checks are the same.
 Then, for 3 fixed prompts (token ids from the checkpoint's tokenizer.json via
-`tokenizers`): logits at every prompt position (no cache), the 16-token greedy
+`tokenizers`; `chat` is CHAT_MESSAGES rendered by the checkpoint's own chat template
+through apply_chat_template when that template is not the fixtures' ChatML one, the
+Llama 3 presets', else the Qwen3 rendering written out): logits at every prompt position (no cache), the 16-token greedy
 continuation from generate(use_cache=True), confirmed token by token by a no-cache
 forward over prompt + continuation, and that forward's logits for the continuation.
 
@@ -89,6 +91,27 @@ PROMPTS = [
              "    return xxh3_128(model + scope + text)\n"
              "我们今天去公园散步。 Café résumé 👍"),
 ]
+
+# the `chat` prompt's conversation, for a checkpoint whose template renders it
+CHAT_MESSAGES = [{"role": "user",
+                  "content": "What does a position-independent cache store? Answer briefly."}]
+
+
+def prompt_texts(mdir):
+    """(name, text, messages or None) of each prompt for the checkpoint at mdir."""
+    with open(os.path.join(mdir, "tokenizer_config.json"), encoding="utf-8") as f:
+        tmpl = json.load(f).get("chat_template")
+    out = []
+    for name, text in PROMPTS:
+        if name == "chat" and tmpl is not None and "<|im_start|>" not in tmpl:
+            tok = transformers.AutoTokenizer.from_pretrained(mdir)
+            text = tok.apply_chat_template(CHAT_MESSAGES, tokenize=False,
+                                           add_generation_prompt=True)
+            out.append((name, text, CHAT_MESSAGES))
+        else:
+            out.append((name, text, None))
+    return out
+
 
 OPTIONAL_KERNELS = ["fla", "causal_conv1d", "kernels", "flash_attn", "mamba_ssm"]
 # Mamba2 hybrids: without mamba_ssm / causal_conv1d / kernels transformers runs its torch
@@ -552,12 +575,14 @@ def run_preset(models_dir, out_dir, preset, verify_only):
     torch.manual_seed(0)
 
     all_rows, prompts, row = [], [], 0
-    for name, text in PROMPTS:
+    pad = special.get("<|endoftext|>", special.get("<|end_of_text|>"))
+    for name, text, messages in prompt_texts(mdir):
         ids = tok.encode(text, add_special_tokens=False).ids
-        rows, cont, stats = run_prompt(model, ids, special["<|endoftext|>"])
+        rows, cont, stats = run_prompt(model, ids, pad)
         assert rows.shape == (len(ids) + N_NEW - 1, V)
         prompts.append({
-            "name": name, "text": text, "ids": ids, "n_prompt": len(ids),
+            "name": name, "text": text, **({"messages": messages} if messages else {}),
+            "ids": ids, "n_prompt": len(ids),
             "continuation": cont,
             "continuation_text": tok.decode(cont, skip_special_tokens=False),
             "row_offset": row, "n_rows": rows.shape[0], **stats})

@@ -1,5 +1,6 @@
 /*
- * test_template.c — the Qwen3 / Qwen3.5 chat templates, byte for byte.
+ * test_template.c — the Qwen3 / Qwen3.5 chat templates, byte for byte (the
+ * Llama 3 and Mistral dialects against transformers: test_chat_templates.py).
  *
  * Oracle: the golden strings below were rendered by jinja2 from the public
  * Qwen3 (Qwen/Qwen3-* tokenizer_config.json) and Qwen3.5 chat templates,
@@ -24,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "pic_json.h"
 #include "pic_request.h"
 #include "pic_template.h"
 
@@ -723,6 +725,133 @@ test_dialect_names(void **state)
     assert_int_equal(d, PIC_TEMPLATE_QWEN3_5);
     assert_int_equal(pic_template_dialect_parse("llama", &d), -1);
     assert_string_equal(pic_template_dialect_name(PIC_TEMPLATE_QWEN3_5), "qwen3.5");
+    for (int k = 0; k < PIC_TEMPLATE_N; k++) {
+        const char *name = pic_template_dialect_name((pic_template_dialect) k);
+        assert_int_equal(pic_template_dialect_parse(name, &d), 0);
+        assert_int_equal(d, k);
+    }
+    assert_string_equal(pic_template_end_of_turn(PIC_TEMPLATE_LLAMA3_2), "<|eot_id|>");
+    assert_string_equal(pic_template_end_of_turn(PIC_TEMPLATE_MISTRAL_NEMO), "</s>");
+    assert_string_equal(pic_template_end_of_turn(PIC_TEMPLATE_SMOLLM2), "<|im_end|>");
+}
+
+/* Llama 3.1's tool result is its content as a JSON string: each document is
+ * a region of its own holding its escaped bytes, the quotes are glue, and
+ * the pieces still concatenate to json.dumps of the whole content. */
+static void
+test_llama31_tool_result_documents(void **state)
+{
+    (void) state;
+    pic_marker m;
+    assert_int_equal(pic_marker_init(&m, NULL, 0, NULL), 0);
+    const char *body =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"Q\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"1\",\"type\":"
+        "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": 1}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"1\",\"content\":"
+        "\"say \\\"one\\\"<|pic_sep|>line\\ntwo\"}]}";
+    pic_render r;
+    pic_error  err;
+    char      *t = render_body(body, PIC_TEMPLATE_LLAMA3_1, &m, &r, &err);
+    assert_non_null(t);
+    check_partition(&r);
+    assert_non_null(strstr(t, "<|start_header_id|>assistant<|end_header_id|>\n\n"
+                              "{\"name\": \"f\", \"parameters\": {\"a\": 1}}<|eot_id|>"));
+    assert_non_null(strstr(t, "<|start_header_id|>ipython<|end_header_id|>\n\n"
+                              "\"say \\\"one\\\"line\\ntwo\"<|eot_id|>"));
+    assert_region_text(&r, PIC_REGION_TOOL_RESULT, 2, 0, "say \\\"one\\\"");
+    assert_region_text(&r, PIC_REGION_TOOL_RESULT, 2, 1, "line\\ntwo");
+    assert_region_text(&r, PIC_REGION_USER, 0, 0, "Q");
+    pic_render_free(&r);
+    free(t);
+}
+
+/* Mistral v0.3: the system message and the tool listing go before the last
+ * user message, each tool a region of its own; the calls and results keep
+ * the client's ids. */
+static void
+test_mistral_regions(void **state)
+{
+    (void) state;
+    const char *body =
+        "{\"model\":\"m\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+        "\"description\":\"d\"}}],\"messages\":[{\"role\":\"system\",\"content\":\"SYS\"},"
+        "{\"role\":\"user\",\"content\":\"Q1\"},{\"role\":\"assistant\",\"content\":\" A \"},"
+        "{\"role\":\"user\",\"content\":\"Q2\"}]}";
+    pic_render r;
+    pic_error  err;
+    char      *t = render_body(body, PIC_TEMPLATE_MISTRAL, NULL, &r, &err);
+    assert_non_null(t);
+    check_partition(&r);
+    assert_string_equal(t, "<s>[INST] Q1[/INST] A</s>[AVAILABLE_TOOLS] [{\"type\": \"function\", "
+                           "\"function\": {\"name\": \"f\", \"description\": \"d\"}}]"
+                           "[/AVAILABLE_TOOLS][INST] SYS\n\nQ2[/INST]");
+    assert_region_text(&r, PIC_REGION_SYSTEM, 0, 0, "SYS");
+    assert_region_text(&r, PIC_REGION_ASSISTANT, 2, 0, "A");
+    assert_region_text(&r, PIC_REGION_TOOL_SCHEMA, 0, 0,
+                       "{\"type\": \"function\", \"function\": {\"name\": \"f\", "
+                       "\"description\": \"d\"}}");
+    pic_render_free(&r);
+    free(t);
+}
+
+/* What a dialect cannot express is a 400 naming the field: a forced call in
+ * every Llama 3 / Mistral dialect, any tool use in Llama 3.0's. */
+static void
+test_llama_mistral_refusals(void **state)
+{
+    (void) state;
+    static const struct {
+        pic_template_dialect d;
+        const char          *body;
+        const char          *param;
+    } cases[] = {
+        { PIC_TEMPLATE_LLAMA3_1,
+          "{\"model\":\"m\",\"tool_choice\":\"required\",\"tools\":[{\"type\":\"function\","
+          "\"function\":{\"name\":\"f\"}}],\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}]}",
+          "tool_choice" },
+        { PIC_TEMPLATE_MISTRAL_NEMO,
+          "{\"model\":\"m\",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":"
+          "\"f\"}},\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+          "\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}]}",
+          "tool_choice" },
+        { PIC_TEMPLATE_LLAMA3,
+          "{\"model\":\"m\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+          "\"messages\":[{\"role\":\"user\",\"content\":\"Q\"}]}",
+          "tools" },
+        { PIC_TEMPLATE_LLAMA3_1,
+          "{\"model\":\"m\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+          "\"messages\":[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"assistant\","
+          "\"content\":\"A\"}]}",
+          "messages[1].role" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        pic_error err;
+        char     *t = render_body(cases[i].body, cases[i].d, NULL, NULL, &err);
+        assert_null(t);
+        assert_int_equal(err.status, 400);
+        assert_string_equal(err.param, cases[i].param);
+    }
+}
+
+/* Jinja's tojson(indent=4) is Python's json.dumps(indent=4, ensure_ascii=False). */
+static void
+test_json_indent_like_python(void **state)
+{
+    (void) state;
+    const char *src = "{\"a\": [], \"b\": {}, \"c\": [1, {\"d\": \"\u00e9\\n\"}], \"e\": 2.5}";
+    cJSON      *v = cJSON_Parse(src);
+    pic_buf     b;
+
+    assert_non_null(v);
+    pic_buf_init(&b);
+    assert_int_equal(pic_json_write_py_indent(&b, v, 4), 0);
+    pic_buf_appendc(&b, '\0');
+    assert_string_equal(b.data, "{\n    \"a\": [],\n    \"b\": {},\n    \"c\": [\n        1,\n"
+                                "        {\n            \"d\": \"\u00e9\\n\"\n        }\n    ],\n"
+                                "    \"e\": 2.5\n}");
+    pic_buf_free(&b);
+    cJSON_Delete(v);
 }
 
 int
@@ -730,7 +859,7 @@ main(void)
 {
     enum { N_GOLD = sizeof(goldens) / sizeof(goldens[0]) };
     static golden_case      cases[2 * N_GOLD];
-    static struct CMUnitTest tests[2 * N_GOLD + 5];
+    static struct CMUnitTest tests[2 * N_GOLD + 9];
     size_t                  n = 0;
 
     for (size_t i = 0; i < N_GOLD; i++) {
@@ -754,6 +883,10 @@ main(void)
         cmocka_unit_test(test_qwen35_trim_with_documents),
         cmocka_unit_test(test_completions_prompt_documents),
         cmocka_unit_test(test_dialect_names),
+        cmocka_unit_test(test_llama31_tool_result_documents),
+        cmocka_unit_test(test_mistral_regions),
+        cmocka_unit_test(test_llama_mistral_refusals),
+        cmocka_unit_test(test_json_indent_like_python),
     };
     memcpy(&tests[n], rest, sizeof(rest));
     n += sizeof(rest) / sizeof(rest[0]);
