@@ -660,7 +660,8 @@ def main():
         if f not in FORMATS:
             sys.exit("peer.py: PEER_FORMATS: %s is not one of %s" % (f, ",".join(FORMATS)))
     t0 = time.time()
-    ensure_venv()
+    if PEER_MODEL == "mid":
+        ensure_venv()       # the converter's torch + transformers (SmolLM2 is GGUF already)
     src = ensure_source()
     bench = ensure_build(src)
     if PEER_MODEL == "mid":
