@@ -2000,7 +2000,18 @@ pic_wmat_slice(const pic_wmat_impl *im, float *y, const float *x,
      * tile of it on W packed per call into k-major panels, x packed per
      * K-block: 140-148 (the packing eats the margin).  The AVX-512 BF16
      * dot (vdpbf16ps, x rounded to bf16) in the same tiles: 88-97, half
-     * the fp32 FMA's rate on this CPU, so no bf16-dot path either. */
+     * the fp32 FMA's rate on this CPU, so no bf16-dot path either.  Again
+     * on an Intel Xeon (Sapphire Rapids class), one thread, bench/gemm_bench:
+     * a 12 x 32 outer-product tile (24 zmm sums, x broadcast) alone on
+     * L1-resident panels ran 154-158 GFLOP/s, the vfmadd231ps peak, and a
+     * 6 x 16 AVX2 tile 80-83 (its peak); as a whole GEMM (x laid out once per
+     * call, W converted per call into k-major panels of 32 rows, blocks of
+     * 256 outputs so the y block stays in L2 across K-blocks) 0.8-1.0x this
+     * path at 570 rows on (3584, 1024) and (1024, 3584), and within the
+     * noise of OpenBLAS's Haswell kernels on the AVX2 path: the per-call
+     * conversion and layout eat what the tile wins, so W would have to be
+     * held in the panel layout from load (which every other reader of W,
+     * the GEMVs, gather_rows, the CUDA upload, would then have to read). */
     tb = (int) (PIC_WMAT_TILE_BYTES / ((size_t) in * sizeof(float)));
     tb = tb < 16 ? 16 : tb & ~15;
     tb = tb < o1 - o0 ? tb : o1 - o0;
