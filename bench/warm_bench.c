@@ -21,7 +21,9 @@
  * Prints one JSON object: the mean over repetitions of each one's tok/s
  * (mean_tok_s, llama-bench's avg_ts: the same statistic), wall seconds and
  * tok/s of the best one (the figure a shared machine disturbs least) and
- * its process CPU seconds.
+ * its process CPU seconds; the model FLOPs of one repetition
+ * (pic_forward_flops: gflop, so gflop * mean_tok_s / N is the forward's
+ * model GFLOP/s), the SIMD path and the OpenBLAS core it ran on.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -62,7 +64,7 @@ main(int argc, char **argv)
 {
     char        err[512];
     int         depth, n, threads, reps, tg, gap_ms, *tok;
-    double      best = 1e30, best_cpu = 0.0, sum = 0.0;
+    double      best = 1e30, best_cpu = 0.0, sum = 0.0, gflop = 0.0;
     uint64_t    x = 88172645463325252ull;
     pic_model  *m;
     pic_state  *s;
@@ -144,12 +146,17 @@ main(int argc, char **argv)
         }
         pic_state_free(t);
     }
+    for (int i = 0; i < (tg ? n : 1); i++) {    /* tg: one token a step */
+        gflop += pic_forward_flops(&m->cfg, tg ? 1 : n, depth + i, PIC_LOGITS_LAST) / 1e9;
+    }
     printf("{\"mode\": \"%s\", \"depth\": %d, \"tokens\": %d, \"threads\": %d, "
            "\"reps\": %d, \"gap_ms\": %d, "
            "\"weights\": \"%s\", \"seconds\": %.4f, \"tok_s\": %.3f, "
-           "\"mean_tok_s\": %.3f, \"cpu_seconds\": %.4f}\n",
+           "\"mean_tok_s\": %.3f, \"cpu_seconds\": %.4f, \"gflop\": %.4f, "
+           "\"simd\": \"%s\", \"blas_core\": \"%s\"}\n",
            tg ? "tg" : "pp", depth, n, threads, reps, gap_ms, pic_wtype_name(m->wtype),
-           best, n / best, sum / reps, best_cpu);
+           best, n / best, sum / reps, best_cpu, gflop, pic_kernels_simd(),
+           pic_kernels_blas_core());
     pic_state_free(s);
     pic_model_free(m);
     free(logits);

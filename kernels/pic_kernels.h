@@ -415,6 +415,13 @@ const char *pic_kernels_simd(void);
  * suites once per path. */
 size_t pic_kernels_simd_paths(const char **names, size_t cap);
 
+/* on 1: the avx512bf16 path multiplies bf16dot past the GEMV rows with
+ * vdpbf16ps, 0: in fp32 FMAs on the rounded x (the same products, the sums
+ * in another order); -1 changes nothing.  Returns the setting now: by
+ * default 1 on AMD (vdpbf16ps at twice the fp32 FMA's rate), 0 elsewhere,
+ * or $PIC_DOT_GEMM. */
+int pic_kernels_dot_gemm(int on);
+
 /* Force a SIMD path by name; -1 when unknown or not supported here. */
 int pic_kernels_set_simd(const char *name);
 

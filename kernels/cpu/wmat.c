@@ -19,8 +19,9 @@
  * each tile to the fp32 sgemm (Q8: against the activations rounded as the
  * GEMV rounds them); F32 GEMM (and F32 GEMV on the scalar path) is
  * pic_cpu_matmul, OpenBLAS.  BF16 with xbf16 (--weights bf16dot) rounds x
- * to bf16 first: past the GEMV rows on a CPU with AVX-512 BF16 a GEMM of
- * vdpbf16ps on W as stored (see its section), elsewhere the paths above
+ * to bf16 first: past the GEMV rows on a CPU with AVX-512 BF16 where
+ * vdpbf16ps outruns the fp32 FMA (pic_wmat_dot_gemm) a GEMM of vdpbf16ps
+ * on W as stored (see its section), elsewhere the paths above
  * on the rounded x.
  *
  * SIMD is picked at run time (pic_kernels_simd): AVX-512 (F/BW/VL) with
@@ -80,6 +81,20 @@
  * The Intel Xeons of earlier sessions were tuned with four rows and are
  * kept on them until measured. */
 static int pic_wmat_gemv_tile;
+
+/* bf16dot past the GEMV rows on the avx512bf16 path: 1 multiplies with
+ * vdpbf16ps on W as stored (the dot GEMM below), 0 in fp32 FMAs on x
+ * rounded to bf16 (the small GEMM, tiles + sgemm: the products of two bf16
+ * are exact in fp32 either way, only the order of the sums differs).  One
+ * vdpbf16ps is 32 products: on AMD Zen 4 it issues as often as an fp32 FMA
+ * of 16 (twice the rate), on Intel at a quarter of it.  This Xeon
+ * (Sapphire Rapids class), one thread, a loop of 12 independent chains:
+ * vdpbf16ps 75-78 GFLOP/s against vfmadd231ps zmm 155-157; bench/gemm_bench
+ * (570, 1024) . (3584, 1024)^T, GFLOP per CPU-second, one run: the dot
+ * GEMM 57.9, x rounded + tiles + sgemm 82.6 (sgemm on fp32 W: 92.2).
+ * Picked at run time (pic_wmat_pick): 1 on AMD, 0 elsewhere;
+ * $PIC_DOT_GEMM=1|0 overrides, pic_kernels_dot_gemm sets it. */
+static int pic_wmat_dot_gemm;
 #define PIC_WMAT_PF(p)                                                        \
     _mm_prefetch((const char *) (p) + PIC_WMAT_PF_BYTES, _MM_HINT_T0)
 
@@ -1833,14 +1848,19 @@ pic_wmat_pick(void)
 {
     const char *env = getenv("PIC_SIMD");
     const char *tile = getenv("PIC_GEMV_TILE");
+    const char *dot = getenv("PIC_DOT_GEMM");
     size_t      i;
 
 #if PIC_WMAT_X86
     __builtin_cpu_init();
     pic_wmat_gemv_tile = __builtin_cpu_is("amd") ? 1 : 0;
+    pic_wmat_dot_gemm = __builtin_cpu_is("amd") ? 1 : 0;
 #endif
     if (tile != NULL && tile[0] != '\0') {
         pic_wmat_gemv_tile = atoi(tile) == 1 ? 1 : 0;
+    }
+    if (dot != NULL && dot[0] != '\0') {
+        pic_wmat_dot_gemm = atoi(dot) == 1 ? 1 : 0;
     }
 
     for (i = 0; env != NULL && i < PIC_WMAT_N_IMPLS; i++) {
@@ -1890,6 +1910,16 @@ pic_kernels_simd_paths(const char **names, size_t cap)
         }
     }
     return n;
+}
+
+int
+pic_kernels_dot_gemm(int on)
+{
+    pic_wmat_impl_get();
+    if (on == 0 || on == 1) {
+        pic_wmat_dot_gemm = on;
+    }
+    return pic_wmat_dot_gemm;
 }
 
 int
@@ -1970,7 +2000,18 @@ pic_wmat_slice(const pic_wmat_impl *im, float *y, const float *x,
      * tile of it on W packed per call into k-major panels, x packed per
      * K-block: 140-148 (the packing eats the margin).  The AVX-512 BF16
      * dot (vdpbf16ps, x rounded to bf16) in the same tiles: 88-97, half
-     * the fp32 FMA's rate on this CPU, so no bf16-dot path either. */
+     * the fp32 FMA's rate on this CPU, so no bf16-dot path either.  Again
+     * on an Intel Xeon (Sapphire Rapids class), one thread, bench/gemm_bench:
+     * a 12 x 32 outer-product tile (24 zmm sums, x broadcast) alone on
+     * L1-resident panels ran 154-158 GFLOP/s, the vfmadd231ps peak, and a
+     * 6 x 16 AVX2 tile 80-83 (its peak); as a whole GEMM (x laid out once per
+     * call, W converted per call into k-major panels of 32 rows, blocks of
+     * 256 outputs so the y block stays in L2 across K-blocks) 0.8-1.0x this
+     * path at 570 rows on (3584, 1024) and (1024, 3584), and within the
+     * noise of OpenBLAS's Haswell kernels on the AVX2 path: the per-call
+     * conversion and layout eat what the tile wins, so W would have to be
+     * held in the panel layout from load (which every other reader of W,
+     * the GEMVs, gather_rows, the CUDA upload, would then have to read). */
     tb = (int) (PIC_WMAT_TILE_BYTES / ((size_t) in * sizeof(float)));
     tb = tb < 16 ? 16 : tb & ~15;
     tb = tb < o1 - o0 ? tb : o1 - o0;
@@ -2014,7 +2055,8 @@ pic_wmat_matmul(float *y, const float *x, const pic_wmat *w, int n,
     }
     if (n <= PIC_WMAT_GEMV_ROWS) {
         pic_wmat_act_prep(&a, x, n, w, im->x_bf16);
-    } else if (w->type == PIC_WTYPE_BF16 && w->xbf16 && im->gemm_dot != NULL) {
+    } else if (w->type == PIC_WTYPE_BF16 && w->xbf16 && im->gemm_dot != NULL
+               && pic_wmat_dot_gemm) {
         uint16_t *xb = pic_wmat_act_buf((size_t) n * w->cols * sizeof(uint16_t));
 
         im->x_bf16(xb, x, (size_t) n * w->cols);

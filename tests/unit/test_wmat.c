@@ -199,16 +199,23 @@ test_bf16_matmul_odd_shapes(void **unused)
 }
 
 /* bf16dot: the dot GEMM (AVX-512 BF16) and the rounded-x fallback of every
- * other path, GEMV and GEMM rows alike. */
+ * other path, GEMV and GEMM rows alike; the AVX-512 BF16 path both ways
+ * (pic_kernels_dot_gemm: vdpbf16ps, or fp32 FMAs on the rounded x). */
 static void
 test_bf16dot_matmul_odd_shapes(void **unused)
 {
-    check_matmul_x(PIC_WTYPE_BF16, 1, 1, 7);
-    check_matmul_x(PIC_WTYPE_BF16, 1, 37, 19);
-    check_matmul_x(PIC_WTYPE_BF16, 1, 301, 133);    /* threaded, a last group of 5 rows */
-    check_matmul_x(PIC_WTYPE_BF16, 1, 700, 1024);
-    check_matmul_x(PIC_WTYPE_BF16, 1, 37, 1100);    /* a 12-wide tail */
-    check_matmul_x(PIC_WTYPE_BF16, 1, 21, 4100);    /* three K-blocks of the dot GEMM */
+    int saved = pic_kernels_dot_gemm(-1);
+
+    for (int dot = 0; dot <= 1; dot++) {
+        assert_int_equal(pic_kernels_dot_gemm(dot), dot);
+        check_matmul_x(PIC_WTYPE_BF16, 1, 1, 7);
+        check_matmul_x(PIC_WTYPE_BF16, 1, 37, 19);
+        check_matmul_x(PIC_WTYPE_BF16, 1, 301, 133);    /* threaded, a last group of 5 rows */
+        check_matmul_x(PIC_WTYPE_BF16, 1, 700, 1024);
+        check_matmul_x(PIC_WTYPE_BF16, 1, 37, 1100);    /* a 12-wide tail */
+        check_matmul_x(PIC_WTYPE_BF16, 1, 21, 4100);    /* three K-blocks of the dot GEMM */
+    }
+    pic_kernels_dot_gemm(saved);
 }
 
 /* bf16dot rounds x exactly as pic_bf16_act_round does, on every path and
@@ -219,7 +226,7 @@ test_bf16dot_rounds_x_as_documented(void **unused)
 {
     const pic_backend *be = pic_backend_cpu();
     const char        *saved = pic_kernels_simd();
-    int                d = 64, tried = 0;
+    int                d = 64, tried = 0, saved_dot = pic_kernels_dot_gemm(-1);
     float             *eye = calloc((size_t) d * d, sizeof(float));
     float             *x = frand_vec((size_t) 40 * d, 3.0f);
     float             *want = malloc((size_t) 40 * d * sizeof(float));
@@ -247,15 +254,19 @@ test_bf16dot_rounds_x_as_documented(void **unused)
             continue;
         }
         tried++;
-        for (int n = 2; n <= 40; n += 38) {     /* GEMV, then GEMM rows */
-            be->matmul_w(y, x, &m, n, 0);
-            for (int i = 0; i < n * d; i++) {
-                if (!(y[i] == want[i])) {
-                    fail_msg("%s n=%d: y[%d] = %a, want %a (x %a)", simd_paths[p], n, i,
-                             y[i], want[i], x[i]);
+        for (int dot = 0; dot <= 1; dot++) {    /* fp32 FMAs, then vdpbf16ps */
+            pic_kernels_dot_gemm(dot);
+            for (int n = 2; n <= 40; n += 38) { /* GEMV, then GEMM rows */
+                be->matmul_w(y, x, &m, n, 0);
+                for (int i = 0; i < n * d; i++) {
+                    if (!(y[i] == want[i])) {
+                        fail_msg("%s dot %d n=%d: y[%d] = %a, want %a (x %a)", simd_paths[p],
+                                 dot, n, i, y[i], want[i], x[i]);
+                    }
                 }
             }
         }
+        pic_kernels_dot_gemm(saved_dot);
     }
     assert_true(tried >= 1);
     assert_int_equal(pic_kernels_set_simd(saved), 0);
@@ -328,7 +339,7 @@ test_small_gemm_rows_independent_of_n(void **unused)
 {
     const pic_backend *be = pic_backend_cpu();
     const char        *saved = pic_kernels_simd();
-    int                rows = 301, cols = 1056;
+    int                rows = 301, cols = 1056, saved_dot = pic_kernels_dot_gemm(-1);
     float             *w = frand_vec((size_t) rows * cols, 1.0f);
     float             *x = frand_vec((size_t) 64 * cols, 1.0f);
     float             *y64 = malloc((size_t) 64 * rows * sizeof(float));
@@ -338,10 +349,11 @@ test_small_gemm_rows_independent_of_n(void **unused)
         if (pic_kernels_set_simd(simd_paths[p]) != 0) {
             continue;
         }
-        for (int t = PIC_WTYPE_BF16; t <= T_BF16DOT; t++) {
+        for (int t = PIC_WTYPE_BF16; t <= T_BF16DOT + 1; t++) {    /* + 1: bf16dot, vdpbf16ps */
             void     *store;
-            pic_wmat  m = make_fmt(t, w, rows, cols, &store);
+            pic_wmat  m = make_fmt(t > T_BF16DOT ? T_BF16DOT : t, w, rows, cols, &store);
 
+            pic_kernels_dot_gemm(t > T_BF16DOT);
             be->matmul_w(y64, x, &m, 64, 0);
             be->matmul_w(y5, x + (size_t) 7 * cols, &m, 5, 0);
             assert_memory_equal(y5, y64 + (size_t) 7 * rows, (size_t) 5 * rows * sizeof(float));
@@ -349,6 +361,7 @@ test_small_gemm_rows_independent_of_n(void **unused)
             assert_memory_equal(y5, y64 + (size_t) 6 * rows, (size_t) 7 * rows * sizeof(float));
             free(store);
         }
+        pic_kernels_dot_gemm(saved_dot);
     }
     assert_int_equal(pic_kernels_set_simd(saved), 0);
     free(w); free(x); free(y64); free(y5);
