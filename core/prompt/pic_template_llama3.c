@@ -114,6 +114,21 @@ llama31_tool_result(pic_render *r, const pic_rtext *rt, int32_t index, pic_buf *
     pic_glue(r, "\"");
 }
 
+/* A message with plain content, one turn: header, content (the documents
+ * of a non-assistant turn split as o says), end of turn. */
+static void
+llama3_plain_turn(const pic_template_opts *o, pic_render *r, pic_rtext *rt,
+                  const pic_message *m, int32_t index)
+{
+    int doc = m->role != PIC_ROLE_ASSISTANT;
+
+    llama3_header(r, pic_role_name(m->role));
+    pic_rt_content(rt, m, "\n", doc ? o->split : NULL, doc && o->split_parts);
+    pic_rt_trim(rt);
+    pic_rt_emit(r, rt, pic_region_of(m->role), index);
+    pic_glue(r, LLAMA3_EOT);
+}
+
 /* --- Llama 3.0 --- */
 
 static int
@@ -125,14 +140,7 @@ llama30_render(const pic_template_opts *o, const pic_request *req, pic_render *r
     pic_rt_init(&rt);
     pic_glue(r, LLAMA3_BOS);
     for (size_t i = 0; i < req->n_messages && !r->oom; i++) {
-        const pic_message *m = &req->messages[i];
-        int                doc = m->role != PIC_ROLE_ASSISTANT;
-
-        llama3_header(r, pic_role_name(m->role));
-        pic_rt_content(&rt, m, "\n", doc ? o->split : NULL, doc && o->split_parts);
-        pic_rt_trim(&rt);
-        pic_rt_emit(r, &rt, pic_region_of(m->role), (int32_t) i);
-        pic_glue(r, LLAMA3_EOT);
+        llama3_plain_turn(o, r, &rt, &req->messages[i], (int32_t) i);
     }
     if (req->add_generation_prompt) {
         llama3_header(r, "assistant");
@@ -256,13 +264,7 @@ llama31_render(const pic_template_opts *o, const pic_request *req, pic_render *r
             pic_glue(r, LLAMA3_EOT);
 
         } else {
-            int doc = m->role != PIC_ROLE_ASSISTANT;
-
-            llama3_header(r, pic_role_name(m->role));
-            pic_rt_content(&rt, m, "\n", doc ? o->split : NULL, doc && o->split_parts);
-            pic_rt_trim(&rt);
-            pic_rt_emit(r, &rt, pic_region_of(m->role), (int32_t) i);
-            pic_glue(r, LLAMA3_EOT);
+            llama3_plain_turn(o, r, &rt, m, (int32_t) i);
         }
     }
     if (req->add_generation_prompt) {
