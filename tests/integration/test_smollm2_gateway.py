@@ -37,12 +37,13 @@ def _ask(url, body):
 
 
 def test_readme_requests_answered_and_reordered_documents_reused(procs):
-    from tests.support.gateway import gw_conf
+    from tests.support.gateway import gw_conf, probed
     if GGUF is None:
         pytest.fail("SmolLM2 GGUF not found: run make deps")
     es = [procs.engine(name=n, model=GGUF, extra=["--threads", "1"]) for n in ("e1", "e2")]
     ngx = procs.nginx(gw_conf(["127.0.0.1:%d" % e.port for e in es], cdc=None,
                               min_segment=None))
+    probed(ngx)                         # the engines' template, not the gateway's default
 
     text, _, model = _ask(ngx.url, _body("ask-plain.json"))
     assert "Paris" in text, text
@@ -74,6 +75,7 @@ def test_readme_requests_answered_and_reordered_documents_reused(procs):
                       extra=["--threads", "1", "--seam-doc", "16", "--cache-mode", "pic"])
     ngx3 = procs.nginx(gw_conf(["127.0.0.1:%d" % e3.port], cdc=None, min_segment=None),
                        name="nginx-w16")
+    probed(ngx3)
     _ask(ngx3.url, first)
     a3, u3, _ = _ask(ngx3.url, second)
     assert "71546" in a3, a3
