@@ -2477,6 +2477,13 @@ pic_detok_init(pic_detok *d, const pic_tokenizer *t, int skip_special)
     memset(d, 0, sizeof(*d));
     d->tok = t;
     d->skip_special = skip_special;
+    d->keep_id = -1;
+}
+
+void
+pic_detok_keep(pic_detok *d, int32_t id)
+{
+    d->keep_id = id;
 }
 
 static const char *
@@ -2514,7 +2521,7 @@ pic_detok_feed(pic_detok *d, int32_t id, size_t *len)
     const unsigned char *b = NULL;
 
     if (t != NULL && id >= 0 && (size_t)id < t->n_ids && t->str_off[id] != UINT32_MAX
-        && !(d->skip_special && t->special[id])) {
+        && !(d->skip_special && t->special[id] && id != d->keep_id)) {
         b = (const unsigned char *)t->blob + t->dec_off[id];
         nb = t->dec_len[id];
     }

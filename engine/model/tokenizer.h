@@ -115,6 +115,7 @@ int pic_tokenizer_decode(const pic_tokenizer *t, const int32_t *ids, size_t n_id
 typedef struct {
     const pic_tokenizer *tok;
     int                  skip_special;
+    int32_t              keep_id;   /* a special id that gives its text anyway; -1 none */
     unsigned char        pend[4];   /* held-back prefix of a UTF-8 sequence */
     size_t               n_pend;
     char                *buf;       /* (cap) output of the last feed/flush */
@@ -123,6 +124,11 @@ typedef struct {
 
 /* Start a stream on t (special ids produce no text iff skip_special). */
 void pic_detok_init(pic_detok *d, const pic_tokenizer *t, int skip_special);
+
+/* Let special id (-1: none) produce its text although specials are skipped:
+ * a tool-call opening such as Mistral's [TOOL_CALLS], which the call parser
+ * must see. */
+void pic_detok_keep(pic_detok *d, int32_t id);
 
 /* Feed one id; returns the text it completes (NUL-terminated, *len bytes, maybe
  * 0), owned by d and valid until the next feed/flush/free; NULL on ENOMEM. */

@@ -56,7 +56,7 @@ pic_oai_make_id(char *buf, size_t size, const char *prefix)
 {
     char tail[32];
 
-    pic_toolcall_id(tail, sizeof(tail));        /* "call_" + 24 alnum */
+    pic_toolcall_id(PIC_TOOLSYN_TAGS, tail, sizeof(tail));     /* "call_" + 24 alnum */
     snprintf(buf, size, "%s%s", prefix, tail + 5);
 }
 
@@ -253,12 +253,12 @@ pic_oai_keep_logprobs(pic_inflight *c, const pic_token_logprob *lp, int n)
 }
 
 static cJSON *
-pic_oai_call_json(const pic_toolcall_out *tc, int index, int stream)
+pic_oai_call_json(const pic_toolcall_out *tc, pic_toolsyntax syn, int index, int stream)
 {
     cJSON *o = cJSON_CreateObject(), *fn;
     char   id[32];
 
-    pic_toolcall_id(id, sizeof(id));
+    pic_toolcall_id(syn, id, sizeof(id));
     if (stream) {
         cJSON_AddNumberToObject(o, "index", index);
     }
@@ -458,7 +458,7 @@ pic_oai_stream_call_open(pic_inflight *c)
         if (!pic_toolstream_pending_name(&c->ts, name, sizeof(name))) {
             return;
         }
-        pic_toolcall_id(c->open_id, sizeof(c->open_id));
+        pic_toolcall_id(c->ts.syntax, c->open_id, sizeof(c->open_id));
         c->header_open = 1;
         c->args_sent = 0;
         pic_oai_stream_call_delta(c, c->n_stream_calls, c->open_id, name, "");
@@ -475,7 +475,7 @@ static void
 pic_oai_stream_call(pic_inflight *c, const pic_toolcall_out *tc)
 {
     if (!c->header_open) {
-        pic_toolcall_id(c->open_id, sizeof(c->open_id));
+        pic_toolcall_id(c->ts.syntax, c->open_id, sizeof(c->open_id));
         c->args_sent = 0;
         pic_oai_stream_call_delta(c, c->n_stream_calls, c->open_id, tc->name, "");
     }
@@ -711,7 +711,7 @@ pic_oai_finish(pic_inflight *c, const pic_job_update *u)
             if (c->n_calls > 0) {
                 cJSON *arr = cJSON_AddArrayToObject(msg, "tool_calls");
                 for (int i = 0; i < c->n_calls; i++) {
-                    cJSON_AddItemToArray(arr, pic_oai_call_json(&c->calls[i], i, 0));
+                    cJSON_AddItemToArray(arr, pic_oai_call_json(&c->calls[i], c->ts.syntax, i, 0));
                 }
             }
         } else {
@@ -1451,7 +1451,14 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     if (kind == PIC_REQ_CHAT && r.tools != NULL && r.tool_choice != PIC_TOOL_CHOICE_NONE) {
         c->tools = cJSON_Duplicate(r.tools, 1);
         c->parse_tools = c->tools != NULL;
-        pic_toolstream_init(&c->ts, c->tools);
+        pic_toolstream_init(&c->ts, c->tools, pic_toolsyntax_of(srv->dialect));
+        if (srv->tok != NULL) {
+            /* the model's call opening, a special token, stays in the text */
+            int open = pic_tokenizer_token_id(srv->tok, pic_toolsyntax_opening(c->ts.syntax));
+
+            c->job->call_open1 = open >= 0 && pic_tokenizer_is_special(srv->tok, open)
+                                 ? open + 1 : 0;
+        }
     }
     c->job->plan = pj;          /* the job owns it from here */
     pj = NULL;

@@ -198,7 +198,7 @@ pic_inflight_new(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     pic_buf_init(&c->content);
     pic_buf_init(&c->reasoning);
     pic_think_init(&c->think, 0);
-    pic_toolstream_init(&c->ts, NULL);
+    pic_toolstream_init(&c->ts, NULL, PIC_TOOLSYN_TAGS);
     return c;
 }
 

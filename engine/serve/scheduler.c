@@ -504,6 +504,7 @@ sampler:
     q->strict_wait = j->strict_think;
     if (s->o.tok != NULL) {
         pic_detok_init(&q->dt, s->o.tok, 1);
+        pic_detok_keep(&q->dt, j->call_open1 - 1);
         q->have_dt = 1;
     }
     q->tokenized = 1;

@@ -117,6 +117,8 @@ typedef struct pic_job {
     int                n_call_nl;
     int                one_call;    /* parallel_tool_calls false: a strict call,
                                      * once complete, ends the answer */
+    int32_t            call_open1;  /* 1 + the special id that opens the model's
+                                     * calls, kept in the text; 0: none */
     struct pic_plan_job *plan;      /* segments for the pools (owned), or NULL:
                                      * plain prefill of text / prompt */
     int                build_only;  /* a peer's prefill: frame every segment's

@@ -1,5 +1,5 @@
 /*
- * toolcall.c — <tool_call> blocks into OpenAI tool_calls (toolcall.h).
+ * toolcall.c — the model's tool calls into OpenAI tool_calls (toolcall.h).
  */
 #include <ctype.h>
 #include <stdint.h>
@@ -82,14 +82,15 @@ pic_schema_type(const cJSON *tools, const char *name, const char *param)
 
 /* --- one block --- */
 
-/* {"name": "...", "arguments": {...}} */
+/* One call object {"name": "...", "arguments" or "parameters": {...}}
+ * into out; 0 or -1. */
 static int
-pic_toolcall_parse_json(const char *body, size_t len, pic_toolcall_out *out)
+pic_toolcall_from_object(const cJSON *doc, pic_toolcall_out *out)
 {
-    cJSON       *doc = cJSON_ParseWithLength(body, len);
     const cJSON *name, *args;
     int          rc = -1;
 
+    memset(out, 0, sizeof(*out));
     if (!cJSON_IsObject(doc)) {
         goto done;
     }
@@ -116,6 +117,16 @@ done:
     if (rc != 0) {
         pic_toolcall_clear(out);
     }
+    return rc;
+}
+
+/* {"name": "...", "arguments": {...}} */
+static int
+pic_toolcall_parse_json(const char *body, size_t len, pic_toolcall_out *out)
+{
+    cJSON *doc = cJSON_ParseWithLength(body, len);
+    int    rc = pic_toolcall_from_object(doc, out);
+
     cJSON_Delete(doc);
     return rc;
 }
@@ -257,8 +268,31 @@ pic_toolcall_clear(pic_toolcall_out *c)
     c->body_len = 0;
 }
 
+pic_toolsyntax
+pic_toolsyntax_of(pic_template_dialect d)
+{
+    switch (d) {
+    case PIC_TEMPLATE_LLAMA3:
+    case PIC_TEMPLATE_LLAMA3_1:
+    case PIC_TEMPLATE_LLAMA3_2:
+        return PIC_TOOLSYN_LLAMA_JSON;
+    case PIC_TEMPLATE_MISTRAL:
+    case PIC_TEMPLATE_MISTRAL_NEMO:
+        return PIC_TOOLSYN_MISTRAL;
+    default:
+        return PIC_TOOLSYN_TAGS;
+    }
+}
+
+const char *
+pic_toolsyntax_opening(pic_toolsyntax syn)
+{
+    return syn == PIC_TOOLSYN_MISTRAL ? "[TOOL_CALLS]"
+           : syn == PIC_TOOLSYN_LLAMA_JSON ? "<|python_tag|>" : PIC_TC_OPEN;
+}
+
 void
-pic_toolcall_id(char *buf, size_t size)
+pic_toolcall_id(pic_toolsyntax syn, char *buf, size_t size)
 {
     static const char alnum[] =
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -276,26 +310,30 @@ pic_toolcall_id(char *buf, size_t size)
         }
         return;
     }
-    memcpy(buf, "call_", 5);
-    for (i = 0; i < 24; i++) {
+    size_t head = syn == PIC_TOOLSYN_MISTRAL ? 0 : 5;
+    size_t n = syn == PIC_TOOLSYN_MISTRAL ? 9 : 24;
+
+    memcpy(buf, "call_", head);
+    for (i = 0; i < n; i++) {
         /* splitmix64 steps */
         x += 0x9e3779b97f4a7c15ull;
         uint64_t z = x;
         z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
         z ^= z >> 31;
-        buf[5 + i] = alnum[z % (sizeof(alnum) - 1)];
+        buf[head + i] = alnum[z % (sizeof(alnum) - 1)];
     }
-    buf[29] = '\0';
+    buf[head + n] = '\0';
 }
 
 /* --- streaming --- */
 
 void
-pic_toolstream_init(pic_toolstream *ts, const cJSON *tools)
+pic_toolstream_init(pic_toolstream *ts, const cJSON *tools, pic_toolsyntax syn)
 {
     memset(ts, 0, sizeof(*ts));
     ts->tools = tools;
+    ts->syntax = syn;
 }
 
 void
@@ -336,6 +374,143 @@ pic_ts_consume(pic_toolstream *ts, size_t n)
     }
 }
 
+/* Move a parsed call into ts->calls; -1 on ENOMEM (c cleared). */
+static int
+pic_ts_add_call(pic_toolstream *ts, pic_toolcall_out *c)
+{
+    if (pic_grow((void **) &ts->calls, &ts->cap_calls, (size_t) ts->n_calls + 1,
+                 sizeof(*ts->calls)) != 0) {
+        pic_toolcall_clear(c);
+        return -1;
+    }
+    ts->calls[ts->n_calls++] = *c;
+    ts->total_calls++;
+    return 0;
+}
+
+/* The calls of a whole-answer block (b, n bytes after its opening): Llama's
+ * ";"-separated objects or Mistral's array (or one object).  Every call or
+ * none: 1 if they parsed (and are in ts->calls), 0 if not, -1 on ENOMEM. */
+static int
+pic_ts_parse_whole(pic_toolstream *ts, const char *b, size_t n)
+{
+    pic_toolcall_out got[16];
+    int              k = 0, ok = 1;
+    cJSON           *doc = NULL;
+
+    pic_trim(&b, &n);
+    if (ts->syntax == PIC_TOOLSYN_MISTRAL) {
+        const cJSON *o;
+
+        doc = cJSON_ParseWithLength(b, n);
+        if (cJSON_IsObject(doc)) {
+            ok = pic_toolcall_from_object(doc, &got[k]) == 0 && ++k;
+        } else if (cJSON_IsArray(doc) && cJSON_GetArraySize(doc) > 0) {
+            cJSON_ArrayForEach(o, doc) {
+                if (k == 16 || pic_toolcall_from_object(o, &got[k]) != 0) {
+                    ok = 0;
+                    break;
+                }
+                k++;
+            }
+        } else {
+            ok = 0;
+        }
+        cJSON_Delete(doc);
+    } else {
+        const char *p = b, *end = b + n, *stop;
+
+        while (ok && p < end) {
+            doc = cJSON_ParseWithLengthOpts(p, (size_t) (end - p), &stop, 0);
+            ok = doc != NULL && k < 16 && pic_toolcall_from_object(doc, &got[k]) == 0;
+            cJSON_Delete(doc);
+            if (!ok) {
+                break;
+            }
+            k++;
+            for (p = stop; p < end && (isspace((unsigned char) *p) || *p == ';'); p++) {
+            }
+        }
+        ok = ok && k > 0;
+    }
+    for (int i = 0; i < k; i++) {
+        if (!ok) {
+            pic_toolcall_clear(&got[i]);
+        } else if (pic_ts_add_call(ts, &got[i]) != 0) {
+            for (int j = i + 1; j < k; j++) {
+                pic_toolcall_clear(&got[j]);
+            }
+            return -1;
+        }
+    }
+    return ok;
+}
+
+/* Llama's and Mistral's calls, which end with the answer. */
+static int
+pic_ts_feed_whole(pic_toolstream *ts, int final, char **content, size_t *content_len)
+{
+    const char        *pytag = pic_toolsyntax_opening(PIC_TOOLSYN_LLAMA_JSON);
+    const char        *open[1] = { pic_toolsyntax_opening(PIC_TOOLSYN_MISTRAL) };
+    size_t             out_cap = 0, n;
+    int                matched, rc;
+
+    if (!ts->in_block && ts->syntax == PIC_TOOLSYN_LLAMA_JSON && !ts->lead) {
+        /* the answer's start decides: a JSON object (maybe after the
+         * python tag) is a call, anything else is content */
+        size_t i = 0, r, t = strlen(pytag);
+
+        while (i < ts->len && isspace((unsigned char) ts->buf[i])) {
+            i++;
+        }
+        r = ts->len - i;
+        if (!final && (r == 0 || (r < t && memcmp(ts->buf + i, pytag, r) == 0))) {
+            return 0;                   /* not decided yet */
+        }
+        ts->lead = 1;
+        ts->in_block = r >= t && memcmp(ts->buf + i, pytag, t) == 0;
+        if (ts->in_block) {
+            i += t;
+        }
+        ts->in_block = ts->in_block || (i < ts->len && ts->buf[i] == '{');
+        ts->skip = i;
+    }
+    if (!ts->in_block) {
+        if (ts->syntax == PIC_TOOLSYN_LLAMA_JSON) {
+            n = ts->len;
+            matched = 0;
+        } else {
+            n = pic_stop_scan(ts->buf, ts->len, open, 1, &matched);
+            if (final && !matched) {
+                n = ts->len;
+            }
+        }
+        if (n > 0 && pic_str_add(content, content_len, &out_cap, ts->buf, n) != 0) {
+            return -1;
+        }
+        pic_ts_consume(ts, n);
+        if (!matched) {
+            return 0;
+        }
+        ts->in_block = 1;
+        ts->skip = strlen(open[0]);
+    }
+    if (!final) {
+        return 0;
+    }
+    rc = pic_ts_parse_whole(ts, ts->buf + ts->skip, ts->len - ts->skip);
+    if (rc < 0) {
+        return -1;
+    }
+    if (rc == 0 && ts->len > 0
+        && pic_str_add(content, content_len, &out_cap, ts->buf, ts->len) != 0) {
+        return -1;                      /* did not parse: the text as it came */
+    }
+    pic_ts_consume(ts, ts->len);
+    ts->in_block = 0;
+    return 0;
+}
+
 int
 pic_toolstream_feed(pic_toolstream *ts, const char *text, size_t len,
                     int final, char **content, size_t *content_len)
@@ -347,6 +522,9 @@ pic_toolstream_feed(pic_toolstream *ts, const char *text, size_t len,
     *content_len = 0;
     if (len > 0 && pic_str_add(&ts->buf, &ts->len, &ts->cap, text, len) != 0) {
         return -1;
+    }
+    if (ts->syntax != PIC_TOOLSYN_TAGS) {
+        return pic_ts_feed_whole(ts, final, content, content_len);
     }
     for (;;) {
         if (!ts->in_block) {
@@ -387,13 +565,9 @@ pic_toolstream_feed(pic_toolstream *ts, const char *text, size_t len,
             if (pic_toolcall_parse_body(ts->buf, blen, ts->tools, &c) == 0) {
                 c.body = pic_strndup(ts->buf, blen);    /* NULL: arguments whole */
                 c.body_len = c.body != NULL ? blen : 0;
-                if (pic_grow((void **) &ts->calls, &ts->cap_calls, (size_t) ts->n_calls + 1,
-                             sizeof(*ts->calls)) != 0) {
-                    pic_toolcall_clear(&c);
+                if (pic_ts_add_call(ts, &c) != 0) {
                     return -1;
                 }
-                ts->calls[ts->n_calls++] = c;
-                ts->total_calls++;
             } else if (pic_str_add(content, content_len, &out_cap, PIC_TC_OPEN,
                                    strlen(PIC_TC_OPEN)) != 0
                        || pic_str_add(content, content_len, &out_cap, ts->buf,
@@ -615,8 +789,10 @@ pic_toolcall_stream_args(const char *body, size_t len, int complete, const cJSON
 const char *
 pic_toolstream_block(const pic_toolstream *ts, size_t *len)
 {
-    *len = ts->in_block ? ts->len : 0;
-    return ts->in_block ? ts->buf : NULL;
+    int open = ts->in_block && ts->syntax == PIC_TOOLSYN_TAGS;
+
+    *len = open ? ts->len : 0;
+    return open ? ts->buf : NULL;
 }
 
 int
@@ -624,7 +800,7 @@ pic_toolstream_pending_name(const pic_toolstream *ts, char *name, size_t size)
 {
     const char *b = ts->buf, *p, *e, *end = ts->buf + ts->len;
 
-    if (!ts->in_block || b == NULL || size == 0) {
+    if (!ts->in_block || ts->syntax != PIC_TOOLSYN_TAGS || b == NULL || size == 0) {
         return 0;
     }
     if ((p = pic_find(b, ts->len, "<function=")) != NULL) {

@@ -4,6 +4,7 @@
  * tool_calls, the streaming splitter fed at every possible cut, and stop
  * strings over streamed text.
  */
+#include <ctype.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -155,8 +156,8 @@ stream_clear(stream_out *o)
 /* The text cut in two at every byte, and fed byte by byte: always the same
  * content and calls. */
 static void
-check_every_cut(const char *text, const char *want_content, int want_calls,
-                const char *first_name)
+check_every_cut_syn(pic_toolsyntax syn, const char *text, const char *want_content,
+                    int want_calls, const char *first_name)
 {
     size_t n = strlen(text);
 
@@ -164,7 +165,7 @@ check_every_cut(const char *text, const char *want_content, int want_calls,
         pic_toolstream ts;
         stream_out     o = { 0 };
 
-        pic_toolstream_init(&ts, NULL);
+        pic_toolstream_init(&ts, NULL, syn);
         if (cut <= n) {
             stream_feed(&ts, &o, text, cut, 0);
             stream_feed(&ts, &o, text + cut, n - cut, 0);
@@ -183,6 +184,13 @@ check_every_cut(const char *text, const char *want_content, int want_calls,
         stream_clear(&o);
         pic_toolstream_free(&ts);
     }
+}
+
+static void
+check_every_cut(const char *text, const char *want_content, int want_calls,
+                const char *first_name)
+{
+    check_every_cut_syn(PIC_TOOLSYN_TAGS, text, want_content, want_calls, first_name);
 }
 
 static void
@@ -217,11 +225,105 @@ test_call_ids(void **unused)
 {
     char a[32], b[32];
 
-    pic_toolcall_id(a, sizeof(a));
-    pic_toolcall_id(b, sizeof(b));
+    pic_toolcall_id(PIC_TOOLSYN_TAGS, a, sizeof(a));
+    pic_toolcall_id(PIC_TOOLSYN_TAGS, b, sizeof(b));
     assert_int_equal(strlen(a), 29);
     assert_memory_equal(a, "call_", 5);
     assert_string_not_equal(a, b);
+    /* Mistral's templates refuse any id but 9 alphanumerics */
+    pic_toolcall_id(PIC_TOOLSYN_MISTRAL, a, sizeof(a));
+    pic_toolcall_id(PIC_TOOLSYN_MISTRAL, b, sizeof(b));
+    assert_int_equal(strlen(a), 9);
+    assert_string_not_equal(a, b);
+    for (int i = 0; i < 9; i++) {
+        assert_true(isalnum((unsigned char) a[i]));
+    }
+}
+
+/* --- Llama 3.1 / 3.2 and Mistral: calls that end with the answer --- */
+
+static void
+test_syntax_of_dialects(void **unused)
+{
+    assert_int_equal(pic_toolsyntax_of(PIC_TEMPLATE_QWEN3_5), PIC_TOOLSYN_TAGS);
+    assert_int_equal(pic_toolsyntax_of(PIC_TEMPLATE_SMOLLM2), PIC_TOOLSYN_TAGS);
+    assert_int_equal(pic_toolsyntax_of(PIC_TEMPLATE_LLAMA3_1), PIC_TOOLSYN_LLAMA_JSON);
+    assert_int_equal(pic_toolsyntax_of(PIC_TEMPLATE_LLAMA3_2), PIC_TOOLSYN_LLAMA_JSON);
+    assert_int_equal(pic_toolsyntax_of(PIC_TEMPLATE_MISTRAL), PIC_TOOLSYN_MISTRAL);
+    assert_int_equal(pic_toolsyntax_of(PIC_TEMPLATE_MISTRAL_NEMO), PIC_TOOLSYN_MISTRAL);
+}
+
+static void
+test_llama_answer_is_the_call(void **unused)
+{
+    /* the format the Llama 3.1 template asks for, then the python tag form,
+     * then two calls as Llama 3.2 writes them */
+    check_every_cut_syn(PIC_TOOLSYN_LLAMA_JSON,
+                        "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+                        "", 1, "get_weather");
+    check_every_cut_syn(PIC_TOOLSYN_LLAMA_JSON,
+                        "\n<|python_tag|>{\"name\": \"f\", \"parameters\": {}}", "", 1, "f");
+    check_every_cut_syn(PIC_TOOLSYN_LLAMA_JSON,
+                        " {\"name\": \"a\", \"parameters\": {\"x\": 1}}; "
+                        "{\"name\": \"b\", \"parameters\": {}}", "", 2, "a");
+}
+
+static void
+test_llama_other_answers_are_content(void **unused)
+{
+    static const char *const plain[] = {
+        "The capital of France is Paris.",
+        "Sure: {\"name\": \"f\", \"parameters\": {}}",     /* not at the start */
+        "{not json at all}",
+        "{\"name\": \"f\", \"parameters\": {}} and then some words",
+        "{\"parameters\": {}}",                                 /* no name */
+        "<|python_tag|>brave_search.call(query=\"x\")",          /* built-in tool */
+        "<|python_ta",
+        "  ",
+        "",
+    };
+
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) {
+        check_every_cut_syn(PIC_TOOLSYN_LLAMA_JSON, plain[i], plain[i], 0, NULL);
+    }
+}
+
+static void
+test_mistral_calls_after_the_tag(void **unused)
+{
+    pic_toolstream   ts;
+    stream_out       o = { 0 };
+    const char      *t = "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": "
+                         "{\"city\": \"Paris\"}, \"id\": \"abcDEF123\"}, "
+                         "{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}]";
+
+    check_every_cut_syn(PIC_TOOLSYN_MISTRAL, t, "", 2, "get_weather");
+    check_every_cut_syn(PIC_TOOLSYN_MISTRAL, "Checking.[TOOL_CALLS][{\"name\": \"f\", "
+                        "\"arguments\": {}}]", "Checking.", 1, "f");
+    /* no tag, a tag with what does not parse, an empty list: content */
+    check_every_cut_syn(PIC_TOOLSYN_MISTRAL, "Paris.", "Paris.", 0, NULL);
+    check_every_cut_syn(PIC_TOOLSYN_MISTRAL, "[TOOL_CALLS] [{\"name\": 1}]",
+                        "[TOOL_CALLS] [{\"name\": 1}]", 0, NULL);
+    check_every_cut_syn(PIC_TOOLSYN_MISTRAL, "[TOOL_CALLS] []", "[TOOL_CALLS] []", 0, NULL);
+    check_every_cut_syn(PIC_TOOLSYN_MISTRAL, "[TOOL_CALL", "[TOOL_CALL", 0, NULL);
+
+    /* the arguments as one JSON object; no streamed block for this form */
+    pic_toolstream_init(&ts, NULL, PIC_TOOLSYN_MISTRAL);
+    stream_feed(&ts, &o, t, strlen(t), 0);
+    {
+        size_t len;
+        char   name[64];
+
+        assert_null(pic_toolstream_block(&ts, &len));
+        assert_int_equal(pic_toolstream_pending_name(&ts, name, sizeof(name)), 0);
+    }
+    stream_feed(&ts, &o, NULL, 0, 1);
+    assert_int_equal(o.n, 2);
+    assert_string_equal(o.calls[0].arguments, "{\"city\":\"Paris\"}");
+    assert_string_equal(o.calls[1].name, "get_time");
+    assert_null(o.calls[0].body);
+    stream_clear(&o);
+    pic_toolstream_free(&ts);
 }
 
 /* --- stop strings --- */
@@ -346,6 +448,10 @@ main(void)
         cmocka_unit_test(test_stream_plain_text_and_lookalikes),
         cmocka_unit_test(test_stream_bad_block_stays_content),
         cmocka_unit_test(test_call_ids),
+        cmocka_unit_test(test_syntax_of_dialects),
+        cmocka_unit_test(test_llama_answer_is_the_call),
+        cmocka_unit_test(test_llama_other_answers_are_content),
+        cmocka_unit_test(test_mistral_calls_after_the_tag),
         cmocka_unit_test(test_stream_args_grow_as_prefixes),
         cmocka_unit_test(test_stop_scan),
         cmocka_unit_test(test_stop_scan_streaming_equals_whole),
