@@ -85,6 +85,9 @@ gguf_read(const pic_st_tensor *t, uint64_t first, uint64_t n, float *dst, char *
                    pic_ggml_type_name(ty));
             return -1;
         }
+        /* the file's pages leave the resident set once converted (the
+         * engine holds its own copy; a later read faults them back in) */
+        pic_st_release(x->gt->data + first / (uint64_t) bs * bb, (size_t) (n / bs) * bb);
         return 0;
     }
     row = malloc((size_t) x->cols * sizeof(float));
@@ -100,6 +103,10 @@ gguf_read(const pic_st_tensor *t, uint64_t first, uint64_t n, float *dst, char *
                          row, (size_t) x->cols);
         memcpy(dst + done, row + c, (size_t) k * sizeof(float));
         done += k;
+        if (c + k == (uint64_t) x->cols) {
+            pic_st_release(x->gt->data + (size_t) gguf_row(x, (int64_t) r) * row_bytes,
+                           row_bytes);
+        }
     }
     free(row);
     return 0;

@@ -17,6 +17,7 @@ gguf-py, llama.cpp's own reader (PyPI `gguf`), through `pic-engine gguf`.
 import json
 import struct
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -235,3 +236,49 @@ def test_hostile_file_as_model_fails_the_load(tmp_path):
     r = _engine("generate", "--model", str(path), "--prompt", "hi", "--max-tokens", "1")
     assert r.returncode != 0 and r.returncode < 128, r
     assert "GGUF version" in r.stderr, r.stderr
+
+
+def _copy_as_f32(src, dst):
+    """src rewritten with every tensor dequantized to F32 (metadata as it is)."""
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(str(dst), bytes(r.fields["general.architecture"].parts[-1]).decode())
+    V = gguf.GGUFValueType
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        if f.types[0] == V.ARRAY:
+            if f.types[1] == V.STRING:
+                val = [bytes(f.parts[i]).decode("utf-8", "surrogateescape") for i in f.data]
+            else:
+                val = [f.parts[i][0].item() for i in f.data]
+            w.add_key_value(f.name, val, V.ARRAY, sub_type=f.types[1])
+        elif f.types[0] == V.STRING:
+            w.add_key_value(f.name, bytes(f.parts[-1]).decode("utf-8"), V.STRING)
+        else:
+            w.add_key_value(f.name, f.parts[-1][0].item(), f.types[0])
+    for t in r.tensors:
+        w.add_tensor(t.name, gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_load_leaves_the_files_pages_out_of_the_resident_set(tmp_path):
+    """An F32 file loaded at f32: the engine holds its own copy of every weight, so the
+    mapped file's pages are released as each tensor is converted; the peak resident set
+    stays under the weights plus half the file (holding both would be weights + file)."""
+    assert GGUF is not None, "run make deps"
+    f32 = tmp_path / "smollm2-f32.gguf"
+    _copy_as_f32(GGUF, f32)
+    size = f32.stat().st_size
+    weights = 4 * sum(int(t.n_elements) for t in gguf.GGUFReader(str(f32)).tensors)
+    peak_kb = subprocess.run(
+        [sys.executable, "-c", "import resource, subprocess, sys; "
+         "rc = subprocess.run(sys.argv[1:]).returncode; "
+         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if rc == 0 else -1)",
+         ENGINE, "logits", "--model", str(f32), "--weights", "f32", "--threads", "1",
+         "--tokens", "1,2,3", "--out", str(tmp_path / "logits.f32")],
+        capture_output=True, text=True, timeout=120).stdout.strip()
+    assert int(peak_kb) > 0, peak_kb
+    assert int(peak_kb) * 1024 < weights + size / 2, (peak_kb, weights, size)
