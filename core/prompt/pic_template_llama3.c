@@ -19,9 +19,10 @@
  *    content as a JSON string (a string is iterable to Jinja, so the
  *    template's `tojson` branch is taken).
  *
- * A forced call (tool_choice "required" or a named function) is refused:
- * the engine forces calls in the Qwen syntax only.  Text parts are joined
- * by "\n" (as vLLM flattens them for a string-content template).
+ * A forced call (tool_choice "required" or a named function) renders as
+ * any other request: the engine forces the answer's JSON call itself.  Text
+ * parts are joined by "\n" (as vLLM flattens them for a string-content
+ * template).
  */
 #include <stdio.h>
 #include <string.h>
@@ -54,20 +55,19 @@ llama3_header(pic_render *r, const char *role)
     pic_glue(r, "<|end_header_id|>\n\n");
 }
 
-/* A forced call or (Llama 3.0) any tool use: refused by name. */
+/* Llama 3.0's template has no place for tools: any tool use refused by
+ * name (3.1 and 3.2 take them; a forced call is the engine's to force). */
 static int
 llama3_check(pic_template_dialect d, const pic_request *req, pic_error *err)
 {
-    const char *name = pic_template_dialect_name(d);
-
+    if (d != PIC_TEMPLATE_LLAMA3) {
+        return 0;
+    }
     if (req->tool_choice == PIC_TOOL_CHOICE_REQUIRED
         || req->tool_choice == PIC_TOOL_CHOICE_FUNCTION) {
         return pic_error_invalid(err, "tool_choice", "invalid_value",
-                                 "tool_choice \"required\" or a named function is not "
-                                 "supported with the %s chat template", name);
-    }
-    if (d != PIC_TEMPLATE_LLAMA3) {
-        return 0;
+                                 "the llama3 chat template (Llama 3.0) has no place for "
+                                 "tools");
     }
     if (req->tools != NULL) {
         return pic_error_invalid(err, "tools", "unsupported_parameter",

@@ -23,8 +23,8 @@
  * message.  "The last user message" is the template's `message ==
  * user_messages[-1]`, which compares whole messages: every user message
  * equal to the last one qualifies.  A forced call (tool_choice "required"
- * or a named function) is refused: the engine forces calls in the Qwen
- * syntax only.  Text parts are joined by "\n".
+ * or a named function) renders as any other request: the engine forces the
+ * answer's `[TOOL_CALLS] [{…}]` itself.  Text parts are joined by "\n".
  */
 #include <stdio.h>
 #include <string.h>
@@ -79,13 +79,7 @@ mistral_check(const pic_template_opts *o, const pic_request *req, size_t first, 
 {
     size_t k = 0;
 
-    if (req->tool_choice == PIC_TOOL_CHOICE_REQUIRED
-        || req->tool_choice == PIC_TOOL_CHOICE_FUNCTION) {
-        return pic_error_invalid(err, "tool_choice", "invalid_value",
-                                 "tool_choice \"required\" or a named function is not "
-                                 "supported with the %s chat template",
-                                 pic_template_dialect_name(o->dialect));
-    }
+    (void) o;
     for (size_t i = first; i < req->n_messages; i++) {
         const pic_message *m = &req->messages[i];
 

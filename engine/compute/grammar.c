@@ -45,6 +45,23 @@ static const char *const pic_gcall_lit[] = {
     "{\"name\": \"", ", \"arguments\": ", "}\n</tool_call>",
 };
 
+/* the JSON syntaxes' opening, name-to-arguments and end literals */
+static const char *const pic_gcall_jlit[][3] = {
+    [PIC_GCALL_JSON] = { "{\"name\": \"", ", \"arguments\": ", "}\n</tool_call>" },
+    [PIC_GCALL_LLAMA] = { "{\"name\": \"", ", \"parameters\": ", "}" },
+    [PIC_GCALL_MISTRAL] = { "[{\"name\": \"", ", \"arguments\": ", "}]" },
+};
+
+/* The text of literal lit in f's syntax. */
+static const char *
+pic_gcall_text(const pic_gframe *f, int lit)
+{
+    if (f->syn != PIC_GCALL_XML && lit >= PIC_GL_JOPEN) {
+        return pic_gcall_jlit[f->syn][lit - PIC_GL_JOPEN];
+    }
+    return pic_gcall_lit[lit];
+}
+
 #define PIC_GC_PARAM  "<parameter="
 #define PIC_GC_END    "</function>\n</tool_call>"
 
@@ -555,7 +572,7 @@ pic_gcall_byte(pic_gstate *g, pic_gframe *f, int c)
 
     switch (f->st) {
     case PIC_GC_LIT:
-        lit = pic_gcall_lit[f->lit];
+        lit = pic_gcall_text(f, f->lit);
         if (c != (unsigned char) lit[g->nbuf]) {
             return -1;
         }
@@ -564,7 +581,7 @@ pic_gcall_byte(pic_gstate *g, pic_gframe *f, int c)
     case PIC_GC_NAME:
     case PIC_GC_KEY: {
         int key = f->st == PIC_GC_KEY, closed = !key || pic_gclosed(f->schema);
-        int end = !key && f->syn == PIC_GCALL_JSON ? '"' : '>';
+        int end = !key && f->syn != PIC_GCALL_XML ? '"' : '>';
 
         if (c == end && g->nbuf > 0) {
             i = closed ? pic_gcall_match(g, f, key, 1) : -1;
@@ -580,7 +597,7 @@ pic_gcall_byte(pic_gstate *g, pic_gframe *f, int c)
                     cJSON_GetArrayItem(f->schema, i), "parameters");
                 f->schema = cJSON_IsObject(ps) ? ps : NULL;
                 f->seen = 0;
-                f->lit = f->syn == PIC_GCALL_JSON ? PIC_GL_JARGS : PIC_GL_NAMENL;
+                f->lit = f->syn != PIC_GCALL_XML ? PIC_GL_JARGS : PIC_GL_NAMENL;
             }
             f->st = PIC_GC_LIT;
             g->nbuf = 0;
@@ -885,7 +902,7 @@ pic_gstate_init_call(pic_gstate *g, pic_gcall_syntax syn, const cJSON *fns,
     f->st = PIC_GC_LIT;
     if (fns != NULL) {
         f->schema = fns;
-        f->lit = syn == PIC_GCALL_JSON ? PIC_GL_JOPEN : PIC_GL_XFN;
+        f->lit = syn != PIC_GCALL_XML ? PIC_GL_JOPEN : PIC_GL_XFN;
         return;
     }
     f->schema = params;
@@ -1308,13 +1325,13 @@ pic_gchunk(const pic_gstate *g, char *c, size_t cap)
     case PIC_GF_CALL:
         switch (f->st) {
         case PIC_GC_LIT:
-            return pic_grest(c, cap, pic_gcall_lit[f->lit], (size_t) g->nbuf, "");
+            return pic_grest(c, cap, pic_gcall_text(f, f->lit), (size_t) g->nbuf, "");
         case PIC_GC_NAME: {
             int i = pic_gcall_match(g, f, 0, 0);
             const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(f->schema, i),
                                                                "name");
             return pic_grest(c, cap, i >= 0 && cJSON_IsString(nm) ? nm->valuestring : NULL,
-                             (size_t) g->nbuf, f->syn == PIC_GCALL_JSON ? "\"" : ">");
+                             (size_t) g->nbuf, f->syn != PIC_GCALL_XML ? "\"" : ">");
         }
         case PIC_GC_START: {
             size_t ne = strlen(PIC_GC_END);

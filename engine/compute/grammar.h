@@ -88,21 +88,26 @@ int pic_gstate_feed(pic_gstate *g, const char *s, size_t n);
 /* 1 once the document is complete. */
 int pic_gstate_done(const pic_gstate *g);
 
-/* The two tool-call syntaxes of the Qwen templates. */
+/* The tool-call syntaxes: the Qwen templates' two, and the JSON calls of
+ * Llama 3.1 / 3.2 and Mistral (whose call is the rest of the answer). */
 typedef enum {
     PIC_GCALL_XML = 0,          /* <function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n
                                  * ...</function>\n</tool_call> (Qwen3.5) */
     PIC_GCALL_JSON,             /* {"name": "NAME", "arguments": {...}}\n</tool_call>
                                  * (Qwen3) */
+    PIC_GCALL_LLAMA,            /* {"name": "NAME", "parameters": {...}} (Llama 3.1/3.2) */
+    PIC_GCALL_MISTRAL,          /* [{"name": "NAME", "arguments": {...}}] (after
+                                 * Mistral's [TOOL_CALLS]) */
 } pic_gcall_syntax;
 
-/* Start a tool call right after "<tool_call>\n".  fns: an array of
+/* Start a tool call right after its opening ("<tool_call>\n"; nothing for
+ * Llama; "[TOOL_CALLS]" for Mistral).  fns: an array of
  * {"name": S, "parameters": schema or null} to pick from; or, with fns NULL,
- * the function whose opening ("<function=NAME>\n", or {"name": "NAME",
- * "arguments": ) was generated already and its parameters schema params.
+ * the function whose opening ("<function=NAME>\n", or the JSON syntaxes'
+ * text up to the arguments) was generated already and its parameters schema params.
  * A NULL schema means any object (XML: any keys, raw values).  Schemas must
  * have passed pic_grammar_check; names hold no quote, backslash, '<', '>'
- * or newline.  Done after "</tool_call>". */
+ * or newline.  Done after the syntax's end ("</tool_call>", "}", "}]"). */
 void pic_gstate_init_call(pic_gstate *g, pic_gcall_syntax syn, const cJSON *fns,
                           const cJSON *params);
 

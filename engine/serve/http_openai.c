@@ -959,6 +959,45 @@ pic_oai_call_grammar(const pic_request *r, pic_gcall_syntax syn, pic_job *j, int
     return 0;
 }
 
+/* The grammar syntax of the served model's tool calls. */
+static pic_gcall_syntax
+pic_oai_gcall(const pic_server *srv)
+{
+    switch (pic_toolsyntax_of(srv->dialect)) {
+    case PIC_TOOLSYN_LLAMA_JSON:
+        return PIC_GCALL_LLAMA;
+    case PIC_TOOLSYN_MISTRAL:
+        return PIC_GCALL_MISTRAL;
+    default:
+        return srv->dialect == PIC_TEMPLATE_QWEN3_5 ? PIC_GCALL_XML : PIC_GCALL_JSON;
+    }
+}
+
+/* The forced opening of a call in syntax syn into f: the tag the model
+ * opens calls with, then, for a named function (name, len; NULL: the
+ * model picks), the call's text up to its arguments. */
+static void
+pic_oai_call_opening(pic_buf *f, pic_gcall_syntax syn, pic_template_dialect d,
+                     const char *name, size_t len)
+{
+    if (syn == PIC_GCALL_XML || syn == PIC_GCALL_JSON) {
+        pic_buf_appends(f, "<tool_call>\n");
+    } else if (syn == PIC_GCALL_MISTRAL) {
+        /* as the dialect renders a call turn: "[TOOL_CALLS] [" or "[TOOL_CALLS][" */
+        pic_buf_appends(f, d == PIC_TEMPLATE_MISTRAL ? "[TOOL_CALLS] " : "[TOOL_CALLS]");
+    }
+    if (name == NULL) {
+        return;
+    }
+    if (syn == PIC_GCALL_XML) {
+        pic_buf_printf(f, "<function=%s>\n", name);
+        return;
+    }
+    pic_buf_appends(f, syn == PIC_GCALL_MISTRAL ? "[{\"name\": " : "{\"name\": ");
+    pic_json_write_string(f, name, len);
+    pic_buf_appends(f, syn == PIC_GCALL_LLAMA ? ", \"parameters\": " : ", \"arguments\": ");
+}
+
 /* Penalties, bias, logprobs, tool_choice, scripted replies and the output
  * splitters of a job; 0 or -1 with err (400 naming the parameter). */
 static int
@@ -1050,25 +1089,18 @@ pic_oai_job_params(pic_server *srv, pic_inflight *c, const pic_request *r, pic_e
         pic_buf f;
         int     rc;
 
-        if (pic_oai_call_grammar(r, srv->dialect == PIC_TEMPLATE_QWEN3_5 ? PIC_GCALL_XML
-                                                                       : PIC_GCALL_JSON,
-                                 j, 0) != 0) {
+        pic_gcall_syntax syn = pic_oai_gcall(srv);
+
+        if (pic_oai_call_grammar(r, syn, j, 0) != 0) {
             return pic_error_oom(err, __func__);
         }
         pic_buf_init(&f);
         if (open_think) {
             pic_buf_appends(&f, PIC_OAI_THINK_CLOSE);
         }
-        pic_buf_appends(&f, "<tool_call>\n");
-        if (r->tool_choice == PIC_TOOL_CHOICE_FUNCTION) {
-            if (srv->dialect == PIC_TEMPLATE_QWEN3_5) {
-                pic_buf_printf(&f, "<function=%s>\n", r->tool_choice_name.ptr);
-            } else {
-                pic_buf_appends(&f, "{\"name\": ");
-                pic_json_write_string(&f, r->tool_choice_name.ptr, r->tool_choice_name.len);
-                pic_buf_appends(&f, ", \"arguments\": ");
-            }
-        }
+        pic_oai_call_opening(&f, syn, srv->dialect,
+                             r->tool_choice == PIC_TOOL_CHOICE_FUNCTION
+                             ? r->tool_choice_name.ptr : NULL, r->tool_choice_name.len);
         if (f.oom) {
             rc = pic_error_oom(err, __func__);
         } else if (open_think && j->json) {
@@ -1086,9 +1118,11 @@ pic_oai_job_params(pic_server *srv, pic_inflight *c, const pic_request *r, pic_e
                    != 0 ? -1
                  : pic_oai_ids(srv, a.data, a.len, &j->think_after, &j->n_think_after, err);
             pic_buf_free(&a);
-        } else {
+        } else if (f.len > 0) {
             /* thinking off (or no schema to follow): forced first tokens */
             rc = pic_oai_force_text(srv, j, f.data, f.len, 0, err);
+        } else {
+            rc = 0;                     /* Llama's call has no opening: the grammar's */
         }
         pic_buf_free(&f);
         if (rc != 0) {
@@ -1098,9 +1132,7 @@ pic_oai_job_params(pic_server *srv, pic_inflight *c, const pic_request *r, pic_e
     if (r->tool_choice == PIC_TOOL_CHOICE_AUTO && r->tools != NULL && srv->tok != NULL
         && pic_tokenizer_token_id(srv->tok, "<tool_call>") >= 0) {
         /* strict tools: a call the model opens itself follows its schema */
-        if (pic_oai_call_grammar(r, srv->dialect == PIC_TEMPLATE_QWEN3_5 ? PIC_GCALL_XML
-                                                                       : PIC_GCALL_JSON,
-                                 j, 1) != 0
+        if (pic_oai_call_grammar(r, pic_oai_gcall(srv), j, 1) != 0
             || (j->call_strict
                 && pic_oai_ids(srv, "\n", 1, &j->call_nl, &j->n_call_nl,
                                err) != 0)) {

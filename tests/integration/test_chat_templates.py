@@ -223,6 +223,18 @@ def test_end_of_turn_token_ends_generation(models, procs, t):
     assert j["usage"]["completion_tokens"] <= 1, j
 
 
+def _released(models, t, tmp_path):
+    """t's checkpoint as released: its eos is the turn's end, not the call opening
+    the shared fixture names to test the dialect's stop."""
+    d = tmp_path / "ckpt"
+    shutil.copytree(models[t["name"]], d, symlinks=True)
+    tj = json.load(open(d / "tokenizer.json", encoding="utf-8"))
+    cfg = json.load(open(d / "config.json"))
+    cfg["eos_token_id"] = {a["content"]: a["id"] for a in tj["added_tokens"]}[t["eos_token"]]
+    json.dump(cfg, open(d / "config.json", "w"))
+    return str(d)
+
+
 # The answer each family writes for a call, scripted (random weights never
 # write one); the parser must turn it into the same OpenAI tool_calls.
 CALL_REPLIES = {
@@ -245,15 +257,8 @@ def test_family_tool_calls_become_openai_tool_calls(models, procs, tmp_path, t):
     case = {c["name"]: c for c in t["cases"]}["tool_call_and_result"]["request"]
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"when": "weather", "reply": CALL_REPLIES[t["model_type"]]}]))
-    # the checkpoint as released: its eos is the turn's end, not the call opening
-    # the shared fixture names to test the dialect's stop
-    d = tmp_path / "ckpt"
-    shutil.copytree(models[t["name"]], d, symlinks=True)
-    tj = json.load(open(d / "tokenizer.json", encoding="utf-8"))
-    cfg = json.load(open(d / "config.json"))
-    cfg["eos_token_id"] = {a["content"]: a["id"] for a in tj["added_tokens"]}[t["eos_token"]]
-    json.dump(cfg, open(d / "config.json", "w"))
-    e = procs.engine(name="e", model=str(d), extra=["--threads", "1", "--script", str(script)])
+    e = procs.engine(name="e", model=_released(models, t, tmp_path),
+                     extra=["--threads", "1", "--script", str(script)])
     client = openai.OpenAI(base_url=e.url + "/v1", api_key="none", max_retries=0)
     msgs = case["messages"][:2]
     r = client.chat.completions.create(model="m", messages=msgs, tools=case["tools"],
@@ -280,3 +285,28 @@ def test_family_tool_calls_become_openai_tool_calls(models, procs, tmp_path, t):
     r2 = client.chat.completions.create(model="m", messages=history, tools=case["tools"],
                                         max_tokens=4, temperature=0)
     assert r2.choices[0].finish_reason in ("stop", "length"), r2
+
+
+@pytest.mark.parametrize("t", [pytest.param(t, id=t["name"]) for t in DOC["templates"]
+                               if t["name"] != "llama-3.0"])
+def test_family_forced_calls_follow_the_schema(models, procs, tmp_path, t):
+    """tool_choice "required" and a named function on Llama 3.1/3.2 and Mistral: the
+    engine forces the family's own call syntax (Llama: the JSON object as the answer;
+    Mistral: [TOOL_CALLS] and a list) and the call grammar keeps a random model,
+    sampled, to an offered function with arguments of its schema; the answer ends
+    with the call."""
+    import openai
+    from tests.support.tools import SET_MODE, TOGGLE, args_valid
+    e = procs.engine(name="e", model=_released(models, t, tmp_path), extra=["--threads", "1"])
+    client = openai.OpenAI(base_url=e.url + "/v1", api_key="none", max_retries=0)
+    msgs = [{"role": "user", "content": "hi"}]
+    for choice, seed in [("required", 3), ({"type": "function",
+                                            "function": {"name": "set_mode"}}, 1)]:
+        r = client.chat.completions.create(model="m", messages=msgs, tools=[SET_MODE, TOGGLE],
+                                           tool_choice=choice, temperature=1.0, seed=seed,
+                                           max_tokens=800)
+        ch = r.choices[0]
+        assert ch.finish_reason == "tool_calls", (choice, ch.message.content)
+        [call] = ch.message.tool_calls
+        assert choice == "required" or call.function.name == "set_mode", call
+        assert args_valid(call.function.name, json.loads(call.function.arguments)), call

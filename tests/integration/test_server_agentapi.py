@@ -21,6 +21,7 @@ import pytest
 import tokenizers
 
 from tests import harness
+from tests.support.tools import SET_MODE, TOGGLE, args_valid  # noqa: F401
 
 from tests.tools.make_tokenizer import byte_to_unicode  # noqa: E402
 
@@ -438,26 +439,6 @@ def test_tool_choice_required_opens_a_call(procs):
                                   tool_choice="required", max_tokens=24, temperature=0)
     m = r.choices[0].message
     assert m.tool_calls or m.content.startswith("<tool_call>\n")
-
-
-SET_MODE = {"type": "function", "function": {
-    "name": "set_mode", "description": "Pick a mode",
-    "parameters": {"type": "object", "additionalProperties": False,
-                   "properties": {"mode": {"enum": ["fast", "slow"]}, "on": {"type": "boolean"},
-                                  "n": {"type": "null"}},
-                   "required": ["mode", "on"]}}}
-TOGGLE = {"type": "function", "function": {
-    "name": "toggle", "parameters": {"type": "object", "properties": {
-        "flag": {"type": "boolean"}}, "required": ["flag"]}}}
-
-
-def args_valid(name, args):
-    """The two bounded schemas above, checked by hand (the oracle)."""
-    if name == "toggle":
-        return set(args) == {"flag"} and isinstance(args["flag"], bool)
-    return (name == "set_mode" and {"mode", "on"} <= set(args) <= {"mode", "on", "n"}
-            and args["mode"] in ("fast", "slow") and isinstance(args["on"], bool)
-            and args.get("n") is None)
 
 
 @pytest.mark.parametrize("model", [TINY, TINY_NEXT])
