@@ -36,49 +36,59 @@ pic_ws_layout(const pic_config *c, int nb, int lg_rows, float *base, pic_ws *w)
         off += pic_align((size_t) (count));                                   \
     } while (0)
 
+    /* live through the whole pass: the residual stream, its norm, the
+     * positions and ids staged once per pass, the logits, xr (around every
+     * block) */
     PIC_TAKE(x, float, (size_t) nb * c->hidden);
     PIC_TAKE(xn, float, (size_t) nb * c->hidden);
-    PIC_TAKE(qkv, float, (size_t) nb * C);
-    PIC_TAKE(cv, float, (size_t) nb * C);
-    PIC_TAKE(z, float, (size_t) nb * vd);
-    PIC_TAKE(beta, float, (size_t) nb * c->lin_v_heads);
-    PIC_TAKE(g, float, (size_t) nb * c->lin_v_heads);
-    PIC_TAKE(lo, float, (size_t) nb * vd);
-    PIC_TAKE(qp, float, (size_t) nb * 2 * qd);
-    PIC_TAKE(q, float, (size_t) nb * qd);
-    PIC_TAKE(gate, float, (size_t) nb * qd);
-    PIC_TAKE(k, float, (size_t) nb * kvd);
-    PIC_TAKE(v, float, (size_t) nb * kvd);
-    PIC_TAKE(ao, float, (size_t) nb * qd);
     PIC_TAKE(pos, int, nb);
-    PIC_TAKE(mqa, float, (size_t) nb * c->q_lora_rank);
-    PIC_TAKE(mq, float, c->mla ? (size_t) nb * c->n_q_heads
-                                 * (c->qk_rope_dim + c->qk_nope_dim) : 0);
-    PIC_TAKE(mlat, float, c->mla ? (size_t) nb * (c->qk_rope_dim + c->kv_lora_rank) : 0);
-    PIC_TAKE(mcn, float, (size_t) nb * c->kv_lora_rank);
-    PIC_TAKE(mo, float, (size_t) nb * c->n_q_heads * c->v_head_dim);
-    PIC_TAKE(fg, float, (size_t) nb * I);
-    PIC_TAKE(fu, float, (size_t) nb * I);
-    PIC_TAKE(rl, float, (size_t) nb * c->n_experts);
-    PIC_TAKE(xe, float, c->n_experts ? (size_t) nb * c->hidden : 0);
-    PIC_TAKE(eg, float, (size_t) nb * c->moe_intermediate);
-    PIC_TAKE(eu, float, (size_t) nb * c->moe_intermediate);
-    PIC_TAKE(ed, float, (c->n_experts ? (size_t) nb * c->hidden : 0));
-    PIC_TAKE(sel, int, (size_t) nb * k);
-    PIC_TAKE(selw, float, (size_t) nb * k);
-    PIC_TAKE(rows, int, (size_t) nb * k);
-    PIC_TAKE(roww, float, (size_t) nb * k);
     PIC_TAKE(ids, int, nb);
-    PIC_TAKE(sg, float, nb);
     PIC_TAKE(lg, float, (size_t) lg_rows * c->vocab);
+    PIC_TAKE(xr, float, c->resid_mult != 0.0f && c->resid_mult != 1.0f
+                        ? (size_t) nb * c->hidden : 0);
+    /* a layer's mixer (GDN, attention, MLA, Mamba2) and its FFN run one
+     * after the other, each from xn into x: their scratch shares one region
+     * (half the workspace of a Qwen3.5 pass) */
     {
+        size_t mix0 = off, mix1;
         size_t mi = (size_t) c->ssm_heads * c->ssm_head_dim;
-        int    scaled = c->resid_mult != 0.0f && c->resid_mult != 1.0f;
 
+        PIC_TAKE(qkv, float, (size_t) nb * C);
+        PIC_TAKE(cv, float, (size_t) nb * C);
+        PIC_TAKE(z, float, (size_t) nb * vd);
+        PIC_TAKE(beta, float, (size_t) nb * c->lin_v_heads);
+        PIC_TAKE(g, float, (size_t) nb * c->lin_v_heads);
+        PIC_TAKE(lo, float, (size_t) nb * vd);
+        PIC_TAKE(qp, float, (size_t) nb * 2 * qd);
+        PIC_TAKE(q, float, (size_t) nb * qd);
+        PIC_TAKE(gate, float, (size_t) nb * qd);
+        PIC_TAKE(k, float, (size_t) nb * kvd);
+        PIC_TAKE(v, float, (size_t) nb * kvd);
+        PIC_TAKE(ao, float, (size_t) nb * qd);
+        PIC_TAKE(mqa, float, (size_t) nb * c->q_lora_rank);
+        PIC_TAKE(mq, float, c->mla ? (size_t) nb * c->n_q_heads
+                                     * (c->qk_rope_dim + c->qk_nope_dim) : 0);
+        PIC_TAKE(mlat, float, c->mla ? (size_t) nb * (c->qk_rope_dim + c->kv_lora_rank) : 0);
+        PIC_TAKE(mcn, float, (size_t) nb * c->kv_lora_rank);
+        PIC_TAKE(mo, float, (size_t) nb * c->n_q_heads * c->v_head_dim);
         PIC_TAKE(mz, float, (size_t) nb * mi);
         PIC_TAKE(mdt, float, (size_t) nb * c->ssm_heads);
         PIC_TAKE(my, float, (size_t) nb * mi);
-        PIC_TAKE(xr, float, scaled ? (size_t) nb * c->hidden : 0);
+        mix1 = off;
+        off = mix0;
+        PIC_TAKE(fg, float, (size_t) nb * I);
+        PIC_TAKE(fu, float, (size_t) nb * I);
+        PIC_TAKE(rl, float, (size_t) nb * c->n_experts);
+        PIC_TAKE(xe, float, c->n_experts ? (size_t) nb * c->hidden : 0);
+        PIC_TAKE(eg, float, (size_t) nb * c->moe_intermediate);
+        PIC_TAKE(eu, float, (size_t) nb * c->moe_intermediate);
+        PIC_TAKE(ed, float, (c->n_experts ? (size_t) nb * c->hidden : 0));
+        PIC_TAKE(sel, int, (size_t) nb * k);
+        PIC_TAKE(selw, float, (size_t) nb * k);
+        PIC_TAKE(rows, int, (size_t) nb * k);
+        PIC_TAKE(roww, float, (size_t) nb * k);
+        PIC_TAKE(sg, float, nb);
+        off = off > mix1 ? off : mix1;
     }
 #undef PIC_TAKE
     return off;
