@@ -72,6 +72,9 @@ serve_usage(FILE *f)
         "  --device D              cpu (default), cuda (build/libpic_cuda.so, bf16 weights;\n"
         "                          --cache-mode full, one worker) or cpu-dev (tests)\n"
         "  --min-segment BYTES     shorter segments are recomputed (default 128)\n"
+        "  --split-documents on|off  off: --marker is plain text and unmarked text is cut\n"
+        "                          by CDC only, as a gateway with pic_split_documents off\n"
+        "                          renders (default on)\n"
         "  --peer-timeout-ms N     deadline of a pull or remote prefill (default 30000)\n"
         "  --no-batch-decode       one forward per decode token instead of one per round\n"
         "  --pool-secret-file PATH pool credential (16+ bytes): peer endpoints, plans and\n"
@@ -115,6 +118,7 @@ pic_cmd_serve(int argc, char **argv)
         OPT_SEAMDOC, OPT_PEERTO, OPT_NOBATCH, OPT_SECRET, OPT_MAXFRAME, OPT_SCRIPT, OPT_INSECURE,
         OPT_PBYTES, OPT_PBLOCK, OPT_CKPT, OPT_HOLD, OPT_CBYTES, OPT_RPASS, OPT_RUSER,
         OPT_EVICT, OPT_TLSCERT, OPT_TLSKEY, OPT_TLSCA, OPT_DEVICE, OPT_CALIB, OPT_RBUDGET,
+        OPT_SPLIT,
     };
     static const struct option longopts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -151,6 +155,7 @@ pic_cmd_serve(int argc, char **argv)
         { "weights", required_argument, NULL, OPT_WEIGHTS },
         { "device", required_argument, NULL, OPT_DEVICE },
         { "min-segment", required_argument, NULL, OPT_MINSEG },
+        { "split-documents", required_argument, NULL, OPT_SPLIT },
         { "peer-timeout-ms", required_argument, NULL, OPT_PEERTO },
         { "no-batch-decode", no_argument, NULL, OPT_NOBATCH },
         { "pool-secret-file", required_argument, NULL, OPT_SECRET },
@@ -194,6 +199,14 @@ pic_cmd_serve(int argc, char **argv)
         case OPT_NAME: opts.model_name = optarg; continue;
         case OPT_TEMPLATE: opts.template_name = optarg; continue;
         case OPT_MARKER: opts.marker = optarg; continue;
+        case OPT_SPLIT:
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
+                fprintf(stderr, "pic-engine serve: --split-documents: on or off, not '%s'\n",
+                        optarg);
+                return 2;
+            }
+            opts.no_split_documents = strcmp(optarg, "off") == 0;
+            continue;
         case OPT_REDIS: opts.redis = optarg; continue;
         case OPT_RPASS: opts.redis_password_file = optarg; continue;
         case OPT_RUSER: opts.redis_user = optarg; continue;

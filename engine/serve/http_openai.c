@@ -959,6 +959,13 @@ pic_oai_call_grammar(const pic_request *r, pic_gcall_syntax syn, pic_job *j, int
     return 0;
 }
 
+/* The client document delimiter, NULL when documents are not split. */
+static const pic_marker *
+pic_oai_split(const pic_server *srv)
+{
+    return srv->opts->no_split_documents ? NULL : &srv->marker;
+}
+
 /* The grammar syntax of the served model's tool calls. */
 static pic_gcall_syntax
 pic_oai_gcall(const pic_server *srv)
@@ -1283,8 +1290,8 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
     pic_segmentation_init(&seg);
     pic_plan_init(&plan);
     if (node != NULL) {
-        pic_template_opts topts = { .dialect = srv->dialect, .split = &srv->marker,
-                                    .split_parts = 1 };
+        pic_template_opts topts = { .dialect = srv->dialect, .split = pic_oai_split(srv),
+                                    .split_parts = !srv->opts->no_split_documents };
         char             *js = cJSON_PrintUnformatted(node);
         uint64_t          covered = 0;
 
@@ -1357,11 +1364,11 @@ pic_oai_segment(pic_server *srv, const pic_request *r, char **text, size_t *text
     }
     memset(&cfg, 0, sizeof(cfg));
     cfg.dialect = srv->dialect;
-    cfg.marker = &srv->marker;
-    cfg.split_parts = 1;
+    cfg.marker = pic_oai_split(srv);
+    cfg.split_parts = !srv->opts->no_split_documents;
     cfg.keys = &srv->keys;
     cfg.min_pic_bytes = srv->opts->min_segment;
-    cfg.unmarked_docs = 1;
+    cfg.unmarked_docs = !srv->opts->no_split_documents;
     if (pic_segment_request(&cfg, r, &seg, err) != 0) {
         goto done;
     }
@@ -1400,7 +1407,7 @@ pic_oai_handle(pic_server *srv, struct evhttp_request *req, pic_req_kind kind)
     size_t             len = evbuffer_get_length(in);
     pic_request        r;
     pic_render         rd;
-    pic_template_opts  topts = { .dialect = srv->dialect, .split = &srv->marker };
+    pic_template_opts  topts = { .dialect = srv->dialect, .split = pic_oai_split(srv) };
     pic_error          err;
     pic_inflight       *c = NULL;
     pic_plan_job      *pj = NULL;

@@ -18,6 +18,9 @@ typedef struct {
     const char *model_name;     /* served model id; NULL: the directory's name */
     const char *template_name;  /* chat template dialect; NULL: from the model */
     const char *marker;         /* document delimiter in prompts; NULL: default */
+    int         no_split_documents; /* markers are plain text, unmarked text is cut
+                                 * by CDC only (the gateway's pic_split_documents
+                                 * off); 0: split */
     const char *port_file;      /* write the bound port here once ready (model
                                  * loaded) when set */
     int         threads;        /* OpenMP threads per worker; 0: cores / workers */

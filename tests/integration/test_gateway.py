@@ -5,6 +5,7 @@ see the exact bytes nginx sent (engines do not echo requests)."""
 import json
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -125,6 +126,34 @@ def test_engines_accept_the_gateways_plans(procs):
         pytest.skip("this pic-engine has no PIC cache yet")
     assert sum(d["cache"]["plans_received"] for d in docs) == 3
     assert sum(d["cache"]["plans_ignored"] for d in docs) == 0
+
+
+def test_split_documents_off_on_both_sides_keeps_the_plan(procs):
+    """pic_split_documents off makes the marker plain text at the gateway; an engine
+    told the same (--split-documents off) renders the request as the gateway did and
+    uses its plan, where a splitting engine renders it otherwise and ignores it."""
+    from tests.support.gateway import MODEL
+    shared = doc(9, 1200)
+    body = {"model": "tiny", "max_tokens": 1, "messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": f"{shared}{MARK}question one"}]}
+    ignored = {}
+    for split in ("off", "on"):
+        e = procs.engine(name="e-" + split, model=MODEL,
+                         extra=["--threads", "1", "--split-documents", split])
+        ngx = procs.nginx(gw_conf([f"127.0.0.1:{e.port}"], loc="pic_split_documents off;"),
+                          name="nginx-" + split)
+        probed(ngx)
+        st, _, raw = harness.http("POST", ngx.url + "/v1/chat/completions", body=body,
+                                  timeout=60)
+        assert st == 200, raw
+        cache = json.loads(harness.http("GET", e.url + "/status")[2])["cache"]
+        assert cache["plans_received"] == 1, cache
+        ignored[split] = cache["plans_ignored"]
+    assert ignored == {"off": 0, "on": 1}, ignored
+    r = subprocess.run([harness.ENGINE_BIN, "serve", "--split-documents", "maybe"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--split-documents: on or off" in r.stderr, r.stderr
 
 
 def test_repeated_document_hits_on_the_same_engine(procs):
