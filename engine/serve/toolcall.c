@@ -374,6 +374,26 @@ pic_ts_consume(pic_toolstream *ts, size_t n)
     }
 }
 
+/* Outside a block: the held text before the opening open (all of it when
+ * final and there is none) to content; 1 if the buffer now starts with
+ * the opening, 0 if not, -1 on ENOMEM. */
+static int
+pic_ts_to_open(pic_toolstream *ts, const char *open, int final, char **content,
+               size_t *content_len, size_t *out_cap)
+{
+    int    matched;
+    size_t n = pic_stop_scan(ts->buf, ts->len, &open, 1, &matched);
+
+    if (final && !matched) {
+        n = ts->len;
+    }
+    if (n > 0 && pic_str_add(content, content_len, out_cap, ts->buf, n) != 0) {
+        return -1;
+    }
+    pic_ts_consume(ts, n);
+    return matched;
+}
+
 /* Move a parsed call into ts->calls; -1 on ENOMEM (c cleared). */
 static int
 pic_ts_add_call(pic_toolstream *ts, pic_toolcall_out *c)
@@ -451,8 +471,8 @@ static int
 pic_ts_feed_whole(pic_toolstream *ts, int final, char **content, size_t *content_len)
 {
     const char        *pytag = pic_toolsyntax_opening(PIC_TOOLSYN_LLAMA_JSON);
-    const char        *open[1] = { pic_toolsyntax_opening(PIC_TOOLSYN_MISTRAL) };
-    size_t             out_cap = 0, n;
+    const char        *open = pic_toolsyntax_opening(PIC_TOOLSYN_MISTRAL);
+    size_t             out_cap = 0;
     int                matched, rc;
 
     if (!ts->in_block && ts->syntax == PIC_TOOLSYN_LLAMA_JSON && !ts->lead) {
@@ -477,23 +497,20 @@ pic_ts_feed_whole(pic_toolstream *ts, int final, char **content, size_t *content
     }
     if (!ts->in_block) {
         if (ts->syntax == PIC_TOOLSYN_LLAMA_JSON) {
-            n = ts->len;
-            matched = 0;
-        } else {
-            n = pic_stop_scan(ts->buf, ts->len, open, 1, &matched);
-            if (final && !matched) {
-                n = ts->len;
+            /* decided: content to the end */
+            if (ts->len > 0
+                && pic_str_add(content, content_len, &out_cap, ts->buf, ts->len) != 0) {
+                return -1;
             }
-        }
-        if (n > 0 && pic_str_add(content, content_len, &out_cap, ts->buf, n) != 0) {
-            return -1;
-        }
-        pic_ts_consume(ts, n);
-        if (!matched) {
+            pic_ts_consume(ts, ts->len);
             return 0;
         }
+        matched = pic_ts_to_open(ts, open, final, content, content_len, &out_cap);
+        if (matched <= 0) {
+            return matched;
+        }
         ts->in_block = 1;
-        ts->skip = strlen(open[0]);
+        ts->skip = strlen(open);
     }
     if (!final) {
         return 0;
@@ -515,7 +532,6 @@ int
 pic_toolstream_feed(pic_toolstream *ts, const char *text, size_t len,
                     int final, char **content, size_t *content_len)
 {
-    static const char *const open[1] = { PIC_TC_OPEN };
     size_t out_cap = 0;
 
     *content = NULL;
@@ -528,16 +544,12 @@ pic_toolstream_feed(pic_toolstream *ts, const char *text, size_t len,
     }
     for (;;) {
         if (!ts->in_block) {
-            int    matched;
-            size_t n = pic_stop_scan(ts->buf, ts->len, open, 1, &matched);
+            int matched = pic_ts_to_open(ts, PIC_TC_OPEN, final, content, content_len,
+                                         &out_cap);
 
-            if (final && !matched) {
-                n = ts->len;
-            }
-            if (n > 0 && pic_str_add(content, content_len, &out_cap, ts->buf, n) != 0) {
+            if (matched < 0) {
                 return -1;
             }
-            pic_ts_consume(ts, n);
             if (!matched) {
                 break;
             }
