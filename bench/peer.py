@@ -314,21 +314,44 @@ def ensure_gguf(src, fmt):
     return out
 
 
-def timed(argv, env=None):
-    """Run argv under /usr/bin/time; (stdout, stderr, peak RSS bytes)."""
+def timed(argv, env=None, sigill=None):
+    """Run argv under /usr/bin/time; (stdout, stderr, peak RSS bytes).  A run
+    killed by SIGILL or SIGSEGV calls sigill() (if given) and returns None."""
     r = subprocess.run(["/usr/bin/time", "-f", "PEAK_RSS_KB %M"] + argv, capture_output=True,
                        text=True, env=env)
+    if r.returncode != 0 and sigill is not None and re.search(r"terminated by signal (4|11)\b",
+                                                              r.stderr):
+        sigill()
+        return None
     if r.returncode != 0:
         sys.exit("peer.py: %s failed:\n%s" % (argv[0], r.stderr[-3000:]))
     m = re.findall(r"PEAK_RSS_KB (\d+)", r.stderr)
     return r.stdout, r.stderr, int(m[-1]) * 1024 if m else 0
 
 
+# llama-bench's extra arguments: "--repack 0" once its repacked (AMX) kernels
+# died (SIGILL or SIGSEGV: a VM that lists AMX but does not enable it), said in
+# the result
+LLAMA_EXTRA = []
+
+
+def llama_timed(bench, args):
+    """llama-bench with args (+ LLAMA_EXTRA), as timed(); on SIGILL again
+    without the repacked weights."""
+    def no_repack():
+        print("peer.py: llama-bench died (SIGILL/SIGSEGV); again with --repack 0",
+              file=sys.stderr, flush=True)
+        LLAMA_EXTRA[:] = ["--repack", "0"]
+    r = timed([bench] + args + LLAMA_EXTRA, sigill=None if LLAMA_EXTRA else no_repack)
+    return r if r is not None else timed([bench] + args + LLAMA_EXTRA)
+
+
 def llama_bench(bench, gguf):
     """llama-bench's pp N rows and tg DECODE in one call: ({N: tok/s}, tok/s,
     peak RSS)."""
-    out, _, rss = timed([bench, "-m", gguf, "-t", str(THREADS), "-p", ",".join(map(str, LENS)),
-                         "-n", str(DECODE), "-r", str(REPS), "-o", "json"])
+    out, _, rss = llama_timed(bench, ["-m", gguf, "-t", str(THREADS), "-p",
+                                      ",".join(map(str, LENS)), "-n", str(DECODE), "-r",
+                                      str(REPS), "-o", "json"])
     prefill, decode = {}, None
     for row in json.loads(out):
         if row.get("n_prompt", 0) > 0 and row.get("n_gen", 0) == 0:
@@ -343,8 +366,8 @@ def llama_bench(bench, gguf):
 def llama_warm(bench, gguf):
     """llama-bench's pp N @ d DEPTH: tok/s (mean over WARM_REPS runs)."""
     depth, n = WARM
-    out, _, _ = timed([bench, "-m", gguf, "-t", str(THREADS), "-p", str(n), "-d", str(depth),
-                       "-n", "0", "-r", str(WARM_REPS), "-o", "json"])
+    out, _, _ = llama_timed(bench, ["-m", gguf, "-t", str(THREADS), "-p", str(n), "-d",
+                                    str(depth), "-n", "0", "-r", str(WARM_REPS), "-o", "json"])
     for row in json.loads(out):
         if row.get("n_prompt") == n and row.get("n_depth") == depth:
             return row["avg_ts"]
@@ -780,8 +803,10 @@ def main():
                                        "the mean tok/s of %d runs after a warm-up"
                                        % (WARM_ROUNDS, WARM_REPS)} if WARM else None,
               "formats": {f: FORMATS[f] for f in formats},
-              "llama_cpp": "%s %s (PyPI sdist), -DGGML_NATIVE=ON, llama-bench -r %d"
-                           % (PKG, PKG_VERSION, REPS),
+              "llama_cpp": "%s %s (PyPI sdist), -DGGML_NATIVE=ON, llama-bench -r %d%s"
+                           % (PKG, PKG_VERSION, REPS,
+                              " " + " ".join(LLAMA_EXTRA) + " from the first run whose repacked "
+                              "(AMX) kernels died here on" if LLAMA_EXTRA else ""),
               "pic_engine": "build/bench/warm_bench MODEL 0 N THREADS %d pp (prefill), "
                             "MODEL 0 %d THREADS %d tg (decode), PIC_WEIGHTS=FMT, "
                             "OMP_WAIT_POLICY=%s"
