@@ -591,7 +591,8 @@ class LlamaServer:
         argv = [server, "-m", gguf, "-t", str(THREADS), "-tb", str(THREADS),
                 "--host", "127.0.0.1", "--port", str(self.port), "--jinja"] + \
             ([] if PEER_MODEL == "smollm2" else ["--chat-template-file", tpl]) + \
-            ["--cache-reuse", "256", "--no-webui"]
+            ["--cache-reuse", "256", "--no-webui"] + \
+            (["--no-repack"] if LLAMA_EXTRA else [])    # llama-bench's repack died here
         if slots == "default":
             argv += ["-c", str(MANY_CTX), "--cache-ram", "8192", "--cache-idle-slots",
                      "-sps", MANY_SPS]
