@@ -988,10 +988,14 @@ pic_oai_call_opening(pic_buf *f, pic_gcall_syntax syn, pic_template_dialect d,
                      const char *name, size_t len)
 {
     if (syn == PIC_GCALL_XML || syn == PIC_GCALL_JSON) {
-        pic_buf_appends(f, "<tool_call>\n");
+        pic_buf_appends(f, pic_toolsyntax_opening(PIC_TOOLSYN_TAGS));
+        pic_buf_appends(f, "\n");
     } else if (syn == PIC_GCALL_MISTRAL) {
         /* as the dialect renders a call turn: "[TOOL_CALLS] [" or "[TOOL_CALLS][" */
-        pic_buf_appends(f, d == PIC_TEMPLATE_MISTRAL ? "[TOOL_CALLS] " : "[TOOL_CALLS]");
+        pic_buf_appends(f, pic_toolsyntax_opening(PIC_TOOLSYN_MISTRAL));
+        if (d == PIC_TEMPLATE_MISTRAL) {
+            pic_buf_appends(f, " ");
+        }
     }
     if (name == NULL) {
         return;
