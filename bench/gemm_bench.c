@@ -22,7 +22,6 @@
 #include "pic_kernels.h"
 #include "pic_time.h"
 
-static const char *paths[] = { "avx512bf16", "avx512vnni", "avx512", "avx2", "scalar" };
 
 /* Best CPU seconds (calling thread) and wall seconds of reps calls. */
 static void
@@ -55,7 +54,8 @@ main(int argc, char **argv)
     double flop = 2.0 * n * rows * cols, best_cpu = 1e30, best = 1e30;
     float *w, *x, *y;           /* w (rows, cols), x (n, cols), y (n, rows) */
     const pic_backend *be;
-    const char        *best_path;
+    const char        *best_path, *paths[16];
+    size_t             npaths;
     int                first = 1;
     uint64_t           s = 88172645463325252ull;
 
@@ -69,6 +69,8 @@ main(int argc, char **argv)
     pic_kernels_set_threads(threads);
     be = pic_backend_cpu();
     best_path = pic_kernels_simd();
+    npaths = pic_kernels_simd_paths(paths, 16);
+    npaths = npaths < 16 ? npaths : 16;
     w = malloc(nw * sizeof(float));
     x = malloc((size_t) n * cols * sizeof(float));
     y = malloc((size_t) n * rows * sizeof(float));
@@ -116,7 +118,7 @@ main(int argc, char **argv)
             m.data = store;
             m.scale = (const uint16_t *) ((int8_t *) store + nw);
         }
-        for (size_t p = 0; p < sizeof(paths) / sizeof(paths[0]); p++) {
+        for (size_t p = 0; p < npaths; p++) {
             double cpu, wall;
 
             if (pic_kernels_set_simd(paths[p]) != 0) {

@@ -25,7 +25,6 @@
 #include "pic_kernels.h"
 #include "pic_time.h"
 
-static const char *paths[] = { "avx512bf16", "avx512vnni", "avx512", "avx2", "scalar" };
 
 int
 main(int argc, char **argv)
@@ -38,7 +37,8 @@ main(int argc, char **argv)
     size_t nw = (size_t) rows * cols;
     float *w, *x, *y;
     const pic_backend *be;
-    const char        *best_path;
+    const char        *best_path, *paths[16];
+    size_t             npaths;
     int                first = 1;
 
     pic_kernels_process_env(argv);          /* OpenBLAS on its proper core */
@@ -52,6 +52,8 @@ main(int argc, char **argv)
     pic_kernels_set_threads(threads);
     be = pic_backend_cpu();
     best_path = pic_kernels_simd();
+    npaths = pic_kernels_simd_paths(paths, 16);
+    npaths = npaths < 16 ? npaths : 16;
     w = malloc(nw * sizeof(float));
     x = malloc((size_t) n * cols * sizeof(float));
     y = malloc((size_t) n * rows * sizeof(float));
@@ -90,7 +92,7 @@ main(int argc, char **argv)
             m.data = store;
             m.scale = (const uint16_t *) ((int8_t *) store + nw);
         }
-        for (size_t p = 0; p < sizeof(paths) / sizeof(paths[0]); p++) {
+        for (size_t p = 0; p < npaths; p++) {
             double best = 1e30, best_cpu = 1e30;
 
             if (pic_kernels_set_simd(paths[p]) != 0) {

@@ -58,6 +58,20 @@ void pic_cpu_mem_free(void *p);
 void pic_cpu_mem_copy(void *dst, const void *src, size_t bytes);
 void pic_cpu_mem_zero(void *dst, size_t bytes);
 
+/* The AMX bf16 GEMM (wmat_amx.c).  pic_amx_usable: 1 where the CPU, the
+ * OS and Linux's per-process permission let this process use AMX tiles
+ * (asked once).  pic_amx_x_bytes: the bytes pic_amx_x_pack writes for x
+ * (n, cols).  pic_amx_x_pack: x rounded to bf16 (pic_bf16_act_bits) into
+ * dst (64-byte aligned) as the tiles' second operand, zero-padded to 32
+ * rows and 32 columns.  pic_amx_gemm: y(n, ldy)[., o0..o1) = x . W[o0..o1)^T
+ * (+ beta * y; beta 0: y not read), W BF16, xp that packed x; one thread's
+ * share, configures and releases the tiles itself. */
+int    pic_amx_usable(void);
+size_t pic_amx_x_bytes(int n, int cols);
+void   pic_amx_x_pack(uint16_t *dst, const float *x, int n, int cols);
+void   pic_amx_gemm(float *y, int ldy, const uint16_t *xp, int n,
+                    const pic_wmat *w, int o0, int o1, float beta);
+
 /* Make OpenBLAS single-threaded for GEMMs issued inside an OpenMP region
  * (avoids oversubscription); returns the count to hand back to _end. */
 int  pic_cpu_blas_serial_begin(void);

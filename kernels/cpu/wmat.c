@@ -95,6 +95,7 @@ static int pic_wmat_gemv_tile;
  * Picked at run time (pic_wmat_pick): 1 on AMD, 0 elsewhere;
  * $PIC_DOT_GEMM=1|0 overrides, pic_kernels_dot_gemm sets it. */
 static int pic_wmat_dot_gemm;
+static int pic_wmat_dot_forced = -1;    /* $PIC_DOT_GEMM or pic_kernels_dot_gemm */
 #define PIC_WMAT_PF(p)                                                        \
     _mm_prefetch((const char *) (p) + PIC_WMAT_PF_BYTES, _MM_HINT_T0)
 
@@ -499,6 +500,10 @@ typedef struct {
      * the rounded x through gemm / sgemm. */
     void (*gemm_q8)(float *y, int ldy, const pic_wmat_act *a, int n,
                     const pic_wmat *w, int o0, int o1, float beta);
+    /* 1: gemm_dot is the AMX tile GEMM (wmat_amx.c), xb packed for it by
+     * pic_amx_x_pack; it outruns the fp32 FMAs, so bf16dot takes it by
+     * default. */
+    int   amx;
 } pic_wmat_impl;
 
 static float *pic_wmat_tile(size_t floats);
@@ -1789,18 +1794,21 @@ pic_wmat_gemm_q8_vnni(float *y, int ldy, const pic_wmat_act *a, int n,
 
 static const pic_wmat_impl pic_wmat_impls[] = {
 #if PIC_WMAT_X86
+    { "amx",        pic_wmat_rows_avx512, pic_wmat_gemv_avx512bf16, 1,
+      pic_wmat_gemm_avx512, pic_amx_gemm,
+      pic_wmat_x_bf16_avx512bf16, pic_wmat_gemm_q8_vnni, 1 },
     { "avx512bf16", pic_wmat_rows_avx512, pic_wmat_gemv_avx512bf16, 1,
       pic_wmat_gemm_avx512, pic_wmat_gemm_dot_avx512bf16,
-      pic_wmat_x_bf16_avx512bf16, pic_wmat_gemm_q8_vnni },
+      pic_wmat_x_bf16_avx512bf16, pic_wmat_gemm_q8_vnni, 0 },
     { "avx512vnni", pic_wmat_rows_avx512, pic_wmat_gemv_avx512vnni, 1,
-      pic_wmat_gemm_avx512, NULL, NULL, pic_wmat_gemm_q8_vnni },
+      pic_wmat_gemm_avx512, NULL, NULL, pic_wmat_gemm_q8_vnni, 0 },
     { "avx512",     pic_wmat_rows_avx512, pic_wmat_gemv_avx512,     1,
-      pic_wmat_gemm_avx512, NULL, NULL, NULL },
+      pic_wmat_gemm_avx512, NULL, NULL, NULL, 0 },
     { "avx2",       pic_wmat_rows_avx2,   pic_wmat_gemv_avx2,       1, NULL,
-      NULL, NULL, NULL },
+      NULL, NULL, NULL, 0 },
 #endif
     { "scalar",     pic_wmat_rows_scalar, pic_wmat_gemv_scalar,     0, NULL,
-      NULL, NULL, NULL },
+      NULL, NULL, NULL, 0 },
 };
 
 #define PIC_WMAT_N_IMPLS (sizeof(pic_wmat_impls) / sizeof(pic_wmat_impls[0]))
@@ -1816,6 +1824,16 @@ pic_wmat_supported(const pic_wmat_impl *im)
 {
 #if PIC_WMAT_X86
     __builtin_cpu_init();
+    if (im->amx) {
+        return __builtin_cpu_supports("avx512bf16")
+               && __builtin_cpu_supports("avx512vnni")
+               && __builtin_cpu_supports("avx512f")
+               && __builtin_cpu_supports("avx512bw")
+               && __builtin_cpu_supports("avx512vl")
+               && __builtin_cpu_supports("avx2")
+               && __builtin_cpu_supports("fma")
+               && __builtin_cpu_supports("f16c") && pic_amx_usable();
+    }
     if (strncmp(im->name, "avx512", 6) == 0) {
         if ((strcmp(im->name, "avx512vnni") == 0
              || strcmp(im->name, "avx512bf16") == 0)
@@ -1860,7 +1878,7 @@ pic_wmat_pick(void)
         pic_wmat_gemv_tile = atoi(tile) == 1 ? 1 : 0;
     }
     if (dot != NULL && dot[0] != '\0') {
-        pic_wmat_dot_gemm = atoi(dot) == 1 ? 1 : 0;
+        pic_wmat_dot_forced = atoi(dot) == 1 ? 1 : 0;
     }
 
     for (i = 0; env != NULL && i < PIC_WMAT_N_IMPLS; i++) {
@@ -1912,14 +1930,26 @@ pic_kernels_simd_paths(const char **names, size_t cap)
     return n;
 }
 
+/* Whether bf16dot past the GEMV rows takes path im's gemm_dot: as forced,
+ * else on AMX (tiles) and on AMD (vdpbf16ps), not on other CPUs. */
+static int
+pic_wmat_dot_on(const pic_wmat_impl *im)
+{
+    if (pic_wmat_dot_forced >= 0) {
+        return pic_wmat_dot_forced;
+    }
+    return im->amx || pic_wmat_dot_gemm;
+}
+
 int
 pic_kernels_dot_gemm(int on)
 {
-    pic_wmat_impl_get();
+    const pic_wmat_impl *im = pic_wmat_impl_get();
+
     if (on == 0 || on == 1) {
-        pic_wmat_dot_gemm = on;
+        pic_wmat_dot_forced = on;
     }
-    return pic_wmat_dot_gemm;
+    return pic_wmat_dot_on(im);
 }
 
 int
@@ -2056,10 +2086,16 @@ pic_wmat_matmul(float *y, const float *x, const pic_wmat *w, int n,
     if (n <= PIC_WMAT_GEMV_ROWS) {
         pic_wmat_act_prep(&a, x, n, w, im->x_bf16);
     } else if (w->type == PIC_WTYPE_BF16 && w->xbf16 && im->gemm_dot != NULL
-               && pic_wmat_dot_gemm) {
-        uint16_t *xb = pic_wmat_act_buf((size_t) n * w->cols * sizeof(uint16_t));
+               && pic_wmat_dot_on(im)) {
+        uint16_t *xb;
 
-        im->x_bf16(xb, x, (size_t) n * w->cols);
+        if (im->amx) {
+            xb = pic_wmat_act_buf(pic_amx_x_bytes(n, w->cols));
+            pic_amx_x_pack(xb, x, n, w->cols);
+        } else {
+            xb = pic_wmat_act_buf((size_t) n * w->cols * sizeof(uint16_t));
+            im->x_bf16(xb, x, (size_t) n * w->cols);
+        }
         a.xb = xb;
     } else if (w->type == PIC_WTYPE_BF16 && w->xbf16) {
         float *xr = pic_wmat_act_buf((size_t) n * w->cols * sizeof(float));

@@ -95,7 +95,7 @@ fmt_name(int t)
     return t == T_BF16DOT ? "bf16dot" : pic_wtype_name((pic_wtype) t);
 }
 
-static const char *simd_paths[] = { "avx512bf16", "avx512vnni", "avx512", "avx2", "scalar" };
+static const char *simd_paths[] = { "amx", "avx512bf16", "avx512vnni", "avx512", "avx2", "scalar" };
 
 /* x(n) as the q8 matmul sees it: quantised per block and back. */
 static void
@@ -345,7 +345,7 @@ test_small_gemm_rows_independent_of_n(void **unused)
     float             *y64 = malloc((size_t) 64 * rows * sizeof(float));
     float             *y5 = malloc((size_t) 7 * rows * sizeof(float));
 
-    for (size_t p = 0; p < 3; p++) {            /* the AVX-512 paths */
+    for (size_t p = 0; p < 4; p++) {            /* the AVX-512 paths */
         if (pic_kernels_set_simd(simd_paths[p]) != 0) {
             continue;
         }
