@@ -330,8 +330,8 @@ def timed(argv, env=None, sigill=None):
 
 
 # llama-bench's extra arguments: "--repack 0" once its repacked (AMX) kernels
-# died (SIGILL or SIGSEGV: a VM that lists AMX but does not enable it), said in
-# the result
+# died (SIGILL or SIGSEGV at warm-up on the Sapphire Rapids-class VMs we run on,
+# where AMX tiles themselves run), said in the result
 LLAMA_EXTRA = []
 
 

@@ -406,7 +406,7 @@ float    pic_half_to_f32(uint16_t h);
 uint16_t pic_f32_to_half(float f);
 
 /* SIMD path of the compact-weight kernels, chosen at run time: the best the
- * CPU supports ("avx512bf16", "avx512vnni", "avx512", "avx2", "scalar"), or $PIC_SIMD when it names one
+ * CPU supports ("amx", "avx512bf16", "avx512vnni", "avx512", "avx2", "scalar"), or $PIC_SIMD when it names one
  * the CPU has.  The binary itself only assumes the build baseline. */
 const char *pic_kernels_simd(void);
 
@@ -415,11 +415,11 @@ const char *pic_kernels_simd(void);
  * suites once per path. */
 size_t pic_kernels_simd_paths(const char **names, size_t cap);
 
-/* on 1: the avx512bf16 path multiplies bf16dot past the GEMV rows with
- * vdpbf16ps, 0: in fp32 FMAs on the rounded x (the same products, the sums
- * in another order); -1 changes nothing.  Returns the setting now: by
- * default 1 on AMD (vdpbf16ps at twice the fp32 FMA's rate), 0 elsewhere,
- * or $PIC_DOT_GEMM. */
+/* on 1: bf16dot past the GEMV rows takes the path's dot GEMM (amx: AMX
+ * tiles, avx512bf16: vdpbf16ps), 0: fp32 FMAs on the rounded x (the same
+ * products, the sums in another order); -1 changes nothing.  Returns the
+ * setting now for the current path: by default 1 on amx and on AMD
+ * (vdpbf16ps at twice the fp32 FMA's rate), 0 elsewhere, or $PIC_DOT_GEMM. */
 int pic_kernels_dot_gemm(int on);
 
 /* Force a SIMD path by name; -1 when unknown or not supported here. */

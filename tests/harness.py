@@ -651,9 +651,10 @@ class LlamaServer(Proc):
                 "-t", str(threads), "-tb", str(threads), "--host", "127.0.0.1",
                 "--port", str(self.port), "--no-webui"] + list(extra)
         if cpu_lists_amx():
-            # the native build repacks the weights for AMX, which dies (SIGILL or
-            # SIGSEGV at warm-up) on VMs that list AMX without enabling it; the
-            # replicas' speed is not what the tests measure
+            # the native build repacks the weights for its AMX kernels, which
+            # died (SIGILL or SIGSEGV at warm-up) on the Sapphire Rapids-class
+            # VMs we run on, though AMX tiles themselves run there (pic-engine's
+            # amx path); the replicas' speed is not what the tests measure
             argv.append("--no-repack")
         # its libraries beside it: a build moved into the cache finds them too
         super().__init__(name, argv, logdir,

@@ -19,13 +19,13 @@
  * each tile to the fp32 sgemm (Q8: against the activations rounded as the
  * GEMV rounds them); F32 GEMM (and F32 GEMV on the scalar path) is
  * pic_cpu_matmul, OpenBLAS.  BF16 with xbf16 (--weights bf16dot) rounds x
- * to bf16 first: past the GEMV rows on a CPU with AVX-512 BF16 where
- * vdpbf16ps outruns the fp32 FMA (pic_wmat_dot_gemm) a GEMM of vdpbf16ps
- * on W as stored (see its section), elsewhere the paths above
- * on the rounded x.
+ * to bf16 first: past the GEMV rows on AMX tiles where the CPU has them
+ * (wmat_amx.c), on a CPU with AVX-512 BF16 where vdpbf16ps outruns the
+ * fp32 FMA (pic_wmat_dot_gemm) a GEMM of vdpbf16ps on W as stored (see
+ * its section), elsewhere the paths above on the rounded x.
  *
- * SIMD is picked at run time (pic_kernels_simd): AVX-512 (F/BW/VL) with
- * VNNI and BF16, with VNNI, AVX-512 without, AVX2 + FMA + F16C, or portable C; the vector
+ * SIMD is picked at run time (pic_kernels_simd): AMX with AVX-512 BF16,
+ * AVX-512 (F/BW/VL) with VNNI and BF16, with VNNI, AVX-512 without, AVX2 + FMA + F16C, or portable C; the vector
  * paths are compiled with __attribute__((target)) so the binary needs
  * nothing beyond the build baseline to start.
  */
