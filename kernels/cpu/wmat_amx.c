@@ -7,9 +7,10 @@
  * of rows laid side by side ("VNNI" layout: 16 rows of 16 columns, each
  * two adjacent k of one column) and adds every row · column to an fp32
  * tile of 16 x 16: 16,384 products in one instruction.  Row-major bf16 W
- * is already the first operand's layout (16 weight rows, 32 columns, the
- * rows K apart), so W is read as stored — no repack at load or per call,
- * no second copy — and the activations take the second operand's layout,
+ * is already the first operand's layout (16 weight rows, 32 columns), so W
+ * stays as stored — no repack at load, no second copy, only a plain copy
+ * of 32 rows at a time into contiguous lines — and the activations take
+ * the second operand's layout,
  * once per call (pic_amx_x_pack: x rounded to bf16 as pic_bf16_act_bits
  * rounds it, 16 rows x 32 columns per tile, transposed in registers).  The
  * fp32 tiles then hold 16 outputs x 16 activation rows and are transposed
@@ -20,10 +21,10 @@
  * every bf16dot path, only the order of the fp32 sums differs (TDPBF16PS
  * treats subnormal inputs as zero, which the rounding of x already did).
  *
- * Blocking: a thread's outputs in panels of 32 (two W tiles), the rows in
- * chunks whose packed x stays in L2 (PIC_AMX_XCHUNK bytes), inside a chunk
- * two row tiles at a time: four fp32 tiles of sums, two W and two x
- * tiles, the eight tiles of palette 1.
+ * Blocking: the rows in chunks whose packed x stays in L2 (PIC_AMX_XCHUNK
+ * bytes); in a chunk, a thread's outputs in panels of 32 (two W tiles,
+ * copied contiguous first: pic_amx_w_panel), two row tiles at a time: four
+ * fp32 tiles of sums, two W and two x tiles, the eight tiles of palette 1.
  *
  * The path needs the CPU's AMX-TILE and AMX-BF16, the OS's tile state
  * (XCR0 bits 17 and 18) and Linux's permission for it
@@ -223,56 +224,65 @@ pic_amx_put(float *y, int ldy, const float *c, int r0, int nrow, int o,
     }
 }
 
+/* Rows [o, o+nr) of W as the tiles' first operand, contiguous: for each
+ * 32-column block kb, 32 rows of 64 bytes (two tiles, rows past nr and
+ * columns past K zero) at dst + kb * 1024.  Rows K apart would share a few
+ * L1 sets (a 2 KiB stride meets two of 64), so every tile load of the
+ * strided W missed; the copy is a plain one, 64 bytes a move. */
+PIC_AMX_TARGET static void
+pic_amx_w_panel(uint16_t *dst, const pic_wmat *w, int o, int nr)
+{
+    int             K = w->cols, KB = (K + 31) / 32, kt = K % 32;
+    const uint16_t *W = (const uint16_t *) w->data + (size_t) o * K;
+    __mmask32       mt = kt ? (__mmask32) ((1u << kt) - 1) : 0xffffffffu;
+
+    for (int kb = 0; kb < KB; kb++) {
+        __mmask32 m = kb == KB - 1 ? mt : 0xffffffffu;
+        uint16_t *d = dst + (size_t) kb * 1024;
+
+        for (int i = 0; i < 32; i++) {
+            __m512i v = i < nr ? _mm512_maskz_loadu_epi16(m, W + (size_t) i * K + kb * 32)
+                               : _mm512_setzero_si512();
+
+            _mm512_store_si512((void *) (d + i * 32), v);
+        }
+    }
+}
+
 PIC_AMX_TARGET void
 pic_amx_gemm(float *y, int ldy, const uint16_t *xp, int n, const pic_wmat *w,
              int o0, int o1, float beta)
 {
-    int             K = w->cols, KB = (K + 31) / 32, Kp = KB * 32;
-    int             n32 = (n + 31) & ~31;
-    int             chunk = (int) (PIC_AMX_XCHUNK / ((size_t) Kp * sizeof(uint16_t)));
-    const uint16_t *W = w->data;
-    uint16_t       *pad = NULL;         /* (32, Kp): a panel past W's rows or K */
-    float           c[4][256] __attribute__((aligned(64)));
+    int       K = w->cols, KB = (K + 31) / 32, Kp = KB * 32;
+    int       n32 = (n + 31) & ~31;
+    int       chunk = (int) (PIC_AMX_XCHUNK / ((size_t) Kp * sizeof(uint16_t)));
+    uint16_t *pw;                       /* (KB, 32, 32): one panel of W */
+    float     c[4][256] __attribute__((aligned(64)));
 
     if (o1 <= o0) {
         return;
     }
     chunk = chunk < 32 ? 32 : chunk & ~31;
+    pw = pic_cpu_thread_buf(PIC_CPU_BUF_TILE, (size_t) 32 * Kp * sizeof(uint16_t));
     pic_amx_config();
     for (int c0 = 0; c0 < n32; c0 += chunk) {
         int c1 = c0 + chunk < n32 ? c0 + chunk : n32;
 
         for (int o = o0; o < o1; o += 32) {
-            int             nr = o1 - o < 32 ? o1 - o : 32;
-            const uint16_t *a = W + (size_t) o * K;
-            size_t          lda = (size_t) K * sizeof(uint16_t);
+            int nr = o1 - o < 32 ? o1 - o : 32;
 
-            if (nr < 32 || K != Kp) {   /* copy, zero-padded to 32 x Kp */
-                if (pad == NULL) {
-                    pad = pic_cpu_thread_buf(PIC_CPU_BUF_TILE,
-                                             (size_t) 32 * Kp * sizeof(uint16_t));
-                }
-                memset(pad, 0, (size_t) 32 * Kp * sizeof(uint16_t));
-                for (int j = 0; j < nr; j++) {
-                    memcpy(pad + (size_t) j * Kp, a + (size_t) j * K,
-                           (size_t) K * sizeof(uint16_t));
-                }
-                a = pad;
-                lda = (size_t) Kp * sizeof(uint16_t);
-            }
+            pic_amx_w_panel(pw, w, o, nr);
             for (int r = c0; r < c1; r += 32) {
                 const uint16_t *x0 = xp + (size_t) (r / 16) * KB * 512;
                 const uint16_t *x1 = x0 + (size_t) KB * 512;
-                const char     *a0 = (const char *) a;
-                const char     *a1 = a0 + 16 * lda;
 
                 _tile_zero(0);
                 _tile_zero(1);
                 _tile_zero(2);
                 _tile_zero(3);
                 for (int k = 0; k < KB; k++) {
-                    _tile_loadd(4, a0 + (size_t) k * 64, lda);
-                    _tile_loadd(5, a1 + (size_t) k * 64, lda);
+                    _tile_loadd(4, pw + (size_t) k * 1024, 64);
+                    _tile_loadd(5, pw + (size_t) k * 1024 + 512, 64);
                     _tile_loadd(6, x0 + (size_t) k * 512, 64);
                     _tile_loadd(7, x1 + (size_t) k * 512, 64);
                     _tile_dpbf16ps(0, 4, 6);
