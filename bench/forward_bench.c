@@ -14,7 +14,6 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "bench_read.h"
 #include "forward.h"
 #include "model.h"
 #include "pic_kernels.h"
@@ -99,7 +98,7 @@ bench_memcpy(void)
 }
 
 /* Best-of-5 read of a 512 MiB buffer by the engine's OpenMP threads, each
- * streaming its own share (bench_read.h): bytes read per second. */
+ * streaming its own share (pic_kernels_read_bw): bytes read per second. */
 static double
 bench_read(void)
 {
@@ -111,7 +110,7 @@ bench_read(void)
     for (size_t i = 0; i < nf; i++) {
         a[i] = (float) (i & 7);
     }
-    best = bench_read_bw(a, n, 5);
+    best = pic_kernels_read_bw(a, n, 5);
     free(a);
     return best / 1e9;
 }

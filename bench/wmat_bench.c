@@ -5,7 +5,7 @@
  * way (threads streaming their own share of a buffer as large as W).
  * (f32 on the "scalar" path is OpenBLAS' sgemv.)  Figures are GB/s of weight
  * bytes streamed, so a kernel at its roofline
- * reads as the read anchor (bench_read.h).  Single-threaded by default: a ratio between two
+ * reads as the read anchor (pic_kernels_read_bw).  Single-threaded by default: a ratio between two
  * kernels measured in one run holds on a shared machine where a threaded
  * figure does not.
  *
@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include "bench_cpu.h"
-#include "bench_read.h"
 #include "pic_kernels.h"
 #include "pic_time.h"
 
@@ -73,7 +72,7 @@ main(int argc, char **argv)
     printf("{\"threads\": %d, \"rows\": %d, \"cols\": %d, \"n\": %d, \"best_path\": \"%s\", "
            "\"read_gbps\": %.3f, \"cases\": [",
            pic_kernels_threads(), rows, cols, n, best_path,
-           bench_read_bw(w, nw * sizeof(float), reps) / 1e9);
+           pic_kernels_read_bw(w, nw * sizeof(float), reps) / 1e9);
     for (int t = PIC_WTYPE_F32; t <= PIC_WTYPE_Q8 + 1; t++) {   /* + 1: bf16dot */
         void    *store = NULL;
         int      dot = t == PIC_WTYPE_Q8 + 1;

@@ -362,6 +362,11 @@ void pic_kernels_set_threads(int n);
 /* Threads the CPU ops use. */
 int pic_kernels_threads(void);
 
+/* Best of reps: bytes of a (n bytes, n % 256 == 0, 64-byte aligned or
+ * not) read per second by the engine's OpenMP threads, each streaming its
+ * own share as the decode GEMV streams W: the read roofline. */
+double pic_kernels_read_bw(const float *a, size_t n, int reps);
+
 /* Call first thing in main(): sets the run-time defaults that libgomp and
  * OpenBLAS read when they load (OMP_WAIT_POLICY=passive with GOMP_SPINCOUNT=2000:
  * spin ~25 us, then sleep; OPENBLAS_CORETYPE

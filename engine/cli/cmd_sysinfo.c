@@ -1,7 +1,9 @@
 /*
  * cmd_sysinfo.c — `pic-engine sysinfo`: the machine's rooflines measured with
  * the same BLAS and threads the engine uses (benchmarks print them beside
- * their own figures): sgemm GFLOP/s and memcpy GB/s, as one JSON object.
+ * their own figures): sgemm GFLOP/s, memcpy GB/s (read + written) and the
+ * read roofline of the decode GEMV (pic_kernels_read_bw), as one JSON
+ * object.
  * `--simd-paths` prints, measuring nothing, the SIMD paths this CPU can run,
  * best (the default) first, on one line (scripts/test.sh runs the numerical
  * suites once per path).
@@ -68,6 +70,25 @@ sysinfo_memcpy_gbps(size_t nbytes, int reps)
     return 2.0 * nbytes / best / 1e9;
 }
 
+/* Best-of-reps read bandwidth in GB/s over nbytes (pic_kernels_read_bw). */
+static double
+sysinfo_read_gbps(size_t nbytes, int reps)
+{
+    float  *a = malloc(nbytes);
+    double  bw;
+
+    if (a == NULL) {
+        return 0.0;
+    }
+    for (size_t i = 0; i < nbytes / sizeof(float); i++) {
+        a[i] = (float) (i & 7);
+    }
+    pic_kernels_read_bw(a, nbytes, 1);                   /* warm-up */
+    bw = pic_kernels_read_bw(a, nbytes, reps);
+    free(a);
+    return bw / 1e9;
+}
+
 int
 pic_cmd_sysinfo(int argc, char **argv)
 {
@@ -108,10 +129,12 @@ pic_cmd_sysinfo(int argc, char **argv)
     int    s = quick ? 1024 : 2048;
     double gf = sysinfo_sgemm_gflops(s, s, s, quick ? 3 : 5);
     double bw = sysinfo_memcpy_gbps((size_t) 256 << 20, quick ? 3 : 5);
+    double rd = sysinfo_read_gbps((size_t) 256 << 20, quick ? 3 : 5);
 
     printf("{\"cores\":%ld,\"threads\":%d,\"cpu\":\"%s\",\"sgemm_shape\":%d,"
-           "\"sgemm_gflops\":%.2f,\"memcpy_gbps\":%.2f,\"blas_core\":\"%s\"}\n",
-           sysconf(_SC_NPROCESSORS_ONLN), pic_kernels_threads(), cpu, s, gf, bw,
+           "\"sgemm_gflops\":%.2f,\"memcpy_gbps\":%.2f,\"read_gbps\":%.2f,"
+           "\"blas_core\":\"%s\"}\n",
+           sysconf(_SC_NPROCESSORS_ONLN), pic_kernels_threads(), cpu, s, gf, bw, rd,
            pic_kernels_blas_core());
     return 0;
 }
