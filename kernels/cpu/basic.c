@@ -13,12 +13,6 @@
 
 /* --- norms and activations --- */
 
-int
-pic_cpu_par(int big)
-{
-    return big && !omp_in_parallel() && omp_get_max_threads() > 1;
-}
-
 /* One row of pic_cpu_rmsnorm. */
 static void
 pic_rmsnorm_row(float *yr, const float *xr, const float *w, int dim, float eps,

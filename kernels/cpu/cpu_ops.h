@@ -77,7 +77,7 @@ void   pic_amx_gemm(float *y, int ldy, const uint16_t *xp, int n,
 int  pic_cpu_blas_serial_begin(void);
 void pic_cpu_blas_serial_end(int saved);
 
-/* 1 where a kernel's parallel loop should open an OpenMP team: its work is
+/* (scratch.c) 1 where a kernel's parallel loop should open an OpenMP team: its work is
  * big enough (big), no team is running and more than one thread may run.
  * An OpenMP construct costs ~0.3-0.5 µs even when its `if` is false or it
  * is nested in a team; decode calls the per-head kernels ~700 times a token

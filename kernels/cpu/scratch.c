@@ -4,8 +4,10 @@
  * and reused by every later call: no allocation per op on the forward path.
  * They hang off a pthread key whose destructor frees them, so a thread that
  * ends (a server's worker, an OpenMP team that shrinks) leaves nothing
- * behind.
+ * behind. pic_cpu_par, the one gate every op asks before it opens an
+ * OpenMP team, lives here too: the ops of every file share it.
  */
+#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -34,6 +36,12 @@ static void
 pic_cpu_bufs_init(void)
 {
     PIC_OP_CHECK(pthread_key_create(&pic_cpu_bufs_key, pic_cpu_bufs_free) == 0);
+}
+
+int
+pic_cpu_par(int big)
+{
+    return big && !omp_in_parallel() && omp_get_max_threads() > 1;
 }
 
 void *
