@@ -696,9 +696,47 @@ def agentic(src, fmt):
     return res
 
 
+def markdown_table(path):
+    """The README's peer table (markdown) from a peer result file: per format
+    ours / llama.cpp's ratio of each row, then the agentic TTFT ratios."""
+    d = json.load(open(path))
+    s, m = d["summary"], d["machine"]
+    lens = sorted({int(k) for v in s["prefill_ratio_vs_llamacpp"].values() for k in v})
+    warm = s.get("warm_chunk_ratio_vs_llamacpp", {})
+    head = ["format"] + ["prefill %d" % n for n in lens] + ["decode"]
+    head += ["warm 570 after 2048"] if warm else []
+    head += ["peak RSS (theirs = 1)"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for f in d["formats"]:
+        cells = [f] + ["%.2f×" % s["prefill_ratio_vs_llamacpp"][f][str(n)] for n in lens]
+        cells.append("%.2f×" % s["decode_ratio_vs_llamacpp"][f])
+        if warm:
+            cells.append("%.2f×" % warm[f])
+        cells.append("%.2f" % s["rss_ratio_vs_llamacpp"][f])
+        out.append("| " + " | ".join(cells) + " |")
+    agent = s.get("agent_ttft_ratio_vs_llamacpp")
+    if agent:
+        out.append("")
+        out.append("Agentic TTFT through both OpenAI endpoints (%s; llama.cpp p50 / ours): %s."
+                   % (d["config"]["agent"]["format"],
+                      ", ".join("%s %.2f×" % (k, v) for k, v in agent.items())))
+    out.append("")
+    if "repack 0" in d["config"].get("llama_cpp", ""):
+        out.append("llama.cpp ran without repacking its weights (`--repack 0`): its repacked "
+                   "kernels died on this CPU.")
+    out.append("%s, %d cores, %d threads each, SIMD path %s, %s%s (`%s`)."
+               % (m["cpu"], m["cores"], m["threads"], m.get("simd", "?"),
+                  d["config"]["model"], ", QUICK" if d.get("quick") else "",
+                  os.path.relpath(path)))
+    return "\n".join(out)
+
+
 def main():
     if sys.argv[1:] == ["--llama-server"]:
         print(llama_server())
+        return
+    if sys.argv[1:2] == ["--table"] and len(sys.argv) == 3:
+        print(markdown_table(sys.argv[2]))
         return
     need_binary(ENGINE)
     need_binary(WARM_BENCH)
