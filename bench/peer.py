@@ -724,8 +724,10 @@ def markdown_table(path):
     if "repack 0" in d["config"].get("llama_cpp", ""):
         out.append("llama.cpp ran without repacking its weights (`--repack 0`): its repacked "
                    "kernels died on this CPU.")
-    out.append("%s, %d cores, %d threads each, SIMD path %s, %s%s (`%s`)."
-               % (m["cpu"], m["cores"], m["threads"], m.get("simd", "?"),
+    out.append("%s (%s; OpenBLAS core %s), %d cores, %d threads each, SIMD path %s, %s%s "
+               "(`%s`)."
+               % (m["cpu"], " ".join(m.get("cpu_flags", [])), m.get("blas_core", "?"),
+                  m["cores"], m["threads"], m.get("simd", "?"),
                   d["config"]["model"], ", QUICK" if d.get("quick") else "",
                   os.path.relpath(path)))
     return "\n".join(out)
