@@ -4,7 +4,11 @@
  * are prefilled (untimed), then N more at positions DEPTH.. are timed, fed
  * as the server feeds a prompt (one pic_forward, micro-batches as it cuts
  * them, logits of the last token), on a fresh copy of the prefilled state
- * each repetition, after one untimed warm-up (as llama-bench's).  No server, tokenizer or cache in the way: it isolates
+ * each repetition, after one untimed warm-up (as llama-bench's).  The
+ * copies share one forward workspace, as a server worker's slots share
+ * theirs and llama-bench keeps its compute buffers: a new one each time
+ * put its first-touch page faults in the timing (bf16dot, 570 after 2,048,
+ * Zen 4: 500-570 tok/s with, 598-647 without, three alternated runs).  No server, tokenizer or cache in the way: it isolates
  * the engine's forward from what either server's prompt cache brings back.
  * The weight format is the loader's (PIC_WEIGHTS=f32|bf16|q8).
  *
@@ -68,6 +72,8 @@ main(int argc, char **argv)
     uint64_t    x = 88172645463325252ull;
     pic_model  *m;
     pic_state  *s;
+    pic_workspace ws = { 0 };       /* one for every repetition, as a
+                                     * server worker's slots share one */
     float      *logits;             /* (vocab) */
 
     pic_kernels_process_env(argv);
@@ -125,6 +131,7 @@ main(int argc, char **argv)
             fprintf(stderr, "warm_bench: out of memory\n");
             return 1;
         }
+        pic_state_share_workspace(t, &ws);
         if (r >= 0 && gap_ms > 0) {
             struct timespec z = { gap_ms / 1000, (long) (gap_ms % 1000) * 1000000L };
 
@@ -158,6 +165,7 @@ main(int argc, char **argv)
            best, n / best, sum / reps, best_cpu, gflop, pic_kernels_simd(),
            pic_kernels_blas_core());
     pic_state_free(s);
+    pic_workspace_free(pic_backend_cpu(), &ws);
     pic_model_free(m);
     free(logits);
     free(tok);
