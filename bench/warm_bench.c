@@ -8,7 +8,8 @@
  * copies share one forward workspace, as a server worker's slots share
  * theirs and llama-bench keeps its compute buffers: a new one each time
  * put its first-touch page faults in the timing (bf16dot, 570 after 2,048,
- * Zen 4: 500-570 tok/s with, 598-647 without, three alternated runs).  No server, tokenizer or cache in the way: it isolates
+ * Zen 4, three alternated runs: 500-570 tok/s with a new one each time,
+ * 598-647 with one shared).  No server, tokenizer or cache in the way: it isolates
  * the engine's forward from what either server's prompt cache brings back.
  * The weight format is the loader's (PIC_WEIGHTS=f32|bf16|q8).
  *
