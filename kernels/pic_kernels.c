@@ -32,6 +32,7 @@ static const pic_backend pic_cpu_backend = {
     .l2norm        = pic_cpu_l2norm,
     .rope          = pic_cpu_rope,
     .attention     = pic_cpu_attention,
+    .attention_dot = pic_cpu_attention_dot,
     .gdn_chunked   = pic_cpu_gdn_chunked,
     .gdn_recurrent = pic_cpu_gdn_recurrent,
     .mul           = pic_cpu_mul,

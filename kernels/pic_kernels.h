@@ -221,6 +221,13 @@ typedef struct pic_backend {
                       int Hq, int Hkv, int hd, const float *kc,
                       const float *vc, int cap, int n_keys);
 
+    /* as attention, with q, k, the softmax weights and v rounded to bf16
+     * (pic_bf16_act_round) at their products, fp32 sums: the attention of
+     * --weights bf16dot.  NULL on a backend without bf16dot. */
+    void (*attention_dot)(float *o, const float *q, const int *qpos, int n,
+                          int Hq, int Hkv, int hd, const float *kc,
+                          const float *vc, int cap, int n_keys);
+
     /* Gated DeltaNet over a->n tokens, chunked (64) WY form with GEMMs;
      * identical to gdn_recurrent up to rounding (MODEL.md §3 item 7). */
     void (*gdn_chunked)(const pic_gdn_args *a);

@@ -160,6 +160,10 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
     const pic_layer_weights *lw = &m->w.layers[l];
     int Hq = c->n_q_heads, Hkv = c->n_kv_heads, hd = c->head_dim;
     int qd = Hq * hd, kvd = Hkv * hd;
+    /* bf16dot rounds the attention's operands as it rounds the weights' */
+    void (*attend)(float *, const float *, const int *, int, int, int, int,
+                   const float *, const float *, int, int) =
+        m->xbf16 && be->attention_dot != NULL ? be->attention_dot : be->attention;
 
     /* 1. projections (+ biases); gated: q rows interleaved per head
      * [q_h | gate_h] */
@@ -203,9 +207,8 @@ pic_attn_layer(const pic_model *m, const pic_backend *be, int l, pic_ws *w,
                          w->v + (size_t) sp[j].row * kvd, sp[j].n, Hkv, hd, sp[j].p0);
         }
         int r0 = sp[i].row, n = sp[j - 1].row + sp[j - 1].n - r0;
-        be->attention(w->ao + (size_t) r0 * qd, w->q + (size_t) r0 * qd,
-                      w->pos + r0, n, Hq, Hkv, hd, s->kc[l], s->vc[l], s->cap,
-                      sp[j - 1].p0 + sp[j - 1].n);
+        attend(w->ao + (size_t) r0 * qd, w->q + (size_t) r0 * qd, w->pos + r0, n,
+               Hq, Hkv, hd, s->kc[l], s->vc[l], s->cap, sp[j - 1].p0 + sp[j - 1].n);
     }
 
     /* 5. output gate σ(gate); o_proj (+ bias) into the residual */

@@ -5,6 +5,17 @@
  * of its queries, so one OpenBLAS GEMM scores them against the kv head's
  * keys (K packed once, not once per q head) and one more takes the weighted
  * sum; the softmax runs in fp32 between them, row by row.
+ *
+ * The bf16dot variant (attention_dot) multiplies q, k, the softmax weights
+ * and v rounded to bf16, as that format's weight products round their
+ * activations (and as llama.cpp's half-precision KV cache holds k and v):
+ * the products are exact in fp32, so only the order of the fp32 sums
+ * depends on the path.  Where vdpbf16ps outruns the fp32 FMA
+ * (pic_cpu_dot_gemm_on) and a call has PIC_ATTN_DOT_ROWS rows or more,
+ * K and Vᵀ are rounded to bf16 once per call and both products run as the
+ * dot GEMM; elsewhere (decode, other CPUs) blocks of keys are rounded in
+ * fp32 into an L2-sized buffer and multiplied by sgemm, so no second pass
+ * over the cache reaches memory.
  */
 #include <cblas.h>
 #include <math.h>
@@ -17,13 +28,32 @@
 #include "cpu_ops.h"
 
 #define PIC_ATTN_TILE 64                /* queries per work item, at most */
+#define PIC_ATTN_KB 256                 /* keys of a rounded fp32 block */
+#define PIC_ATTN_DOT_ROWS 16            /* rows a call needs for the dot GEMM */
+#define PIC_ATTN_PV_KC 1024             /* P·V's K-block: P's rows stay in L2 */
 
-/* Scratch of one thread: q rows, scores, outputs of one work item. */
+/* Scratch of one thread: q rows, scores, outputs of one work item; the
+ * bf16dot variant's rounded blocks and bf16 operands. */
 typedef struct {
-    float *q;                           /* (group*tile, hd) */
-    float *sc;                          /* (group*tile, n_keys) */
-    float *o;                           /* (group*tile, hd) */
+    float    *q;                        /* (group*tile, hd) */
+    float    *sc;                       /* (group*tile, n_keys) */
+    float    *o;                        /* (group*tile, hd) */
+    float    *kr;                       /* (PIC_ATTN_KB, hd) a rounded block
+                                         * of K or V (bf16dot, sgemm) */
+    uint16_t *qb;                       /* (group*tile, hd) q in bf16 (dot GEMM) */
+    uint16_t *pb;                       /* (group*tile, ldp) P in bf16 (dot GEMM) */
 } pic_attn_buf;
+
+/* How one call multiplies: dot rounds the operands to bf16; gemm (with
+ * dot) runs both products as the dot GEMM on K (Hkv, nk8, hd) and Vᵀ
+ * (Hkv, hd, ldv) in bf16, P's rows ldp apart. */
+typedef struct {
+    int             dot;
+    int             gemm;
+    const uint16_t *kb;
+    const uint16_t *vt;
+    int             nk8, ldv, ldp;
+} pic_attn_dot;
 
 /*
  * The softmax of a score row, vectorised (e^x of cpu_exp.h).  The sum runs
@@ -124,12 +154,88 @@ pic_attn_softmax_row(float *r, int lim, int nk, int simd)
     }
 }
 
+#if PIC_EXP_X86
+/* y[j] = x[j] rounded to bf16 and back (pic_bf16_act_bits: nearest even,
+ * subnormals to signed zero, NaN quiet) for the whole vectors of n; the
+ * count done.  AVX2. */
+__attribute__((target("avx2,fma")))
+static size_t
+pic_attn_round_avx2(float *y, const float *x, size_t n)
+{
+    const __m256i lo = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i top = _mm256_set1_epi32((int) 0xffff0000u);
+    const __m256i sgn = _mm256_set1_epi32((int) 0x80000000u);
+    const __m256i quiet = _mm256_set1_epi32(0x00400000);
+    size_t        j = 0;
+
+    for (; j + 8 <= n; j += 8) {
+        __m256i v = _mm256_loadu_si256((const __m256i *) (x + j));
+        __m256i r = _mm256_add_epi32(v, _mm256_add_epi32(lo, _mm256_and_si256(
+                                                             _mm256_srli_epi32(v, 16), one)));
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, abs), inf);
+        __m256i sub = _mm256_cmpeq_epi32(_mm256_and_si256(v, inf), _mm256_setzero_si256());
+
+        r = _mm256_and_si256(r, top);
+        r = _mm256_blendv_epi8(r, _mm256_and_si256(_mm256_or_si256(v, quiet), top), nan);
+        r = _mm256_blendv_epi8(r, _mm256_and_si256(v, sgn), sub);
+        _mm256_storeu_si256((__m256i *) (y + j), r);
+    }
+    return j;
+}
+#endif
+
+/* y(n) = x rounded to bf16 and back, as a bf16dot product multiplies it
+ * (y may be x); every path gives the same bits. */
+static void
+pic_attn_round(float *y, const float *x, size_t n, int simd)
+{
+    size_t j = 0;
+
+#if PIC_EXP_X86
+    if (simd) {
+        j = pic_attn_round_avx2(y, x, n);
+    }
+#else
+    (void) simd;
+#endif
+    for (; j < n; j++) {
+        uint32_t v;
+
+        memcpy(&v, &x[j], sizeof(v));
+        if ((v & 0x7fffffffu) > 0x7f800000u) {
+            v = (v | 0x00400000u) & 0xffff0000u;
+        } else if ((v & 0x7f800000u) == 0) {
+            v &= 0x80000000u;
+        } else {
+            v = (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;
+        }
+        memcpy(&y[j], &v, sizeof(v));
+    }
+}
+
+/* The softmax of every row of a work item's scores sc (rows of nk; query
+ * i's rows see its first lim keys). */
+static void
+pic_attn_softmax_rows(float *sc, const int *qpos, int t0, int nt, int group,
+                      int nk, int n_keys, int simd)
+{
+    for (int i = 0; i < nt; i++) {
+        int lim = qpos[t0 + i] + 1;
+
+        lim = lim > n_keys ? n_keys : lim < 0 ? 0 : lim;
+        for (int g = 0; g < group; g++) {
+            pic_attn_softmax_row(sc + (size_t) (i * group + g) * nk, lim, nk, simd);
+        }
+    }
+}
+
 /* One work item: queries [t0, t0+nt) of the q heads of kv head kh. */
 static void
 pic_attn_item(float *o, const float *q, const int *qpos, int t0, int nt,
               int kh, int group, int ldq, int hd, const float *kc,
               const float *vc, int cap, int n_keys, float scale, int simd,
-              pic_attn_buf *b)
+              const pic_attn_dot *d, pic_attn_buf *b)
 {
     int          rows = nt * group, nk = 0;
     const float *K = kc + (size_t) kh * cap * hd;
@@ -148,51 +254,127 @@ pic_attn_item(float *o, const float *q, const int *qpos, int t0, int nt,
         }
         return;
     }
-    /* rows in (query, head) order: a query's heads are adjacent in q */
-    for (int i = 0; i < nt; i++) {
-        memcpy(b->q + i * hb, q + (size_t) (t0 + i) * ldq + kh * hb,
-               hb * sizeof(float));
-    }
 
-    /* scores (rows, nk) = Q Kᵀ / sqrt(hd) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, scale,
-                b->q, hd, K, hd, 0.0f, b->sc, nk);
-    for (int i = 0; i < nt; i++) {
-        int lim = qpos[t0 + i] + 1;
+    if (d->gemm) {
+        /* rows in (query, head) order, in bf16; S = Q Kᵀ scaled, softmax,
+         * P in bf16, O = P V */
+        const uint16_t *Kb = d->kb + (size_t) kh * d->nk8 * hd;
+        const uint16_t *Vt = d->vt + (size_t) kh * hd * d->ldv;
 
-        lim = lim > n_keys ? n_keys : lim < 0 ? 0 : lim;
-        for (int g = 0; g < group; g++) {
-            pic_attn_softmax_row(b->sc + (size_t) (i * group + g) * nk, lim, nk,
-                                 simd);
+        for (int i = 0; i < nt; i++) {
+            pic_cpu_x_bf16(b->qb + i * hb, q + (size_t) (t0 + i) * ldq + kh * hb, hb);
+        }
+        pic_cpu_dot_gemm(b->sc, nk, b->qb, hd, rows, Kb, hd, nk, hd, (hd + 31) & ~31);
+        for (size_t e = 0; e < (size_t) rows * nk; e++) {
+            b->sc[e] *= scale;
+        }
+        pic_attn_softmax_rows(b->sc, qpos, t0, nt, group, nk, n_keys, simd);
+        for (int r = 0; r < rows; r++) {
+            pic_cpu_x_bf16(b->pb + (size_t) r * d->ldp, b->sc + (size_t) r * nk,
+                           (size_t) nk);
+        }
+        pic_cpu_dot_gemm(b->o, hd, b->pb, d->ldp, rows, Vt, d->ldv, hd, nk,
+                         PIC_ATTN_PV_KC);
+    } else {
+        /* rows in (query, head) order: a query's heads are adjacent in q */
+        for (int i = 0; i < nt; i++) {
+            memcpy(b->q + i * hb, q + (size_t) (t0 + i) * ldq + kh * hb,
+                   hb * sizeof(float));
+        }
+        /* scores (rows, nk) = Q Kᵀ / sqrt(hd) */
+        if (!d->dot) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, scale,
+                        b->q, hd, K, hd, 0.0f, b->sc, nk);
+        } else {
+            pic_attn_round(b->q, b->q, (size_t) rows * hd, simd);
+            for (int j0 = 0; j0 < nk; j0 += PIC_ATTN_KB) {
+                int kb = nk - j0 < PIC_ATTN_KB ? nk - j0 : PIC_ATTN_KB;
+
+                pic_attn_round(b->kr, K + (size_t) j0 * hd, (size_t) kb * hd, simd);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kb, hd,
+                            scale, b->q, hd, b->kr, hd, 0.0f, b->sc + j0, nk);
+            }
+        }
+        pic_attn_softmax_rows(b->sc, qpos, t0, nt, group, nk, n_keys, simd);
+
+        /* O (rows, hd) = P V */
+        if (!d->dot) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nk, 1.0f,
+                        b->sc, nk, V, hd, 0.0f, b->o, hd);
+        } else {
+            pic_attn_round(b->sc, b->sc, (size_t) rows * nk, simd);
+            for (int j0 = 0; j0 < nk; j0 += PIC_ATTN_KB) {
+                int kb = nk - j0 < PIC_ATTN_KB ? nk - j0 : PIC_ATTN_KB;
+
+                pic_attn_round(b->kr, V + (size_t) j0 * hd, (size_t) kb * hd, simd);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, kb,
+                            1.0f, b->sc + j0, nk, b->kr, hd, j0 > 0 ? 1.0f : 0.0f,
+                            b->o, hd);
+            }
         }
     }
-
-    /* O (rows, hd) = P V, back to the queries' rows */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nk, 1.0f,
-                b->sc, nk, V, hd, 0.0f, b->o, hd);
     for (int i = 0; i < nt; i++) {
         memcpy(o + (size_t) (t0 + i) * ldq + kh * hb, b->o + i * hb,
                hb * sizeof(float));
     }
 }
 
-void
-pic_cpu_attention(float *o, const float *q, const int *qpos, int n, int Hq,
-                  int Hkv, int hd, const float *kc, const float *vc, int cap,
-                  int n_keys)
+/* kb (Hkv, nk8, hd) and vt (Hkv, hd, ldv) = K and Vᵀ of the cache's first
+ * nk slots in bf16 (rows nk..nk8 of K zero), over the team when par. */
+static void
+pic_attn_dot_operands(uint16_t *kb, uint16_t *vt, const float *kc,
+                      const float *vc, int cap, int Hkv, int hd, int nk,
+                      int nk8, int ldv, int par)
+{
+    int nblk = (nk8 + 63) / 64;
+
+    #pragma omp parallel for collapse(2) schedule(static) if (par)
+    for (int kh = 0; kh < Hkv; kh++) {
+        for (int jb = 0; jb < nblk; jb++) {
+            const float *K = kc + (size_t) kh * cap * hd;
+            const float *V = vc + (size_t) kh * cap * hd;
+            uint16_t    *Kb = kb + (size_t) kh * nk8 * hd;
+            uint16_t    *Vt = vt + (size_t) kh * hd * ldv;
+            int          j0 = jb * 64, j1 = j0 + 64 < nk8 ? j0 + 64 : nk8;
+            float        col[64];
+
+            for (int j = j0; j < j1; j++) {
+                if (j < nk) {
+                    pic_cpu_x_bf16(Kb + (size_t) j * hd, K + (size_t) j * hd, (size_t) hd);
+                } else {
+                    memset(Kb + (size_t) j * hd, 0, (size_t) hd * sizeof(uint16_t));
+                }
+            }
+            j1 = j1 < nk ? j1 : nk;
+            for (int e = 0; j0 < j1 && e < hd; e++) {
+                for (int j = j0; j < j1; j++) {
+                    col[j - j0] = V[(size_t) j * hd + e];
+                }
+                pic_cpu_x_bf16(Vt + (size_t) e * ldv + j0, col, (size_t) (j1 - j0));
+            }
+        }
+    }
+}
+
+/* attention (dot 0) or attention_dot (dot 1): pic_kernels.h. */
+static void
+pic_attention(float *o, const float *q, const int *qpos, int n, int Hq,
+              int Hkv, int hd, const float *kc, const float *vc, int cap,
+              int n_keys, int dot)
 {
     PIC_OP_CHECK(o != NULL && q != NULL && qpos != NULL);
     PIC_OP_CHECK(kc != NULL && vc != NULL);
     PIC_OP_CHECK(n >= 0 && Hq > 0 && Hkv > 0 && Hq % Hkv == 0 && hd > 0);
     PIC_OP_CHECK(n_keys >= 0 && n_keys <= cap);
 
-    int   group = Hq / Hkv, ldq = Hq * hd;
-    float scale = 1.0f / sqrtf((float) hd);
-    int   par = pic_cpu_par((double) n * n_keys * Hq * hd > 131072.0);
-    int   T = par ? omp_get_max_threads() : 1;
-    int   tile = PIC_ATTN_TILE, ntiles;
-    int   simd = pic_cpu_simd();
-    int   saved = pic_cpu_blas_serial_begin();
+    int          group = Hq / Hkv, ldq = Hq * hd;
+    float        scale = 1.0f / sqrtf((float) hd);
+    int          par = pic_cpu_par((double) n * n_keys * Hq * hd > 131072.0);
+    int          T = par ? omp_get_max_threads() : 1;
+    int          tile = PIC_ATTN_TILE, ntiles;
+    int          simd = pic_cpu_simd();
+    pic_attn_dot d = { 0 };
+    int          saved = pic_cpu_blas_serial_begin();
 
     /* fewer kv heads than threads: smaller tiles, two items a thread */
     while (tile > 8 && Hkv * ((n + tile - 1) / tile) < 2 * T) {
@@ -200,17 +382,42 @@ pic_cpu_attention(float *o, const float *q, const int *qpos, int n, int Hq,
     }
     ntiles = (n + tile - 1) / tile;
 
+    d.dot = dot;
+    if (dot && n_keys > 0 && n * group >= PIC_ATTN_DOT_ROWS && pic_cpu_dot_gemm_on()) {
+        size_t    kbn, vtn;
+        uint16_t *buf;
+
+        d.gemm = 1;
+        d.nk8 = (n_keys + 7) & ~7;
+        d.ldv = ((n_keys + 31) & ~31) + 32;     /* Vᵀ rows not 4 KiB apart */
+        d.ldp = d.ldv;
+        kbn = (size_t) Hkv * d.nk8 * hd;
+        vtn = (size_t) Hkv * hd * d.ldv;
+        buf = pic_cpu_thread_buf(PIC_CPU_BUF_KV, (kbn + vtn) * sizeof(uint16_t));
+        d.kb = buf;
+        d.vt = buf + kbn;
+        pic_attn_dot_operands(buf, buf + kbn, kc, vc, cap, Hkv, hd, n_keys, d.nk8,
+                              d.ldv, par);
+    }
+
     #pragma omp parallel if (par)
     {
         size_t       rows = (size_t) group * tile;
         pic_attn_buf b;
-
         size_t       nsc = rows * (size_t) (n_keys > 0 ? n_keys : 1);
+        size_t       nkr = dot && !d.gemm ? (size_t) PIC_ATTN_KB * hd : 0;
+        size_t       nbf = d.gemm ? rows * hd + rows * (size_t) d.ldp : 0;
 
-        /* the thread's scratch: q (rows, hd) | o (rows, hd) | sc (rows, n_keys) */
-        b.q = pic_cpu_thread_buf(PIC_CPU_BUF_ATTN, (2 * rows * hd + nsc) * sizeof(float));
+        /* the thread's scratch: q (rows, hd) | o (rows, hd) | sc (rows,
+         * n_keys) | kr (KB, hd) | qb (rows, hd) and pb (rows, ldp) bf16 */
+        b.q = pic_cpu_thread_buf(PIC_CPU_BUF_ATTN,
+                                 (2 * rows * hd + nsc + nkr) * sizeof(float)
+                                 + nbf * sizeof(uint16_t));
         b.o = b.q + rows * hd;
         b.sc = b.o + rows * hd;
+        b.kr = b.sc + nsc;
+        b.qb = (uint16_t *) (b.kr + nkr);
+        b.pb = b.qb + rows * hd;
 
         #pragma omp for collapse(2) schedule(dynamic)
         for (int kh = 0; kh < Hkv; kh++) {
@@ -218,11 +425,27 @@ pic_cpu_attention(float *o, const float *q, const int *qpos, int n, int Hq,
                 int t0 = tt * tile, nt = n - t0 < tile ? n - t0 : tile;
 
                 pic_attn_item(o, q, qpos, t0, nt, kh, group, ldq, hd, kc, vc,
-                              cap, n_keys, scale, simd, &b);
+                              cap, n_keys, scale, simd, &d, &b);
             }
         }
     }
     pic_cpu_blas_serial_end(saved);
+}
+
+void
+pic_cpu_attention(float *o, const float *q, const int *qpos, int n, int Hq,
+                  int Hkv, int hd, const float *kc, const float *vc, int cap,
+                  int n_keys)
+{
+    pic_attention(o, q, qpos, n, Hq, Hkv, hd, kc, vc, cap, n_keys, 0);
+}
+
+void
+pic_cpu_attention_dot(float *o, const float *q, const int *qpos, int n, int Hq,
+                      int Hkv, int hd, const float *kc, const float *vc, int cap,
+                      int n_keys)
+{
+    pic_attention(o, q, qpos, n, Hq, Hkv, hd, kc, vc, cap, n_keys, 1);
 }
 
 /* --- MLA, absorbed (pic_mla_args) --- */

@@ -28,6 +28,9 @@ void pic_cpu_rope(float *x, int ld, const int *pos, int n, int heads, int hd,
 void pic_cpu_attention(float *o, const float *q, const int *qpos, int n,
                        int Hq, int Hkv, int hd, const float *kc,
                        const float *vc, int cap, int n_keys);
+void pic_cpu_attention_dot(float *o, const float *q, const int *qpos, int n,
+                           int Hq, int Hkv, int hd, const float *kc,
+                           const float *vc, int cap, int n_keys);
 void pic_cpu_gdn_chunked(const pic_gdn_args *a);
 void pic_cpu_gdn_recurrent(const pic_gdn_args *a);
 void pic_cpu_add_rows(float *y, const float *b, int n, int dim);
@@ -72,6 +75,20 @@ void   pic_amx_x_pack(uint16_t *dst, const float *x, int n, int cols);
 void   pic_amx_gemm(float *y, int ldy, const uint16_t *xp, int n,
                     const pic_wmat *w, int o0, int o1, float beta);
 
+/* bf16 products on operands that are not weights (wmat.c), for the
+ * attention in bf16dot.  pic_cpu_dot_gemm_on: 1 where they run as
+ * vdpbf16ps (the avx512bf16 path, where it outruns the fp32 FMA:
+ * pic_kernels_dot_gemm); elsewhere the caller multiplies the rounded values
+ * in fp32 (the same products, exact in fp32).  pic_cpu_x_bf16: dst(n) =
+ * src rounded as pic_bf16_act_bits.  pic_cpu_dot_gemm: y(n, ldy)[., 0..nb)
+ * = x(n, K) . b(nb, K)^T, bf16 rows ldx and ldb apart, fp32 sums in
+ * K-blocks of kcb (multiple of 32); b readable for whole groups of eight
+ * rows; only where pic_cpu_dot_gemm_on. */
+int  pic_cpu_dot_gemm_on(void);
+void pic_cpu_x_bf16(uint16_t *dst, const float *src, size_t n);
+void pic_cpu_dot_gemm(float *y, int ldy, const uint16_t *x, int ldx, int n,
+                      const uint16_t *b, int ldb, int nb, int K, int kcb);
+
 /* Make OpenBLAS single-threaded for GEMMs issued inside an OpenMP region
  * (avoids oversubscription); returns the count to hand back to _end. */
 int  pic_cpu_blas_serial_begin(void);
@@ -90,7 +107,8 @@ int  pic_cpu_simd(void);
 
 /* Per-thread scratch (scratch.c): one buffer per use, so that nested users
  * never share one. */
-enum { PIC_CPU_BUF_ACT, PIC_CPU_BUF_TILE, PIC_CPU_BUF_ATTN, PIC_CPU_NBUF };
+enum { PIC_CPU_BUF_ACT, PIC_CPU_BUF_TILE, PIC_CPU_BUF_ATTN, PIC_CPU_BUF_KV,
+       PIC_CPU_NBUF };
 
 /* The calling thread's scratch buffer `which` (PIC_CPU_BUF_*), 64-byte
  * aligned, at least `bytes` long, kept for its later calls and freed when

@@ -1629,6 +1629,38 @@ pic_wmat_gemm_dot_avx512bf16(float *y, int ldy, const uint16_t *xb, int n,
 }
 
 
+/* y(n, ldy)[., 0..nb) = x(n, K) . b(nb, K)^T on bf16 operands, rows ldx
+ * and ldb apart, K-blocks of kcb (a multiple of 32): the dot GEMM's tile
+ * on operands that are not a weight (the attention's products in
+ * bf16dot).  b readable for whole groups of eight rows. */
+PIC_AVX512BF16 static void
+pic_dot_gemm_avx512bf16(float *y, int ldy, const uint16_t *x, int ldx, int n,
+                        const uint16_t *b, int ldb, int nb, int K, int kcb)
+{
+    for (int k0 = 0; k0 < K; k0 += kcb) {
+        int kc = K - k0 < kcb ? K - k0 : kcb;
+
+        for (int o = 0; o < nb; o += 8) {
+            int             nr = nb - o < 8 ? nb - o : 8;
+            const uint16_t *bo = b + (size_t) o * ldb + k0;
+
+            for (int t = 0; t < n; t += 3) {
+                float          *yt = y + (size_t) t * ldy + o;
+                const uint16_t *xt = x + (size_t) t * ldx + k0;
+
+                if (n - t >= 3) {
+                    pic_dot_tile(yt, ldy, xt, ldx, bo, ldb, kc, 3, nr, k0 > 0, 0.0f);
+                } else if (n - t == 2) {
+                    pic_dot_tile(yt, ldy, xt, ldx, bo, ldb, kc, 2, nr, k0 > 0, 0.0f);
+                } else {
+                    pic_dot_tile(yt, ldy, xt, ldx, bo, ldb, kc, 1, nr, k0 > 0, 0.0f);
+                }
+            }
+        }
+    }
+}
+
+
 /* --- Q8 int8 GEMM (AVX-512 VNNI): Q8 W, n > GEMV rows ---
  *
  * The arithmetic of the Q8 GEMV (and of llama.cpp's Q8_0): x quantised per
@@ -1980,6 +2012,46 @@ pic_cpu_wmat_rows(float *dst, const pic_wmat *w, int r0, int nr)
                  || (w->cols % PIC_Q8_BLOCK == 0 && w->scale != NULL));
 
     pic_wmat_impl_get()->rows(dst, w, r0, nr);
+}
+
+/* --- bf16 products on operands other than weights --- */
+
+int
+pic_cpu_dot_gemm_on(void)
+{
+#if PIC_WMAT_X86
+    const pic_wmat_impl *im = pic_wmat_impl_get();
+
+    return im->gemm_dot == pic_wmat_gemm_dot_avx512bf16 && pic_wmat_dot_on(im);
+#else
+    return 0;
+#endif
+}
+
+void
+pic_cpu_x_bf16(uint16_t *dst, const float *src, size_t n)
+{
+    const pic_wmat_impl *im = pic_wmat_impl_get();
+
+    if (im->x_bf16 != NULL) {
+        im->x_bf16(dst, src, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        dst[i] = pic_bf16_act_bits(src[i]);
+    }
+}
+
+void
+pic_cpu_dot_gemm(float *y, int ldy, const uint16_t *x, int ldx, int n,
+                 const uint16_t *b, int ldb, int nb, int K, int kcb)
+{
+    PIC_OP_CHECK(y != NULL && x != NULL && b != NULL && n >= 0 && nb >= 0);
+    PIC_OP_CHECK(K > 0 && kcb > 0 && kcb % 32 == 0 && ldx >= K && ldb >= K);
+    PIC_OP_CHECK(pic_cpu_dot_gemm_on());
+#if PIC_WMAT_X86
+    pic_dot_gemm_avx512bf16(y, ldy, x, ldx, n, b, ldb, nb, K, kcb);
+#endif
 }
 
 /* The tile buffer of the calling thread (floats long). */

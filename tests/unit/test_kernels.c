@@ -312,6 +312,143 @@ test_attention_matches_naive(void **unused)
     free(kc); free(vc); free(q); free(o); free(pos);
 }
 
+/* x rounded to bf16 as a bf16dot product multiplies it (nearest even;
+ * the test's values are normal numbers). */
+static double
+bf16_round(double x)
+{
+    float    f = (float) x;
+    uint32_t u;
+
+    memcpy(&u, &f, sizeof(u));
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+/* 1 where p lies within a relative 2^-20 of a tie between two bf16
+ * values: there fp32 rounding on the way may round it the other way. */
+static int
+bf16_near_tie(double p)
+{
+    float    f = (float) p;
+    uint32_t u;
+    double   lo, hi;
+
+    memcpy(&u, &f, sizeof(u));
+    u &= 0xffff0000u;
+    memcpy(&f, &u, sizeof(f));
+    lo = f;
+    u += 0x10000u;
+    memcpy(&f, &u, sizeof(f));
+    hi = f;
+    return fabs(p - (lo + hi) / 2) <= fabs(p) * 0x1p-20;
+}
+
+/* attention_dot against float64 on the bf16-rounded q, k, v and the
+ * rounded softmax weights, on every SIMD path, with and without the dot
+ * GEMM, for a block of queries (past PIC_ATTN_DOT_ROWS) and a decode-sized
+ * one.  The bound per output is the arithmetic's: the fp32 scores' error
+ * (hd sums) moves each weight by at most twice the largest, exp and the
+ * sum of nk weights add theirs; a weight within 2^-20 of a bf16 tie may
+ * round the other way (one bf16 ulp).  Leaving any operand unrounded
+ * costs ~2^-9 of the output, far past the bound. */
+static void
+test_attention_dot_matches_rounded(void **unused)
+{
+    static const char *paths[] = { "avx512bf16", "avx512vnni", "avx512", "avx2", "scalar" };
+    const pic_backend *be = pic_backend_cpu();
+    char   saved[32];
+    int    Hq = 8, Hkv = 2, hd = 64, cap = 300, p0 = 150, tried = 0;
+    int    saved_dot = pic_kernels_dot_gemm(-1);
+    float *kc = frand_vec((size_t) Hkv * cap * hd, 1.0f);
+    float *vc = frand_vec((size_t) Hkv * cap * hd, 1.0f);
+    int    ns[2] = { 77, 1 };
+
+    snprintf(saved, sizeof(saved), "%s", pic_kernels_simd());
+    for (size_t pi = 0; pi < sizeof(paths) / sizeof(paths[0]); pi++) {
+        if (pic_kernels_set_simd(paths[pi]) != 0) {
+            continue;
+        }
+        for (int dot = 0; dot < 2; dot++) {
+            pic_kernels_dot_gemm(dot);
+            for (int c = 0; c < 2; c++) {
+                int    n = ns[c], nk = p0 + n;
+                size_t no = (size_t) n * Hq * hd;
+                float *q = frand_vec(no, 3.0f);
+                float *o = malloc(no * sizeof(float));
+                int   *pos = malloc(n * sizeof(int));
+                double worst = 0.0;
+
+                for (int t = 0; t < n; t++) {
+                    pos[t] = p0 + t;
+                }
+                be->attention_dot(o, q, pos, n, Hq, Hkv, hd, kc, vc, cap, nk);
+                for (int t = 0; t < n; t++) {
+                    for (int h = 0; h < Hq; h++) {
+                        const float *qv = q + (size_t) t * Hq * hd + h * hd;
+                        int          kh = h / (Hq / Hkv), lim = pos[t] + 1;
+                        double       w[512], mag = 0.0, mx = -1e30, sum = 0.0, ds;
+                        int          tie[512];
+
+                        for (int j = 0; j < lim; j++) {
+                            double sj = 0.0, aj = 0.0;
+
+                            for (int i = 0; i < hd; i++) {
+                                double pr = bf16_round(qv[i])
+                                            * bf16_round(kc[((size_t) kh * cap + j) * hd + i]);
+                                sj += pr;
+                                aj += fabs(pr);
+                            }
+                            w[j] = sj / sqrt((double) hd);
+                            mag = aj / sqrt((double) hd) > mag ? aj / sqrt((double) hd) : mag;
+                            mx = w[j] > mx ? w[j] : mx;
+                        }
+                        for (int j = 0; j < lim; j++) {
+                            w[j] = exp(w[j] - mx);
+                            sum += w[j];
+                        }
+                        /* relative error of an fp32 weight before rounding */
+                        ds = 2.0 * (hd + 2) * 0x1p-24 * mag + 0x1p-21 + 2.0 * lim * 0x1p-24;
+                        for (int j = 0; j < lim; j++) {
+                            tie[j] = bf16_near_tie(w[j] / sum);
+                            w[j] = bf16_round(w[j] / sum);
+                        }
+                        for (int i = 0; i < hd; i++) {
+                            double acc = 0.0, tol = 0.0;
+
+                            for (int j = 0; j < lim; j++) {
+                                double vj = bf16_round(vc[((size_t) kh * cap + j) * hd + i]);
+
+                                acc += w[j] * vj;
+                                tol += w[j] * fabs(vj) * (ds + lim * 0x1p-24
+                                                          + (tie[j] ? 0x1p-7 : 0.0));
+                            }
+                            double got = o[(size_t) t * Hq * hd + h * hd + i];
+                            double r = fabs(got - acc) / (tol + 1e-30);
+
+                            worst = r > worst ? r : worst;
+                            if (r > 1.0) {
+                                fail_msg("%s dot %d n %d: o[%d][%d][%d] = %.9g, want %.9g "
+                                         "(bound %.3g)", paths[pi], dot, n, t, h, i, got,
+                                         acc, tol);
+                            }
+                        }
+                    }
+                }
+                print_message("attention_dot %s dot_gemm %d n %d: worst error / bound %.3f\n",
+                              paths[pi], dot, n, worst);
+                tried++;
+                free(q); free(o); free(pos);
+            }
+        }
+    }
+    pic_kernels_dot_gemm(saved_dot);
+    assert_int_equal(pic_kernels_set_simd(saved), 0);
+    assert_true(tried > 0);
+    free(kc); free(vc);
+}
+
 /* The absorbed MLA op equals the expanded attention computed here in
  * double: per head k_nope | v = W_kvb[h] c, K = [k_pe | k_nope], scores
  * scale·q·K, causal by qpos over the latent slots. */
@@ -936,6 +1073,7 @@ main(void)
         cmocka_unit_test(test_mla_absorbed_matches_expanded),
         cmocka_unit_test(test_moe_route_grouped_rules),
         cmocka_unit_test(test_attention_simd_equals_portable),
+        cmocka_unit_test(test_attention_dot_matches_rounded),
         cmocka_unit_test(test_activations_simd_equals_portable),
         cmocka_unit_test(test_conv_split_equals_unsplit),
         cmocka_unit_test(test_matmul_matches_naive),
