@@ -230,6 +230,19 @@ pic_attn_softmax_rows(float *sc, const int *qpos, int t0, int nt, int group,
     }
 }
 
+/* Rows [j0, j0+kb) of X (a kv head's K or V, rows hd apart) as the
+ * products take them: the cache itself, or in bf16dot rounded into b->kr. */
+static const float *
+pic_attn_block(const float *X, int j0, int kb, int hd, const pic_attn_dot *d,
+               pic_attn_buf *b, int simd)
+{
+    if (!d->dot) {
+        return X + (size_t) j0 * hd;
+    }
+    pic_attn_round(b->kr, X + (size_t) j0 * hd, (size_t) kb * hd, simd);
+    return b->kr;
+}
+
 /* One work item: queries [t0, t0+nt) of the q heads of kv head kh. */
 static void
 pic_attn_item(float *o, const float *q, const int *qpos, int t0, int nt,
@@ -281,36 +294,30 @@ pic_attn_item(float *o, const float *q, const int *qpos, int t0, int nt,
             memcpy(b->q + i * hb, q + (size_t) (t0 + i) * ldq + kh * hb,
                    hb * sizeof(float));
         }
-        /* scores (rows, nk) = Q Kᵀ / sqrt(hd) */
-        if (!d->dot) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, hd, scale,
-                        b->q, hd, K, hd, 0.0f, b->sc, nk);
-        } else {
-            pic_attn_round(b->q, b->q, (size_t) rows * hd, simd);
-            for (int j0 = 0; j0 < nk; j0 += PIC_ATTN_KB) {
-                int kb = nk - j0 < PIC_ATTN_KB ? nk - j0 : PIC_ATTN_KB;
+        /* scores (rows, nk) = Q Kᵀ / sqrt(hd), then O (rows, hd) = P V; in
+         * bf16dot over blocks of rounded keys (else one block: the cache) */
+        int step = d->dot ? PIC_ATTN_KB : nk;
 
-                pic_attn_round(b->kr, K + (size_t) j0 * hd, (size_t) kb * hd, simd);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kb, hd,
-                            scale, b->q, hd, b->kr, hd, 0.0f, b->sc + j0, nk);
-            }
+        if (d->dot) {
+            pic_attn_round(b->q, b->q, (size_t) rows * hd, simd);
+        }
+        for (int j0 = 0; j0 < nk; j0 += step) {
+            int kb = nk - j0 < step ? nk - j0 : step;
+
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kb, hd, scale,
+                        b->q, hd, pic_attn_block(K, j0, kb, hd, d, b, simd), hd, 0.0f,
+                        b->sc + j0, nk);
         }
         pic_attn_softmax_rows(b->sc, qpos, t0, nt, group, nk, n_keys, simd);
-
-        /* O (rows, hd) = P V */
-        if (!d->dot) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, nk, 1.0f,
-                        b->sc, nk, V, hd, 0.0f, b->o, hd);
-        } else {
+        if (d->dot) {
             pic_attn_round(b->sc, b->sc, (size_t) rows * nk, simd);
-            for (int j0 = 0; j0 < nk; j0 += PIC_ATTN_KB) {
-                int kb = nk - j0 < PIC_ATTN_KB ? nk - j0 : PIC_ATTN_KB;
+        }
+        for (int j0 = 0; j0 < nk; j0 += step) {
+            int kb = nk - j0 < step ? nk - j0 : step;
 
-                pic_attn_round(b->kr, V + (size_t) j0 * hd, (size_t) kb * hd, simd);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, kb,
-                            1.0f, b->sc + j0, nk, b->kr, hd, j0 > 0 ? 1.0f : 0.0f,
-                            b->o, hd);
-            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, kb, 1.0f,
+                        b->sc + j0, nk, pic_attn_block(V, j0, kb, hd, d, b, simd), hd,
+                        j0 > 0 ? 1.0f : 0.0f, b->o, hd);
         }
     }
     for (int i = 0; i < nt; i++) {
