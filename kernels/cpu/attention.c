@@ -154,66 +154,6 @@ pic_attn_softmax_row(float *r, int lim, int nk, int simd)
     }
 }
 
-#if PIC_EXP_X86
-/* y[j] = x[j] rounded to bf16 and back (pic_bf16_act_bits: nearest even,
- * subnormals to signed zero, NaN quiet) for the whole vectors of n; the
- * count done.  AVX2. */
-__attribute__((target("avx2,fma")))
-static size_t
-pic_attn_round_avx2(float *y, const float *x, size_t n)
-{
-    const __m256i lo = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
-    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-    const __m256i top = _mm256_set1_epi32((int) 0xffff0000u);
-    const __m256i sgn = _mm256_set1_epi32((int) 0x80000000u);
-    const __m256i quiet = _mm256_set1_epi32(0x00400000);
-    size_t        j = 0;
-
-    for (; j + 8 <= n; j += 8) {
-        __m256i v = _mm256_loadu_si256((const __m256i *) (x + j));
-        __m256i r = _mm256_add_epi32(v, _mm256_add_epi32(lo, _mm256_and_si256(
-                                                             _mm256_srli_epi32(v, 16), one)));
-        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, abs), inf);
-        __m256i sub = _mm256_cmpeq_epi32(_mm256_and_si256(v, inf), _mm256_setzero_si256());
-
-        r = _mm256_and_si256(r, top);
-        r = _mm256_blendv_epi8(r, _mm256_and_si256(_mm256_or_si256(v, quiet), top), nan);
-        r = _mm256_blendv_epi8(r, _mm256_and_si256(v, sgn), sub);
-        _mm256_storeu_si256((__m256i *) (y + j), r);
-    }
-    return j;
-}
-#endif
-
-/* y(n) = x rounded to bf16 and back, as a bf16dot product multiplies it
- * (y may be x); every path gives the same bits. */
-static void
-pic_attn_round(float *y, const float *x, size_t n, int simd)
-{
-    size_t j = 0;
-
-#if PIC_EXP_X86
-    if (simd) {
-        j = pic_attn_round_avx2(y, x, n);
-    }
-#else
-    (void) simd;
-#endif
-    for (; j < n; j++) {
-        uint32_t v;
-
-        memcpy(&v, &x[j], sizeof(v));
-        if ((v & 0x7fffffffu) > 0x7f800000u) {
-            v = (v | 0x00400000u) & 0xffff0000u;
-        } else if ((v & 0x7f800000u) == 0) {
-            v &= 0x80000000u;
-        } else {
-            v = (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;
-        }
-        memcpy(&y[j], &v, sizeof(v));
-    }
-}
-
 /* The softmax of every row of a work item's scores sc (rows of nk; query
  * i's rows see its first lim keys). */
 static void
@@ -234,12 +174,12 @@ pic_attn_softmax_rows(float *sc, const int *qpos, int t0, int nt, int group,
  * products take them: the cache itself, or in bf16dot rounded into b->kr. */
 static const float *
 pic_attn_block(const float *X, int j0, int kb, int hd, const pic_attn_dot *d,
-               pic_attn_buf *b, int simd)
+               pic_attn_buf *b)
 {
     if (!d->dot) {
         return X + (size_t) j0 * hd;
     }
-    pic_attn_round(b->kr, X + (size_t) j0 * hd, (size_t) kb * hd, simd);
+    pic_bf16_act_round(b->kr, X + (size_t) j0 * hd, (size_t) kb * hd);
     return b->kr;
 }
 
@@ -299,24 +239,24 @@ pic_attn_item(float *o, const float *q, const int *qpos, int t0, int nt,
         int step = d->dot ? PIC_ATTN_KB : nk;
 
         if (d->dot) {
-            pic_attn_round(b->q, b->q, (size_t) rows * hd, simd);
+            pic_bf16_act_round(b->q, b->q, (size_t) rows * hd);
         }
         for (int j0 = 0; j0 < nk; j0 += step) {
             int kb = nk - j0 < step ? nk - j0 : step;
 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kb, hd, scale,
-                        b->q, hd, pic_attn_block(K, j0, kb, hd, d, b, simd), hd, 0.0f,
+                        b->q, hd, pic_attn_block(K, j0, kb, hd, d, b), hd, 0.0f,
                         b->sc + j0, nk);
         }
         pic_attn_softmax_rows(b->sc, qpos, t0, nt, group, nk, n_keys, simd);
         if (d->dot) {
-            pic_attn_round(b->sc, b->sc, (size_t) rows * nk, simd);
+            pic_bf16_act_round(b->sc, b->sc, (size_t) rows * nk);
         }
         for (int j0 = 0; j0 < nk; j0 += step) {
             int kb = nk - j0 < step ? nk - j0 : step;
 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, kb, 1.0f,
-                        b->sc + j0, nk, pic_attn_block(V, j0, kb, hd, d, b, simd), hd,
+                        b->sc + j0, nk, pic_attn_block(V, j0, kb, hd, d, b), hd,
                         j0 > 0 ? 1.0f : 0.0f, b->o, hd);
         }
     }

@@ -198,16 +198,56 @@ pic_bf16_act_bits(float v)
     return (uint16_t) ((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 
+#if PIC_WMAT_X86
+/* dst[i] = src[i] as pic_bf16_act_bits rounds it, back in fp32, for the
+ * whole vectors of [i0, i1); the index reached.  AVX2, in the fp32 bits:
+ * the rounding add, NaN made quiet, a zero exponent to the signed zero. */
+__attribute__((target("avx2,fma")))
+static size_t
+pic_bf16_act_round_avx2(float *dst, const float *src, size_t i0, size_t i1)
+{
+    const __m256i lo = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i top = _mm256_set1_epi32((int) 0xffff0000u);
+    const __m256i sgn = _mm256_set1_epi32((int) 0x80000000u);
+    const __m256i quiet = _mm256_set1_epi32(0x00400000);
+    size_t        i = i0;
+
+    for (; i + 8 <= i1; i += 8) {
+        __m256i v = _mm256_loadu_si256((const __m256i *) (src + i));
+        __m256i r = _mm256_add_epi32(v, _mm256_add_epi32(lo, _mm256_and_si256(
+                                                             _mm256_srli_epi32(v, 16), one)));
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, abs), inf);
+        __m256i sub = _mm256_cmpeq_epi32(_mm256_and_si256(v, inf), _mm256_setzero_si256());
+
+        r = _mm256_and_si256(r, top);
+        r = _mm256_blendv_epi8(r, _mm256_and_si256(_mm256_or_si256(v, quiet), top), nan);
+        r = _mm256_blendv_epi8(r, _mm256_and_si256(v, sgn), sub);
+        _mm256_storeu_si256((__m256i *) (dst + i), r);
+    }
+    return i;
+}
+#endif
+
 void
 pic_bf16_act_round(float *dst, const float *src, size_t n)
 {
     long nb = (long) ((n + 4095) / 4096);
+#if PIC_WMAT_X86
+    int  vec = strcmp(pic_kernels_simd(), "scalar") != 0;
+#endif
 
     #pragma omp parallel for schedule(static) if (nb >= 32 && !omp_in_parallel())
     for (long b = 0; b < nb; b++) {
         size_t e = (size_t) (b + 1) * 4096 < n ? (size_t) (b + 1) * 4096 : n;
+        size_t i = (size_t) b * 4096;
 
-        for (size_t i = (size_t) b * 4096; i < e; i++) {
+#if PIC_WMAT_X86
+        if (vec) {
+            i = pic_bf16_act_round_avx2(dst, src, i, e);
+        }
+#endif
+        for (; i < e; i++) {
             dst[i] = pic_bf16_f32(pic_bf16_act_bits(src[i]));
         }
     }
